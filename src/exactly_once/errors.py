@@ -1,0 +1,67 @@
+"""Typed errors. Every error names the path (and batch where there is one) and says what to do."""
+
+from __future__ import annotations
+
+
+class ExactlyOnceError(Exception):
+    """Base class of every error raised by exactly_once."""
+
+
+class StorageError(ExactlyOnceError):
+    """A storage backend failed or cannot give the guarantees exactly-once needs."""
+
+
+class UnsafeStorageError(StorageError):
+    """The store does not honour exclusive create (put-if-absent), so commits could be lost."""
+
+
+class LogError(ExactlyOnceError):
+    """Base class for problems with the `_spark_metadata` log."""
+
+
+class CorruptLogError(LogError):
+    """A log file is empty, truncated, not UTF-8, not JSON, or misses required keys."""
+
+
+class UnsupportedLogVersionError(LogError):
+    """A log file was written by a newer log format than this version understands."""
+
+
+class MissingLogFileError(LogError):
+    """A log file the batch chain needs (a delta or a compact file) is missing."""
+
+
+class NotAnOutputError(LogError):
+    """The path has no `_spark_metadata` log, so committed data cannot be told apart."""
+
+
+class CommitConflictError(ExactlyOnceError):
+    """Another writer committed the same batch id first (two queries writing one output)."""
+
+
+class ForeignQueryError(ExactlyOnceError):
+    """The output's log holds batches of another streaming query (a new checkpoint on an old output)."""
+
+
+class OutputResetError(ExactlyOnceError):
+    """The checkpoint is ahead of the output log: batches Spark considers done are not in the log."""
+
+
+class SchemaMismatchError(ExactlyOnceError):
+    """A batch's schema is incompatible with the data already committed."""
+
+
+class PartitionValueError(ExactlyOnceError):
+    """A partition column holds a value that cannot be written as a `k=v` directory."""
+
+
+class MissingDataFileError(ExactlyOnceError):
+    """A committed data file is missing from storage."""
+
+
+class OutsideRootError(ExactlyOnceError):
+    """A log entry points outside the output root (refused unless allowed explicitly)."""
+
+
+class SnapshotError(ExactlyOnceError):
+    """A consistent snapshot of the log could not be read (too many concurrent cleanups)."""

@@ -1,0 +1,329 @@
+"""The storage layer: the only module that knows how fsspec backends differ.
+
+Everything above it (the log, the sink, the reader) talks to a :class:`Storage` and never asks which
+backend it is. A backend contributes three things:
+
+* exclusive create (``put_if_absent``): local disk uses temp file + ``os.link``; object stores use
+  ``pipe_file(mode="create")`` (a conditional PUT) with a read-back for lost acknowledgements;
+* the modification time, normalised to epoch milliseconds;
+* the Hadoop URI Spark writes into ``_spark_metadata`` for the same file, and back.
+
+Example::
+
+    >>> st = Storage("/tmp/out")
+    >>> st.put_if_absent(st.join("_spark_metadata", "0"), b"v1")
+    True
+    >>> st.to_uri(st.join("a b", "x.parquet"))
+    'file:///tmp/out/a%20b/x.parquet'
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import logging
+import os
+import posixpath
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import IO, Any
+from urllib.parse import quote, unquote, urlsplit
+
+import fsspec
+import pyarrow.fs
+from fsspec.implementations.local import LocalFileSystem
+
+from .errors import StorageError, UnsafeStorageError
+from .failpoints import failpoint
+
+logger = logging.getLogger(__name__)
+
+# Characters java.net.URI leaves unquoted in a path (unreserved, punct, '/', '@'); Hadoop's
+# Path.toUri quotes everything else that is ASCII. Non-ASCII printable characters stay as they are.
+_URI_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
+_HADOOP_SCHEMES = {"s3": "s3a", "abfs": "abfss", "az": "abfss", "gs": "gs", "gcs": "gs"}
+_FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "wasb": "abfs", "gcs": "gs"}
+_MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
+_PROBED: dict[tuple[str, str], bool] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What the log needs to know about one stored object."""
+
+    path: str  # fsspec path, without protocol
+    size: int
+    is_dir: bool
+    mtime_ms: int
+
+
+def _quote_path(path: str) -> str:
+    """Percent-encode a path the way Hadoop's ``Path.toUri().toString()`` does."""
+    return "".join(
+        c if c in _URI_SAFE or (ord(c) > 127 and c.isprintable() and not c.isspace()) else quote(c, safe="")
+        for c in path
+    )
+
+
+def _to_epoch_ms(value: Any) -> int:
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, (int, float)):
+        return int(float(value) * 1000)
+    if isinstance(value, str):
+        return _to_epoch_ms(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+    raise TypeError(f"unrecognised modification time {value!r}")
+
+
+class Storage:
+    """A filesystem rooted at one fsspec URL (local path, ``file://``, ``memory://``, ``abfs://``,
+    ``az://``, ``s3://``, ``gs://``, ...), with the few operations exactly-once needs.
+
+    Picklable: executors rebuild the filesystem from the URL and ``storage_options``. The options (which
+    hold credentials) never appear in ``repr``, logs or errors.
+
+    Example::
+
+        >>> st = Storage("s3://bucket/out", {"key": "...", "secret": "..."})
+        >>> st.root, st.protocol
+        ('bucket/out', 's3')
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = str(url)
+        self.storage_options = dict(storage_options or {})
+        try:
+            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        except (ImportError, ValueError) as exc:
+            raise StorageError(
+                f"cannot open storage for {self.url}: {exc}. Install the fsspec backend for this scheme "
+                "(e.g. `pip install exactly-once[azure]` or `[s3]`) and check storage_options."
+            ) from exc
+        self.fs: fsspec.AbstractFileSystem = fs
+        self.is_local = isinstance(fs, LocalFileSystem)
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.protocol = "file" if self.is_local else protocol
+        self.root = fs._strip_protocol(root).rstrip("/") or "/"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Storage, (self.url, self.storage_options))
+
+    def __repr__(self) -> str:
+        return f"Storage({self.url!r})"
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def join(self, *parts: str) -> str:
+        """Join path segments under the root: ``st.join("_spark_metadata", "3")``."""
+        return posixpath.join(self.root, *parts)
+
+    def display(self, path: str) -> str:
+        """A path as the user would write it (with protocol), for messages."""
+        return path if self.is_local else f"{self.protocol}://{path}"
+
+    def _account_name(self) -> str:
+        name = self.storage_options.get("account_name") or getattr(self.fs, "account_name", None)
+        if not name:
+            for part in str(self.storage_options.get("connection_string", "")).split(";"):
+                key, _, value = part.partition("=")
+                if key.strip().lower() == "accountname":
+                    name = value.strip()
+        if not name:
+            raise StorageError(
+                f"cannot build the abfss:// URI for {self.url}: no account name. Pass "
+                "storage_options={'account_name': ...} (or a connection string that names the account)."
+            )
+        return name
+
+    def to_uri(self, path: str) -> str:
+        """The fully qualified Hadoop URI Spark writes into the log for ``path``.
+
+        Example: ``/tmp/out/k=c%3Ad/f.parquet`` -> ``file:///tmp/out/k=c%253Ad/f.parquet``.
+        """
+        if self.is_local:
+            return "file://" + _quote_path(path)
+        scheme = _HADOOP_SCHEMES.get(self.protocol, self.protocol)
+        if scheme == "abfss":
+            container, _, key = path.partition("/")
+            return f"abfss://{container}@{self._account_name()}.dfs.core.windows.net/{_quote_path(key)}"
+        if self.protocol == "memory":
+            return "memory://" + _quote_path(path)
+        return f"{scheme}://{_quote_path(path)}"
+
+    def from_uri(self, uri: str) -> str:
+        """The fsspec path (no protocol) for a Hadoop URI found in a log; inverse of :meth:`to_uri`.
+
+        A URI of another scheme than this storage's is returned with its scheme, so the caller can see
+        it is outside the root.
+        """
+        parts = urlsplit(uri)
+        scheme = _FSSPEC_SCHEMES.get(parts.scheme, parts.scheme)
+        path = unquote(parts.path)
+        if scheme in ("", "file"):
+            return path if self.is_local else uri
+        if scheme != self.protocol and not (scheme == "abfs" and self.protocol in ("abfs", "az")):
+            return uri
+        if scheme == "abfs":
+            container = parts.netloc.split("@", 1)[0]
+            return f"{container}{path}"
+        if scheme == "memory":
+            return path
+        return f"{parts.netloc}{path}"
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _file_info(self, raw: dict[str, Any]) -> FileInfo:
+        is_dir = raw.get("type") == "directory"
+        mtime = next((raw[k] for k in _MTIME_KEYS if raw.get(k) is not None), None)
+        if mtime is None:
+            mtime_ms = 0 if is_dir else _to_epoch_ms(self.fs.modified(raw["name"]))
+        else:
+            mtime_ms = _to_epoch_ms(mtime)
+        return FileInfo(self.fs._strip_protocol(raw["name"]), int(raw.get("size") or 0), is_dir, mtime_ms)
+
+    def info(self, path: str) -> FileInfo:
+        """Size, kind and modification time (epoch ms) of ``path``; FileNotFoundError if absent."""
+        self.fs.invalidate_cache(path)
+        return self._file_info(self.fs.info(path))
+
+    def exists(self, path: str) -> bool:
+        self.fs.invalidate_cache(path)
+        return bool(self.fs.exists(path))
+
+    def ls(self, path: str) -> list[FileInfo]:
+        """Direct children of ``path`` (fresh, never from a listing cache); empty if it does not exist."""
+        self.fs.invalidate_cache(path)
+        try:
+            return [self._file_info(raw) for raw in self.fs.ls(path, detail=True)]
+        except FileNotFoundError:
+            return []
+
+    def find(self, path: str) -> list[FileInfo]:
+        """Every file below ``path`` (recursive), fresh."""
+        self.fs.invalidate_cache(path)
+        return [self._file_info(raw) for raw in self.fs.find(path, detail=True).values()]
+
+    def read_bytes(self, path: str) -> bytes:
+        self.fs.invalidate_cache(path)
+        return self.fs.cat_file(path)
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+        """Open for reading, or for writing a data file (parent directories created where needed)."""
+        if "w" in mode and self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        return self.fs.open(path, mode, **kwargs)
+
+    def delete(self, path: str) -> None:
+        """Delete one file; a file already gone is not an error."""
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
+        """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec)."""
+        if self.is_local:
+            return pyarrow.fs.LocalFileSystem()
+        return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(self.fs))
+
+    # -- exclusive create ------------------------------------------------------------------------
+
+    def put_if_absent(self, path: str, data: bytes | Iterable[bytes]) -> bool:
+        """Atomically create ``path`` with ``data``; False (and nothing changed) if it already exists.
+
+        ``data`` may be an iterable of chunks, which local disk streams to the temp file (bounded memory).
+        The object is never visible half-written and is never overwritten.
+
+        Example::
+
+            >>> st.put_if_absent("/tmp/out/_spark_metadata/0", b"v1")
+            True
+            >>> st.put_if_absent("/tmp/out/_spark_metadata/0", b"v1\\n{...}")
+            False
+        """
+        self._probe()
+        return self._create_exclusive(path, data, publish_failpoint=True)
+
+    def _create_exclusive(self, path: str, data: bytes | Iterable[bytes], publish_failpoint: bool = False) -> bool:
+        if self.is_local:
+            return self._create_local(path, data, publish_failpoint)
+        payload = data if isinstance(data, bytes) else b"".join(data)
+        if publish_failpoint:
+            failpoint("commit_publish")
+        for attempt in range(5):
+            try:
+                self.fs.pipe_file(path, payload, mode="create")
+                return True
+            except FileExistsError:
+                # The answer to a PUT that succeeded may have been lost and retried: identical bytes
+                # (payloads carry a unique token) mean this writer is the one that created it.
+                try:
+                    return self.read_bytes(path) == payload
+                except FileNotFoundError:
+                    continue
+            except OSError as exc:
+                # s3fs: a 409 ConditionalRequestConflict (EIO) or a bare 412 (EINVAL) is a race with
+                # another writer; re-check and retry.
+                if exc.errno not in (errno.EIO, errno.EINVAL) or attempt == 4:
+                    raise StorageError(f"exclusive create of {self.display(path)} failed: {exc}") from exc
+                if self.exists(path):
+                    return self.read_bytes(path) == payload
+                time.sleep(0.05 * (attempt + 1))
+        raise StorageError(f"exclusive create of {self.display(path)} kept racing with deletes; retry later")
+
+    @staticmethod
+    def _create_local(path: str, data: bytes | Iterable[bytes], publish_failpoint: bool) -> bool:
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")  # a name Spark ignores
+        try:
+            with open(tmp, "wb") as fh:
+                for chunk in [data] if isinstance(data, bytes) else data:
+                    fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if publish_failpoint:
+                failpoint("commit_publish")
+            try:
+                os.link(tmp, path)  # atomic, never overwrites
+            except FileExistsError:
+                return False
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            return True
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+    def _probe(self) -> None:
+        """Once per store and process: check that a second exclusive create really fails."""
+        key = (self.protocol, self.root.split("/", 1)[0] if not self.is_local else "")
+        if _PROBED.get(key):
+            return
+        with _PROBE_LOCK:
+            if _PROBED.get(key):
+                return
+            probe = self.join("_spark_metadata", f".exactly-once-probe.{uuid.uuid4().hex}.tmp")
+            try:
+                first = self._create_exclusive(probe, b"probe-1")
+                second = self._create_exclusive(probe, b"probe-2")
+            finally:
+                self.delete(probe)
+            if not first or second:
+                raise UnsafeStorageError(
+                    f"{self.protocol}:// storage at {self.url} does not honour exclusive create "
+                    "(a second create of the same object succeeded), so two writers could both commit one "
+                    "batch. Use a store with conditional writes (local disk, Azure Blob/ADLS, S3, GCS)."
+                )
+            _PROBED[key] = True
