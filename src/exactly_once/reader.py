@@ -365,9 +365,9 @@ def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str]
     if not snap.files:
         df = spark.createDataFrame([], "struct<>")
     else:
-        uris = [storage.to_uri(f.path) for f in snap.files]
+        paths = [storage.to_hadoop_path(f.path) for f in snap.files]
         try:
-            df = spark.read.option("basePath", storage.to_uri(storage.root)).parquet(*uris)
+            df = spark.read.option("basePath", storage.to_hadoop_path(storage.root)).parquet(*paths)
         except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 raise _missing(snap, exc) from exc

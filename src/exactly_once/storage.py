@@ -142,19 +142,25 @@ class Storage:
         return name
 
     def to_uri(self, path: str) -> str:
-        """The fully qualified Hadoop URI Spark writes into the log for ``path``.
+        """The fully qualified Hadoop URI Spark writes into the log for ``path`` (percent-encoded).
 
         Example: ``/tmp/out/k=c%3Ad/f.parquet`` -> ``file:///tmp/out/k=c%253Ad/f.parquet``.
         """
+        return self.to_hadoop_path(path, encode=True)
+
+    def to_hadoop_path(self, path: str, encode: bool = False) -> str:
+        """The Hadoop path string for ``path`` as Spark's readers take it (``spark.read.parquet``):
+        the same as :meth:`to_uri` but not percent-encoded, unless ``encode``."""
+        quoted = _quote_path if encode else str
         if self.is_local:
-            return "file://" + _quote_path(path)
+            return "file://" + quoted(path)
         scheme = _HADOOP_SCHEMES.get(self.protocol, self.protocol)
         if scheme == "abfss":
             container, _, key = path.partition("/")
-            return f"abfss://{container}@{self._account_name()}.dfs.core.windows.net/{_quote_path(key)}"
+            return f"abfss://{container}@{self._account_name()}.dfs.core.windows.net/{quoted(key)}"
         if self.protocol == "memory":
-            return "memory://" + _quote_path(path)
-        return f"{scheme}://{_quote_path(path)}"
+            return "memory://" + quoted(path)
+        return f"{scheme}://{quoted(path)}"
 
     def from_uri(self, uri: str) -> str:
         """The fsspec path (no protocol) for a Hadoop URI found in a log; inverse of :meth:`to_uri`.

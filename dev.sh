@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: installs everything the project needs, then runs it.
+#   ./dev.sh demo    install, then run the crash-and-restart demo job
+#   ./dev.sh test    install, then run the test suite (extra args go to pytest)
+#   ./dev.sh bench   install, then run the benchmarks (writes benchmarks/RESULTS.md)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+setup() {
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv
+    fi
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e ".[all]"
+    if [ ! -x node_modules/.bin/azurite-blob ]; then
+        npm ci --no-audit --no-fund --silent
+    fi
+    export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+    demo) setup; exec .venv/bin/python -m examples.demo "$@" ;;
+    test) setup; exec .venv/bin/python -m pytest "$@" ;;
+    bench) setup; exec .venv/bin/python -m benchmarks.run "$@" ;;
+    *) echo "usage: ./dev.sh demo|test|bench [args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,50 @@
+"""Spark helpers shared by the tests, the demo and the crash-test child processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def make_session(master: str = "local[2]", app: str = "exactly-once-tests", **conf: str) -> SparkSession:
+    """A small local session: no UI, few shuffle partitions, quiet logs."""
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def run_available_now(stream: DataFrame, checkpoint: str, sink: Callable | None = None, **writer_options: str):
+    """Run a streaming query until its source is drained (trigger availableNow), foreachBatch(sink) or
+    Spark's own parquet sink when ``sink`` is None and ``writer_options`` has ``path``."""
+    writer = stream.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    mode = writer_options.pop("outputMode", None)
+    if mode:
+        writer = writer.outputMode(mode)
+    if sink is not None:
+        writer = writer.foreachBatch(sink)
+    else:
+        partition_by = writer_options.pop("partitionBy", None)
+        writer = writer.format("parquet")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        for key, value in writer_options.items():
+            writer = writer.option(key, value)
+    query = writer.start()
+    query.awaitTermination()
+    return query
