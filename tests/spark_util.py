@@ -48,3 +48,18 @@ def run_available_now(stream: DataFrame, checkpoint: str, sink: Callable | None 
     query = writer.start()
     query.awaitTermination()
     return query
+
+
+def write_input_files(directory: str, batches: list[list[dict]]) -> None:
+    """One JSON-lines file per future micro-batch, with increasing mtimes so the file source (and
+    ``maxFilesPerTrigger=1``) takes them in order."""
+    import json
+    import time
+
+    os.makedirs(directory, exist_ok=True)
+    start = time.time() - 1000
+    for i, rows in enumerate(batches):
+        path = os.path.join(directory, f"{i:04d}.json")
+        with open(path, "w") as fh:
+            fh.write("\n".join(json.dumps(r) for r in rows))
+        os.utime(path, (start + i, start + i))
