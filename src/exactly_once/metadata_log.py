@@ -260,10 +260,12 @@ class MetadataLog:
                     "replay the batch from the query's checkpoint."
                 )
             self._check_header(header, path, batch_id)
+            # Entries of a delta file belong to its batch; a compact file's only say so with "batchId".
+            owner = None if path.endswith(COMPACT_SUFFIX) else batch_id
             for number, raw in enumerate(fh, start=2):
                 try:
                     line = raw.decode("utf-8")
-                    yield LogEntry.from_json(line, batch_id)
+                    yield LogEntry.from_json(line, owner)
                 except (UnicodeDecodeError, ValueError) as exc:
                     raise CorruptLogError(
                         f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: {exc}. The "

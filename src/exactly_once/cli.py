@@ -1,0 +1,700 @@
+"""The ``exactly-once`` command line: see, check and clean a streaming file sink's output directory.
+
+Works on any fsspec URL; credentials go in ``--storage-option key=value`` (repeatable) and are never
+printed. Commands:
+
+* ``ls PATH``: committed batches (files, rows with ``--rows``, bytes, commit time, query id) and the log's
+  compaction state.
+* ``show PATH BATCH``: the log entries of one batch.
+* ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
+* ``vacuum PATH --older-than 1h [--dry-run]``: delete data files no committed batch references.
+* ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output.
+
+Every command takes ``--json`` for scripts. Errors are one line on stderr with exit code 1 (2 for usage).
+
+Example::
+
+    $ exactly-once ls s3://bucket/events --storage-option anon=false --json
+    $ exactly-once vacuum /data/events --older-than 7d --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO, TypeVar
+
+import pyarrow.parquet as pq
+
+from . import __version__
+from .errors import ExactlyOnceError, LogError, NotAnOutputError
+from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
+from .reader import snapshot
+from .sink import CommitRecord
+from .storage import FileInfo, Storage
+
+logger = logging.getLogger(__name__)
+
+PROG = "exactly-once"
+T = TypeVar("T")
+Action = Literal["commit", "skip", "foreign", "reset"]
+
+
+# -- reading an output ---------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """One log batch as the CLI shows it: its entries (commit record apart) and who committed it."""
+
+    batch_id: int
+    entries: list[LogEntry] = field(default_factory=list)
+    record: CommitRecord | None = None
+    committed_ms: int | None = None  # the commit record's time, else the batch's log file's mtime
+
+    @property
+    def data_files(self) -> list[LogEntry]:
+        """The entries a reader reads (Spark skips directories and empty files)."""
+        return [e for e in self.entries if not e.is_dir and e.size > 0]
+
+
+@dataclass
+class Output:
+    """The state of an output's log: the listing and the latest snapshot, attributed to batches."""
+
+    storage: Storage
+    log: MetadataLog
+    listing: dict[int, FileInfo]
+    latest: int | None
+    batches: dict[int, Batch]
+
+    def owner_batch(self, batch_id: int | None) -> int:
+        """The batch an entry belongs to: its ``batchId``, or the compact batch for an entry of a
+        compact file Spark wrote (which records no batch ids)."""
+        if batch_id is not None:
+            return batch_id
+        return self.log.snapshot_batches(self.latest)[0] if self.latest is not None else 0
+
+    def queries(self) -> dict[str | None, CommitRecord]:
+        """The newest commit record of each query id, as the sink keeps them."""
+        return {b.record.query_id: b.record for b in self.batches.values() if b.record is not None}
+
+
+def read_output(url: str, storage_options: Mapping[str, Any], must_exist: bool = True) -> Output:
+    """Read the latest snapshot of the log at ``url`` and attribute its entries to batches.
+
+    Example::
+
+        >>> out = read_output("/data/events", {})
+        >>> sorted(out.batches), out.latest
+        ([0, 1, 2], 2)
+    """
+    storage = Storage(url, dict(storage_options))
+    log = MetadataLog(url, storage=storage, cleanup=False)
+    listing = log.list_batches()
+    if must_exist and not listing and not storage.exists(log.log_dir):
+        raise NotAnOutputError(
+            f"{storage.display(storage.root)} has no {METADATA_DIR} log: it is not the output of a streaming "
+            "file sink (ParquetSink or Spark's writeStream.format('parquet')). Check the path."
+        )
+    latest = max(listing, default=None)
+    output = Output(storage, log, listing, latest, {})
+    if latest is None:
+        return output
+    batches = {b: Batch(b) for b in log.snapshot_batches(latest) if b in listing}  # empty batches too
+    for entry in log.iter_snapshot(latest):
+        batch_id = output.owner_batch(entry.batch_id)
+        batch = batches.setdefault(batch_id, Batch(batch_id))
+        record = CommitRecord.from_entry(entry)
+        if record is None:
+            batch.entries.append(entry)
+        else:
+            batch.record, batch.committed_ms = record, entry.modification_time
+    for batch in batches.values():
+        if batch.committed_ms is None and batch.batch_id in listing:
+            batch.committed_ms = listing[batch.batch_id].mtime_ms
+    output.batches = dict(sorted(batches.items()))
+    return output
+
+
+def count_rows(output: Output) -> dict[int, int | None]:
+    """Rows per batch from the Parquet footers (None for a batch with a file that cannot be read).
+
+    Example::
+
+        >>> count_rows(read_output("/data/events", {}))
+        {0: 10, 1: 20}
+    """
+    storage = output.storage
+    snap = snapshot(storage.url, storage_options=storage.storage_options)  # resolves paths of a moved output
+    filesystem = storage.arrow_filesystem()
+    rows: dict[int, int | None] = {b: 0 for b in output.batches}
+    unreadable = set()
+    for f in progress(snap.files, "reading footers"):
+        batch_id = output.owner_batch(f.batch_id)
+        try:
+            rows[batch_id] = (rows.get(batch_id) or 0) + pq.read_metadata(f.path, filesystem=filesystem).num_rows
+        except OSError as exc:
+            logger.warning("cannot read the footer of %s (batch %s): %s", storage.display(f.path), batch_id, exc)
+            unreadable.add(batch_id)
+    return rows | dict.fromkeys(unreadable)
+
+
+# -- decisions mirrored from the sink ------------------------------------------------------------
+
+
+def target_batch(
+    latest: int,
+    queries: Mapping[str | None, CommitRecord],
+    query_id: str | None,
+    batch_id: int,
+    append: bool = False,
+) -> tuple[Action, int | None]:
+    """What ``ParquetSink`` does with batch ``batch_id`` of query ``query_id`` (mirrors
+    ``ParquetSink._target_batch``): ``("commit", log batch)``, ``("skip", log batch holding it)``, or the
+    error it raises, ``("foreign", None)`` (ForeignQueryError) or ``("reset", None)`` (OutputResetError).
+    ``latest`` is the newest log batch (-1 for an empty log); ``append`` is ``on_foreign_query="append"``.
+
+    Example::
+
+        >>> target_batch(-1, {}, "q1", 0)
+        ('commit', 0)
+        >>> target_batch(4, {}, "q1", 0)
+        ('foreign', None)
+    """
+    own = queries.get(query_id)
+    if own is not None and batch_id <= own.query_batch_id:
+        return "skip", own.log_batch_id
+    if append and (own is not None or latest >= 0):
+        return "commit", latest + 1
+    if batch_id <= latest:
+        return "foreign", None
+    if batch_id > latest + 1:
+        return "reset", None
+    return "commit", batch_id
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a restart reads from a Spark checkpoint: the query id and the newest offsets and commits."""
+
+    query_id: str | None  # None: no checkpoint yet, a new query gets a new id
+    offsets: int | None
+    commits: int | None
+
+    @classmethod
+    def read(cls, url: str, storage_options: Mapping[str, Any]) -> Checkpoint:
+        """Read ``metadata``, ``offsets/`` and ``commits/`` (files named by batch id).
+
+        Example::
+
+            >>> Checkpoint.read("/data/_checkpoints/events", {})
+            Checkpoint(query_id='6abb5a0d-...', offsets=6, commits=5)
+        """
+        storage = Storage(url, dict(storage_options))
+
+        def newest(directory: str) -> int | None:
+            names = (info.path.rsplit("/", 1)[-1] for info in storage.ls(storage.join(directory)))
+            return max((int(n) for n in names if n.isdigit() and n.isascii()), default=None)
+
+        try:
+            query_id = json.loads(storage.read_bytes(storage.join("metadata")))["id"]
+        except FileNotFoundError:
+            query_id = None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LogError(
+                f"checkpoint metadata {storage.display(storage.join('metadata'))} is not Spark's JSON with the "
+                f"query id ({exc}): it is damaged or not a streaming checkpoint."
+            ) from exc
+        return cls(query_id, newest("offsets"), newest("commits"))
+
+
+@dataclass
+class RestartPlan:
+    """What a restart from a checkpoint will do to an output, in plain words."""
+
+    batch: int  # the first batch the sink will be called with
+    replay: bool  # Spark re-runs a batch it had started
+    action: Action
+    log_batch: int | None
+    message: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """The restart will go through and keep the output exactly-once."""
+        return self.action in ("commit", "skip") and not self.warnings
+
+
+def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> RestartPlan:
+    """Predict a restart: Spark re-runs its newest batch when the checkpoint has offsets but no commit for
+    it, else starts the next one; the sink then decides as :func:`target_batch` says.
+
+    Example::
+
+        >>> plan_restart(Checkpoint("q1", 6, 5), read_output("/data/events", {})).message
+        'Spark will re-run batch 6 ... the sink will skip it: already committed by this query as log batch 6. ...'
+    """
+    latest = -1 if output.latest is None else output.latest
+    queries = output.queries() if ckpt.query_id is not None else {}  # a new query gets a new id
+    if ckpt.offsets is None:
+        batch, replay = 0, False
+        start = "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
+    elif ckpt.offsets != ckpt.commits:
+        batch, replay = ckpt.offsets, True
+        start = f"Spark will re-run batch {batch} (the checkpoint has its offsets but no commit)"
+    else:
+        batch, replay = ckpt.offsets + 1, False
+        start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
+    action, log_batch = target_batch(latest, queries, ckpt.query_id, batch, append)
+    if action == "commit":
+        message = f"{start}, and the sink will commit it as log batch {log_batch}."
+    elif action == "skip":
+        message = (
+            f"{start}, and the sink will skip it: already committed by this query as log batch {log_batch}. "
+            f"Spark then marks it done and continues with batch {batch + 1}."
+        )
+    elif action == "foreign":
+        owner = output.batches.get(batch)
+        by = f"query {owner.record.query_id}" if owner and owner.record else "another writer (e.g. Spark's own file sink)"
+        message = (
+            f"{start}, but the sink will refuse it with ForeignQueryError: log batch {batch} is already taken "
+            f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "
+            "write to a new output path, or use ParquetSink(..., on_foreign_query='append') to append after "
+            f"log batch {latest}."
+        )
+    else:
+        log = f"whose newest batch is {latest}" if latest >= 0 else "which is empty"
+        message = (
+            f"{start}, but the sink will refuse it with OutputResetError: the checkpoint is ahead of the log, "
+            f"{log}, so batches {latest + 1}..{batch - 1} that Spark considers done "
+            "are missing (the output was deleted or reset). Fix: restore the output from backup, or start a "
+            "new checkpoint, or use ParquetSink(..., on_foreign_query='append') to append anyway."
+        )
+    plan = RestartPlan(batch, replay, action, log_batch, message)
+    own = queries.get(ckpt.query_id)
+    done = -1 if ckpt.offsets is None else ckpt.offsets
+    if own is not None and own.query_batch_id > done:
+        plan.warnings.append(
+            f"the log holds batches of this query up to its batch {own.query_batch_id} but the checkpoint only "
+            f"up to {done}: the checkpoint was restored from an older copy. Spark will plan new offsets for "
+            f"batches {done + 1}..{own.query_batch_id} and the sink will skip them as already committed, "
+            "which loses the data they now cover. Restore the newest checkpoint instead."
+        )
+    others = sorted(str(q) for q in queries if q != ckpt.query_id)
+    if action == "commit" and own is None and others and not append:
+        plan.warnings.append(
+            f"the log holds batches of other queries ({', '.join(others)}), not of this checkpoint's query: the "
+            "sink accepts this batch only because its id continues the log, and the output will mix the data "
+            "of two queries. Resume the original checkpoint of the output, or write to a new output path."
+        )
+    return plan
+
+
+# -- vacuum ----------------------------------------------------------------------------------------
+
+
+def is_hidden(relative_path: str) -> bool:
+    """Whether a root-relative path is hidden from readers (a segment starts with ``_`` or ``.``),
+    like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``.
+
+    Example: ``is_hidden("k=a/.part-0.parquet.crc") is True``.
+    """
+    return any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
+
+
+def find_orphans(
+    url: str, storage_options: Mapping[str, Any], older_than_ms: int, now_ms: int | None = None
+) -> tuple[Storage, list[FileInfo], list[FileInfo]]:
+    """Data files under ``url`` that no entry of the latest snapshot references: (storage, orphans older
+    than the threshold, unreferenced files younger than it). Refuses (raises) if any log file is unreadable.
+
+    Example::
+
+        >>> storage, old, young = find_orphans("/data/events", {}, parse_duration_ms("1h"))
+        >>> [storage.display(f.path) for f in old]
+        ['/data/events/part-00003-....c000.snappy.parquet']
+    """
+    storage = Storage(url, dict(storage_options))
+    log = MetadataLog(url, storage=storage, cleanup=False)
+    problems = log.check()
+    if problems:
+        raise LogError(
+            f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
+            f"cannot be told apart from orphans ({len(problems)} problem(s); run `{PROG} verify`). First: {problems[0]}"
+        )
+    snap = snapshot(url, storage_options=dict(storage_options))  # resolves paths of a moved output
+    committed = {f.path for f in snap.files}
+    if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
+        committed.update(storage.from_uri(e.path) for e in log.iter_snapshot(snap.latest_batch_id))
+    cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - older_than_ms
+    prefix = storage.root.rstrip("/") + "/"
+    old: list[FileInfo] = []
+    young: list[FileInfo] = []
+    for info in sorted(storage.find(storage.root), key=lambda i: i.path):
+        relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+        if info.is_dir or is_hidden(relative) or info.path in committed:
+            continue
+        (old if info.mtime_ms < cutoff else young).append(info)
+    return storage, old, young
+
+
+# -- output helpers ------------------------------------------------------------------------------
+
+
+def progress(items: Sequence[T], label: str, stream: TextIO | None = None) -> Iterator[T]:
+    """Yield ``items`` while drawing a ``label 12/345`` counter on ``stream`` (stderr) if it is a terminal;
+    silent otherwise, so scripts and pipes see nothing.
+
+    Example::
+
+        >>> for f in progress(files, "checking"):
+        ...     check(f)
+    """
+    stream = stream or sys.stderr
+    if not items or not stream.isatty():
+        yield from items
+        return
+    total, drawn = len(items), 0.0
+    try:
+        for done, item in enumerate(items, start=1):
+            if time.monotonic() - drawn >= 0.1 or done == total:
+                stream.write(f"\r{label} {done}/{total}")
+                stream.flush()
+                drawn = time.monotonic()
+            yield item
+    finally:
+        stream.write("\r" + " " * (len(label) + 2 * len(str(total)) + 2) + "\r")
+        stream.flush()
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    value, unit = float(n), 0
+    while value >= 1024 and unit < len(units) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{n} B" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(headers)] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2) if args.json else text)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(args.storage_option)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    """``ls PATH``: batches and the compaction and retention state."""
+    output = read_output(args.path, _options(args))
+    rows = count_rows(output) if args.rows else {}
+    compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
+    batches = [
+        {
+            "batch": b.batch_id,
+            "files": len(b.data_files),
+            "rows": rows.get(b.batch_id),
+            "bytes": sum(e.size for e in b.data_files),
+            "commit_time_ms": b.committed_ms,
+            "query_id": b.record.query_id if b.record else None,
+            "query_batch": b.record.query_batch_id if b.record else None,
+        }
+        for b in output.batches.values()
+    ]
+    data = {
+        "path": output.storage.display(output.storage.root),
+        "latest_batch": output.latest,
+        "compact_interval": output.log.compact_interval,
+        "compact_batches": compacts,
+        "oldest_batch": min(output.batches, default=None),
+        "oldest_log_file": min(output.listing, default=None),
+        "batches": batches,
+    }
+    headers = ["batch", "files"] + (["rows"] if args.rows else []) + ["bytes", "committed (UTC)", "query"]
+    table = _table(
+        headers,
+        [
+            [b["batch"], b["files"]] + ([b["rows"]] if args.rows else [])
+            + [_size(b["bytes"]), _when(b["commit_time_ms"]), b["query_id"]]
+            for b in batches
+        ],
+    )
+    summary = (
+        f"{data['path']}: {len(batches)} batches, latest {output.latest}; compact interval "
+        f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest batch in "
+        f"log: {data['oldest_batch']}; oldest log file: {data['oldest_log_file']}"
+    )
+    _emit(args, data, f"{table}\n{summary}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``show PATH BATCH``: the entries of one batch."""
+    output = read_output(args.path, _options(args))
+    batch = output.batches.get(args.batch)
+    if batch is None:
+        present = f"{min(output.batches)}..{max(output.batches)}" if output.batches else "none"
+        raise LogError(
+            f"batch {args.batch} is not in the log of {output.storage.display(output.storage.root)} (batches "
+            f"present: {present}). Older batches written by Spark's own sink are part of their compact batch."
+        )
+    entries = [
+        {"path": e.path, "size": e.size, "isDir": e.is_dir, "modificationTime": e.modification_time, "batchId": e.batch_id}
+        for e in batch.entries
+    ]
+    record = batch.record
+    data = {
+        "batch": batch.batch_id,
+        "query_id": record.query_id if record else None,
+        "query_batch": record.query_batch_id if record else None,
+        "commit_time_ms": batch.committed_ms,
+        "entries": entries,
+    }
+    header = (
+        f"batch {batch.batch_id}: {len(batch.data_files)} files, {_size(sum(e.size for e in batch.data_files))}, "
+        f"committed {_when(batch.committed_ms)} UTC"
+        + (f" by query {record.query_id} (its batch {record.query_batch_id})" if record else "")
+    )
+    table = _table(
+        ["path", "size", "modificationTime", "batchId"],
+        [[e["path"], e["size"], e["modificationTime"], e["batchId"]] for e in entries],
+    )
+    _emit(args, data, f"{header}\n{table}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
+    storage = Storage(args.path, _options(args))
+    problems = [str(p) for p in MetadataLog(args.path, storage=storage, cleanup=False).check()]
+    files = []
+    latest = None
+    try:
+        snap = snapshot(args.path, storage_options=_options(args))
+        files, latest = list(snap.files), snap.latest_batch_id
+    except ExactlyOnceError as exc:
+        if str(exc) not in problems:
+            problems.append(str(exc))
+        problems.append("the committed data files were not checked: no snapshot of the log could be read")
+    for f in progress(files, "verifying"):
+        where = f"committed file {storage.display(f.path)} (batch {f.batch_id})"
+        try:
+            size = storage.info(f.path).size
+        except FileNotFoundError:
+            problems.append(f"{where} is missing")
+            continue
+        if size != f.size:
+            problems.append(f"{where} has {size} bytes but the log says {f.size}")
+    data = {
+        "path": storage.display(storage.root),
+        "ok": not problems,
+        "latest_batch": latest,
+        "files": len(files),
+        "bytes": sum(f.size for f in files),
+        "problems": problems,
+    }
+    if problems:
+        text = f"{len(problems)} problem(s) in {data['path']}:\n" + "\n".join(f"  - {p}" for p in problems)
+    else:
+        text = (
+            f"OK: {data['path']}: log intact up to batch {latest}, {len(files)} committed files "
+            f"({_size(data['bytes'])}) present with their logged sizes"
+        )
+    _emit(args, data, text)
+    return 0 if not problems else 1
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    """``vacuum PATH --older-than DURATION [--dry-run]``: delete orphan data files."""
+    storage, orphans, young = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than))
+    if not args.dry_run:
+        for info in progress(orphans, "deleting"):
+            storage.delete(info.path)
+            logger.info("deleted orphan %s", storage.display(info.path))
+    total = sum(i.size for i in orphans)
+    data = {
+        "path": storage.display(storage.root),
+        "dry_run": args.dry_run,
+        "older_than": args.older_than,
+        "files": [{"path": storage.display(i.path), "size": i.size, "modified_ms": i.mtime_ms} for i in orphans],
+        "bytes": total,
+        "younger_kept": len(young),
+    }
+    verb = "would delete" if args.dry_run else "deleted"
+    lines = [f"{verb} {len(orphans)} orphan file(s), {_size(total)}, older than {args.older_than}"]
+    lines += [f"  {storage.display(i.path)}  {_size(i.size)}" for i in orphans]
+    if young:
+        lines.append(
+            f"kept {len(young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
+            "batch being written now"
+        )
+    _emit(args, data, "\n".join(lines))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output."""
+    output = read_output(args.path, _options(args), must_exist=False)
+    ckpt = Checkpoint.read(args.checkpoint, _options(args))
+    plan = plan_restart(ckpt, output, append=args.on_foreign_query == "append")
+    queries = output.queries()
+    data = {
+        "path": output.storage.display(output.storage.root),
+        "checkpoint": {"query_id": ckpt.query_id, "offsets": ckpt.offsets, "commits": ckpt.commits},
+        "log": {
+            "latest_batch": output.latest,
+            "queries": [
+                {"query_id": q, "log_batch": r.log_batch_id, "query_batch": r.query_batch_id} for q, r in queries.items()
+            ],
+        },
+        "next_batch": plan.batch,
+        "replay": plan.replay,
+        "action": plan.action,
+        "log_batch": plan.log_batch,
+        "ok": plan.ok,
+        "message": plan.message,
+        "warnings": plan.warnings,
+    }
+    committers = "; ".join(
+        f"query {q} up to its batch {r.query_batch_id} (log batch {r.log_batch_id})" for q, r in queries.items()
+    )
+    if ckpt.query_id is None:
+        checkpoint = "checkpoint: none yet (a new query)"
+    else:
+        checkpoint = f"checkpoint: query {ckpt.query_id}, offsets up to batch {ckpt.offsets}, commits up to batch {ckpt.commits}"
+    if output.latest is None:
+        log = "output log: empty"
+    else:
+        log = f"output log: newest batch {output.latest}, committed by " + (committers or "Spark's own file sink (no query ids)")
+    lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
+    _emit(args, data, "\n".join(lines))
+    return 0 if plan.ok else 1
+
+
+# -- argument parsing ----------------------------------------------------------------------------
+
+
+def _storage_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        # Never echo the text: it may hold a secret.
+        raise argparse.ArgumentTypeError("expected key=value")
+    if value.lower() in ("true", "false"):
+        return key.strip(), value.lower() == "true"
+    return key.strip(), int(value) if value.isdigit() and value.isascii() else value
+
+
+def _duration(text: str) -> str:
+    try:
+        parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``exactly-once`` argument parser (one sub-command per operation).
+
+    Example::
+
+        >>> build_parser().parse_args(["ls", "/data/events", "--json"]).json
+        True
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        type=_storage_option,
+        action="append",
+        default=[],
+        help="fsspec storage option (credentials, ...), repeatable; 'true'/'false' and integers are converted",
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="See, check and clean the output directory of an exactly-once (or Spark) streaming file sink.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], summary: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=summary, description=summary)
+        sub.add_argument("path", metavar="PATH", help="output directory (local path or fsspec URL)")
+        sub.set_defaults(run=run)
+        return sub
+
+    ls = command("ls", cmd_ls, "list committed batches and the log's compaction state")
+    ls.add_argument("--rows", action="store_true", help="count rows from the Parquet footers (reads every file)")
+    show = command("show", cmd_show, "show the log entries of one batch")
+    show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
+    command("verify", cmd_verify, "check that every committed file exists with its logged size and the log is intact")
+    vacuum = command("vacuum", cmd_vacuum, "delete data files no committed batch references (orphans of failed batches)")
+    vacuum.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        required=True,
+        type=_duration,
+        help="only files older than this (1h, 30m, 7d): younger ones may belong to a batch being written now",
+    )
+    vacuum.add_argument("--dry-run", action="store_true", help="list the files and their sizes, delete nothing")
+    doctor = command("doctor", cmd_doctor, "explain what restarting a query from its checkpoint will do to the output")
+    doctor.add_argument("--checkpoint", metavar="CKPT", required=True, help="the query's checkpoint location")
+    doctor.add_argument(
+        "--on-foreign-query",
+        choices=("error", "append"),
+        default="error",
+        help="the sink's on_foreign_query setting (default: error)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 1 error or problems found, 2 usage).
+
+    Example::
+
+        >>> main(["verify", "/data/events"])
+        OK: /data/events: log intact up to batch 57, 120 committed files (1.2 MiB) present with their logged sizes
+        0
+    """
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.verbose:
+        logging.getLogger("exactly_once").setLevel(logging.DEBUG)
+    try:
+        code = args.run(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # `exactly-once ls ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (ExactlyOnceError, OSError) as exc:
+        logger.debug("details", exc_info=True)
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
