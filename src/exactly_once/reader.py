@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -155,6 +155,17 @@ class _Resolver:
         )
 
 
+class SnapshotOptions(TypedDict, total=False):
+    """Keyword options shared by :func:`snapshot`, :func:`committed_files`, :func:`committed_dataset` and
+    :func:`read_committed`."""
+
+    as_of_batch: int | None
+    batches: tuple[int, int] | None
+    storage_options: dict[str, Any] | None
+    allow_outside_root: bool
+    ignore_missing_files: bool
+
+
 def snapshot(
     path: str,
     *,
@@ -209,16 +220,8 @@ def snapshot(
     return Snapshot(storage, latest, tuple(files))
 
 
-def committed_files(
-    path: str,
-    *,
-    as_of_batch: int | None = None,
-    batches: tuple[int, int] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    allow_outside_root: bool = False,
-    ignore_missing_files: bool = False,
-) -> list[CommittedFile]:
-    """The committed data files of the output at ``path``, from the log only.
+def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> list[CommittedFile]:
+    """The committed data files of the output at ``path``, from the log only (options as :func:`snapshot`).
 
     ``as_of_batch=N``: as after batch N. ``batches=(a, b)``: only the files batches a..b committed.
     Directories and zero-size entries are skipped like Spark does; entries outside the root are refused
@@ -229,16 +232,7 @@ def committed_files(
         >>> [f.relative_path for f in committed_files("/data/events", batches=(3, 3))]
         ['day=2024-01-01/part-00000-1f0c...c000.snappy.parquet']
     """
-    return list(
-        snapshot(
-            path,
-            as_of_batch=as_of_batch,
-            batches=batches,
-            storage_options=storage_options,
-            allow_outside_root=allow_outside_root,
-            ignore_missing_files=ignore_missing_files,
-        ).files
-    )
+    return list(snapshot(path, **options).files)
 
 
 def _dataset_from(snap: Snapshot) -> ds.Dataset:
@@ -288,16 +282,9 @@ def _missing(snap: Snapshot, exc: Exception) -> Exception:
     return exc
 
 
-def committed_dataset(
-    path: str,
-    *,
-    as_of_batch: int | None = None,
-    batches: tuple[int, int] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    allow_outside_root: bool = False,
-    ignore_missing_files: bool = False,
-) -> ds.Dataset:
-    """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns.
+def committed_dataset(path: str, **options: Unpack[SnapshotOptions]) -> ds.Dataset:
+    """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns
+    (options as :func:`snapshot`).
 
     Example::
 
@@ -305,16 +292,7 @@ def committed_dataset(
         >>> dset.to_table(filter=ds.field("day") == "2024-01-01").num_rows
         1000
     """
-    return _dataset_from(
-        snapshot(
-            path,
-            as_of_batch=as_of_batch,
-            batches=batches,
-            storage_options=storage_options,
-            allow_outside_root=allow_outside_root,
-            ignore_missing_files=ignore_missing_files,
-        )
-    )
+    return _dataset_from(snapshot(path, **options))
 
 
 def read_committed(
@@ -323,18 +301,15 @@ def read_committed(
     spark: SparkSession | None = None,
     columns: Sequence[str] | None = None,
     filter: Any = None,
-    as_of_batch: int | None = None,
-    batches: tuple[int, int] | None = None,
-    storage_options: dict[str, Any] | None = None,
-    allow_outside_root: bool = False,
-    ignore_missing_files: bool = False,
+    **options: Unpack[SnapshotOptions],
 ) -> pa.Table | DataFrame:
     """Read exactly the committed rows of a streaming file sink output.
 
     Without ``spark``: a ``pyarrow.Table`` (``filter`` is a ``pyarrow.dataset`` expression; use
     ``.to_pandas()`` / ``polars.from_arrow`` / duckdb on it, zero-copy). With ``spark=session``: a Spark
     DataFrame over exactly the committed files (``filter`` is a Column or SQL string), partition columns
-    included, as ``spark.read.parquet(path)`` returns them.
+    included, as ``spark.read.parquet(path)`` returns them. ``options`` are those of :func:`snapshot`
+    (``as_of_batch``, ``batches``, ``storage_options``, ``allow_outside_root``, ``ignore_missing_files``).
 
     Example::
 
@@ -343,14 +318,7 @@ def read_committed(
         >>> read_committed("/data/events", spark=spark).count()
         1000
     """
-    snap = snapshot(
-        path,
-        as_of_batch=as_of_batch,
-        batches=batches,
-        storage_options=storage_options,
-        allow_outside_root=allow_outside_root,
-        ignore_missing_files=ignore_missing_files,
-    )
+    snap = snapshot(path, **options)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
     dataset = _dataset_from(snap)
