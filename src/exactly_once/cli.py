@@ -7,7 +7,7 @@ printed. Commands:
   compaction state.
 * ``show PATH BATCH``: the log entries of one batch.
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
-* ``vacuum PATH --older-than 1h [--dry-run]``: delete data files no committed batch references.
+* ``vacuum PATH --older-than 1h [--dry-run]``: delete Parquet data files no committed batch references.
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output.
 
 Every command takes ``--json`` for scripts. Errors are one line on stderr with exit code 1 (2 for usage).
@@ -29,22 +29,21 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import ExactlyOnceError, LogError, NotAnOutputError
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
-from .reader import snapshot
-from .sink import CommitRecord
+from .reader import CommittedFile, snapshot
+from .sink import Action, CommitRecord, decide_batch
 from .storage import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
 PROG = "exactly-once"
 T = TypeVar("T")
-Action = Literal["commit", "skip", "foreign", "reset"]
 
 
 # -- reading an output ---------------------------------------------------------------------------
@@ -61,7 +60,10 @@ class Batch:
 
     @property
     def data_files(self) -> list[LogEntry]:
-        """The entries a reader reads (Spark skips directories and empty files)."""
+        """The entries a reader reads (Spark skips directories and empty files).
+
+        Example: ``sum(e.size for e in batch.data_files)`` is the batch's size.
+        """
         return [e for e in self.entries if not e.is_dir and e.size > 0]
 
 
@@ -77,13 +79,19 @@ class Output:
 
     def owner_batch(self, batch_id: int | None) -> int:
         """The batch an entry belongs to: its ``batchId``, or the compact batch for an entry of a
-        compact file Spark wrote (which records no batch ids)."""
+        compact file Spark wrote (which records no batch ids).
+
+        Example: with ``5.compact`` and ``6`` in the log, ``owner_batch(None) == 5``, ``owner_batch(3) == 3``.
+        """
         if batch_id is not None:
             return batch_id
         return self.log.snapshot_batches(self.latest)[0] if self.latest is not None else 0
 
     def queries(self) -> dict[str | None, CommitRecord]:
-        """The newest commit record of each query id, as the sink keeps them."""
+        """The newest commit record of each query id, as the sink keeps them.
+
+        Example: ``{"6abb5a0d-...": CommitRecord(log_batch_id=6, query_id="6abb5a0d-...", query_batch_id=6, ...)}``.
+        """
         return {b.record.query_id: b.record for b in self.batches.values() if b.record is not None}
 
 
@@ -150,37 +158,6 @@ def count_rows(output: Output) -> dict[int, int | None]:
 # -- decisions mirrored from the sink ------------------------------------------------------------
 
 
-def target_batch(
-    latest: int,
-    queries: Mapping[str | None, CommitRecord],
-    query_id: str | None,
-    batch_id: int,
-    append: bool = False,
-) -> tuple[Action, int | None]:
-    """What ``ParquetSink`` does with batch ``batch_id`` of query ``query_id`` (mirrors
-    ``ParquetSink._target_batch``): ``("commit", log batch)``, ``("skip", log batch holding it)``, or the
-    error it raises, ``("foreign", None)`` (ForeignQueryError) or ``("reset", None)`` (OutputResetError).
-    ``latest`` is the newest log batch (-1 for an empty log); ``append`` is ``on_foreign_query="append"``.
-
-    Example::
-
-        >>> target_batch(-1, {}, "q1", 0)
-        ('commit', 0)
-        >>> target_batch(4, {}, "q1", 0)
-        ('foreign', None)
-    """
-    own = queries.get(query_id)
-    if own is not None and batch_id <= own.query_batch_id:
-        return "skip", own.log_batch_id
-    if append and (own is not None or latest >= 0):
-        return "commit", latest + 1
-    if batch_id <= latest:
-        return "foreign", None
-    if batch_id > latest + 1:
-        return "reset", None
-    return "commit", batch_id
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """What a restart reads from a Spark checkpoint: the query id and the newest offsets and commits."""
@@ -209,7 +186,7 @@ class Checkpoint:
         except FileNotFoundError:
             query_id = None
         except (ValueError, KeyError, TypeError) as exc:
-            raise LogError(
+            raise ExactlyOnceError(
                 f"checkpoint metadata {storage.display(storage.join('metadata'))} is not Spark's JSON with the "
                 f"query id ({exc}): it is damaged or not a streaming checkpoint."
             ) from exc
@@ -229,13 +206,16 @@ class RestartPlan:
 
     @property
     def ok(self) -> bool:
-        """The restart will go through and keep the output exactly-once."""
+        """The restart will go through and keep the output exactly-once (``doctor`` exits 0).
+
+        Example: ``RestartPlan(7, False, "commit", 7, "...").ok is True``.
+        """
         return self.action in ("commit", "skip") and not self.warnings
 
 
 def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> RestartPlan:
     """Predict a restart: Spark re-runs its newest batch when the checkpoint has offsets but no commit for
-    it, else starts the next one; the sink then decides as :func:`target_batch` says.
+    it, else starts the next one; the sink then decides as :func:`exactly_once.sink.decide_batch` says.
 
     Example::
 
@@ -253,7 +233,7 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
     else:
         batch, replay = ckpt.offsets + 1, False
         start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
-    action, log_batch = target_batch(latest, queries, ckpt.query_id, batch, append)
+    action, log_batch = decide_batch(latest, queries, ckpt.query_id, batch, append)
     if action == "commit":
         message = f"{start}, and the sink will commit it as log batch {log_batch}."
     elif action == "skip":
@@ -263,7 +243,9 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
         )
     elif action == "foreign":
         owner = output.batches.get(batch)
-        by = f"query {owner.record.query_id}" if owner and owner.record else "another writer (e.g. Spark's own file sink)"
+        by = "another writer (e.g. Spark's own file sink)"
+        if owner is not None and owner.record is not None:
+            by = f"query {owner.record.query_id}"
         message = (
             f"{start}, but the sink will refuse it with ForeignQueryError: log batch {batch} is already taken "
             f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "
@@ -288,33 +270,29 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
             f"batches {done + 1}..{own.query_batch_id} and the sink will skip them as already committed, "
             "which loses the data they now cover. Restore the newest checkpoint instead."
         )
-    others = sorted(str(q) for q in queries if q != ckpt.query_id)
-    if action == "commit" and own is None and others and not append:
-        plan.warnings.append(
-            f"the log holds batches of other queries ({', '.join(others)}), not of this checkpoint's query: the "
-            "sink accepts this batch only because its id continues the log, and the output will mix the data "
-            "of two queries. Resume the original checkpoint of the output, or write to a new output path."
-        )
     return plan
 
 
 # -- vacuum ----------------------------------------------------------------------------------------
 
 
-def is_hidden(relative_path: str) -> bool:
-    """Whether a root-relative path is hidden from readers (a segment starts with ``_`` or ``.``),
-    like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``.
+def is_data_file(relative_path: str) -> bool:
+    """Whether a root-relative path is a Parquet data file a reader would see: not hidden (no segment
+    starting with ``_`` or ``.``, like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``) and
+    named ``*.parquet`` (so a checkpoint or other files kept under the root are never vacuum's business).
 
-    Example: ``is_hidden("k=a/.part-0.parquet.crc") is True``.
+    Example: ``is_data_file("k=a/part-0.parquet") is True``, ``is_data_file("k=a/.part-0.parquet.crc") is False``.
     """
-    return any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
+    hidden = any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
+    return not hidden and relative_path.endswith(".parquet")
 
 
 def find_orphans(
-    url: str, storage_options: Mapping[str, Any], older_than_ms: int, now_ms: int | None = None
+    url: str, storage_options: Mapping[str, Any], older_than_ms: int
 ) -> tuple[Storage, list[FileInfo], list[FileInfo]]:
-    """Data files under ``url`` that no entry of the latest snapshot references: (storage, orphans older
-    than the threshold, unreferenced files younger than it). Refuses (raises) if any log file is unreadable.
+    """Data files (:func:`is_data_file`) under ``url`` that no entry of the latest snapshot references:
+    (storage, orphans older than the threshold, unreferenced files younger than it). Refuses (raises) if any
+    log file is unreadable.
 
     Example::
 
@@ -328,19 +306,20 @@ def find_orphans(
     if problems:
         raise LogError(
             f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
-            f"cannot be told apart from orphans ({len(problems)} problem(s); run `{PROG} verify`). First: {problems[0]}"
+            f"cannot be told apart from orphans ({len(problems)} problem(s); run `{PROG} verify`). "
+            f"First: {problems[0]}"
         )
     snap = snapshot(url, storage_options=dict(storage_options))  # resolves paths of a moved output
     committed = {f.path for f in snap.files}
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
         committed.update(storage.from_uri(e.path) for e in log.iter_snapshot(snap.latest_batch_id))
-    cutoff = (int(time.time() * 1000) if now_ms is None else now_ms) - older_than_ms
+    cutoff = int(time.time() * 1000) - older_than_ms
     prefix = storage.root.rstrip("/") + "/"
     old: list[FileInfo] = []
     young: list[FileInfo] = []
     for info in sorted(storage.find(storage.root), key=lambda i: i.path):
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
-        if info.is_dir or is_hidden(relative) or info.path in committed:
+        if not is_data_file(relative) or info.path in committed:
             continue
         (old if info.mtime_ms < cutoff else young).append(info)
     return storage, old, young
@@ -408,7 +387,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 # -- commands ------------------------------------------------------------------------------------
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
+def _cmd_ls(args: argparse.Namespace) -> int:
     """``ls PATH``: batches and the compaction and retention state."""
     output = read_output(args.path, _options(args))
     rows = count_rows(output) if args.rows else {}
@@ -443,16 +422,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
             for b in batches
         ],
     )
-    summary = (
-        f"{data['path']}: {len(batches)} batches, latest {output.latest}; compact interval "
-        f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest batch in "
-        f"log: {data['oldest_batch']}; oldest log file: {data['oldest_log_file']}"
-    )
-    _emit(args, data, f"{table}\n{summary}")
+    if output.latest is None:
+        summary = f"{data['path']}: no batches committed yet"
+    else:
+        summary = (
+            f"{data['path']}: {len(batches)} batches, latest {output.latest}; compact interval "
+            f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest batch "
+            f"in log: {data['oldest_batch']}; oldest log file: {data['oldest_log_file']}"
+        )
+    _emit(args, data, f"{table}\n{summary}" if batches else summary)
     return 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _cmd_show(args: argparse.Namespace) -> int:
     """``show PATH BATCH``: the entries of one batch."""
     output = read_output(args.path, _options(args))
     batch = output.batches.get(args.batch)
@@ -463,7 +445,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"present: {present}). Older batches written by Spark's own sink are part of their compact batch."
         )
     entries = [
-        {"path": e.path, "size": e.size, "isDir": e.is_dir, "modificationTime": e.modification_time, "batchId": e.batch_id}
+        {
+            "path": e.path,
+            "size": e.size,
+            "isDir": e.is_dir,
+            "modificationTime": e.modification_time,
+            "batchId": e.batch_id,
+        }
         for e in batch.entries
     ]
     record = batch.record
@@ -487,11 +475,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def _cmd_verify(args: argparse.Namespace) -> int:
     """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
     storage = Storage(args.path, _options(args))
     problems = [str(p) for p in MetadataLog(args.path, storage=storage, cleanup=False).check()]
-    files = []
+    files: list[CommittedFile] = []
     latest = None
     try:
         snap = snapshot(args.path, storage_options=_options(args))
@@ -519,6 +507,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     }
     if problems:
         text = f"{len(problems)} problem(s) in {data['path']}:\n" + "\n".join(f"  - {p}" for p in problems)
+    elif latest is None:
+        text = f"OK: {data['path']}: no batches committed yet"
     else:
         text = (
             f"OK: {data['path']}: log intact up to batch {latest}, {len(files)} committed files "
@@ -528,7 +518,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
-def cmd_vacuum(args: argparse.Namespace) -> int:
+def _cmd_vacuum(args: argparse.Namespace) -> int:
     """``vacuum PATH --older-than DURATION [--dry-run]``: delete orphan data files."""
     storage, orphans, young = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than))
     if not args.dry_run:
@@ -556,7 +546,7 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def _cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output."""
     output = read_output(args.path, _options(args), must_exist=False)
     ckpt = Checkpoint.read(args.checkpoint, _options(args))
@@ -568,7 +558,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "log": {
             "latest_batch": output.latest,
             "queries": [
-                {"query_id": q, "log_batch": r.log_batch_id, "query_batch": r.query_batch_id} for q, r in queries.items()
+                {"query_id": q, "log_batch": r.log_batch_id, "query_batch": r.query_batch_id}
+                for q, r in queries.items()
             ],
         },
         "next_batch": plan.batch,
@@ -585,11 +576,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if ckpt.query_id is None:
         checkpoint = "checkpoint: none yet (a new query)"
     else:
-        checkpoint = f"checkpoint: query {ckpt.query_id}, offsets up to batch {ckpt.offsets}, commits up to batch {ckpt.commits}"
+        checkpoint = (
+            f"checkpoint: query {ckpt.query_id}, offsets up to batch {ckpt.offsets}, "
+            f"commits up to batch {ckpt.commits}"
+        )
     if output.latest is None:
         log = "output log: empty"
     else:
-        log = f"output log: newest batch {output.latest}, committed by " + (committers or "Spark's own file sink (no query ids)")
+        committers = committers or "Spark's own file sink (no query ids)"
+        log = f"output log: newest batch {output.latest}, committed by {committers}"
     lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
     _emit(args, data, "\n".join(lines))
     return 0 if plan.ok else 1
@@ -599,13 +594,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _storage_option(text: str) -> tuple[str, Any]:
+    """``key=value`` -> (key, value): ``true``/``false`` and integers are converted, a value starting with
+    ``{`` or ``[`` is JSON (``client_kwargs={"endpoint_url": "http://minio:9000"}``). Errors never echo the
+    value: it may be a secret."""
     key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        # Never echo the text: it may hold a secret.
+    key = key.strip()
+    if not sep or not key:
         raise argparse.ArgumentTypeError("expected key=value")
     if value.lower() in ("true", "false"):
-        return key.strip(), value.lower() == "true"
-    return key.strip(), int(value) if value.isdigit() and value.isascii() else value
+        return key, value.lower() == "true"
+    if value.isdigit() and value.isascii():
+        return key, int(value)
+    if value.startswith(("{", "[")):
+        try:
+            return key, json.loads(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"the value of {key!r} starts like JSON but is not valid JSON") from None
+    return key, value
 
 
 def _duration(text: str) -> str:
@@ -631,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_storage_option,
         action="append",
         default=[],
-        help="fsspec storage option (credentials, ...), repeatable; 'true'/'false' and integers are converted",
+        help="fsspec storage option (credentials, ...), repeatable; 'true'/'false', integers and JSON "
+        "values ({...} or [...]) are converted",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
@@ -649,12 +655,17 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    ls = command("ls", cmd_ls, "list committed batches and the log's compaction state")
+    ls = command("ls", _cmd_ls, "list committed batches and the log's compaction state")
     ls.add_argument("--rows", action="store_true", help="count rows from the Parquet footers (reads every file)")
-    show = command("show", cmd_show, "show the log entries of one batch")
+    show = command("show", _cmd_show, "show the log entries of one batch")
     show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
-    command("verify", cmd_verify, "check that every committed file exists with its logged size and the log is intact")
-    vacuum = command("vacuum", cmd_vacuum, "delete data files no committed batch references (orphans of failed batches)")
+    command("verify", _cmd_verify, "check that committed files exist with their logged sizes and the log is intact")
+    vacuum = command(
+        "vacuum",
+        _cmd_vacuum,
+        "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
+        "(_x, .x) and other files are never touched",
+    )
     vacuum.add_argument(
         "--older-than",
         metavar="DURATION",
@@ -663,7 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only files older than this (1h, 30m, 7d): younger ones may belong to a batch being written now",
     )
     vacuum.add_argument("--dry-run", action="store_true", help="list the files and their sizes, delete nothing")
-    doctor = command("doctor", cmd_doctor, "explain what restarting a query from its checkpoint will do to the output")
+    doctor = command("doctor", _cmd_doctor, "explain what restarting a ParquetSink query from its checkpoint will do")
     doctor.add_argument("--checkpoint", metavar="CKPT", required=True, help="the query's checkpoint location")
     doctor.add_argument(
         "--on-foreign-query",

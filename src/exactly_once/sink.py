@@ -18,6 +18,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -281,29 +282,28 @@ class ParquetSink:
 
     def _target_batch(self, state: _OutputState, query_id: str | None, batch_id: int) -> int | None:
         """The log batch id to commit to, or None when this query already committed ``batch_id``."""
-        own = state.queries.get(query_id)
-        if own is not None and batch_id <= own.query_batch_id:
-            return None
-        if self.on_foreign_query == "append" and (own is not None or state.latest >= 0):
-            return state.latest + 1
-        if batch_id <= state.latest:
-            owner = self._owner(batch_id)
+        action, log_batch = decide_batch(
+            state.latest, state.queries, query_id, batch_id, self.on_foreign_query == "append"
+        )
+        if action == "foreign":
+            owner = self._owner(min(batch_id, state.latest))
             raise ForeignQueryError(
-                f"batch {batch_id} of query {query_id} is already in {self.log.display(self.log.log_dir)}, "
-                f"committed by {'query ' + str(owner) if owner else 'another writer (e.g. Spark’s own file sink)'}. "
+                f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}: its "
+                f"batches up to {state.latest} were committed by "
+                f"{'query ' + str(owner) if owner else 'another writer (e.g. Spark’s own file sink)'}. "
                 "This is a new checkpoint on an old output; skipping would silently lose this query's data. "
                 "Resume the original checkpoint, write to a new output path, or pass "
                 "ParquetSink(..., on_foreign_query='append') to append after the latest batch "
                 f"({state.latest})."
             )
-        if batch_id > state.latest + 1:
+        if action == "reset":
             raise OutputResetError(
                 f"batch {batch_id} of query {query_id} would leave a gap in {self.log.display(self.log.log_dir)}: "
                 f"its newest batch is {state.latest}, so batches {state.latest + 1}..{batch_id - 1} that Spark's "
                 "checkpoint says are done are missing (the output was deleted or reset). Restore the output, "
                 "or start a new checkpoint; ParquetSink(..., on_foreign_query='append') appends anyway."
             )
-        return batch_id
+        return log_batch if action == "commit" else None
 
     def _owner(self, log_batch_id: int) -> str | None:
         try:
@@ -351,6 +351,41 @@ class ParquetSink:
         if added:
             logger.info("%s: schema evolves with new nullable columns %s", self, [f.name for f in added])
             state.schema = data_schema
+
+
+Action = Literal["commit", "skip", "foreign", "reset"]
+
+
+def decide_batch(
+    latest: int,
+    queries: Mapping[str | None, CommitRecord],
+    query_id: str | None,
+    batch_id: int,
+    append: bool = False,
+) -> tuple[Action, int | None]:
+    """What the sink does with batch ``batch_id`` of query ``query_id``, given the newest log batch
+    ``latest`` (-1 when empty) and the last commit record of each query: ``("commit", log batch)``,
+    ``("skip", log batch holding it)``, ``("foreign", None)`` (ForeignQueryError: the log belongs to
+    another query) or ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log).
+    ``append`` is ``on_foreign_query="append"``. Pure, so ``exactly-once doctor`` predicts with it.
+
+    Example::
+
+        >>> decide_batch(-1, {}, "q1", 0)
+        ('commit', 0)
+        >>> decide_batch(4, {}, "q1", 0)
+        ('foreign', None)
+    """
+    own = queries.get(query_id)
+    if own is not None and batch_id <= own.query_batch_id:
+        return "skip", own.log_batch_id
+    if append and latest >= 0:
+        return "commit", latest + 1
+    if batch_id <= latest or (own is None and queries and latest >= 0):
+        return "foreign", None
+    if batch_id > latest + 1:
+        return "reset", None
+    return "commit", batch_id
 
 
 def _query_id(df: DataFrame) -> str | None:
