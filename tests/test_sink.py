@@ -14,7 +14,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from exactly_once import MetadataLog, ParquetSink, committed_files, errors, read_committed
-from exactly_once.sink import CommitRecord
+from exactly_once.sink import CommitRecord, decide_batch
 from tests.spark_util import run_available_now, write_input_files
 
 SCHEMA = "id long, cat string, v double"
@@ -258,3 +258,15 @@ def test_relocated_output_still_reads(spark, tmp_path):
     shutil.move(out, moved)
     assert sorted(read_committed(moved).column("id").to_pylist()) == list(range(20))
     assert all(f.path.startswith(moved + "/") for f in committed_files(moved))
+
+
+def test_decide_batch_rules():
+    record = CommitRecord(4, "q1", 4, "c")
+    assert decide_batch(-1, {}, "q1", 0) == ("commit", 0)
+    assert decide_batch(4, {"q1": record}, "q1", 5) == ("commit", 5)
+    assert decide_batch(4, {"q1": record}, "q1", 3) == ("skip", 4)
+    assert decide_batch(4, {"q1": record}, "q2", 0) == ("foreign", None)
+    assert decide_batch(4, {"q1": record}, "q2", 5) == ("foreign", None)  # continuing the ids is not enough
+    assert decide_batch(4, {"q1": record}, "q2", 0, append=True) == ("commit", 5)
+    assert decide_batch(4, {}, "q1", 5) == ("commit", 5)  # a log written by Spark's own sink
+    assert decide_batch(4, {"q1": record}, "q1", 7) == ("reset", None)
