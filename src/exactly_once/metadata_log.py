@@ -48,7 +48,13 @@ _REQUIRED = (
     ("blockSize", int),
     ("action", str),
 )
-_ENTRY_START = b'{"path":'
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+# A valid entry in the exact layout Spark and this package write (all seven keys, in order, typed);
+# compaction copies such lines without parsing them.
+_CANONICAL = re.compile(
+    r'\{"path":' + _JSON_STRING + r',"size":-?\d+,"isDir":(?:true|false),"modificationTime":-?\d+,'
+    r'"blockReplication":-?\d+,"blockSize":-?\d+,"action":' + _JSON_STRING + r'(?:,"batchId":\d+)?\}$'
+)
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -417,11 +423,15 @@ class MetadataLog:
                 buffer: list[bytes] = []
                 for number, raw in enumerate(fh, start=2):
                     line = raw.rstrip(b"\n")
-                    if not line.startswith(_ENTRY_START) or not line.endswith(b"}"):
+                    try:
+                        text = line.decode("utf-8")
+                        if not _CANONICAL.match(text):  # cheap check of the usual layout, else full parse
+                            LogEntry.from_json(text)
+                    except (UnicodeDecodeError, ValueError) as exc:
                         raise CorruptLogError(
-                            f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: not a "
-                            "log entry. Restore the file from backup before compacting."
-                        )
+                            f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: {exc}. "
+                            "Restore the file from backup before the query compacts the log again."
+                        ) from exc
                     buffer.append(b"\n" + line)
                     if len(buffer) >= 4096:
                         yield b"".join(buffer)

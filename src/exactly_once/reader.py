@@ -321,6 +321,8 @@ def read_committed(
     snap = snapshot(path, **options)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
+    if not snap.files:  # nothing committed yet: no file tells the schema
+        return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
     dataset = _dataset_from(snap)
     try:
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
@@ -335,7 +337,9 @@ def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str]
     else:
         paths = [storage.to_hadoop_path(f.path) for f in snap.files]
         try:
-            df = spark.read.option("basePath", storage.to_hadoop_path(storage.root)).parquet(*paths)
+            reader = spark.read.option("basePath", storage.to_hadoop_path(storage.root))
+            # mergeSchema: new nullable columns (allowed schema evolution) show, as in the Arrow reader.
+            df = reader.option("mergeSchema", "true").parquet(*paths)
         except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 raise _missing(snap, exc) from exc
