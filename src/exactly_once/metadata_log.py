@@ -228,7 +228,8 @@ class MetadataLog:
 
     @property
     def compact_interval(self) -> int:
-        """The compaction interval, inferred once from existing compact files like Spark does."""
+        """The compaction interval, inferred once from existing compact files like Spark does (the
+        default while there are none)."""
         if self._interval is None:
             compacts = sorted(
                 (bid for bid, info in self.list_batches().items() if info.path.endswith(COMPACT_SUFFIX)),
@@ -239,6 +240,8 @@ class MetadataLog:
                 interval = compacts[0] - compacts[1]
             elif len(compacts) == 1:
                 interval = derive_compact_interval(interval, compacts[0])
+            if not compacts:
+                return interval  # nothing to infer from yet: ask again once compact files exist
             if interval != self.default_compact_interval:
                 logger.info("%s: compact interval inferred as %d from existing compact files", self, interval)
             self._interval = interval

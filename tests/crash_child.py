@@ -1,0 +1,146 @@
+"""Child-process driver of the crash tests: one real streaming query, killed and restarted by the parent.
+
+Usage: ``python tests/crash_child.py CONFIG.json``. The parent starts it with ``start_new_session=True``
+so the child leads its own process group; before Spark starts the child exports
+``EXACTLY_ONCE_KILL_PGID=<its pgid>``, which the JVM and the Python workers inherit, so a failpoint
+``kill`` fired anywhere (driver or executor task) SIGKILLs the driver, the JVM and every worker at once,
+like a machine dying. Failpoints come from the environment the parent gives
+(``EXACTLY_ONCE_FAILPOINTS``, ``EXACTLY_ONCE_FAILPOINT_STATE``).
+
+The query: a JSON file source over ``input`` (schema ``id LONG, file LONG, name STRING``) with
+``maxFilesPerTrigger``, ``foreachBatch(ParquetSink(out, **sink))``, ``trigger(availableNow=True)``.
+
+Config keys: ``input``, ``out``, ``checkpoint``; optional ``master`` (``local[2]``), ``conf`` (extra Spark
+conf), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), ``slow_attempt``
+(``{"partition": p, "seconds": s, "attempts_dir": d}``: attempt 0 of task ``p`` of every batch stalls,
+to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``), and the files the
+parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
+``started`` (touched just before the query starts).
+
+Exit codes: 0 the query drained its input; 3 the query failed (``result`` names the error); killed
+children exit by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = "id LONG, file LONG, name STRING"
+
+
+def _write_json(path: str | None, obj: object) -> None:
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh)
+        os.replace(tmp, path)
+
+
+def _append_line(path: str | None, obj: object) -> None:
+    if path:
+        with open(path, "a") as fh:  # one write per line, closed at once: survives a SIGKILL
+            fh.write(json.dumps(obj) + "\n")
+
+
+def _slow_attempt(partition: int, seconds: float, attempts_dir: str, batches):  # runs in a Python worker
+    """Pass rows through; attempt 0 of task ``partition`` stalls first (a straggler to speculate on)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None:
+        os.makedirs(attempts_dir, exist_ok=True)
+        marker = f"stage{context.stageId()}-part{context.partitionId()}-attempt{context.attemptNumber()}"
+        Path(attempts_dir, marker).touch()
+        if context.partitionId() == partition and context.attemptNumber() == 0:
+            time.sleep(seconds)
+    yield from batches
+
+
+def main() -> int:
+    began = time.time()
+    config = json.loads(Path(sys.argv[1]).read_text())
+    # Before the JVM starts: the JVM and its Python workers inherit this, so a kill from inside an
+    # executor task takes the whole driver down too.
+    os.environ["EXACTLY_ONCE_KILL_PGID"] = str(os.getpgid(0))
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+    import functools
+
+    from pyspark.sql import SparkSession
+
+    from exactly_once import ParquetSink
+
+    builder = (
+        SparkSession.builder.master(config.get("master", "local[2]"))
+        .appName("exactly-once-crash-child")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # A short-lived driver: C1-only JIT and the serial GC start it markedly faster.
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    )
+    for key, value in config.get("conf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+
+    stream = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", config.get("max_files_per_trigger", 1))
+        .json(config["input"])
+    )
+    slow = config.get("slow_attempt")
+    if slow:
+        stream = stream.mapInArrow(
+            functools.partial(_slow_attempt, slow["partition"], slow["seconds"], slow["attempts_dir"]),
+            stream.schema,
+        )
+    sink = ParquetSink(config["out"], **config.get("sink", {}))
+
+    def write_batch(df, batch_id: int) -> None:
+        try:
+            sink(df, batch_id)
+        except Exception as exc:
+            _write_json(
+                config.get("result"),
+                {"status": "error", "type": type(exc).__name__, "message": str(exc), "batch_id": batch_id},
+            )
+            raise
+        p = sink.last_progress
+        _append_line(
+            config.get("progress"),
+            {"batch_id": p.batch_id, "log_batch_id": p.log_batch_id, "skipped": p.skipped, "rows": p.rows,
+             "files": p.files, "query_id": p.query_id, "time": time.time()},
+        )
+
+    Path(config["started"]).touch()
+    query = (
+        stream.writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", config["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception as exc:
+        if not Path(config["result"]).exists():
+            _write_json(config.get("result"), {"status": "error", "type": type(exc).__name__, "message": str(exc)})
+        traceback.print_exc()
+        return 3
+    finally:
+        spark.stop()
+    _write_json(config.get("result"), {"status": "ok", "began": began, "ended": time.time()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
