@@ -10,9 +10,12 @@ import time
 import uuid
 from pathlib import Path
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from fsspec.implementations.memory import MemoryFileSystem
 
 from exactly_once import errors
 from exactly_once.metadata_log import LogEntry, MetadataLog, derive_compact_interval, parse_duration_ms
@@ -307,3 +310,34 @@ def test_temp_and_crc_files_are_ignored(tmp_path):
     (tmp_path / "_spark_metadata" / ".1.abc.tmp").write_bytes(b"v1\n{partial")
     (tmp_path / "_spark_metadata" / ".0.crc").write_bytes(b"junk")
     assert log.latest_batch_id() == 0 and len(log.all_files()) == 1
+
+
+class _OverwritingMemory(MemoryFileSystem):
+    """A store that ignores the exclusive-create condition (like a plain overwrite PUT)."""
+
+    protocol = "laxmemory"
+
+    def pipe_file(self, path, value, mode="overwrite", **kwargs):
+        return super().pipe_file(path, value, mode="overwrite", **kwargs)
+
+
+def test_store_ignoring_exclusive_create_is_refused():
+    fsspec.register_implementation("laxmemory", _OverwritingMemory, clobber=True)
+    log = MetadataLog(f"laxmemory://out-{uuid.uuid4().hex}")
+    with pytest.raises(errors.UnsafeStorageError, match="does not honour exclusive create"):
+        log.add(0, [])
+    assert log.latest_batch_id() is None
+
+
+def test_wrong_credentials_give_a_typed_error(request, tmp_path):
+    from tests.conftest import make_backend
+
+    backend = make_backend("azurite", request, tmp_path)  # Azurite checks the shared-key signature
+    bogus = "bm90LXRoZS1rZXktbm90LXRoZS1rZXktbm90LXRoZS1rZXk="
+    wrong = dict(backend.storage_options)
+    wrong["connection_string"] = wrong["connection_string"].replace(backend.secret, bogus)
+    with pytest.raises(errors.StorageError) as info:
+        MetadataLog(backend.url, wrong).add(0, [])
+    message = str(info.value)
+    assert backend.url.split("//")[1].split("/")[0] in message and "credentials" in message
+    assert bogus not in message and backend.secret not in message

@@ -21,23 +21,24 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import functools
 import logging
 import os
 import posixpath
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 import fsspec
 import pyarrow.fs
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import StorageError, UnsafeStorageError
-from .failpoints import failpoint
+from .errors import ExactlyOnceError, StorageError, UnsafeStorageError
+from .failpoints import FailpointError, failpoint
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,29 @@ _FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
 _PROBED: dict[tuple[str, str], bool] = {}
 _PROBE_LOCK = threading.Lock()
+
+
+_PASS_THROUGH = (FileNotFoundError, FileExistsError, ExactlyOnceError, FailpointError)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _backend_errors(method: F) -> F:
+    """Turn a backend's own failures (authentication, permissions, network) into StorageError naming
+    the path and what to check; FileNotFoundError/FileExistsError pass through, callers rely on them."""
+
+    @functools.wraps(method)
+    def wrapper(self: Storage, path: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, path, *args, **kwargs)
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            raise StorageError(
+                f"{method.__name__} of {self.display(path)} failed ({type(exc).__name__}: {exc}). Check that the "
+                "location exists and that the credentials in storage_options allow reading and writing it."
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -193,15 +217,18 @@ class Storage:
             mtime_ms = _to_epoch_ms(mtime)
         return FileInfo(self.fs._strip_protocol(raw["name"]), int(raw.get("size") or 0), is_dir, mtime_ms)
 
+    @_backend_errors
     def info(self, path: str) -> FileInfo:
         """Size, kind and modification time (epoch ms) of ``path``; FileNotFoundError if absent."""
         self.fs.invalidate_cache(path)
         return self._file_info(self.fs.info(path))
 
+    @_backend_errors
     def exists(self, path: str) -> bool:
         self.fs.invalidate_cache(path)
         return bool(self.fs.exists(path))
 
+    @_backend_errors
     def ls(self, path: str) -> list[FileInfo]:
         """Direct children of ``path`` (fresh, never from a listing cache); empty if it does not exist."""
         self.fs.invalidate_cache(path)
@@ -210,21 +237,25 @@ class Storage:
         except FileNotFoundError:
             return []
 
+    @_backend_errors
     def find(self, path: str) -> list[FileInfo]:
         """Every file below ``path`` (recursive), fresh."""
         self.fs.invalidate_cache(path)
         return [self._file_info(raw) for raw in self.fs.find(path, detail=True).values()]
 
+    @_backend_errors
     def read_bytes(self, path: str) -> bytes:
         self.fs.invalidate_cache(path)
         return self.fs.cat_file(path)
 
+    @_backend_errors
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
         """Open for reading, or for writing a data file (parent directories created where needed)."""
         if "w" in mode and self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         return self.fs.open(path, mode, **kwargs)
 
+    @_backend_errors
     def delete(self, path: str) -> None:
         """Delete one file; a file already gone is not an error."""
         try:
@@ -240,6 +271,7 @@ class Storage:
 
     # -- exclusive create ------------------------------------------------------------------------
 
+    @_backend_errors
     def put_if_absent(self, path: str, data: bytes | Iterable[bytes]) -> bool:
         """Atomically create ``path`` with ``data``; False (and nothing changed) if it already exists.
 
