@@ -270,3 +270,18 @@ def test_decide_batch_rules():
     assert decide_batch(4, {"q1": record}, "q2", 0, append=True) == ("commit", 5)
     assert decide_batch(4, {}, "q1", 5) == ("commit", 5)  # a log written by Spark's own sink
     assert decide_batch(4, {"q1": record}, "q1", 7) == ("reset", None)
+
+
+def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
+    out = str(tmp_path / "out")
+    df = spark.sql(
+        "select id, timestamp'2026-11-21 10:00:00' + make_interval(0, 0, 0, 0, id) as ts, "
+        "date'2026-11-21' as day from range(3)"
+    )
+    sink = ParquetSink(out)
+    sink(df, 0)
+    sink(df.withColumn("id", df.id + 3), 1)
+    ours = sorted((r["id"], r["ts"].replace(tzinfo=None), r["day"]) for r in read_committed(out).to_pylist())
+    theirs = sorted((r.id, r.ts, r.day) for r in spark.read.parquet(out).collect())
+    assert ours == theirs and len(ours) == 6
+    assert ours[1][1].hour == 11

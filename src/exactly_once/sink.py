@@ -322,7 +322,7 @@ class ParquetSink:
                 f"batch for log batch {target} of {self.path}: partition columns {missing} are not in the "
                 f"batch's columns {df.columns}. Fix partition_by or the query."
             )
-        incoming = to_arrow_schema(df.schema)
+        incoming = to_arrow_schema(df.schema, timezone="UTC")  # time zones are not compared
         data_schema = pa.schema([f for f in incoming if f.name not in self.partition_by])
         if state.schema is None:
             state.schema, state.partition_columns = data_schema, self.partition_by
