@@ -49,11 +49,13 @@ _REQUIRED = (
     ("action", str),
 )
 _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
-# A valid entry in the exact layout Spark and this package write (all seven keys, in order, typed);
+# A valid entry in the exact layout Spark and this package write (all seven keys, in order, typed, then
+# extra keys with scalar values such as batchId and the sink's commit record);
 # compaction copies such lines without parsing them.
 _CANONICAL = re.compile(
     r'\{"path":' + _JSON_STRING + r',"size":-?\d+,"isDir":(?:true|false),"modificationTime":-?\d+,'
-    r'"blockReplication":-?\d+,"blockSize":-?\d+,"action":' + _JSON_STRING + r'(?:,"batchId":\d+)?\}$'
+    r'"blockReplication":-?\d+,"blockSize":-?\d+,"action":' + _JSON_STRING
+    + r'(?:,' + _JSON_STRING + r':(?:-?\d+|true|false|null|' + _JSON_STRING + r'))*\}$'
 )
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -120,7 +120,7 @@ def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
     context = TaskContext.get()
     task = context.partitionId() if context else 0
-    token = uuid.uuid4().hex
+    token = str(uuid.uuid4())  # Spark's form: dashed uuid
     writers: dict[str, _FileWriter] = {}
     failpoint_armed = True
     for batch in batches:

@@ -1,0 +1,211 @@
+"""Section 4: one compaction of a log whose previous compact file holds ~1M entries.
+
+The largest planning history (newest compact ``C.compact``) gets nine more delta batches; then batch
+``C + 10``, a compaction batch, is committed with 10 data files plus a commit record:
+
+* ours: ``MetadataLog(root).add(C + 10, entries)`` in a fresh subprocess (default settings, as the sink
+  uses it), timed there; peak memory is the process's peak RSS (``VmHWM``, reset before the add) minus
+  its RSS before the add (the growth the compaction causes), and the absolute peak;
+* Spark: ``FileStreamSinkLog(1, session, "<root>/_spark_metadata", None).add(C + 10, Array[SinkFileStatus])``
+  through py4j in the run's JVM, timed around the call; memory is the sum of the heap pools' peak
+  usage after a full GC and a peak reset (an upper bound: pools can peak at different moments),
+  minus the heap in use before the call.
+
+The compact file is deleted between repeats; ours and Spark alternate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .common import Stat, jvm_heap_used_mb, jvm_peak_heap_mb, jvm_reset_peaks
+
+logger = logging.getLogger("benchmarks.compaction")
+
+NEW_FILES = 10
+
+
+@dataclass
+class CompactionResults:
+    entries_before: int = 0  # lines of the previous compact file plus the deltas
+    compact_bytes: int = 0
+    batch: int = 0
+    ours_seconds: Stat = field(default_factory=Stat)
+    ours_peak_growth_mb: Stat = field(default_factory=Stat)
+    ours_peak_mb: Stat = field(default_factory=Stat)
+    spark_seconds: Stat = field(default_factory=Stat)
+    spark_heap_mb: Stat = field(default_factory=Stat)
+    spark_available: bool = True
+    spark_note: str = ""
+
+
+def _entries(root: str, batch: int):
+    from exactly_once.metadata_log import LogEntry
+    from exactly_once.sink import CommitRecord
+    from exactly_once.storage import Storage
+
+    storage = Storage(root)
+    now = int(time.time() * 1000)
+    record = CommitRecord(batch, "00000000-0000-4000-8000-000000000001", batch, os.urandom(16).hex())
+    return [record.to_entry(storage, now)] + [
+        LogEntry(storage.to_uri(storage.join(f"part-{k:05d}-{batch:032x}.c000.snappy.parquet")), 4096, False, now)
+        for k in range(NEW_FILES)
+    ]
+
+
+def child(root: str, batch: int) -> None:
+    """Runs in the subprocess: one timed MetadataLog.add of a compaction batch; prints JSON."""
+    import gc
+    import resource
+
+    from exactly_once import MetadataLog
+
+    entries = _entries(root, batch)
+    log = MetadataLog(root)
+    gc.collect()
+    # Peak RSS of this process image: /proc's VmHWM, reset through clear_refs where the kernel allows it.
+    # (ru_maxrss is not used: Linux carries it over from the parent across fork+exec.)
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    before = _status_kb("VmRSS")
+    hwm_before = _status_kb("VmHWM")
+    started = time.perf_counter()
+    ok = log.add(batch, entries)
+    seconds = time.perf_counter() - started
+    after = _status_kb("VmHWM")
+    print(json.dumps({"ok": ok, "seconds": seconds, "rss_before_kb": before, "hwm_before_kb": hwm_before,
+                      "hwm_after_kb": after, "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cleanup(root: str, batch: int) -> None:
+    meta = os.path.join(root, "_spark_metadata")
+    for name in (f"{batch}.compact", f".{batch}.compact.crc"):
+        try:
+            os.remove(os.path.join(meta, name))
+        except FileNotFoundError:
+            pass
+
+
+def _line_count(path: str) -> int:
+    count = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            count += chunk.count(b"\n")
+    return count  # entries: newlines (each entry is preceded by one)
+
+
+def _spark_log_class(spark):
+    from py4j.java_gateway import JavaClass
+
+    jvm = spark._jvm
+    for name in (
+        "org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog",  # Spark 4.1+
+        "org.apache.spark.sql.execution.streaming.FileStreamSinkLog",  # Spark 3.x, 4.0
+    ):
+        cls = jvm
+        for part in name.split("."):
+            cls = getattr(cls, part)
+        if isinstance(cls, JavaClass):
+            status = name.rsplit(".", 1)[0] + ".SinkFileStatus"
+            scls = jvm
+            for part in status.split("."):
+                scls = getattr(scls, part)
+            return cls, scls
+    return None, None
+
+
+def spark_add(spark, log_cls, status_cls, root: str, batch: int) -> tuple[float, float, bool]:
+    jvm = spark._jvm
+    entries = _entries(root, batch)
+    array = spark.sparkContext._gateway.new_array(status_cls, len(entries))
+    for i, e in enumerate(entries):
+        array[i] = status_cls(
+            e.path, e.size, e.is_dir, e.modification_time, e.block_replication, e.block_size, e.action
+        )
+    jvm_reset_peaks(spark)
+    base = jvm_heap_used_mb(spark)
+    started = time.perf_counter()
+    log = log_cls(1, spark._jsparkSession, os.path.join(root, "_spark_metadata"), jvm.scala.Option.empty())
+    ok = log.add(batch, array)
+    seconds = time.perf_counter() - started
+    return seconds, jvm_peak_heap_mb(spark) - base, ok
+
+
+def run(spark, root: str, repeats: int) -> CompactionResults:
+    from exactly_once import MetadataLog
+
+    log = MetadataLog(root, cleanup=False)
+    latest = log.latest_batch_id()
+    if not log.is_compaction_batch(latest):
+        raise RuntimeError(f"{root}: the newest batch {latest} should be a compaction batch")
+    for batch in range(latest + 1, latest + log.compact_interval):
+        log.add(batch, _entries(root, batch))
+    batch = latest + log.compact_interval
+    results = CompactionResults(batch=batch)
+    meta = os.path.join(root, "_spark_metadata")
+    results.entries_before = _line_count(os.path.join(meta, f"{latest}.compact")) + (log.compact_interval - 1) * (
+        NEW_FILES + 1
+    )
+    log_cls, status_cls = _spark_log_class(spark)
+    if log_cls is None:
+        results.spark_available = False
+        results.spark_note = "FileStreamSinkLog not found in this Spark: Spark's compaction not measured"
+    env = dict(os.environ)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    counts = {}
+    for rep in range(repeats):
+        order = ["ours", "spark"] if rep % 2 == 0 else ["spark", "ours"]
+        for who in order:
+            _cleanup(root, batch)
+            if who == "ours":
+                proc = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.compaction_bench", root, str(batch)],
+                    capture_output=True, text=True, env=env, cwd=repo, check=True,
+                )
+                out = json.loads(proc.stdout.strip().splitlines()[-1])
+                if not out["ok"]:
+                    raise RuntimeError(f"our compaction of batch {batch} was refused")
+                results.ours_seconds.add(out["seconds"])
+                results.ours_peak_growth_mb.add(max(0, out["hwm_after_kb"] - out["rss_before_kb"]) / 1024)
+                results.ours_peak_mb.add(out["hwm_after_kb"] / 1024)
+                logger.info("compaction ours : %.2fs, peak RSS +%.0f MB (peak %.0f MB)", out["seconds"],
+                            results.ours_peak_growth_mb.values[-1], results.ours_peak_mb.values[-1])
+            elif log_cls is not None:
+                seconds, heap, ok = spark_add(spark, log_cls, status_cls, root, batch)
+                if not ok:
+                    raise RuntimeError(f"Spark's compaction of batch {batch} was refused")
+                results.spark_seconds.add(seconds)
+                results.spark_heap_mb.add(heap)
+                logger.info("compaction spark: %.2fs, peak heap +%.0f MB", seconds, heap)
+            else:
+                continue
+            compact = os.path.join(meta, f"{batch}.compact")
+            results.compact_bytes = os.path.getsize(compact)
+            if who not in counts:
+                counts[who] = _line_count(compact)
+    _cleanup(root, batch)
+    if len(set(counts.values())) > 1:
+        raise RuntimeError(f"compact files differ in entry count: {counts}")
+    return results
+
+
+if __name__ == "__main__":
+    child(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,154 @@
+"""Run every benchmark and write ``benchmarks/RESULTS.md``, ``benchmarks/results.png`` (and the raw
+measurements, ``benchmarks/results.json``).
+
+Usage (from the repository root)::
+
+    python -m benchmarks.run            # full run, about 10-15 minutes on 2 cores
+    python -m benchmarks.run --quick    # tiny sizes, under 2 minutes: a smoke test (writes to a temp dir)
+
+Sections: 1 sink throughput/latency/cost split vs Spark's file sink; 2 the no-Spark ceilings (pyarrow,
+delta-rs); 3 reader planning vs Spark and delta-rs as history grows; 4 compaction of ~1M entries vs
+Spark's FileStreamSinkLog; 5 end-to-end read vs Spark and delta-rs. One SparkSession (local[2]) for
+the whole run; temporary data under a temp dir, removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from . import compaction_bench, planning_bench, read_bench, report, sink_bench
+from .common import default_driver_memory, machine_info, make_session, versions
+from .data import generate_input, make_batch
+from .synth import make_template
+
+logger = logging.getLogger("benchmarks")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECTIONS = ("sink", "planning", "compaction", "read")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, < 2 min); output to a temp dir")
+    p.add_argument("--repeats", type=int, help="repeats per comparison (default 3, quick 2)")
+    p.add_argument("--batches", type=int, help="sink micro-batches (default 10, quick 3)")
+    p.add_argument("--rows", type=int, help="rows per micro-batch (default 1,000,000, quick 50,000)")
+    p.add_argument(
+        "--history",
+        help="planning histories as BATCHESxFILES,... (default 1000x1,10000x1,100000x1,100000x10); "
+        "the last one is also compacted",
+    )
+    p.add_argument("--tmpdir", help="where sink input/output go (default: the system temp dir, on disk)")
+    p.add_argument(
+        "--meta-tmpdir",
+        help="where the synthesized histories (millions of tiny files) go (default /dev/shm when it has room)",
+    )
+    p.add_argument("--driver-memory", default=default_driver_memory(), help="Spark driver heap (default: RAM/3, 2-8g)")
+    p.add_argument("--out-dir", help="where RESULTS.md and results.png go (default benchmarks/, quick: a temp dir)")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
+    args = p.parse_args(argv)
+    if args.quick:
+        defaults = {"repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10"}
+    else:
+        defaults = {"repeats": 3, "batches": 10, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10"}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.sizes = [tuple(int(x) for x in item.lower().split("x")) for item in args.history.split(",")]
+    for batches, _ in args.sizes:
+        if batches % 10:
+            p.error(f"--history: batch counts must be multiples of 10 (the compaction interval), got {batches}")
+    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections {sorted(unknown)}")
+    if "read" in args.sections and "sink" not in args.sections:
+        p.error("the read section reads what the sink section wrote: include 'sink'")
+    if "compaction" in args.sections and "planning" not in args.sections:
+        p.error("the compaction section compacts the largest planning history: include 'planning'")
+    if args.out_dir is None:
+        args.out_dir = os.path.join(tempfile.gettempdir(), "exactly_once_bench_quick") if args.quick else HERE
+    return args
+
+
+def _meta_dir(args: argparse.Namespace) -> str:
+    if args.meta_tmpdir:
+        return args.meta_tmpdir
+    shm = "/dev/shm"
+    need = 8 * 1024**3 if not args.quick else 512 * 1024**2
+    if os.path.isdir(shm) and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > need:
+        return shm
+    return args.tmpdir or tempfile.gettempdir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+    for noisy in ("py4j", "exactly_once"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    started = time.monotonic()
+    work = tempfile.mkdtemp(prefix="eo-bench-", dir=args.tmpdir)
+    meta_parent = _meta_dir(args)
+    meta = tempfile.mkdtemp(prefix="eo-bench-meta-", dir=meta_parent)
+    logger.info("sink data under %s, synthesized histories under %s", work, meta)
+    ctx: dict = {
+        "args": args,
+        "machine": machine_info(),
+        "versions": versions(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "work_dir": work,
+        "meta_dir": meta,
+    }
+    spark = None
+    try:
+        spark = make_session(args.driver_memory)
+        logger.info("SparkSession up (driver memory %s) after %.1fs", args.driver_memory, time.monotonic() - started)
+        if "sink" in args.sections:
+            input_dir = os.path.join(work, "input")
+            warm_dir = os.path.join(work, "warm-input")
+            inputs = generate_input(input_dir, args.batches, args.rows)
+            generate_input(warm_dir, 2 if not args.quick else 1, max(10_000, args.rows // 10))
+            ctx["sink"] = sink_bench.run(spark, input_dir, inputs, warm_dir, work, args.repeats, args.rows)
+            shutil.rmtree(input_dir, ignore_errors=True)
+        if "planning" in args.sections:
+            os.sync()
+            template = make_template(meta, make_batch(0, 1))
+            ctx["planning"] = planning_bench.run(
+                spark, meta, template, args.sizes, args.repeats, keep_last="compaction" in args.sections
+            )
+        if "compaction" in args.sections:
+            os.sync()
+            ctx["compaction"] = compaction_bench.run(spark, ctx["planning"].histories[-1].root, args.repeats)
+        if "read" in args.sections:
+            s = ctx["sink"]
+            os.sync()
+            ctx["read"] = read_bench.run(spark, s.outputs, s.total_rows, args.repeats)
+    finally:
+        if spark is not None:
+            spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(meta, ignore_errors=True)
+    ctx["runtime"] = time.monotonic() - started
+    os.makedirs(args.out_dir, exist_ok=True)
+    md_path = os.path.join(args.out_dir, "RESULTS.md")
+    png_path = os.path.join(args.out_dir, "results.png")
+    report.write_chart(ctx, png_path)
+    markdown = report.markdown(ctx, os.path.basename(png_path))
+    with open(md_path, "w", encoding="utf-8") as fh:
+        fh.write(markdown)
+    with open(os.path.join(args.out_dir, "results.json"), "w", encoding="utf-8") as fh:
+        fh.write(report.raw_json(ctx))
+    logger.info("wrote %s, %s and results.json", md_path, png_path)
+    print(report.summary(ctx, md_path, png_path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

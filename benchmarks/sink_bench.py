@@ -1,0 +1,273 @@
+"""Sections 1 and 2: sink throughput, per-batch latency and cost split; the no-Spark ceilings.
+
+Every contender streams the same pre-generated input files, one file per micro-batch
+(``readStream.parquet(dir)`` with ``maxFilesPerTrigger=1``, ``trigger(availableNow=True)``):
+
+* ``spark``: Spark's own file sink, ``writeStream.format("parquet")``;
+* ``ours``: ``foreachBatch(ParquetSink(out))``, wrapped to record ``last_progress`` per batch;
+* ``noop-sink``: ``format("noop")``: Spark reading the input and discarding it (the scan alone);
+* ``noop-arrow``: ``foreachBatch`` running ``mapInArrow`` with a function that only drains its input
+  (the scan plus the JVM -> Arrow -> Python transfer the sink pays, without writing Parquet);
+* ``spark-writer``: ``foreachBatch`` calling Spark's own batch writer, ``df.write.parquet(out/batch-N)``,
+  with no log: what a sink that let Spark write the files and only committed the log could reach.
+
+The noop runs split the sink's cost: scan | transfer to Python | Parquet encode+write | log commit.
+Dirty pages are flushed (``os.sync()``) before every timed run so one run's writeback does not land
+in the next one's time.
+Without Spark: ``pyarrow`` reading each input file and writing it (2 threads, half the row groups
+each, like the 2 Spark tasks) is the ceiling; ``delta-rs`` appends of the same tables are shown too.
+Repeats are interleaved (the order rotates every repeat) and the per-repeat ratios are reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from exactly_once import ParquetSink
+
+from .common import Stat, percentile
+
+logger = logging.getLogger("benchmarks.sink")
+
+SPARK_KINDS = ("spark", "ours", "noop-sink", "noop-arrow", "spark-writer")
+
+
+def drain(batches):
+    """mapInArrow function that reads every row and writes nothing."""
+    rows = 0
+    for batch in batches:
+        rows += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+class RecordingSink:
+    """``foreachBatch`` wrapper: calls the ParquetSink and keeps its ``last_progress`` of every batch."""
+
+    def __init__(self, sink: ParquetSink) -> None:
+        self.sink = sink
+        self.batches: list[dict[str, float]] = []
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = time.perf_counter()
+        self.sink(df, batch_id)
+        total = time.perf_counter() - started
+        p = self.sink.last_progress
+        self.batches.append(
+            {
+                "batch": batch_id,
+                "call": total,
+                "write": p.write_seconds,
+                "commit": p.commit_seconds,
+                "other": total - p.write_seconds - p.commit_seconds,
+                "rows": p.rows,
+                "files": p.files,
+            }
+        )
+
+
+class DrainSink:
+    """``foreachBatch`` function running the same mapInArrow job shape as the sink, writing nothing."""
+
+    def __init__(self) -> None:
+        self.batches: list[dict[str, float]] = []
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = time.perf_counter()
+        rows = sum(r[0] for r in df.mapInArrow(drain, "rows long").collect())
+        self.batches.append({"batch": batch_id, "call": time.perf_counter() - started, "rows": rows})
+
+
+class SparkWriterSink:
+    """``foreachBatch`` function letting Spark's batch writer write each micro-batch (no log, no commit)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.batches: list[dict[str, float]] = []
+
+    def __call__(self, df, batch_id: int) -> None:
+        started = time.perf_counter()
+        df.write.mode("errorifexists").parquet(os.path.join(self.out, f"batch-{batch_id:05d}"))
+        self.batches.append({"batch": batch_id, "call": time.perf_counter() - started})
+
+
+@dataclass
+class QueryRun:
+    kind: str
+    wall: float
+    rows: int
+    batches: list[dict[str, Any]]  # per batch: Spark's durationMs (s) plus what the wrapper recorded
+    files_per_batch: float
+
+
+@dataclass
+class SinkResults:
+    batches: int
+    rows_per_batch: int
+    input_bytes: int
+    runs: dict[str, list[QueryRun]] = field(default_factory=dict)
+    ceiling: Stat = field(default_factory=Stat)  # pyarrow seconds
+    delta: Stat = field(default_factory=Stat)  # delta-rs seconds
+    outputs: dict[str, str] = field(default_factory=dict)  # kind -> output of the last repeat
+
+    def wall(self, kind: str) -> Stat:
+        return Stat([r.wall for r in self.runs.get(kind, [])])
+
+    def rate(self, kind: str) -> Stat:
+        if kind == "pyarrow":
+            return Stat([self.total_rows / s for s in self.ceiling.values])
+        if kind == "delta-rs":
+            return Stat([self.total_rows / s for s in self.delta.values])
+        return Stat([r.rows / r.wall for r in self.runs.get(kind, [])])
+
+    @property
+    def total_rows(self) -> int:
+        return self.batches * self.rows_per_batch
+
+    def per_batch(self, kind: str, key: str) -> list[float]:
+        """One figure of every batch of every repeat (pooled for percentiles)."""
+        return [b[key] for r in self.runs.get(kind, []) for b in r.batches if key in b]
+
+    def per_batch_median(self, kind: str, key: str) -> Stat:
+        """Median per batch within each repeat, as a Stat over repeats."""
+        out = Stat()
+        for r in self.runs.get(kind, []):
+            values = [b[key] for b in r.batches if key in b]
+            if values:
+                out.add(percentile(values, 50))
+        return out
+
+
+def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> QueryRun:
+    out = os.path.join(work, f"out-{kind}-{tag}")
+    checkpoint = os.path.join(work, f"ckpt-{kind}-{tag}")
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+    writer = stream.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    recorder = None
+    if kind == "spark":
+        writer = writer.format("parquet").option("path", out)
+    elif kind == "noop-sink":
+        writer = writer.format("noop")
+    elif kind == "ours":
+        recorder = RecordingSink(ParquetSink(out))
+        writer = writer.foreachBatch(recorder)
+    elif kind == "noop-arrow":
+        recorder = DrainSink()
+        writer = writer.foreachBatch(recorder)
+    elif kind == "spark-writer":
+        recorder = SparkWriterSink(out)
+        writer = writer.foreachBatch(recorder)
+    else:
+        raise ValueError(kind)
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    wall = time.perf_counter() - started
+    progress = list(query.recentProgress)
+    batches = []
+    for p in progress:
+        d = p["durationMs"]
+        batches.append(
+            {
+                "batch": p["batchId"],
+                "rows_in": p["numInputRows"],
+                "trigger": d.get("triggerExecution", 0) / 1000,
+                "addBatch": d.get("addBatch", 0) / 1000,
+                "overhead": (d.get("triggerExecution", 0) - d.get("addBatch", 0)) / 1000,
+            }
+        )
+    if recorder is not None:
+        by_id = {b["batch"]: b for b in recorder.batches}
+        for b in batches:
+            b.update(by_id.get(b["batch"], {}))
+    rows = sum(b["rows_in"] for b in batches)
+    files = 0.0
+    if kind == "ours":
+        files = sum(b["files"] for b in batches) / max(1, len(batches))
+    elif kind == "spark":
+        files = len([n for n in os.listdir(out) if n.endswith(".parquet")]) / max(1, len(batches))
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    logger.info("%-10s %s: %d rows in %d batches, %.2fs wall (%.0f rows/s)", kind, tag, rows, len(batches), wall, rows / wall)
+    return QueryRun(kind, wall, rows, batches, files)
+
+
+def _write_half(path: str, groups: list[int], out: str) -> None:
+    table = pq.ParquetFile(path).read_row_groups(groups, use_threads=False)
+    pq.write_table(table, out, compression="snappy", row_group_size=1 << 30)
+
+
+def pyarrow_ceiling(inputs: list[str], out: str) -> float:
+    """Read every input file and write it as Parquet with pyarrow, 2 threads (no Spark, no log)."""
+    os.makedirs(out, exist_ok=True)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        for i, path in enumerate(inputs):
+            n = pq.ParquetFile(path).num_row_groups
+            halves = [list(range(0, n // 2 or 1)), list(range(n // 2 or 1, n))]
+            futures = [
+                pool.submit(_write_half, path, groups, os.path.join(out, f"part-{t:05d}-{i:05d}.snappy.parquet"))
+                for t, groups in enumerate(halves)
+                if groups
+            ]
+            for f in futures:
+                f.result()
+    return time.perf_counter() - started
+
+
+def delta_appends(inputs: list[str], out: str) -> float:
+    """One delta-rs append per input file (no Spark)."""
+    from deltalake import write_deltalake
+
+    started = time.perf_counter()
+    for path in inputs:
+        write_deltalake(out, pq.read_table(path), mode="append")
+    return time.perf_counter() - started
+
+
+def run(spark, input_dir: str, inputs: list[str], warm_dir: str, work: str, repeats: int, rows_per_batch: int) -> SinkResults:
+    schema = spark.read.parquet(input_dir).schema
+    results = SinkResults(len(inputs), rows_per_batch, sum(os.path.getsize(p) for p in inputs))
+    os.sync()
+    logger.info("warming up (JIT, Python workers): every kind once on the small warm-up input")
+    for kind in SPARK_KINDS:
+        run_query(spark, kind, warm_dir, schema, work, "warmup")
+        shutil.rmtree(os.path.join(work, f"out-{kind}-warmup"), ignore_errors=True)
+    pyarrow_ceiling([os.path.join(warm_dir, n) for n in sorted(os.listdir(warm_dir))], os.path.join(work, "ceiling-warmup"))
+    shutil.rmtree(os.path.join(work, "ceiling-warmup"), ignore_errors=True)
+    contenders = list(SPARK_KINDS) + ["pyarrow", "delta-rs"]
+    for rep in range(repeats):
+        order = contenders[rep % len(contenders):] + contenders[: rep % len(contenders)]
+        if rep % 2:
+            order.reverse()
+        logger.info("sink repeat %d/%d, order %s", rep + 1, repeats, order)
+        for kind in order:
+            tag = f"r{rep}"
+            os.sync()
+            if kind == "pyarrow":
+                out = os.path.join(work, f"out-pyarrow-{tag}")
+                results.ceiling.add(pyarrow_ceiling(inputs, out))
+                logger.info("%-10s %s: %.2fs", kind, tag, results.ceiling.values[-1])
+            elif kind == "delta-rs":
+                out = os.path.join(work, f"out-delta-{tag}")
+                results.delta.add(delta_appends(inputs, out))
+                logger.info("%-10s %s: %.2fs", kind, tag, results.delta.values[-1])
+            else:
+                out = os.path.join(work, f"out-{kind}-{tag}")
+                results.runs.setdefault(kind, []).append(run_query(spark, kind, input_dir, schema, work, tag))
+            previous = results.outputs.get(kind)
+            if previous and previous != out:
+                shutil.rmtree(previous, ignore_errors=True)
+            results.outputs[kind] = out
+    for kind in ("spark", "ours"):
+        bad = [r for r in results.runs[kind] if r.rows != results.total_rows]
+        if bad:
+            raise RuntimeError(f"{kind} wrote {bad[0].rows} rows, expected {results.total_rows}")
+    return results
