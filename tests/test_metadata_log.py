@@ -341,3 +341,29 @@ def test_wrong_credentials_give_a_typed_error(request, tmp_path):
     message = str(info.value)
     assert backend.url.split("//")[1].split("/")[0] in message and "credentials" in message
     assert bogus not in message and backend.secret not in message
+
+
+@pytest.mark.parametrize("backend_name", ["azurite", "moto"])
+def test_concurrent_add_one_winner_on_object_stores(request, tmp_path, backend_name):
+    from tests.conftest import make_backend
+
+    backend = make_backend(backend_name, request, tmp_path)
+    log = MetadataLog(backend.url, backend.storage_options)
+    log.add(0, [])
+    for batch in (1, 2):
+        barrier = threading.Barrier(8)
+        results: list[bool] = []
+
+        def attempt(i: int, batch: int = batch) -> None:
+            mine = MetadataLog(backend.url, backend.storage_options)
+            barrier.wait()
+            results.append(mine.add(batch, [LogEntry(f"s3a://x/w{i}.parquet", i + 1)]))
+
+        threads = [threading.Thread(target=attempt, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results.count(True) == 1, results
+        assert len(log.get(batch)) == 1
+    assert log.latest_batch_id() == 2
