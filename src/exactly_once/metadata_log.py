@@ -197,9 +197,10 @@ class MetadataLog:
 
     # -- naming ----------------------------------------------------------------------------------
 
-    def batch_path(self, batch_id: int) -> str:
-        """Where batch ``batch_id`` lives (``N`` or ``N.compact``)."""
-        suffix = COMPACT_SUFFIX if self.is_compaction_batch(batch_id) else ""
+    def batch_path(self, batch_id: int, interval: int | None = None) -> str:
+        """Where batch ``batch_id`` lives (``N`` or ``N.compact``); ``interval`` defaults to
+        :attr:`compact_interval`."""
+        suffix = COMPACT_SUFFIX if self.is_compaction_batch(batch_id, interval) else ""
         return self.storage.join(METADATA_DIR, f"{batch_id}{suffix}")
 
     def display(self, path: str) -> str:
@@ -232,10 +233,13 @@ class MetadataLog:
     def compact_interval(self) -> int:
         """The compaction interval, inferred once from existing compact files like Spark does (the
         default while there are none)."""
+        return self._interval if self._interval is not None else self._interval_for(self.list_batches())
+
+    def _interval_for(self, listing: dict[int, FileInfo]) -> int:
+        """:attr:`compact_interval` from a listing the caller already holds (no second listing)."""
         if self._interval is None:
             compacts = sorted(
-                (bid for bid, info in self.list_batches().items() if info.path.endswith(COMPACT_SUFFIX)),
-                reverse=True,
+                (bid for bid, info in listing.items() if info.path.endswith(COMPACT_SUFFIX)), reverse=True
             )
             interval = self.default_compact_interval
             if len(compacts) >= 2:
@@ -249,12 +253,12 @@ class MetadataLog:
             self._interval = interval
         return self._interval
 
-    def is_compaction_batch(self, batch_id: int) -> bool:
-        return (batch_id + 1) % self.compact_interval == 0
+    def is_compaction_batch(self, batch_id: int, interval: int | None = None) -> bool:
+        return (batch_id + 1) % (interval or self.compact_interval) == 0
 
-    def snapshot_batches(self, latest: int) -> list[int]:
+    def snapshot_batches(self, latest: int, interval: int | None = None) -> list[int]:
         """The log files a reader at ``latest`` needs: the newest compact batch <= latest, then deltas."""
-        interval = self.compact_interval
+        interval = interval or self.compact_interval
         start = max(0, (latest + 1) // interval * interval - 1)
         return list(range(start, latest + 1))
 
@@ -324,9 +328,10 @@ class MetadataLog:
                 f"batch {latest} is not committed in {self.display(self.log_dir)}: the newest is "
                 f"{max(listing, default=None)}. Ask for a committed batch."
             )
-        for batch_id in self.snapshot_batches(latest):
+        interval = self._interval_for(listing)
+        for batch_id in self.snapshot_batches(latest, interval):
             info = listing.get(batch_id)
-            expected = self.batch_path(batch_id)
+            expected = self.batch_path(batch_id, interval)
             if info is None or info.path != expected:
                 raise MissingLogFileError(
                     f"log file {self.display(expected)} (batch {batch_id}) is missing: the chain of batches up to "
@@ -352,12 +357,13 @@ class MetadataLog:
             except FileNotFoundError:
                 pass  # deleted by a concurrent cleanup
         if listing:
-            latest = max(listing)
-            for batch_id in self.snapshot_batches(latest):
-                if batch_id not in listing or listing[batch_id].path != self.batch_path(batch_id):
+            latest, interval = max(listing), self._interval_for(listing)
+            for batch_id in self.snapshot_batches(latest, interval):
+                expected = self.batch_path(batch_id, interval)
+                if batch_id not in listing or listing[batch_id].path != expected:
                     problems.append(
                         MissingLogFileError(
-                            f"log file {self.display(self.batch_path(batch_id))} (batch {batch_id}) is missing; "
+                            f"log file {self.display(expected)} (batch {batch_id}) is missing; "
                             f"the chain up to batch {latest} needs it. Restore it from backup."
                         )
                     )
@@ -389,10 +395,11 @@ class MetadataLog:
                 f"{latest + 1} (log batches form an unbroken chain). Commit batches in order."
             )
         stamped = [e if e.batch_id == batch_id else dataclasses.replace(e, batch_id=batch_id) for e in entries]
-        path = self.batch_path(batch_id)
-        if self.is_compaction_batch(batch_id):
+        interval = self._interval_for(listing)
+        path = self.batch_path(batch_id, interval)
+        if self.is_compaction_batch(batch_id, interval):
             started = time.monotonic()
-            ok = self.storage.put_if_absent(path, self._compact_chunks(batch_id, listing, stamped))
+            ok = self.storage.put_if_absent(path, self._compact_chunks(batch_id, listing, interval, stamped))
             logger.info("%s: compacted batch %d in %.3fs", self, batch_id, time.monotonic() - started)
         else:
             ok = self.storage.put_if_absent(path, _serialize(stamped))
@@ -401,15 +408,16 @@ class MetadataLog:
         return ok
 
     def _compact_chunks(
-        self, batch_id: int, listing: dict[int, FileInfo], new_entries: list[LogEntry]
+        self, batch_id: int, listing: dict[int, FileInfo], interval: int, new_entries: list[LogEntry]
     ) -> Iterator[bytes]:
         yield b"v1"
         now = int(time.time() * 1000)
-        for source in self.snapshot_batches(batch_id - 1) if batch_id > 0 else []:
+        for source in self.snapshot_batches(batch_id - 1, interval) if batch_id > 0 else []:
             info = listing.get(source)
-            if info is None or info.path != self.batch_path(source):
+            expected = self.batch_path(source, interval)
+            if info is None or info.path != expected:
                 raise MissingLogFileError(
-                    f"cannot compact batch {batch_id}: log file {self.display(self.batch_path(source))} "
+                    f"cannot compact batch {batch_id}: log file {self.display(expected)} "
                     f"(batch {source}) is missing. Restore it from backup before the query continues."
                 )
             yield from self._compact_lines(info.path, source, now)
