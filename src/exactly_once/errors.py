@@ -31,6 +31,10 @@ class MissingLogFileError(LogError):
     """A log file the batch chain needs (a delta or a compact file) is missing."""
 
 
+class SnapshotExpiredError(LogError):
+    """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full."""
+
+
 class NotAnOutputError(LogError):
     """The path has no `_spark_metadata` log, so committed data cannot be told apart."""
 

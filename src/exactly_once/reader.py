@@ -15,33 +15,26 @@ Example::
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .errors import (
-    LogError,
-    MissingDataFileError,
-    MissingLogFileError,
-    NotAnOutputError,
-    OutsideRootError,
-    SnapshotError,
-)
-from .metadata_log import METADATA_DIR, LogEntry, MetadataLog
+from .errors import MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
+from .log_snapshot import LogSnapshot, batch_ids_known, data_files, read_chain, read_snapshot, require_batch, resolve_paths
+from .metadata_log import METADATA_DIR, MetadataLog
 from .partitioning import convert_partition_value, infer_partition_types, parse_partition_path
+from .sink_log import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
 from .storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 logger = logging.getLogger(__name__)
-
-_SNAPSHOT_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -56,103 +49,128 @@ class CommittedFile:
     partition: tuple[tuple[str, str], ...]  # (column, raw escaped value)
 
 
+class CommittedFiles(Sequence[CommittedFile]):
+    """The committed files of a snapshot: Arrow columns (``table``: path, relative_path, size,
+    modification_time, batch_id), seen as a sequence of :class:`CommittedFile` built only when accessed.
+
+    Example::
+
+        >>> files = committed_files("/data/events")
+        >>> len(files), files[0].relative_path, files.table.column("size")[0].as_py()
+        (120, 'part-00000-....parquet', 392)
+    """
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @overload
+    def __getitem__(self, index: int) -> CommittedFile: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[CommittedFile]: ...
+
+    def __getitem__(self, index: int | slice) -> CommittedFile | list[CommittedFile]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"committed file {index} out of range ({len(self)} files)")
+        return self._file(self.table.slice(index, 1).to_pylist()[0])
+
+    def __iter__(self) -> Iterator[CommittedFile]:
+        for batch in self.table.to_batches(max_chunksize=65536):
+            yield from map(self._file, batch.to_pylist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CommittedFiles):
+            return self.table.equals(other.table)
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CommittedFiles({len(self)} files)"
+
+    @staticmethod
+    def _file(row: dict[str, Any]) -> CommittedFile:
+        relative = row["relative_path"]
+        partition = tuple(parse_partition_path(relative)) if "/" in relative else ()
+        return CommittedFile(
+            row["path"], relative, row["size"], row["modification_time"], row["batch_id"], partition
+        )
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The committed files of an output as of one batch."""
 
     storage: Storage
     latest_batch_id: int | None
-    files: tuple[CommittedFile, ...]
+    files: CommittedFiles
 
 
-def _read_snapshot(log: MetadataLog) -> tuple[int | None, list[LogEntry]]:
-    """Entries as of the latest batch, retrying while a concurrent compaction/cleanup moves the log."""
-    last_error: Exception | None = None
-    for attempt in range(_SNAPSHOT_ATTEMPTS):
-        latest = log.latest_batch_id()
-        if latest is None:
-            return None, []
-        try:
-            return latest, list(log.iter_snapshot(latest))
-        except (FileNotFoundError, MissingLogFileError) as exc:
-            last_error = exc
-            if log.latest_batch_id() == latest and isinstance(exc, MissingLogFileError):
-                raise  # the log did not move: the file is really missing
-            logger.debug("log moved while reading batch %s (attempt %d): retrying", latest, attempt + 1)
-            time.sleep(0.01 * attempt)
-    raise SnapshotError(
-        f"could not read a consistent snapshot of {log.display(log.log_dir)} in {_SNAPSHOT_ATTEMPTS} attempts: "
-        f"log files kept disappearing ({last_error}). Raise the writer's cleanup_delay."
-    )
+def _expired_upto(table: pa.Table) -> int:
+    """The newest batch whose entries retention may have dropped from this snapshot (-1: none)."""
+    value = pc.max(table.column(EXPIRED_KEY)).as_py()
+    return -1 if value is None else value
 
 
 def _select(
-    log: MetadataLog,
-    latest: int,
-    entries: list[LogEntry],
-    as_of_batch: int | None,
-    batches: tuple[int, int] | None,
-) -> list[LogEntry]:
-    """Restrict the latest snapshot to ``as_of_batch`` and/or the batch range ``batches``."""
-    high = latest if as_of_batch is None else min(as_of_batch, latest)
-    low = 0 if batches is None else batches[0]
+    log: MetadataLog, snap: LogSnapshot, as_of_batch: int | None, batches: tuple[int, int] | None, interval: int | None
+) -> pa.Table:
+    """The entries of the latest snapshot restricted to ``as_of_batch`` and/or the batch range ``batches``.
+
+    An older snapshot is read from its own log files while they exist (retention may have dropped entries
+    from newer compact files); else it is the latest one filtered by batch id, unless that cannot answer in
+    full (retention dropped entries of those batches, or Spark's compact files carry no batch ids), which
+    raises :class:`SnapshotExpiredError` naming the missing log file.
+    """
+    latest = snap.latest
+    assert latest is not None
+    if as_of_batch is not None:
+        require_batch(log, snap, as_of_batch, "as_of_batch")
+    high = latest if as_of_batch is None else as_of_batch
+    low = 0
     if batches is not None:
-        high = min(high, batches[1])
-    if as_of_batch is not None and as_of_batch > latest:
-        raise LogError(
-            f"as_of_batch={as_of_batch} but {log.display(log.log_dir)} has only batches up to {latest}; "
-            "ask for a committed batch."
-        )
+        low, high = batches[0], min(high, batches[1])
     if low == 0 and high == latest:
-        return entries
-    if all(e.batch_id is not None for e in entries):
-        return [e for e in entries if low <= e.batch_id <= high]
-    # A compact file written by Spark itself does not attribute its entries to batches: fall back to
-    # the older log files (present unless cleaned up), as Spark would read them.
-    upto = log.all_files(high)
+        return snap.table
+    upto = _snapshot_at(log, snap, high, low, interval)
     if low == 0:
         return upto
-    before = {e.path for e in log.all_files(low - 1)}
-    return [e for e in upto if e.path not in before]
+    if batch_ids_known(upto):
+        ids = upto.column(BATCH_KEY)
+        return upto.filter(pc.greater_equal(ids, low))
+    before = _snapshot_at(log, snap, low - 1, low, interval)
+    return upto.filter(pc.invert(pc.is_in(upto.column("path"), before.column("path"))))
 
 
-def _relative_segments(path: str) -> str:
-    """The root-relative part of a data file path: its name plus the ``k=v`` directories above it."""
-    parts = path.split("/")
-    start = len(parts) - 1
-    while start > 0 and "=" in parts[start - 1]:
-        start -= 1
-    return "/".join(parts[start:])
-
-
-class _Resolver:
-    """Maps log paths to files under the root, following a relocated (copied or moved) output."""
-
-    def __init__(self, storage: Storage, allow_outside_root: bool) -> None:
-        self.storage = storage
-        self.prefix = storage.root.rstrip("/") + "/"
-        self.allow_outside_root = allow_outside_root
-        self.relocated: dict[str, bool] = {}
-
-    def resolve(self, entry: LogEntry) -> tuple[str, str]:
-        path = self.storage.from_uri(entry.path)
-        if path.startswith(self.prefix):
-            return path, path[len(self.prefix) :]
-        relative = _relative_segments(path)
-        old_root = path[: len(path) - len(relative)]
-        if old_root not in self.relocated:
-            self.relocated[old_root] = self.storage.exists(self.prefix + relative)
-            if self.relocated[old_root]:
-                logger.info("output was relocated from %s: reading files under %s", old_root, self.prefix)
-        if self.relocated[old_root]:
-            return self.prefix + relative, relative
-        if self.allow_outside_root:
-            return path, relative
-        raise OutsideRootError(
-            f"batch {entry.batch_id} of {self.storage.display(self.storage.root)} lists {entry.path}, which is "
-            "outside the output root and not found under it. If the output was moved, move its data files too; "
-            "to read files outside the root on purpose, pass allow_outside_root=True."
-        )
+def _snapshot_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, interval: int | None) -> pa.Table:
+    """The snapshot at ``batch`` (<= latest); ``low``: the first batch the caller needs in full."""
+    if batch == snap.latest:
+        return snap.table
+    try:
+        return read_chain(log, batch, snap.listing, interval)
+    except (MissingLogFileError, FileNotFoundError) as exc:
+        gone = exc
+    table = snap.table
+    expired = _expired_upto(table)
+    if batch_ids_known(table) and expired < low:
+        return table.filter(pc.less_equal(table.column(BATCH_KEY), batch))
+    reason = (
+        f"retention dropped entries of batches up to {expired} from newer compact files"
+        if expired >= low
+        else "the newer compact files written by Spark do not record which batch added each file"
+    )
+    raise SnapshotExpiredError(
+        f"the snapshot of {log.display(log.log_dir)} as of batch {batch} cannot be answered in full: {gone} "
+        f"and {reason}. Ask for a batch whose log files still exist (raise min_batches_to_retain or "
+        "cleanup_delay to keep more), or read the latest snapshot."
+    ) from gone
 
 
 class SnapshotOptions(TypedDict, total=False):
@@ -164,6 +182,7 @@ class SnapshotOptions(TypedDict, total=False):
     storage_options: dict[str, Any] | None
     allow_outside_root: bool
     ignore_missing_files: bool
+    compact_interval: int | None
 
 
 def snapshot(
@@ -174,8 +193,12 @@ def snapshot(
     storage_options: dict[str, Any] | None = None,
     allow_outside_root: bool = False,
     ignore_missing_files: bool = False,
+    compact_interval: int | None = None,
 ) -> Snapshot:
     """The committed files of ``path`` with the storage that reads them (see :func:`committed_files`).
+
+    ``compact_interval``: the writer's compaction interval, for an output whose log cannot tell it
+    (normally inferred from the log's files).
 
     Example::
 
@@ -183,47 +206,50 @@ def snapshot(
         >>> snap.latest_batch_id, len(snap.files)
         (57, 120)
     """
-    storage = Storage(path, storage_options)
-    log = MetadataLog(path, storage=storage, cleanup=False)
-    if not storage.exists(log.log_dir):
-        raise NotAnOutputError(
-            f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told "
-            "apart from files of failed batches. Point at the output directory of a streaming file sink "
-            "(ParquetSink or Spark's writeStream.format('parquet'))."
-        )
-    latest, entries = _read_snapshot(log)
-    if latest is None:
-        return Snapshot(storage, None, ())
     if batches is not None and batches[0] > batches[1]:
         raise ValueError(f"batches={batches}: the first batch must not be after the last")
-    resolver = _Resolver(storage, allow_outside_root)
-    files = []
-    for entry in _select(log, latest, entries, as_of_batch, batches):
-        if entry.is_dir or entry.size <= 0:
-            continue  # Spark skips directories and empty files
-        file_path, relative = resolver.resolve(entry)
-        files.append(
-            CommittedFile(
-                file_path,
-                relative,
-                entry.size,
-                entry.modification_time,
-                entry.batch_id,
-                tuple(parse_partition_path(relative)),
+    storage = Storage(path, storage_options)
+    log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
+    log_snap = read_snapshot(log, compact_interval)
+    if log_snap.latest is None:
+        if not storage.exists(log.log_dir):
+            raise NotAnOutputError(
+                f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told "
+                "apart from files of failed batches. Point at the output directory of a streaming file sink "
+                "(ParquetSink or Spark's writeStream.format('parquet'))."
             )
-        )
+        return Snapshot(storage, None, CommittedFiles(_files_table([], [], pa.table({}))))
+    entries = data_files(_select(log, log_snap, as_of_batch, batches, compact_interval))
+    paths, relative = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), allow_outside_root)
+    table = _files_table(paths, relative, entries)
     if ignore_missing_files:
-        present = [f for f in files if storage.exists(f.path)]
-        for gone in set(files) - set(present):
+        present = pa.array([storage.exists(p) for p in paths.to_pylist()], pa.bool_())
+        for gone in CommittedFiles(table.filter(pc.invert(present))):
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
-        files = present
-    return Snapshot(storage, latest, tuple(files))
+        table = table.filter(present)
+    return Snapshot(storage, log_snap.latest, CommittedFiles(table))
 
 
-def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> list[CommittedFile]:
+def _files_table(paths: Any, relative: Any, entries: pa.Table) -> pa.Table:
+    if not entries.num_columns:
+        entries = ENTRY_SCHEMA.empty_table()
+    return pa.table(
+        {
+            "path": pa.array(paths, pa.string()) if isinstance(paths, list) else paths,
+            "relative_path": pa.array(relative, pa.string()) if isinstance(relative, list) else relative,
+            "size": entries.column("size"),
+            "modification_time": entries.column("modificationTime"),
+            "batch_id": entries.column(BATCH_KEY),
+        }
+    )
+
+
+def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedFiles:
     """The committed data files of the output at ``path``, from the log only (options as :func:`snapshot`).
 
-    ``as_of_batch=N``: as after batch N. ``batches=(a, b)``: only the files batches a..b committed.
+    A sequence of :class:`CommittedFile`, backed by Arrow columns (``.table``); objects are built only
+    for the files accessed. ``as_of_batch=N``: as after batch N. ``batches=(a, b)``: only the files
+    batches a..b committed.
     Directories and zero-size entries are skipped like Spark does; entries outside the root are refused
     unless ``allow_outside_root``; a relocated output is followed.
 
@@ -232,41 +258,46 @@ def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> list[Commi
         >>> [f.relative_path for f in committed_files("/data/events", batches=(3, 3))]
         ['day=2024-01-01/part-00000-1f0c...c000.snappy.parquet']
     """
-    return list(snapshot(path, **options).files)
+    return snapshot(path, **options).files
 
 
 def _dataset_from(snap: Snapshot) -> ds.Dataset:
     storage = snap.storage
-    files = snap.files
+    table = snap.files.table
+    if not table.num_rows:
+        return ds.dataset([], schema=pa.schema([]))
+    paths = table.column("path").to_pylist()
+    relatives = table.column("relative_path")
+    partitions: list[tuple[tuple[str, str], ...]] = []
+    if pc.any(pc.match_substring(relatives, "/")).as_py():
+        partitions = [tuple(parse_partition_path(r)) for r in relatives.to_pylist()]
     raw_values: dict[str, list[str]] = {}
-    for f in files:
-        for column, raw in f.partition:
+    for partition in partitions:
+        for column, raw in partition:
             raw_values.setdefault(column, []).append(raw)
     types = infer_partition_types(raw_values)
     filesystem = storage.arrow_filesystem()
-    if not files:
-        return ds.dataset([], schema=pa.schema([]))
     try:
-        schemas = [pq.read_schema(p, filesystem=filesystem) for p in {files[0].path, files[-1].path}]
+        schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]
     except (FileNotFoundError, OSError) as exc:
         raise _missing(snap, exc) from exc
     data_schema = pa.unify_schemas(schemas, promote_options="permissive")
     data_schema = pa.schema([f for f in data_schema if f.name not in types])
     schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
-    partitions = []
-    for f in files:
+    expressions = []
+    for partition in partitions:
         expr = ds.scalar(True)
-        for column, raw in f.partition:
+        for column, raw in partition:
             value = convert_partition_value(raw, types[column])
             field = ds.field(column)
             expr = expr & (field.is_null() if value is None else field == pa.scalar(value, types[column]))
-        partitions.append(expr)
+        expressions.append(expr)
     return ds.FileSystemDataset.from_paths(
-        [f.path for f in files],
+        paths,
         schema=schema,
         format=ds.ParquetFileFormat(),
         filesystem=filesystem,
-        partitions=partitions,
+        partitions=expressions or None,
     )
 
 
@@ -309,7 +340,8 @@ def read_committed(
     ``.to_pandas()`` / ``polars.from_arrow`` / duckdb on it, zero-copy). With ``spark=session``: a Spark
     DataFrame over exactly the committed files (``filter`` is a Column or SQL string), partition columns
     included, as ``spark.read.parquet(path)`` returns them. ``options`` are those of :func:`snapshot`
-    (``as_of_batch``, ``batches``, ``storage_options``, ``allow_outside_root``, ``ignore_missing_files``).
+    (``as_of_batch``, ``batches``, ``storage_options``, ``allow_outside_root``, ``ignore_missing_files``,
+    ``compact_interval``).
 
     Example::
 
@@ -321,7 +353,7 @@ def read_committed(
     snap = snapshot(path, **options)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
-    if not snap.files:  # nothing committed yet: no file tells the schema
+    if not len(snap.files):  # nothing committed yet: no file tells the schema
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
     dataset = _dataset_from(snap)
     try:
@@ -332,10 +364,10 @@ def read_committed(
 
 def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str] | None, filter: Any) -> DataFrame:
     storage = snap.storage
-    if not snap.files:
+    if not len(snap.files):
         df = spark.createDataFrame([], "struct<>")
     else:
-        paths = [storage.to_hadoop_path(f.path) for f in snap.files]
+        paths = [storage.to_hadoop_path(p) for p in snap.files.table.column("path").to_pylist()]
         try:
             reader = spark.read.option("basePath", storage.to_hadoop_path(storage.root))
             # mergeSchema: new nullable columns (allowed schema evolution) show, as in the Arrow reader.

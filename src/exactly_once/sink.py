@@ -24,53 +24,25 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import CommitConflictError, ForeignQueryError, LogError, OutputResetError, SchemaMismatchError
+from .errors import (
+    CommitConflictError,
+    ForeignQueryError,
+    LogError,
+    MissingLogFileError,
+    OutputResetError,
+    SchemaMismatchError,
+)
 from .failpoints import failpoint
+from .log_snapshot import data_files, read_chain, resolve_paths
 from .metadata_log import LogEntry, MetadataLog
 from .partitioning import parse_partition_path
-from .storage import Storage
+from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
 from .writer import STATUS_SCHEMA, WriteSpec, codec_extension, write_task
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 logger = logging.getLogger(__name__)
-
-QUERY_ID_KEY = "queryId"
-QUERY_BATCH_KEY = "queryBatchId"
-COMMIT_ID_KEY = "commitId"
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """Who committed a log batch: the streaming query id and that query's own batch id."""
-
-    log_batch_id: int
-    query_id: str | None
-    query_batch_id: int
-    commit_id: str
-
-    def to_entry(self, storage: Storage, now_ms: int) -> LogEntry:
-        return LogEntry(
-            storage.to_uri(storage.join("_spark_metadata")),
-            0,
-            True,
-            now_ms,
-            0,
-            0,
-            "add",
-            self.log_batch_id,
-            {QUERY_ID_KEY: self.query_id, QUERY_BATCH_KEY: self.query_batch_id, COMMIT_ID_KEY: self.commit_id},
-        )
-
-    @classmethod
-    def from_entry(cls, entry: LogEntry) -> CommitRecord | None:
-        """The record carried by ``entry``, or None for a data file entry (or a Spark-written log)."""
-        if not entry.is_dir or COMMIT_ID_KEY not in entry.extra or entry.batch_id is None:
-            return None
-        extra = entry.extra
-        return cls(entry.batch_id, extra.get(QUERY_ID_KEY), int(extra[QUERY_BATCH_KEY]), str(extra[COMMIT_ID_KEY]))
-
 
 @dataclass
 class BatchProgress:
@@ -245,40 +217,50 @@ class ParquetSink:
     # -- decisions ---------------------------------------------------------------------------------
 
     def _refresh_state(self) -> _OutputState:
-        """Load the output state once, then only read the log batches committed since."""
+        """Load the output state once, then only read the log batches committed since: one listing of
+        the log per call, a gap in the log is a MissingLogFileError at once."""
         log = self.log
-        latest = log.latest_batch_id()
-        latest = -1 if latest is None else latest
+        listing = log.list_names()
+        latest = max(listing, default=-1)
         if self._state is None:
             self._state = _OutputState(-1)
-            entries = log.iter_snapshot(latest) if latest >= 0 else iter(())
+            table = read_chain(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
         elif latest > self._state.latest:
-            entries = (e for b in range(self._state.latest + 1, latest + 1) for e in log.get(b) or ())
+            new = sorted(b for b in listing if b > self._state.latest)
+            expected = range(self._state.latest + 1, latest + 1)
+            if len(new) != len(expected):
+                gap = next(b for b, found in zip(expected, [*new, None]) if b != found)
+                raise MissingLogFileError(
+                    f"log file of batch {gap} is missing from {log.display(log.log_dir)}, which holds batches up to "
+                    f"{latest}: the log has a gap (a stray file named after a batch far ahead, or a deleted log "
+                    "file). Remove the stray file or restore the missing one from backup; the query cannot commit "
+                    "until the log is an unbroken chain."
+                )
+            tables = [log.read_table(listing[b], b) for b in new]
+            table = pa.concat_tables(tables)
         else:
-            entries = iter(())
+            table = ENTRY_SCHEMA.empty_table()
         state = self._state
-        last_data = None
-        for entry in entries:
-            record = CommitRecord.from_entry(entry)
-            if record is not None:
-                state.queries[record.query_id] = record
-            elif not entry.is_dir and entry.size > 0:
-                last_data = entry
-        if last_data is not None:
-            self._read_committed_schema(state, last_data)
+        for record in records_of(table):
+            state.queries[record.query_id] = record
+        data = data_files(table)
+        if data.num_rows:
+            last = data.slice(data.num_rows - 1)
+            self._read_committed_schema(state, last.column("path"), last.column(BATCH_KEY))
         state.latest = latest
         return state
 
-    def _read_committed_schema(self, state: _OutputState, entry: LogEntry) -> None:
+    def _read_committed_schema(self, state: _OutputState, uri: pa.ChunkedArray, batch_id: pa.ChunkedArray) -> None:
+        """The committed schema and partition columns from one committed file (``uri`` as logged), found
+        through the reader's rule, which follows a copied or moved output."""
         storage = self.log.storage
-        path = storage.from_uri(entry.path)
-        relative = path[len(storage.root) + 1 :] if path.startswith(storage.root + "/") else path.rsplit("/", 1)[-1]
+        paths, relative = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
         try:
-            with storage.open(path, "rb") as fh:
+            with storage.open(paths[0].as_py(), "rb") as fh:
                 state.schema = pq.read_schema(fh)
         except FileNotFoundError:
             return  # a missing file is the reader's and `verify`'s to report; keep the previous schema
-        state.partition_columns = tuple(name for name, _ in parse_partition_path(relative))
+        state.partition_columns = tuple(name for name, _ in parse_partition_path(relative[0].as_py()))
 
     def _target_batch(self, state: _OutputState, query_id: str | None, batch_id: int) -> int | None:
         """The log batch id to commit to, or None when this query already committed ``batch_id``."""

@@ -238,6 +238,24 @@ class Storage:
             return []
 
     @_backend_errors
+    def ls_names(self, path: str) -> list[str]:
+        """Paths (no protocol) of the direct children of ``path``, fresh, without a per-file stat (local
+        ``ls(detail=True)`` stats every file); empty if ``path`` does not exist.
+
+        Example: ``st.ls_names(st.join("_spark_metadata"))`` -> ``['/tmp/out/_spark_metadata/0', ...]``.
+        """
+        self.fs.invalidate_cache(path)
+        if self.is_local:
+            try:
+                return [posixpath.join(path, name) for name in os.listdir(path)]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        try:
+            return [self.fs._strip_protocol(name).rstrip("/") for name in self.fs.ls(path, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    @_backend_errors
     def find(self, path: str) -> list[FileInfo]:
         """Every file below ``path`` (recursive), fresh."""
         self.fs.invalidate_cache(path)

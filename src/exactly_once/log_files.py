@@ -1,0 +1,202 @@
+"""The versioned log files under ``_spark_metadata`` (Spark's ``HDFSMetadataLog``): naming, listing,
+reading one file (as Arrow columns, or as entries) and atomic creation.
+
+File format: ``v1`` then one ``\\n{json}`` line per entry, no trailing newline. Batch ``N`` is the file
+``N``, or ``N.compact`` for a compaction batch. Every I/O goes through
+:class:`~exactly_once.storage.Storage`.
+
+Example::
+
+    >>> files = LogFiles(Storage("/tmp/out"))
+    >>> files.list_names()
+    {0: '/tmp/out/_spark_metadata/0', 9: '/tmp/out/_spark_metadata/9.compact'}
+    >>> files.read_table(files.list_names()[9], 9).num_rows
+    20
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from .errors import CorruptLogError, UnsupportedLogVersionError
+from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
+from .storage import FileInfo, Storage
+
+logger = logging.getLogger(__name__)
+
+VERSION = 1
+METADATA_DIR = "_spark_metadata"
+COMPACT_SUFFIX = ".compact"
+_BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
+_PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
+
+
+def parse_batch_name(name: str) -> tuple[int, bool] | None:
+    """``"12"`` -> (12, False), ``"19.compact"`` -> (19, True); anything else (temp, crc) -> None.
+
+    Example: ``parse_batch_name("/o/_spark_metadata/19.compact") == (19, True)``.
+    """
+    base = name.rsplit("/", 1)[-1]
+    compact = base.endswith(COMPACT_SUFFIX)
+    digits = base[: -len(COMPACT_SUFFIX)] if compact else base
+    if not digits.isdigit() or not digits.isascii():
+        return None
+    return int(digits), compact
+
+
+def is_compact_path(path: str) -> bool:
+    return path.endswith(COMPACT_SUFFIX)
+
+
+class Listing(dict[int, str]):
+    """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw."""
+
+    def __init__(self, files: dict[int, str] | None = None, temps: list[str] | None = None) -> None:
+        super().__init__(files or {})
+        self.temps = temps or []
+
+
+class LogFiles:
+    """The log directory of one output: one file per batch.
+
+    Example::
+
+        >>> LogFiles(Storage("s3://bucket/out")).log_dir
+        'bucket/out/_spark_metadata'
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.log_dir = storage.join(METADATA_DIR)
+
+    def display(self, path: str) -> str:
+        return self.storage.display(path)
+
+    def path_of(self, batch_id: int, compact: bool) -> str:
+        """The file of batch ``batch_id`` (``N`` or ``N.compact``)."""
+        return self.storage.join(METADATA_DIR, f"{batch_id}{COMPACT_SUFFIX if compact else ''}")
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    def list_names(self) -> Listing:
+        """Batch id -> log file path, from one fresh names-only listing (no per-file stat)."""
+        found = Listing()
+        for path in self.storage.ls_names(self.log_dir):
+            parsed = parse_batch_name(path)
+            if parsed:
+                found[parsed[0]] = path
+            elif path.endswith(".tmp"):
+                found.temps.append(path)
+        return found
+
+    def list_details(self) -> dict[int, FileInfo]:
+        """Batch id -> log file with size and modification time (one listing that stats every file)."""
+        found: dict[int, FileInfo] = {}
+        for info in self.storage.ls(self.log_dir):
+            parsed = parse_batch_name(info.path)
+            if parsed and not info.is_dir:
+                found[parsed[0]] = info
+        return found
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _corrupt(self, path: str, batch_id: int, number: int, exc: Exception) -> CorruptLogError:
+        return CorruptLogError(
+            f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: {exc}. The file was "
+            "truncated or damaged; restore it from backup, or run `exactly-once verify` to see every problem."
+        )
+
+    def check_header(self, header: bytes, path: str, batch_id: int) -> None:
+        """Raise CorruptLogError for an empty file or a header that is not ``v<n>``, and
+        UnsupportedLogVersionError for a newer version."""
+        if not header:
+            raise CorruptLogError(
+                f"Incomplete log file {self.display(path)} (batch {batch_id}): the file is empty. It was "
+                "truncated or written by a writer that crashed; restore it from backup or delete it and "
+                "replay the batch from the query's checkpoint."
+            )
+        text = header.rstrip(b"\n")
+        version = text[1:].decode("ascii", "replace")
+        if not text.startswith(b"v") or not version.isdigit():
+            raise CorruptLogError(
+                f"malformed log file {self.display(path)} (batch {batch_id}): header {text[:20]!r} is not "
+                "'v<version>'. The file is not a Spark metadata log file or is damaged; restore it from backup."
+            )
+        if int(version) > VERSION:
+            raise UnsupportedLogVersionError(
+                f"unsupported log version v{version} in {self.display(path)} (batch {batch_id}): this "
+                f"exactly_once supports up to v{VERSION}. The log was written by a newer Spark or tool; upgrade "
+                "exactly_once to read it."
+            )
+
+    def blocks(self, path: str, batch_id: int) -> Iterator[tuple[int, bytes]]:
+        """The body of one log file (after the header) in blocks of whole lines, each with the number of
+        its first line: ``(2, b'{...}\\n{...}')``. FileNotFoundError if the file does not exist."""
+        with self.storage.open(path, "rb") as fh:
+            self.check_header(fh.readline(), path, batch_id)
+            number, carry = 2, b""
+            while block := fh.read(_BLOCK):
+                data = carry + block if carry else block
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = data
+                    continue
+                yield number, data[:cut]
+                number += data.count(b"\n", 0, cut) + 1
+                carry = data[cut + 1 :]
+            if carry:
+                yield number, carry
+
+    def parse_block(self, block: bytes, path: str, batch_id: int, first_line: int) -> pa.Table:
+        """Validate and parse one block of lines column-wise; a block that fails any check is parsed
+        again line by line, which raises CorruptLogError naming the exact line."""
+        try:
+            block.decode("utf-8")  # pyarrow.json does not check the encoding
+            table = pa_json.read_json(io.BytesIO(block), parse_options=_PARSE)
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            table = None
+        if (
+            table is None
+            or table.num_rows != block.count(b"\n") + 1
+            or any(table.column(key).null_count for key in REQUIRED_KEYS)
+        ):
+            return self._parse_lines(block, path, batch_id, first_line)
+        return table
+
+    def _parse_lines(self, block: bytes, path: str, batch_id: int, first_line: int) -> pa.Table:
+        entries = []
+        for number, raw in enumerate(block.split(b"\n"), start=first_line):
+            try:
+                entries.append(LogEntry.from_json(raw.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise self._corrupt(path, batch_id, number, exc) from exc
+        try:
+            return entries_table(entries)
+        except ValueError as exc:
+            raise self._corrupt(path, batch_id, first_line, exc) from exc
+
+    def read_table(self, path: str, batch_id: int) -> pa.Table:
+        """Every entry of one log file as columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`,
+        validated. Entries of a delta file without ``batchId`` get the file's batch id."""
+        tables = [self.parse_block(block, path, batch_id, n) for n, block in self.blocks(path, batch_id)]
+        table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
+        if not is_compact_path(path) and table.column(BATCH_KEY).null_count:
+            index = table.schema.get_field_index(BATCH_KEY)
+            table = table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+        return table
+
+    def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
+        """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
+        owner = None if is_compact_path(path) else batch_id
+        for first, block in self.blocks(path, batch_id):
+            for number, raw in enumerate(block.split(b"\n"), start=first):
+                try:
+                    yield LogEntry.from_json(raw.decode("utf-8"), owner)
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise self._corrupt(path, batch_id, number, exc) from exc
