@@ -37,7 +37,10 @@ from . import __version__
 from .errors import ExactlyOnceError, LogError, NotAnOutputError
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
 from .reader import CommittedFile, snapshot
-from .sink import Action, CommitRecord, decide_batch
+from .log_files import Listing
+from .log_snapshot import read_chain
+from .sink import Action, decide_batch
+from .sink_log import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, attribute, records_of
 from .storage import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
@@ -56,7 +59,8 @@ class Batch:
     batch_id: int
     entries: list[LogEntry] = field(default_factory=list)
     record: CommitRecord | None = None
-    committed_ms: int | None = None  # the commit record's time, else the batch's log file's mtime
+    # the commit record's time, else the batch's log file's mtime, else its newest data file's mtime
+    committed_ms: int | None = None
 
     @property
     def data_files(self) -> list[LogEntry]:
@@ -116,20 +120,35 @@ def read_output(url: str, storage_options: Mapping[str, Any], must_exist: bool =
     output = Output(storage, log, listing, latest, {})
     if latest is None:
         return output
-    batches = {b: Batch(b) for b in log.snapshot_batches(latest) if b in listing}  # empty batches too
-    for entry in log.iter_snapshot(latest):
-        batch_id = output.owner_batch(entry.batch_id)
+    names = Listing({b: info.path for b, info in listing.items()})
+    table = read_chain(log, latest, names)
+    batches = {b: Batch(b) for b, _ in log.chain(latest, names)}  # empty batches too
+    records = records_of(table)
+    for row in table.to_pylist():
+        batch_id = output.owner_batch(row[BATCH_KEY])
         batch = batches.setdefault(batch_id, Batch(batch_id))
-        record = CommitRecord.from_entry(entry)
-        if record is None:
-            batch.entries.append(entry)
+        if row[COMMIT_ID_KEY] is not None and row["isDir"]:
+            batch.committed_ms = row["modificationTime"]
         else:
-            batch.record, batch.committed_ms = record, entry.modification_time
+            batch.entries.append(_entry(row))
+    # A compact file keeps only the first and last commit record of each run: infer the others.
+    for batch_id, record in attribute(records, batches).items():
+        batches[batch_id].record = record
     for batch in batches.values():
         if batch.committed_ms is None and batch.batch_id in listing:
             batch.committed_ms = listing[batch.batch_id].mtime_ms
+        elif batch.committed_ms is None and batch.data_files:  # compacted away: when its files were written
+            batch.committed_ms = max(e.modification_time for e in batch.data_files)
     output.batches = dict(sorted(batches.items()))
     return output
+
+
+def _entry(row: dict[str, Any]) -> LogEntry:
+    """A row of the columnar snapshot as the entry ``show`` prints."""
+    return LogEntry(
+        row["path"], row["size"], row["isDir"], row["modificationTime"], row["blockReplication"],
+        row["blockSize"], row["action"], row[BATCH_KEY],
+    )
 
 
 def count_rows(output: Output) -> dict[int, int | None]:
