@@ -4,9 +4,10 @@
 
 * data files ``part-<k>-<hex>.c000.snappy.parquet`` straight under the root (real, tiny Parquet files:
   hard links to a few pooled copies of one small file, so a million of them cost no data blocks);
-* ``_spark_metadata/`` as ParquetSink leaves it after ``batches`` commits: each batch is one commit
-  record (the ``isDir`` entry Spark skips) plus its data files; lines are made by the core's own
-  ``LogEntry.to_json`` / ``CommitRecord.to_entry``. Written directly (not by ``MetadataLog.add``, which
+* ``_spark_metadata/`` as ParquetSink leaves it after ``batches`` commits: each delta is one commit
+  record (the ``isDir`` entry Spark skips) plus its data files; a compact file keeps the data entries
+  and, as compaction does (``records_to_keep``: one query, one run), only the first and the newest
+  commit record; lines are made by the core's own ``LogEntry.to_json`` / ``CommitRecord.to_entry``. Written directly (not by ``MetadataLog.add``, which
   would take minutes for 100k batches): the two newest compact files (every 10 batches, like Spark;
   readers infer the interval from the two), the deltas between them and after the newest. Older files,
   which log cleanup keeps for up to 100 batches but no reader opens, are left out;
@@ -33,8 +34,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exactly_once.metadata_log import METADATA_DIR, LogEntry
-from exactly_once.sink import CommitRecord
+from exactly_once.metadata_log import METADATA_DIR, CommitRecord, LogEntry
 from exactly_once.storage import Storage
 
 logger = logging.getLogger("benchmarks.synth")
@@ -107,6 +107,7 @@ class History:
     files_per_batch: int
     entries: int  # data file entries
     log_bytes: int  # bytes of the _spark_metadata files a reader opens
+    spark_log_bytes: int  # the same for Spark's own sink on the same stream (its seven keys, no records)
     delta_log_files: int
     build_seconds: float
 
@@ -138,7 +139,7 @@ def build_history(root: str, batches: int, files_per_batch: int, template: Templ
         fh.write("v1")
     checkpoint_paths: list[str] = []
     checkpoint_mtimes: list[int] = []
-    log_bytes = 0
+    log_bytes = spark_log_bytes = 0
     size = template.size
     query_id = "00000000-0000-4000-8000-000000000001"
     stats = json.dumps(template.stats)
@@ -149,13 +150,19 @@ def build_history(root: str, batches: int, files_per_batch: int, template: Templ
             os.link(template.source(), os.path.join(root, name))
         # _spark_metadata lines, exactly as ParquetSink commits them
         record = CommitRecord(batch, query_id, batch, f"{rng.getrandbits(128):032x}").to_entry(storage, mtime)
-        entries = [record] + [LogEntry(uri_prefix + n, size, False, mtime, batch_id=batch) for n in names]
-        text = "".join("\n" + e.to_json() for e in entries)
+        data = [LogEntry(uri_prefix + n, size, False, mtime, batch_id=batch) for n in names]
+        data_text = "".join("\n" + e.to_json() for e in data)
+        text = "\n" + record.to_json() + data_text
+        spark_text = "".join("\n" + LogEntry(e.path, size, False, mtime).to_json() for e in data)
         for compact_id, fh in compacts.items():
             if batch <= compact_id:
-                fh.write(text)
+                fh.write(text if batch in (0, compact_id) else data_text)
                 if batch == compact_id:
                     fh.close()
+        if batch <= newest_compact:
+            spark_log_bytes += len(spark_text.encode()) + (2 if batch == 0 else 0)
+        else:
+            spark_log_bytes += len(spark_text.encode()) + 2
         if batch == newest_compact:
             log_bytes += os.path.getsize(os.path.join(meta_dir, f"{batch}.compact"))
         elif batch > previous_compact and batch % LOG_INTERVAL != LOG_INTERVAL - 1:
@@ -194,6 +201,7 @@ def build_history(root: str, batches: int, files_per_batch: int, template: Templ
         files_per_batch,
         batches * files_per_batch,
         log_bytes,
+        spark_log_bytes,
         batches + (1 if checkpoint_version > 0 else 0),
         time.monotonic() - started,
     )

@@ -261,8 +261,8 @@ class CompactibleLog(LogFiles):
         records: list[CommitRecord] = []
         expired_upto = -1
         for source, path in sources:
-            for index, (first, block) in enumerate(self.blocks(path, source)):
-                table = self.parse_block(block, path, source, first)
+            for index, block in enumerate(self.blocks(path, source)):
+                table = self.parse_block(block, path, source)
                 if not is_compact_path(path):
                     table = table.set_column(
                         table.schema.get_field_index(BATCH_KEY), BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), source)
@@ -289,11 +289,11 @@ class CompactibleLog(LogFiles):
         yield b"v1"
         for source, path in sources:
             stamp = None if is_compact_path(path) else source
-            for index, (_, block) in enumerate(self.blocks(path, source)):
+            for index, block in enumerate(self.blocks(path, source)):
                 plan = plans[(source, index)]
                 drop = set(plan.expired) | set(plan.markers)
                 drop.update(row for row, record in plan.records if record.log_batch_id not in keep)
-                yield from self._copy_block(block, drop, stamp)
+                yield from self._copy_block(block.data, drop, stamp)
         kept_new = [
             e for e in new_entries
             if (cutoff is None or e.is_dir or e.modification_time >= cutoff)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,6 +61,16 @@ class Listing(dict[int, str]):
     def __init__(self, files: dict[int, str] | None = None, temps: list[str] | None = None) -> None:
         super().__init__(files or {})
         self.temps = temps or []
+
+
+@dataclass(frozen=True)
+class Block:
+    """Whole lines of one log file: ``data`` (lines joined by ``\\n``), the number of the first line
+    (the header is line 1) and how many lines it holds."""
+
+    data: bytes
+    first_line: int
+    lines: int
 
 
 class LogFiles:
@@ -135,38 +146,40 @@ class LogFiles:
                 "exactly_once to read it."
             )
 
-    def blocks(self, path: str, batch_id: int) -> Iterator[tuple[int, bytes]]:
-        """The body of one log file (after the header) in blocks of whole lines, each with the number of
-        its first line: ``(2, b'{...}\\n{...}')``. FileNotFoundError if the file does not exist."""
+    def blocks(self, path: str, batch_id: int) -> Iterator[Block]:
+        """The body of one log file (after the header) in blocks of whole lines. FileNotFoundError if the
+        file does not exist."""
         with self.storage.open(path, "rb") as fh:
             self.check_header(fh.readline(), path, batch_id)
             number, carry = 2, b""
-            while block := fh.read(_BLOCK):
-                data = carry + block if carry else block
+            while chunk := fh.read(_BLOCK):
+                data = carry + chunk if carry else chunk
                 cut = data.rfind(b"\n")
                 if cut < 0:
                     carry = data
                     continue
-                yield number, data[:cut]
-                number += data.count(b"\n", 0, cut) + 1
+                lines = data.count(b"\n", 0, cut) + 1
+                yield Block(data[:cut], number, lines)
+                number += lines
                 carry = data[cut + 1 :]
             if carry:
-                yield number, carry
+                yield Block(carry, number, carry.count(b"\n") + 1)
 
-    def parse_block(self, block: bytes, path: str, batch_id: int, first_line: int) -> pa.Table:
-        """Validate and parse one block of lines column-wise; a block that fails any check is parsed
-        again line by line, which raises CorruptLogError naming the exact line."""
+    def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
+        """Validate and parse one block of lines column-wise (a line pyarrow skips, a missing key or a
+        wrong type fails a check on the whole block); a block that fails is parsed again line by line,
+        which raises CorruptLogError naming the exact line."""
         try:
-            block.decode("utf-8")  # pyarrow.json does not check the encoding
-            table = pa_json.read_json(io.BytesIO(block), parse_options=_PARSE)
+            block.data.decode("utf-8")  # pyarrow.json does not check the encoding
+            table = pa_json.read_json(io.BytesIO(block.data), parse_options=_PARSE)
         except (pa.ArrowInvalid, UnicodeDecodeError):
             table = None
         if (
             table is None
-            or table.num_rows != block.count(b"\n") + 1
+            or table.num_rows != block.lines
             or any(table.column(key).null_count for key in REQUIRED_KEYS)
         ):
-            return self._parse_lines(block, path, batch_id, first_line)
+            return self._parse_lines(block.data, path, batch_id, block.first_line)
         return table
 
     def _parse_lines(self, block: bytes, path: str, batch_id: int, first_line: int) -> pa.Table:
@@ -184,7 +197,7 @@ class LogFiles:
     def read_table(self, path: str, batch_id: int) -> pa.Table:
         """Every entry of one log file as columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`,
         validated. Entries of a delta file without ``batchId`` get the file's batch id."""
-        tables = [self.parse_block(block, path, batch_id, n) for n, block in self.blocks(path, batch_id)]
+        tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id)]
         table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
         if not is_compact_path(path) and table.column(BATCH_KEY).null_count:
             index = table.schema.get_field_index(BATCH_KEY)
@@ -194,8 +207,8 @@ class LogFiles:
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
         owner = None if is_compact_path(path) else batch_id
-        for first, block in self.blocks(path, batch_id):
-            for number, raw in enumerate(block.split(b"\n"), start=first):
+        for block in self.blocks(path, batch_id):
+            for number, raw in enumerate(block.data.split(b"\n"), start=block.first_line):
                 try:
                     yield LogEntry.from_json(raw.decode("utf-8"), owner)
                 except (UnicodeDecodeError, ValueError) as exc:

@@ -148,8 +148,8 @@ class MetadataLog(CompactibleLog):
         listing = self.list_names()
         for batch_id, path in sorted(listing.items()):
             try:
-                for first, block in self.blocks(path, batch_id):
-                    self.parse_block(block, path, batch_id, first)
+                for block in self.blocks(path, batch_id):
+                    self.parse_block(block, path, batch_id)
             except LogError as exc:
                 problems.append(exc)
             except FileNotFoundError:
