@@ -80,6 +80,8 @@ class Output:
     listing: dict[int, FileInfo]
     latest: int | None
     batches: dict[int, Batch]
+    compact_interval: int | None = None  # given explicitly, else inferred from the log
+    first_batch: int = 0  # the oldest log file the snapshot reads (a compact file, or batch 0)
 
     def owner_batch(self, batch_id: int | None) -> int:
         """The batch an entry belongs to: its ``batchId``, or the compact batch for an entry of a
@@ -87,9 +89,7 @@ class Output:
 
         Example: with ``5.compact`` and ``6`` in the log, ``owner_batch(None) == 5``, ``owner_batch(3) == 3``.
         """
-        if batch_id is not None:
-            return batch_id
-        return self.log.snapshot_batches(self.latest)[0] if self.latest is not None else 0
+        return self.first_batch if batch_id is None else batch_id
 
     def queries(self) -> dict[str | None, CommitRecord]:
         """The newest commit record of each query id, as the sink keeps them.
@@ -99,8 +99,11 @@ class Output:
         return {b.record.query_id: b.record for b in self.batches.values() if b.record is not None}
 
 
-def read_output(url: str, storage_options: Mapping[str, Any], must_exist: bool = True) -> Output:
+def read_output(
+    url: str, storage_options: Mapping[str, Any], must_exist: bool = True, compact_interval: int | None = None
+) -> Output:
     """Read the latest snapshot of the log at ``url`` and attribute its entries to batches.
+    ``compact_interval``: the writer's, when the log cannot tell it (normally inferred).
 
     Example::
 
@@ -109,7 +112,7 @@ def read_output(url: str, storage_options: Mapping[str, Any], must_exist: bool =
         ([0, 1, 2], 2)
     """
     storage = Storage(url, dict(storage_options))
-    log = MetadataLog(url, storage=storage, cleanup=False)
+    log = MetadataLog(url, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     listing = log.list_batches()
     if must_exist and not listing and not storage.exists(log.log_dir):
         raise NotAnOutputError(
@@ -117,12 +120,14 @@ def read_output(url: str, storage_options: Mapping[str, Any], must_exist: bool =
             "file sink (ParquetSink or Spark's writeStream.format('parquet')). Check the path."
         )
     latest = max(listing, default=None)
-    output = Output(storage, log, listing, latest, {})
+    output = Output(storage, log, listing, latest, {}, compact_interval)
     if latest is None:
         return output
     names = Listing({b: info.path for b, info in listing.items()})
-    table = read_chain(log, latest, names)
-    batches = {b: Batch(b) for b, _ in log.chain(latest, names)}  # empty batches too
+    table = read_chain(log, latest, names, compact_interval)
+    chain = log.chain(latest, names, compact_interval)
+    output.first_batch = chain[0][0]
+    batches = {b: Batch(b) for b, _ in chain}  # empty batches too
     records = records_of(table)
     for row in table.to_pylist():
         batch_id = output.owner_batch(row[BATCH_KEY])
@@ -160,7 +165,9 @@ def count_rows(output: Output) -> dict[int, int | None]:
         {0: 10, 1: 20}
     """
     storage = output.storage
-    snap = snapshot(storage.url, storage_options=storage.storage_options)  # resolves paths of a moved output
+    snap = snapshot(  # resolves paths of a moved output
+        storage.url, storage_options=storage.storage_options, compact_interval=output.compact_interval
+    )
     filesystem = storage.arrow_filesystem()
     rows: dict[int, int | None] = {b: 0 for b in output.batches}
     unreadable = set()
@@ -408,7 +415,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_ls(args: argparse.Namespace) -> int:
     """``ls PATH``: batches and the compaction and retention state."""
-    output = read_output(args.path, _options(args))
+    output = read_output(args.path, _options(args), compact_interval=args.compact_interval)
     rows = count_rows(output) if args.rows else {}
     compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
     batches = [
@@ -455,7 +462,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     """``show PATH BATCH``: the entries of one batch."""
-    output = read_output(args.path, _options(args))
+    output = read_output(args.path, _options(args), compact_interval=args.compact_interval)
     batch = output.batches.get(args.batch)
     if batch is None:
         present = f"{min(output.batches)}..{max(output.batches)}" if output.batches else "none"
@@ -497,11 +504,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
     storage = Storage(args.path, _options(args))
-    problems = [str(p) for p in MetadataLog(args.path, storage=storage, cleanup=False).check()]
+    log = MetadataLog(args.path, storage=storage, cleanup=False, compact_interval=args.compact_interval or 10)
+    problems = [str(p) for p in log.check(args.compact_interval)]
     files: list[CommittedFile] = []
     latest = None
     try:
-        snap = snapshot(args.path, storage_options=_options(args))
+        snap = snapshot(args.path, storage_options=_options(args), compact_interval=args.compact_interval)
         files, latest = list(snap.files), snap.latest_batch_id
     except ExactlyOnceError as exc:
         if str(exc) not in problems:
@@ -657,6 +665,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="fsspec storage option (credentials, ...), repeatable; 'true'/'false', integers and JSON "
         "values ({...} or [...]) are converted",
+    )
+    common.add_argument(
+        "--compact-interval",
+        metavar="N",
+        type=int,
+        help="the writer's log compaction interval, for an output whose log cannot tell it (normally inferred "
+        "from the log's files)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
