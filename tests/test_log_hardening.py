@@ -97,7 +97,7 @@ def test_stray_far_ahead_log_file_is_a_gap_at_once_with_one_listing(spark, tmp_p
     sink(spark.createDataFrame([(1,)], "id long"), 0)
     (tmp_path / "out" / "_spark_metadata" / "2000").write_bytes(b"v1")
     listings = []
-    for name in ("ls", "ls_names"):
+    for name in ("ls", "ls_names", "find"):  # every way to list the log directory
         original = getattr(Storage, name)
         monkeypatch.setattr(
             Storage, name, lambda self, path, _f=original, _n=name: listings.append(_n) or _f(self, path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -142,30 +141,29 @@ def resolve_paths(
     uris = uris.combine_chunks() if isinstance(uris, pa.ChunkedArray) else uris
     root_prefix = storage.root.rstrip("/") + "/"
     uri_prefix = storage.to_uri(root_prefix + "x")[:-1]
-    relative = pc.utf8_slice_codeunits(uris, len(uri_prefix))
+    if uri_prefix.endswith(root_prefix):  # local, s3, gs, memory: the path is a suffix of the URI
+        paths = pc.utf8_slice_codeunits(uris, len(uri_prefix) - len(root_prefix))
+        relative = pc.utf8_slice_codeunits(paths, len(root_prefix))
+    else:  # abfss://container@account.dfs.core.windows.net/key
+        relative = pc.utf8_slice_codeunits(uris, len(uri_prefix))
+        paths = pc.binary_join_element_wise(root_prefix, relative, "")
     plain = pc.and_(pc.starts_with(uris, uri_prefix), pc.invert(pc.match_substring(relative, "%")))
-    paths = pc.binary_join_element_wise(root_prefix, relative, "")
-    unusual = pc.indices_nonzero(pc.invert(plain))
-    if len(unusual):
-        resolver = _Resolver(storage, allow_outside_root)
-        rows = unusual.to_pylist()
-        batch_ids = batch_ids.take(unusual).to_pylist()
-        resolved = [resolver.resolve(uri, b) for uri, b in zip(uris.take(unusual).to_pylist(), batch_ids)]
+    if pc.all(plain).as_py() is False:
         mask = pc.invert(plain)
+        unusual = pc.indices_nonzero(mask)
+        resolver = _Resolver(storage, allow_outside_root)
+        ids = batch_ids.take(unusual).to_pylist()
+        resolved = [resolver.resolve(uri, b) for uri, b in zip(uris.take(unusual).to_pylist(), ids)]
         paths = pc.replace_with_mask(paths, mask, pa.array([p for p, _ in resolved], pa.string()))
         relative = pc.replace_with_mask(relative, mask, pa.array([r for _, r in resolved], pa.string()))
-        logger.debug("%d of %d log paths resolved one by one (rows %s...)", len(rows), len(uris), rows[:3])
+        logger.debug("%d of %d log paths resolved one by one", len(resolved), len(uris))
     return paths, relative
 
 
-def percent_decoded(relative: str) -> str:
-    """A relative log path as the file is named (Hadoop percent-encodes paths in the log)."""
-    return unquote(relative)
-
-
-def data_files(table: pa.Table) -> pa.Table:
-    """The entries a reader reads: Spark skips directories and empty files."""
-    return table.filter(pc.and_(pc.invert(table.column("isDir")), pc.greater(table.column("size"), 0)))
+def data_files(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
+    """The entries a reader reads (Spark skips directories and empty files), only ``columns`` if given."""
+    mask = pc.and_(pc.invert(table.column("isDir")), pc.greater(table.column("size"), 0))
+    return (table if columns is None else table.select(columns)).filter(mask)
 
 
 def batch_ids_known(table: pa.Table) -> bool:

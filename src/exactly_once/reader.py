@@ -219,7 +219,10 @@ def snapshot(
                 "(ParquetSink or Spark's writeStream.format('parquet'))."
             )
         return Snapshot(storage, None, CommittedFiles(_files_table([], [], pa.table({}))))
-    entries = data_files(_select(log, log_snap, as_of_batch, batches, compact_interval))
+    selected = _select(log, log_snap, as_of_batch, batches, compact_interval)
+    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
+    latest = log_snap.latest
+    del log_snap, selected  # the parsed log: only the columns above are kept
     paths, relative = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), allow_outside_root)
     table = _files_table(paths, relative, entries)
     if ignore_missing_files:
@@ -227,7 +230,7 @@ def snapshot(
         for gone in CommittedFiles(table.filter(pc.invert(present))):
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
         table = table.filter(present)
-    return Snapshot(storage, log_snap.latest, CommittedFiles(table))
+    return Snapshot(storage, latest, CommittedFiles(table))
 
 
 def _files_table(paths: Any, relative: Any, entries: pa.Table) -> pa.Table:
