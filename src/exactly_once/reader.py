@@ -264,7 +264,7 @@ def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedF
     return snapshot(path, **options).files
 
 
-def _dataset_from(snap: Snapshot) -> ds.Dataset:
+def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
     storage = snap.storage
     table = snap.files.table
     if not table.num_rows:
@@ -278,7 +278,7 @@ def _dataset_from(snap: Snapshot) -> ds.Dataset:
     for partition in partitions:
         for column, raw in partition:
             raw_values.setdefault(column, []).append(raw)
-    types = infer_partition_types(raw_values)
+    types = infer_partition_types(raw_values, time_zone)
     filesystem = storage.arrow_filesystem()
     try:
         schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]
@@ -316,9 +316,10 @@ def _missing(snap: Snapshot, exc: Exception) -> Exception:
     return exc
 
 
-def committed_dataset(path: str, **options: Unpack[SnapshotOptions]) -> ds.Dataset:
+def committed_dataset(path: str, *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]) -> ds.Dataset:
     """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns
-    (options as :func:`snapshot`).
+    (options as :func:`snapshot`). Timestamp partition values are read in ``time_zone``, as Spark reads
+    them in its session time zone: pass the writer's ``spark.sql.session.timeZone``.
 
     Example::
 
@@ -326,7 +327,7 @@ def committed_dataset(path: str, **options: Unpack[SnapshotOptions]) -> ds.Datas
         >>> dset.to_table(filter=ds.field("day") == "2024-01-01").num_rows
         1000
     """
-    return _dataset_from(snapshot(path, **options))
+    return _dataset_from(snapshot(path, **options), time_zone)
 
 
 def read_committed(
@@ -335,6 +336,7 @@ def read_committed(
     spark: SparkSession | None = None,
     columns: Sequence[str] | None = None,
     filter: Any = None,
+    time_zone: str = "UTC",
     **options: Unpack[SnapshotOptions],
 ) -> pa.Table | DataFrame:
     """Read exactly the committed rows of a streaming file sink output.
@@ -342,7 +344,8 @@ def read_committed(
     Without ``spark``: a ``pyarrow.Table`` (``filter`` is a ``pyarrow.dataset`` expression; use
     ``.to_pandas()`` / ``polars.from_arrow`` / duckdb on it, zero-copy). With ``spark=session``: a Spark
     DataFrame over exactly the committed files (``filter`` is a Column or SQL string), partition columns
-    included, as ``spark.read.parquet(path)`` returns them. ``options`` are those of :func:`snapshot`
+    included, as ``spark.read.parquet(path)`` returns them (timestamp partition values in ``time_zone``,
+    where Spark uses its session time zone). ``options`` are those of :func:`snapshot`
     (``as_of_batch``, ``batches``, ``storage_options``, ``allow_outside_root``, ``ignore_missing_files``,
     ``compact_interval``).
 
@@ -358,7 +361,7 @@ def read_committed(
         return _spark_dataframe(spark, snap, columns, filter)
     if not len(snap.files):  # nothing committed yet: no file tells the schema
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
-    dataset = _dataset_from(snap)
+    dataset = _dataset_from(snap, time_zone)
     try:
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
     except (FileNotFoundError, OSError) as exc:

@@ -13,7 +13,6 @@ every commit payload unique (for lost-acknowledgement read-back on object stores
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -37,7 +36,7 @@ from .log_snapshot import data_files, read_chain, resolve_paths
 from .metadata_log import LogEntry, MetadataLog
 from .partitioning import parse_partition_path
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
-from .writer import STATUS_SCHEMA, WriteSpec, codec_extension, write_task
+from .writer import WriteSpec, codec_extension, write_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -177,8 +176,9 @@ class ParquetSink:
         self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
-        spec = WriteSpec(self.log.storage, self.partition_by, self.compression, self.max_records_per_file)
-        statuses = df.mapInArrow(functools.partial(write_task, spec), STATUS_SCHEMA).collect()
+        time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        spec = WriteSpec(self.log.storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
+        statuses = write_files(df, spec)
         progress.write_seconds = time.monotonic() - started
         failpoint("before_commit")
 

@@ -93,6 +93,15 @@ def _quote_path(path: str) -> str:
     )
 
 
+def _fsync(path: str) -> None:
+    """fsync a local file or directory (a directory makes the names in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _to_epoch_ms(value: Any) -> int:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
@@ -280,6 +289,28 @@ class Storage:
             self.fs.rm_file(path)
         except FileNotFoundError:
             pass
+
+    @_backend_errors
+    def sync_files(self, paths: list[str]) -> None:
+        """Make written data files durable before they are committed: on local disk, fsync each file, then
+        each directory between them and the root (so new ``k=v`` directories are durable too). On object
+        stores a completed upload is already durable: nothing to do.
+
+        Example::
+
+            >>> st.sync_files(["/tmp/out/k=1/part-00000-....snappy.parquet"])
+        """
+        if not self.is_local:
+            return
+        directories = set()
+        for path in paths:
+            _fsync(path)
+            directory = os.path.dirname(path)
+            while directory.startswith(self.root) and directory not in directories:
+                directories.add(directory)
+                directory = os.path.dirname(directory)
+        for directory in sorted(directories, key=len, reverse=True):
+            _fsync(directory)
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec)."""

@@ -6,21 +6,32 @@ Runs inside ``DataFrame.mapInArrow``: no rows go through the driver. File names 
 uuid is per task attempt, so a retried or speculative attempt never overwrites another attempt's file.
 Only the statuses of the attempt Spark accepted reach the driver, so a failed attempt's files are never
 committed.
+
+Bounded like Spark's writer: :func:`write_files` sorts each task's rows by the partition columns, so a
+task writes one partition directory after the other and keeps one file open at a time (at most
+``_MAX_OPEN_WRITERS`` in any case), whatever the number of partition values. On local disk the files and
+their directories are fsynced before the task reports them, so a committed file survives a power loss.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .failpoints import failpoint
-from .partitioning import partition_dir
+from .partitioning import partition_dir, partition_value_str
 from .storage import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
 
 STATUS_SCHEMA = "path string, size long, modification_time long, num_rows long"
 _CODEC_EXT = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "lz4": ".lz4", "brotli": ".br", "none": ""}
@@ -37,20 +48,24 @@ def codec_extension(compression: str) -> str:
 
 @dataclass(frozen=True)
 class WriteSpec:
-    """Everything a task needs to write its part of one batch (pickled to the executors)."""
+    """Everything a task needs to write its part of one batch (pickled to the executors).
+
+    ``time_zone`` is the session's ``spark.sql.session.timeZone``: timestamp partition values are written
+    in it, as Spark's own writer does.
+    """
 
     storage: Storage
     partition_by: tuple[str, ...]
     compression: str
     max_records_per_file: int | None
+    time_zone: str = "UTC"
 
 
 class _FileWriter:
     """Writes one partition directory's files for one task, rolling over at max_records_per_file."""
 
-    def __init__(self, spec: WriteSpec, directory: str, task: int, token: str) -> None:
-        self.spec, self.directory, self.task, self.token = spec, directory, task, token
-        self.counter = 0
+    def __init__(self, spec: WriteSpec, next_path: Callable[[], str]) -> None:
+        self.spec, self.next_path = spec, next_path
         self.writer: pq.ParquetWriter | None = None
         self.handle = None
         self.path = ""
@@ -77,9 +92,7 @@ class _FileWriter:
                 self.close()
 
     def _open(self, schema: pa.Schema) -> None:
-        name = f"part-{self.task:05d}-{self.token}.c{self.counter:03d}{codec_extension(self.spec.compression)}.parquet"
-        self.counter += 1
-        self.path = self.spec.storage.join(self.directory, name) if self.directory else self.spec.storage.join(name)
+        self.path = self.next_path()
         self.handle = self.spec.storage.open(self.path, "wb")
         self.writer = pq.ParquetWriter(self.handle, schema, compression=self.spec.compression)
         self.rows_in_file = 0
@@ -99,19 +112,88 @@ class _FileWriter:
         self.writer = self.handle = None
 
 
-def _split(table: pa.Table, columns: tuple[str, ...]) -> Iterator[tuple[str, pa.Table]]:
+# Open files per task. Sorted input needs one; a few more absorb values Spark's sort keeps together but
+# that are different directories (0.0 and -0.0, NaNs), without reopening files.
+_MAX_OPEN_WRITERS = 8
+
+
+class _TaskFiles:
+    """All files of one task: one :class:`_FileWriter` per partition directory, at most
+    ``_MAX_OPEN_WRITERS`` open (the least recently used is closed first; its directory gets a new file if
+    rows for it come again)."""
+
+    def __init__(self, spec: WriteSpec, task: int, token: str) -> None:
+        self.spec, self.task, self.token = spec, task, token
+        self.open: OrderedDict[str, _FileWriter] = OrderedDict()
+        self.counters: dict[str, int] = {}  # next file number per directory: names are never reused
+        self.finished: list[tuple[str, int]] = []
+
+    def _next_path(self, directory: str) -> str:
+        counter = self.counters.get(directory, 0)
+        self.counters[directory] = counter + 1
+        name = f"part-{self.task:05d}-{self.token}.c{counter:03d}{codec_extension(self.spec.compression)}.parquet"
+        return self.spec.storage.join(directory, name) if directory else self.spec.storage.join(name)
+
+    def write(self, directory: str, rows: pa.Table) -> None:
+        writer = self.open.get(directory)
+        if writer is None:
+            if len(self.open) >= _MAX_OPEN_WRITERS:
+                self._retire(self.open.popitem(last=False)[1])
+            writer = self.open[directory] = _FileWriter(self.spec, functools.partial(self._next_path, directory))
+        self.open.move_to_end(directory)
+        writer.write(rows)
+        self.finished += writer.finished
+        writer.finished = []
+
+    def _retire(self, writer: _FileWriter) -> None:
+        writer.close()
+        self.finished += writer.finished
+        writer.finished = []
+
+    def close(self) -> None:
+        while self.open:
+            self._retire(self.open.popitem(last=False)[1])
+
+
+def _group_keys(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """The partition columns as grouping keys: floats by their bits, since Spark writes 0.0 and -0.0 (and
+    each NaN) to separate directories while Arrow's sort compares them equal."""
+    keys = {}
+    for column in columns:
+        values = table.column(column).combine_chunks()
+        if pa.types.is_floating(values.type):
+            values = values.view({16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[values.type.bit_width])
+        keys[column] = values
+    return pa.table(keys)
+
+
+def _run_starts(keys: pa.Table) -> list[int]:
+    """Where each run of equal keys starts in sorted ``keys`` (nulls equal to nulls)."""
+    changed = pa.array([False] * (keys.num_rows - 1), pa.bool_())
+    for column in keys.columns:
+        values = column.combine_chunks()
+        before, after = values.slice(0, len(values) - 1), values.slice(1)
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(before, after), False), pc.xor(pc.is_null(before), pc.is_null(after))
+        )
+        changed = pc.or_(changed, differs)
+    return [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
+
+
+def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterator[tuple[str, pa.Table]]:
     """(relative ``k=v`` directory, rows without the partition columns) per distinct partition value."""
     if not columns:
         yield "", table
         return
-    ordered = table.take(pc.sort_indices(table, [(c, "ascending") for c in columns]))
-    groups = ordered.group_by(list(columns), use_threads=False).aggregate([([], "count_all")])
+    keys = _group_keys(table, columns)
+    order = pc.sort_indices(keys, [(c, "ascending") for c in columns])
+    keys, ordered = keys.take(order), table.take(order)
     data = ordered.drop_columns(list(columns))
-    keys = groups.select(list(columns)).to_pylist()
-    offset = 0
-    for key, count in zip(keys, groups.column("count_all").to_pylist()):
-        yield partition_dir((c, key[c]) for c in columns), data.slice(offset, count)
-        offset += count
+    starts = _run_starts(keys)
+    for start, end in zip(starts, starts[1:] + [table.num_rows]):
+        first = ordered.slice(start, 1)
+        values = [(c, partition_value_str(first.column(c)[0].as_py(), first.schema.field(c).type, time_zone)) for c in columns]
+        yield partition_dir(values), data.slice(start, end - start)
 
 
 def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -120,35 +202,47 @@ def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
     context = TaskContext.get()
     task = context.partitionId() if context else 0
-    token = str(uuid.uuid4())  # Spark's form: dashed uuid
-    writers: dict[str, _FileWriter] = {}
+    files = _TaskFiles(spec, task, str(uuid.uuid4()))  # Spark's form: dashed uuid
     failpoint_armed = True
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        for directory, rows in _split(pa.Table.from_batches([batch]), spec.partition_by):
-            writer = writers.get(directory)
-            if writer is None:
-                writer = writers[directory] = _FileWriter(spec, directory, task, token)
-            writer.write(rows)
-            if failpoint_armed and writer.finished:
+        for directory, rows in _split(pa.Table.from_batches([batch]), spec.partition_by, spec.time_zone):
+            files.write(directory, rows)
+            if failpoint_armed and files.finished:
                 failpoint("task_write")
                 failpoint_armed = False
-    for writer in writers.values():
-        writer.close()
-    if failpoint_armed and writers:
+    files.close()
+    if failpoint_armed and files.finished:
         failpoint("task_write")
-    statuses = {"path": [], "size": [], "modification_time": [], "num_rows": []}
-    for writer in writers.values():
-        for path, rows in writer.finished:
-            info = spec.storage.info(path)
-            statuses["path"].append(path)
-            statuses["size"].append(info.size)
-            statuses["modification_time"].append(info.mtime_ms)
-            statuses["num_rows"].append(rows)
+    spec.storage.sync_files([path for path, _ in files.finished])
+    statuses: dict[str, list] = {"path": [], "size": [], "modification_time": [], "num_rows": []}
+    for path, rows in files.finished:
+        info = spec.storage.info(path)
+        statuses["path"].append(path)
+        statuses["size"].append(info.size)
+        statuses["modification_time"].append(info.mtime_ms)
+        statuses["num_rows"].append(rows)
     yield pa.RecordBatch.from_pydict(
         statuses,
         schema=pa.schema(
             [("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()), ("num_rows", pa.int64())]
         ),
     )
+
+
+def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
+    """Write one batch on the executors; one status row (``STATUS_SCHEMA``) per file written.
+
+    Each task's rows are first sorted by the partition columns (within the task, no shuffle), as Spark's
+    own writer does, so a task finishes one directory before the next and open files stay bounded.
+
+    Example::
+
+        >>> spec = WriteSpec(Storage("/data/events"), ("day",), "snappy", None, "UTC")
+        >>> sum(s.num_rows for s in write_files(df, spec))
+        1000
+    """
+    if spec.partition_by:
+        df = df.sortWithinPartitions(*(f"`{c.replace('`', '``')}`" for c in spec.partition_by))
+    return df.mapInArrow(functools.partial(write_task, spec), STATUS_SCHEMA).collect()
