@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .errors import (
     CommitConflictError,
@@ -32,9 +31,9 @@ from .errors import (
     SchemaMismatchError,
 )
 from .failpoints import failpoint
-from .log_snapshot import data_files, read_chain, resolve_paths
+from .log_snapshot import data_files, read_chain
 from .metadata_log import LogEntry, MetadataLog
-from .partitioning import parse_partition_path
+from .schema_check import read_committed_schema, schema_problems
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
 from .writer import WriteSpec, codec_extension, write_files
 
@@ -66,18 +65,6 @@ class _OutputState:
     queries: dict[str | None, CommitRecord] = field(default_factory=dict)
     schema: pa.Schema | None = None
     partition_columns: tuple[str, ...] | None = None
-
-
-def _normalise(typ: pa.DataType) -> pa.DataType:
-    if pa.types.is_large_string(typ):
-        return pa.string()
-    if pa.types.is_large_binary(typ):
-        return pa.binary()
-    if pa.types.is_timestamp(typ):
-        return pa.timestamp(typ.unit)
-    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
-        return pa.list_(_normalise(typ.value_type))
-    return typ
 
 
 class ParquetSink:
@@ -253,14 +240,9 @@ class ParquetSink:
     def _read_committed_schema(self, state: _OutputState, uri: pa.ChunkedArray, batch_id: pa.ChunkedArray) -> None:
         """The committed schema and partition columns from one committed file (``uri`` as logged), found
         through the reader's rule, which follows a copied or moved output."""
-        storage = self.log.storage
-        paths, relative = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
-        try:
-            with storage.open(paths[0].as_py(), "rb") as fh:
-                state.schema = pq.read_schema(fh)
-        except FileNotFoundError:
-            return  # a missing file is the reader's and `verify`'s to report; keep the previous schema
-        state.partition_columns = tuple(name for name, _ in parse_partition_path(relative[0].as_py()))
+        found = read_committed_schema(self.log.storage, uri, batch_id)
+        if found is not None:  # a missing file is the reader's and `verify`'s to report; keep the previous schema
+            state.schema, state.partition_columns = found
 
     def _target_batch(self, state: _OutputState, query_id: str | None, batch_id: int) -> int | None:
         """The log batch id to commit to, or None when this query already committed ``batch_id``."""
@@ -309,20 +291,8 @@ class ParquetSink:
         if state.schema is None:
             state.schema, state.partition_columns = data_schema, self.partition_by
             return
-        problems = []
-        if state.partition_columns is not None and state.partition_columns != self.partition_by:
-            problems.append(
-                f"partition columns {list(self.partition_by)} differ from the committed {list(state.partition_columns)}"
-            )
-        new_fields = {f.name: f for f in data_schema}
-        for old in state.schema:
-            new = new_fields.get(old.name)
-            if new is None:
-                problems.append(f"column {old.name!r} ({old.type}) is missing")
-            elif _normalise(new.type) != _normalise(old.type):
-                problems.append(f"column {old.name!r} changed type from {old.type} to {new.type}")
+        problems = schema_problems(state.schema, state.partition_columns, data_schema, self.partition_by)
         added = [f for f in data_schema if f.name not in state.schema.names]
-        problems += [f"new column {f.name!r} is not nullable" for f in added if not f.nullable]
         if problems:
             raise SchemaMismatchError(
                 f"batch for log batch {target} of {self.path} is incompatible with the committed data: "

@@ -1,5 +1,6 @@
-"""The executor side of the sink: one Spark task writes its rows as Parquet files, straight to their
-final names through the storage layer, and returns one status row per file.
+"""The file writer: one Spark task (or one :func:`exactly_once.write_batch` call) writes its rows as
+Parquet files, straight to their final names through the storage layer, and returns one status per file
+(:func:`write_rows`, the one piece of code both call).
 
 Runs inside ``DataFrame.mapInArrow``: no rows go through the driver. File names follow Spark
 (``part-<task:05d>-<uuid>.c<nnn>.<codec>.parquet``, under the root or Hive ``k=v/`` directories); the
@@ -15,10 +16,11 @@ their directories are fsynced before the task reports them, so a committed file 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -196,18 +198,35 @@ def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterato
         yield partition_dir(values), data.slice(start, end - start)
 
 
-def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: write this task's rows, yield one status row per file written."""
-    from pyspark import TaskContext
+@dataclass(frozen=True)
+class FileStatus:
+    """One written data file: its fsspec path, size in bytes, modification time (ms) and row count."""
 
-    context = TaskContext.get()
-    task = context.partitionId() if context else 0
+    path: str
+    size: int
+    modification_time: int
+    num_rows: int
+
+
+def write_rows(spec: WriteSpec, tables: Iterable[pa.Table], task: int = 0) -> list[FileStatus]:
+    """Write rows as one task's Parquet files (Spark's names, ``k=v/`` directories, bounded open files),
+    fsync them on local disk and return their statuses. The one file writer of the package: a Spark task
+    (:func:`write_task`) and :func:`exactly_once.write_batch` both call it.
+
+    Failpoint ``task_write`` fires after the first file is complete.
+
+    Example::
+
+        >>> spec = WriteSpec(Storage("/data/events"), ("day",), "snappy", None)
+        >>> [s.num_rows for s in write_rows(spec, [table])]
+        [600, 400]
+    """
     files = _TaskFiles(spec, task, str(uuid.uuid4()))  # Spark's form: dashed uuid
     failpoint_armed = True
-    for batch in batches:
-        if batch.num_rows == 0:
+    for table in tables:
+        if table.num_rows == 0:
             continue
-        for directory, rows in _split(pa.Table.from_batches([batch]), spec.partition_by, spec.time_zone):
+        for directory, rows in _split(table, spec.partition_by, spec.time_zone):
             files.write(directory, rows)
             if failpoint_armed and files.finished:
                 failpoint("task_write")
@@ -216,19 +235,26 @@ def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     if failpoint_armed and files.finished:
         failpoint("task_write")
     spec.storage.sync_files([path for path, _ in files.finished])
-    statuses: dict[str, list] = {"path": [], "size": [], "modification_time": [], "num_rows": []}
+    statuses = []
     for path, rows in files.finished:
         info = spec.storage.info(path)
-        statuses["path"].append(path)
-        statuses["size"].append(info.size)
-        statuses["modification_time"].append(info.mtime_ms)
-        statuses["num_rows"].append(rows)
-    yield pa.RecordBatch.from_pydict(
-        statuses,
-        schema=pa.schema(
-            [("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()), ("num_rows", pa.int64())]
-        ),
-    )
+        statuses.append(FileStatus(path, info.size, info.mtime_ms, rows))
+    return statuses
+
+
+_STATUS_ARROW_SCHEMA = pa.schema(
+    [("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()), ("num_rows", pa.int64())]
+)
+
+
+def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: write this task's rows, yield one status row per file written."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task = context.partitionId() if context else 0
+    statuses = write_rows(spec, (pa.Table.from_batches([batch]) for batch in batches), task)
+    yield pa.RecordBatch.from_pylist([dataclasses.asdict(s) for s in statuses], schema=_STATUS_ARROW_SCHEMA)
 
 
 def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:

@@ -1,0 +1,222 @@
+"""``write_batch``: exactly-once appends from plain Python (pyarrow, pandas, polars), without Spark.
+
+One call writes a table as Parquet files exactly as the Spark sink does (:func:`~exactly_once.writer.write_rows`:
+Spark's file names, ``k=v/`` directories, escaping) and commits them as the next log batch, with a commit
+record ``(app_id, version)`` (the sink's ``(query id, query batch id)``: one format). Delta's
+txnAppId/txnVersion rule makes retries idempotent: when the log already holds a commit of ``app_id`` with a
+version >= ``version``, nothing is written.
+
+Concurrency is optimistic: the commit is an exclusive create of the next log file
+(:meth:`MetadataLog.add`). A writer that loses the race re-reads the log, re-checks its version (another
+run of the same app may have committed it: then it stops, skipped) and the schema, and commits the *same*
+files as the following batch. Re-committing them is safe: the lost create published nothing (a lost
+acknowledgement is read back by the storage layer), so no log batch references them, and they are
+complete, fsynced files; rewriting them would only cost time. Files of an attempt that never commits (a
+crash, or a skip after a lost race) stay uncommitted: invisible to both readers, removed by
+``exactly-once vacuum``.
+
+Example::
+
+    >>> result = write_batch("/data/daily", table, app_id="daily-job", version=41, partition_by=["day"])
+    >>> result.committed, result.log_batch_id, result.rows
+    (True, 12, 1000)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from .chain import app_commits, decide_write
+from .errors import CommitConflictError, SchemaMismatchError
+from .failpoints import failpoint
+from .log_snapshot import data_files, read_snapshot
+from .metadata_log import LogEntry, MetadataLog
+from .schema_check import read_committed_schema, schema_problems
+from .sink_log import BATCH_KEY, CommitRecord, records_of
+from .writer import FileStatus, WriteSpec, codec_extension, write_rows
+
+logger = logging.getLogger(__name__)
+
+_MAX_ATTEMPTS = 100
+
+
+@dataclass
+class WriteResult:
+    """What :func:`write_batch` did.
+
+    ``committed``: False when skipped (the app already committed this version or a newer one);
+    ``log_batch_id``: the log batch that holds this write (or, when skipped, the app's newest commit);
+    ``committed_version``: the app's newest version in the log before the call (None: none);
+    ``files``: the data files committed (fsspec paths); ``conflicts``: commit races lost to other writers.
+    """
+
+    committed: bool
+    app_id: str
+    version: int
+    log_batch_id: int | None
+    committed_version: int | None
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+    bytes: int = 0
+    conflicts: int = 0
+
+
+def _as_table(data: Any) -> pa.Table:
+    """pyarrow Table / RecordBatch / RecordBatchReader / iterable of RecordBatches, pandas or polars
+    DataFrame -> pyarrow Table; nanosecond timestamps become microseconds (Spark's precision)."""
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    elif isinstance(data, pa.RecordBatchReader):
+        table = data.read_all()
+    elif type(data).__module__.startswith("pandas"):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    elif hasattr(data, "to_arrow"):  # polars
+        table = data.to_arrow()
+    elif isinstance(data, Iterable):
+        table = pa.Table.from_batches(list(data))
+    else:
+        raise TypeError(
+            f"write_batch: cannot write a {type(data).__name__}; pass a pyarrow Table or record batches, "
+            "a pandas or a polars DataFrame"
+        )
+    for index, column in enumerate(table.schema):
+        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+            target = pa.timestamp("us", column.type.tz)
+            try:
+                table = table.set_column(index, column.with_type(target), table.column(index).cast(target))
+            except pa.ArrowInvalid:
+                raise SchemaMismatchError(
+                    f"column {column.name!r} holds timestamps with nanoseconds, which Spark cannot read "
+                    "(it stores microseconds). Round them to microseconds before writing."
+                ) from None
+    return table
+
+
+def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> None:
+    """SchemaMismatchError unless ``data`` (partition columns included) fits the committed data (``table``
+    is the log snapshot)."""
+    missing = [c for c in partition_by if c not in data.column_names]
+    if missing:
+        raise SchemaMismatchError(
+            f"{what}: partition columns {missing} are not in the data's columns {data.column_names}. "
+            "Fix partition_by or the data. Nothing was written."
+        )
+    files = data_files(table)
+    if not files.num_rows:
+        return
+    last = files.slice(files.num_rows - 1)
+    found = read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
+    if found is None:
+        return
+    data_schema = pa.schema([f for f in data.schema if f.name not in partition_by])
+    problems = schema_problems(found[0], found[1], data_schema, partition_by)
+    if problems:
+        raise SchemaMismatchError(
+            f"{what} is incompatible with the data committed to {log.display(log.storage.root)}: "
+            + "; ".join(problems)
+            + ". Nothing was committed. Only new nullable columns may be added; write incompatible data to a "
+            "new output path (or cast the columns back to the committed types)."
+        )
+
+
+def write_batch(
+    path: str,
+    data: Any,
+    *,
+    app_id: str,
+    version: int,
+    partition_by: Sequence[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    compression: str = "snappy",
+    max_records_per_file: int | None = None,
+    time_zone: str = "UTC",
+    compact_interval: int = 10,
+) -> WriteResult:
+    """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
+
+    Writes Parquet files named and partitioned like the Spark sink's, then commits them as the next log
+    batch with the commit record ``(app_id, version)``. If the log already holds a commit of ``app_id``
+    with a version >= ``version``, nothing is written and ``committed`` is False. Versions of one app must
+    increase (e.g. the source batch id a chained job consumed). Several apps may append to one output at
+    once: a lost commit race is retried as the following batch (see the module docstring).
+
+    Args:
+        data: a pyarrow Table, RecordBatch, RecordBatchReader or iterable of RecordBatches, or a pandas or
+            polars DataFrame. An empty one still commits the version (a batch with no files).
+        partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
+        compression, max_records_per_file: as :class:`~exactly_once.ParquetSink`.
+        time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
+        compact_interval: the log's compaction interval for a new log (an existing one's is inferred).
+
+    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema, and
+    CommitConflictError after many lost races in a row.
+
+    Example::
+
+        >>> import pandas as pd
+        >>> write_batch("/data/daily", pd.DataFrame({"day": ["2024-01-01"], "n": [3]}),
+        ...             app_id="daily-job", version=0, partition_by=["day"]).committed
+        True
+    """
+    if not isinstance(app_id, str) or not app_id:
+        raise ValueError(f"app_id must be a non-empty string, got {app_id!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"version must be an integer >= 0, got {version!r}")
+    codec_extension(compression)  # validate early
+    partition_by = tuple(partition_by or ())
+    log = MetadataLog(path, storage_options, compact_interval=compact_interval)
+    what = f"version {version} of app {app_id!r}"
+    statuses: list[FileStatus] | None = None
+    table = _as_table(data)
+    for attempt in range(_MAX_ATTEMPTS):
+        snap = read_snapshot(log)
+        latest = -1 if snap.latest is None else snap.latest
+        commits = app_commits(records_of(snap.table))
+        own = commits.get(app_id)
+        result = WriteResult(False, app_id, version, None, None if own is None else own.query_batch_id)
+        result.conflicts = attempt
+        action, log_batch = decide_write(latest, commits, app_id, version)
+        result.log_batch_id = log_batch
+        if action == "skip":
+            logger.info(
+                "%s: skipping %s: already committed version %s as log batch %d%s",
+                log.display(log.storage.root), what, result.committed_version, log_batch,
+                "" if statuses is None else " (this attempt's files stay uncommitted)",
+            )
+            return result
+        if table.num_rows:
+            _check_schema(log, snap.table, table, partition_by, what)
+        if statuses is None:
+            failpoint("before_write")
+            spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
+            statuses = write_rows(spec, [table])
+            failpoint("before_commit")
+        record = CommitRecord(log_batch, app_id, version, uuid.uuid4().hex)
+        entries = [record.to_entry(log.storage, int(time.time() * 1000))]
+        entries += [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+        if log.add(log_batch, entries):
+            failpoint("after_commit")
+            result.committed = True
+            result.files = [s.path for s in statuses]
+            result.rows = sum(s.num_rows for s in statuses)
+            result.bytes = sum(s.size for s in statuses)
+            logger.info(
+                "%s: committed %s as log batch %d: %d rows, %d files, %d bytes (%d lost races)",
+                log.display(log.storage.root), what, log_batch, result.rows, len(statuses), result.bytes, attempt,
+            )
+            return result
+        logger.info("%s: log batch %d was committed by another writer; re-reading the log", what, log_batch)
+    raise CommitConflictError(
+        f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
+        f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`exactly-once vacuum` removes them); "
+        "retry the call, with fewer writers appending at once."
+    )
