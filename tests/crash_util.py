@@ -125,8 +125,10 @@ def start_child(
     failpoints: str | None = None,
     state_dir: str | Path | None = None,
     env: dict[str, str] | None = None,
+    script: Path = CHILD,
 ) -> Child:
-    """Start ``crash_child.py`` in its own session with ``config`` (see the child's docstring)."""
+    """Start ``script`` (default ``crash_child.py``) in its own session with ``config`` (see the child's
+    docstring)."""
     global _counter
     _counter += 1
     workdir = Path(workdir)
@@ -149,7 +151,7 @@ def start_child(
     child_env.update(env or {})
     with open(workdir / f"{name}.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(config_path)],
+            [sys.executable, str(script), str(config_path)],
             cwd=str(ROOT),
             env=child_env,
             stdin=subprocess.DEVNULL,

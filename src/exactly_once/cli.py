@@ -3,12 +3,13 @@
 Works on any fsspec URL; credentials go in ``--storage-option key=value`` (repeatable) and are never
 printed. Commands:
 
-* ``ls PATH``: committed batches (files, rows with ``--rows``, bytes, commit time, query id) and the log's
-  compaction state.
+* ``ls PATH``: committed batches (files, rows with ``--rows``, bytes, commit time, query or app id and its
+  batch id or version) and the log's compaction state.
 * ``show PATH BATCH``: the log entries of one batch.
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
 * ``vacuum PATH --older-than 1h [--dry-run]``: delete Parquet data files no committed batch references.
-* ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output.
+* ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
+  ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
 
 Every command takes ``--json`` for scripts. Errors are one line on stderr with exit code 1 (2 for usage).
 
@@ -39,6 +40,7 @@ from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, p
 from .reader import CommittedFile, snapshot
 from .log_files import Listing
 from .log_snapshot import read_chain
+from .chain import decide_write
 from .sink import Action, decide_batch
 from .sink_log import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, attribute, records_of
 from .storage import FileInfo, Storage
@@ -299,6 +301,37 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
     return plan
 
 
+def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
+    """Predict ``write_batch(..., app_id=app_id, version=version)`` on the output, as
+    :func:`exactly_once.chain.decide_write` decides it: skip (the app committed this version or a newer
+    one) or commit as the next log batch.
+
+    Example::
+
+        >>> plan_app_write(read_output("/data/daily", {}), "daily-job", 41).message
+        'app daily-job committed up to version 41 (log batch 12): rerunning it at version 41 writes nothing ...'
+    """
+    latest = -1 if output.latest is None else output.latest
+    commits = output.queries()
+    action, log_batch = decide_write(latest, commits, app_id, version)
+    own = commits.get(app_id)
+    done = "has committed nothing here" if own is None else (
+        f"committed up to version {own.query_batch_id} (log batch {own.log_batch_id})"
+    )
+    if action == "skip":
+        message = (
+            f"app {app_id} {done}: rerunning it at version {version} writes nothing (write_batch returns "
+            "committed=False). Its next version to write is "
+            f"{own.query_batch_id + 1 if own is not None else 0} or later."
+        )
+    else:
+        message = (
+            f"app {app_id} {done}: rerunning it at version {version} writes its data and commits it as log "
+            f"batch {log_batch} (the following one if another writer commits first)."
+        )
+    return RestartPlan(version, False, action, log_batch, message)
+
+
 # -- vacuum ----------------------------------------------------------------------------------------
 
 
@@ -439,12 +472,12 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         "oldest_log_file": min(output.listing, default=None),
         "batches": batches,
     }
-    headers = ["batch", "files"] + (["rows"] if args.rows else []) + ["bytes", "committed (UTC)", "query"]
+    headers = ["batch", "files"] + (["rows"] if args.rows else []) + ["bytes", "committed (UTC)", "query / app", "version"]
     table = _table(
         headers,
         [
             [b["batch"], b["files"]] + ([b["rows"]] if args.rows else [])
-            + [_size(b["bytes"]), _when(b["commit_time_ms"]), b["query_id"]]
+            + [_size(b["bytes"]), _when(b["commit_time_ms"]), b["query_id"], b["query_batch"]]
             for b in batches
         ],
     )
@@ -574,8 +607,18 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output."""
+    """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output;
+    ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do."""
+    if (args.checkpoint is None) == (args.app_id is None) or (args.app_id is None) != (args.app_version is None):
+        print(
+            f"{PROG} doctor: error: give --checkpoint CKPT (a streaming query) or --app-id ID --version V "
+            "(a write_batch app), not both",
+            file=sys.stderr,
+        )
+        return 2
     output = read_output(args.path, _options(args), must_exist=False)
+    if args.app_id is not None:
+        return _doctor_app(args, output)
     ckpt = Checkpoint.read(args.checkpoint, _options(args))
     plan = plan_restart(ckpt, output, append=args.on_foreign_query == "append")
     queries = output.queries()
@@ -614,6 +657,27 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         log = f"output log: newest batch {output.latest}, committed by {committers}"
     lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
     _emit(args, data, "\n".join(lines))
+    return 0 if plan.ok else 1
+
+
+def _doctor_app(args: argparse.Namespace, output: Output) -> int:
+    plan = plan_app_write(output, args.app_id, args.app_version)
+    own = output.queries().get(args.app_id)
+    data = {
+        "path": output.storage.display(output.storage.root),
+        "app_id": args.app_id,
+        "version": args.app_version,
+        "committed_version": None if own is None else own.query_batch_id,
+        "committed_log_batch": None if own is None else own.log_batch_id,
+        "latest_batch": output.latest,
+        "action": plan.action,
+        "log_batch": plan.log_batch,
+        "ok": plan.ok,
+        "message": plan.message,
+        "warnings": plan.warnings,
+    }
+    log = "output log: empty" if output.latest is None else f"output log: newest batch {output.latest}"
+    _emit(args, data, "\n".join([log, plan.message] + [f"warning: {w}" for w in plan.warnings]))
     return 0 if plan.ok else 1
 
 
@@ -708,8 +772,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only files older than this (1h, 30m, 7d): younger ones may belong to a batch being written now",
     )
     vacuum.add_argument("--dry-run", action="store_true", help="list the files and their sizes, delete nothing")
-    doctor = command("doctor", _cmd_doctor, "explain what restarting a ParquetSink query from its checkpoint will do")
-    doctor.add_argument("--checkpoint", metavar="CKPT", required=True, help="the query's checkpoint location")
+    doctor = command(
+        "doctor",
+        _cmd_doctor,
+        "explain what restarting a ParquetSink query from its checkpoint (or rerunning a write_batch app) will do",
+    )
+    doctor.add_argument("--checkpoint", metavar="CKPT", help="the query's checkpoint location")
+    doctor.add_argument("--app-id", metavar="ID", help="a write_batch app id (with --version)")
+    doctor.add_argument("--version", dest="app_version", metavar="V", type=int, help="the app version to rerun")
     doctor.add_argument(
         "--on-foreign-query",
         choices=("error", "append"),

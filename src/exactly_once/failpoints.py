@@ -10,6 +10,7 @@ environment) can be told where to die::
 * ``kill``: SIGKILL the process group in ``EXACTLY_ONCE_KILL_PGID`` (default: this process's group), i.e.
   the driver, its JVM and its workers, like a machine dying.
 * ``raise``: raise :class:`FailpointError` (a task failure Spark retries, or a driver error).
+* ``stop``: SIGSTOP this process (the parent test resumes it with SIGCONT), to stage a race at this point.
 
 Hits are counted per process, or across processes when ``EXACTLY_ONCE_FAILPOINT_STATE`` names a
 directory (each hit claims a ticket file there), so ``raise@1`` fails only the first task attempt of
@@ -39,8 +40,8 @@ def _parse(spec: str) -> dict[str, tuple[str, int]]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         name, _, action = item.partition("=")
         action, _, nth = action.partition("@")
-        if action not in ("kill", "raise"):
-            raise ValueError(f"{ENV}: unknown action {action!r} in {item!r} (use kill or raise)")
+        if action not in ("kill", "raise", "stop"):
+            raise ValueError(f"{ENV}: unknown action {action!r} in {item!r} (use kill, raise or stop)")
         points[name] = (action, int(nth or 1))
     return points
 
@@ -73,4 +74,7 @@ def failpoint(name: str) -> None:
         return
     if action == "kill":
         os.killpg(int(os.environ.get(KILL_PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     raise FailpointError(f"failpoint {name} triggered")
