@@ -291,3 +291,13 @@ def test_cli_ls_and_doctor_show_apps(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["action"] == "commit"
     assert cli_main(["doctor", out, "--app-id", "daily-job"]) == 2
     assert cli_main(["doctor", out]) == 2
+
+
+def test_example_chain_runs(tmp_path, capsys):
+    from examples.chain import main as example
+
+    example(["--workdir", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "first run committed source batches [0, 1, 2]" in printed
+    assert "second run committed source batches []" in printed
+    assert "every order counted once: 500 orders over 5 source batches" in printed
