@@ -12,13 +12,14 @@ Example::
 from . import errors, metadata_log
 from .errors import ExactlyOnceError
 from .metadata_log import LogEntry, MetadataLog
-from .reader import CommittedFile, committed_dataset, committed_files, read_committed, snapshot
+from .reader import CommittedFile, CommittedFiles, committed_dataset, committed_files, read_committed, snapshot
 from .sink import BatchProgress, ParquetSink
 from .storage import Storage
 
 __all__ = [
     "BatchProgress",
     "CommittedFile",
+    "CommittedFiles",
     "ExactlyOnceError",
     "LogEntry",
     "MetadataLog",

@@ -35,12 +35,11 @@ _ATTEMPTS = 20
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """The log as one listing saw it, and the entries of the snapshot at ``batch`` (``latest`` unless
-    asked for an older one). ``table`` has the columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`."""
+    """The log as one listing saw it, and the entries of the snapshot at its ``latest`` batch (``table``,
+    with the columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`)."""
 
     listing: Listing
     latest: int | None
-    batch: int | None
     table: pa.Table
 
 
@@ -62,9 +61,9 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None) -> LogSnapsh
         listing = log.list_names()
         latest = max(listing, default=None)
         if latest is None:
-            return LogSnapshot(listing, None, None, ENTRY_SCHEMA.empty_table())
+            return LogSnapshot(listing, None, ENTRY_SCHEMA.empty_table())
         try:
-            return LogSnapshot(listing, latest, latest, read_chain(log, latest, listing, interval))
+            return LogSnapshot(listing, latest, read_chain(log, latest, listing, interval))
         except (FileNotFoundError, MissingLogFileError) as exc:
             last_error = exc
             if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:
