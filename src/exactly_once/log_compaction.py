@@ -216,6 +216,8 @@ class CompactibleLog(LogFiles):
         Example: ``log.add(0, [LogEntry("file:///out/part-0.parquet", 392)])`` -> ``True``.
         """
         listing = self._listing if self._listing is not None else super().list_names()
+        if self._listing is not None and self.is_compaction_batch(batch_id, self.interval_for(listing)):
+            listing = super().list_names()  # compaction reads the files it lists: list them now
         self._listing = None
         latest = max(listing, default=-1)
         if batch_id <= latest:
