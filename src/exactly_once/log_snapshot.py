@@ -125,6 +125,12 @@ class _Resolver:
         )
 
 
+def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
+    """Each string without its first ``length`` bytes (a byte slice, much faster than a code point slice;
+    rows that do not start with the prefix, where it may cut a character, are replaced by the caller)."""
+    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1).view(pa.string())
+
+
 def resolve_paths(
     storage: Storage, uris: pa.ChunkedArray | pa.Array, batch_ids: pa.ChunkedArray | pa.Array, allow_outside_root: bool
 ) -> tuple[pa.Array, pa.Array]:
@@ -141,10 +147,10 @@ def resolve_paths(
     root_prefix = storage.root.rstrip("/") + "/"
     uri_prefix = storage.to_uri(root_prefix + "x")[:-1]
     if uri_prefix.endswith(root_prefix):  # local, s3, gs, memory: the path is a suffix of the URI
-        paths = pc.utf8_slice_codeunits(uris, len(uri_prefix) - len(root_prefix))
-        relative = pc.utf8_slice_codeunits(paths, len(root_prefix))
+        paths = _drop_prefix(uris, len(uri_prefix.encode()) - len(root_prefix.encode()))
+        relative = _drop_prefix(paths, len(root_prefix.encode()))
     else:  # abfss://container@account.dfs.core.windows.net/key
-        relative = pc.utf8_slice_codeunits(uris, len(uri_prefix))
+        relative = _drop_prefix(uris, len(uri_prefix.encode()))
         paths = pc.binary_join_element_wise(root_prefix, relative, "")
     plain = pc.and_(pc.starts_with(uris, uri_prefix), pc.invert(pc.match_substring(relative, "%")))
     if pc.all(plain).as_py() is False:
