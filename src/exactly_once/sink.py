@@ -33,7 +33,7 @@ from .errors import (
     SchemaMismatchError,
 )
 from .failpoints import failpoint
-from .log_snapshot import data_files, read_chain, resolve_paths
+from .log_snapshot import data_files, full_paths, read_chain, resolve_paths
 from .metadata_log import LogEntry, MetadataLog
 from .partitioning import parse_partition_path
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
@@ -254,9 +254,9 @@ class ParquetSink:
         """The committed schema and partition columns from one committed file (``uri`` as logged), found
         through the reader's rule, which follows a copied or moved output."""
         storage = self.log.storage
-        paths, relative = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
+        relative, outside = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
         try:
-            with storage.open(paths[0].as_py(), "rb") as fh:
+            with storage.open(full_paths(storage, relative, outside)[0].as_py(), "rb") as fh:
                 state.schema = pq.read_schema(fh)
         except FileNotFoundError:
             return  # a missing file is the reader's and `verify`'s to report; keep the previous schema
