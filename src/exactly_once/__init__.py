@@ -15,13 +15,14 @@ from .chain import SourceBatch, committed_version, iter_batches
 from .errors import ExactlyOnceError
 from .metadata_log import LogEntry, MetadataLog
 from .python_writer import WriteResult, write_batch
-from .reader import CommittedFile, committed_dataset, committed_files, read_committed, snapshot
+from .reader import CommittedFile, CommittedFiles, committed_dataset, committed_files, read_committed, snapshot
 from .sink import BatchProgress, ParquetSink
 from .storage import Storage
 
 __all__ = [
     "BatchProgress",
     "CommittedFile",
+    "CommittedFiles",
     "ExactlyOnceError",
     "LogEntry",
     "MetadataLog",

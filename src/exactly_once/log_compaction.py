@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from .errors import LogError, MissingLogFileError
 from .failpoints import failpoint
-from .log_files import COMPACT_SUFFIX, Listing, LogFiles, is_compact_path
+from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path
 from .sink_log import BATCH_KEY, EXPIRED_KEY, CommitRecord, LogEntry, records_of, records_to_keep
 from .storage import Storage
 
@@ -216,6 +216,8 @@ class CompactibleLog(LogFiles):
         Example: ``log.add(0, [LogEntry("file:///out/part-0.parquet", 392)])`` -> ``True``.
         """
         listing = self._listing if self._listing is not None else super().list_names()
+        if self._listing is not None and self.is_compaction_batch(batch_id, self.interval_for(listing)):
+            listing = super().list_names()  # compaction reads the files it lists: list them now
         self._listing = None
         latest = max(listing, default=-1)
         if batch_id <= latest:
@@ -293,7 +295,7 @@ class CompactibleLog(LogFiles):
                 plan = plans[(source, index)]
                 drop = set(plan.expired) | set(plan.markers)
                 drop.update(row for row, record in plan.records if record.log_batch_id not in keep)
-                yield from self._copy_block(block.data, drop, stamp)
+                yield from self._copy_block(block, drop, stamp)
         kept_new = [
             e for e in new_entries
             if (cutoff is None or e.is_dir or e.modification_time >= cutoff)
@@ -304,13 +306,14 @@ class CompactibleLog(LogFiles):
         yield "".join("\n" + e.to_json() for e in kept_new).encode()
 
     @staticmethod
-    def _copy_block(block: bytes, drop: set[int], stamp: int | None) -> Iterator[bytes]:
+    def _copy_block(block: Block, drop: set[int], stamp: int | None) -> Iterator[bytes]:
         """One source block for the compact file: raw bytes when nothing changes, else its kept lines
         (lines of a delta file get their ``batchId`` stamped)."""
         if not drop and stamp is None:
-            yield b"\n" + block
+            yield b"\n"
+            yield block.data
             return
-        lines = block.split(b"\n")
+        lines = block.split()
         if stamp is None:
             kept = [line for row, line in enumerate(lines) if row not in drop]
             yield b"".join(b"\n" + line for line in kept)

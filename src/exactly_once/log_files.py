@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,9 +67,13 @@ class Block:
     """Whole lines of one log file: ``data`` (lines joined by ``\\n``), the number of the first line
     (the header is line 1) and how many lines it holds."""
 
-    data: bytes
+    data: memoryview
     first_line: int
     lines: int
+
+    def split(self) -> list[bytes]:
+        """The lines, as bytes."""
+        return bytes(self.data).split(b"\n")
 
 
 class LogFiles:
@@ -159,32 +162,33 @@ class LogFiles:
                     carry = data
                     continue
                 lines = data.count(b"\n", 0, cut) + 1
-                yield Block(data[:cut], number, lines)
+                yield Block(memoryview(data)[:cut], number, lines)  # no copy of the block
                 number += lines
                 carry = data[cut + 1 :]
             if carry:
-                yield Block(carry, number, carry.count(b"\n") + 1)
+                yield Block(memoryview(carry), number, carry.count(b"\n") + 1)
 
     def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
         """Validate and parse one block of lines column-wise (a line pyarrow skips, a missing key or a
         wrong type fails a check on the whole block); a block that fails is parsed again line by line,
         which raises CorruptLogError naming the exact line."""
         try:
-            block.data.decode("utf-8")  # pyarrow.json does not check the encoding
-            table = pa_json.read_json(io.BytesIO(block.data), parse_options=_PARSE)
-        except (pa.ArrowInvalid, UnicodeDecodeError):
+            table = pa_json.read_json(pa.BufferReader(pa.py_buffer(block.data)), parse_options=_PARSE)
+            table.validate(full=True)  # pyarrow.json does not check the encoding of strings
+        except pa.ArrowInvalid:
             table = None
         if (
             table is None
             or table.num_rows != block.lines
             or any(table.column(key).null_count for key in REQUIRED_KEYS)
         ):
-            return self._parse_lines(block.data, path, batch_id, block.first_line)
+            return self._parse_lines(block, path, batch_id)
         return table
 
-    def _parse_lines(self, block: bytes, path: str, batch_id: int, first_line: int) -> pa.Table:
+    def _parse_lines(self, block: Block, path: str, batch_id: int) -> pa.Table:
         entries = []
-        for number, raw in enumerate(block.split(b"\n"), start=first_line):
+        first_line = block.first_line
+        for number, raw in enumerate(block.split(), start=first_line):
             try:
                 entries.append(LogEntry.from_json(raw.decode("utf-8")))
             except (UnicodeDecodeError, ValueError) as exc:
@@ -208,7 +212,7 @@ class LogFiles:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
         owner = None if is_compact_path(path) else batch_id
         for block in self.blocks(path, batch_id):
-            for number, raw in enumerate(block.data.split(b"\n"), start=block.first_line):
+            for number, raw in enumerate(block.split(), start=block.first_line):
                 try:
                     yield LogEntry.from_json(raw.decode("utf-8"), owner)
                 except (UnicodeDecodeError, ValueError) as exc:

@@ -35,12 +35,11 @@ _ATTEMPTS = 20
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """The log as one listing saw it, and the entries of the snapshot at ``batch`` (``latest`` unless
-    asked for an older one). ``table`` has the columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`."""
+    """The log as one listing saw it, and the entries of the snapshot at its ``latest`` batch (``table``,
+    with the columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`)."""
 
     listing: Listing
     latest: int | None
-    batch: int | None
     table: pa.Table
 
 
@@ -62,9 +61,9 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None) -> LogSnapsh
         listing = log.list_names()
         latest = max(listing, default=None)
         if latest is None:
-            return LogSnapshot(listing, None, None, ENTRY_SCHEMA.empty_table())
+            return LogSnapshot(listing, None, ENTRY_SCHEMA.empty_table())
         try:
-            return LogSnapshot(listing, latest, latest, read_chain(log, latest, listing, interval))
+            return LogSnapshot(listing, latest, read_chain(log, latest, listing, interval))
         except (FileNotFoundError, MissingLogFileError) as exc:
             last_error = exc
             if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:
@@ -126,38 +125,55 @@ class _Resolver:
         )
 
 
+def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
+    """Each string without its first ``length`` bytes (a byte slice, much faster than a code point slice;
+    rows that do not start with the prefix, where it may cut a character, are replaced by the caller)."""
+    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1).view(pa.string())
+
+
 def resolve_paths(
-    storage: Storage, uris: pa.ChunkedArray | pa.Array, batch_ids: pa.ChunkedArray | pa.Array, allow_outside_root: bool
-) -> tuple[pa.Array, pa.Array]:
-    """(fsspec path, root-relative path) of each log URI. URIs under the root in the form Spark and the
-    sink write, without percent-escapes, are resolved column-wise; the others one by one (OutsideRootError
-    for a file outside the root that is not found under it, unless ``allow_outside_root``).
+    storage: Storage, uris: pa.ChunkedArray, batch_ids: pa.ChunkedArray, allow_outside_root: bool
+) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """(root-relative path, path outside the root or null) of each log URI, chunk by chunk. URIs under
+    the root in the form Spark and the sink write, without percent-escapes, are resolved column-wise; the
+    others one by one: a relocated output maps to the same relative path under the root, a file outside
+    the root is an OutsideRootError unless ``allow_outside_root``. :func:`full_paths` joins them.
 
     Example::
 
-        >>> resolve_paths(Storage("/o"), pa.array(["file:///o/a.parquet"]), pa.array([0]), False)
-        (['/o/a.parquet'], ['a.parquet'])
+        >>> resolve_paths(Storage("/o"), pa.chunked_array([["file:///o/a.parquet"]]), pa.chunked_array([[0]]), False)
+        (['a.parquet'], [None])
     """
-    uris = uris.combine_chunks() if isinstance(uris, pa.ChunkedArray) else uris
     root_prefix = storage.root.rstrip("/") + "/"
     uri_prefix = storage.to_uri(root_prefix + "x")[:-1]
-    if uri_prefix.endswith(root_prefix):  # local, s3, gs, memory: the path is a suffix of the URI
-        paths = pc.utf8_slice_codeunits(uris, len(uri_prefix) - len(root_prefix))
-        relative = pc.utf8_slice_codeunits(paths, len(root_prefix))
-    else:  # abfss://container@account.dfs.core.windows.net/key
-        relative = pc.utf8_slice_codeunits(uris, len(uri_prefix))
-        paths = pc.binary_join_element_wise(root_prefix, relative, "")
-    plain = pc.and_(pc.starts_with(uris, uri_prefix), pc.invert(pc.match_substring(relative, "%")))
-    if pc.all(plain).as_py() is False:
-        mask = pc.invert(plain)
-        unusual = pc.indices_nonzero(mask)
-        resolver = _Resolver(storage, allow_outside_root)
-        ids = batch_ids.take(unusual).to_pylist()
-        resolved = [resolver.resolve(uri, b) for uri, b in zip(uris.take(unusual).to_pylist(), ids)]
-        paths = pc.replace_with_mask(paths, mask, pa.array([p for p, _ in resolved], pa.string()))
-        relative = pc.replace_with_mask(relative, mask, pa.array([r for _, r in resolved], pa.string()))
-        logger.debug("%d of %d log paths resolved one by one", len(resolved), len(uris))
-    return paths, relative
+    resolver = _Resolver(storage, allow_outside_root)
+    if [len(c) for c in uris.chunks] != [len(c) for c in batch_ids.chunks]:
+        uris, batch_ids = pa.chunked_array([uris.combine_chunks()]), pa.chunked_array([batch_ids.combine_chunks()])
+    relatives, outsides = [], []
+    for chunk, ids in zip(uris.chunks, batch_ids.chunks):
+        relative = _drop_prefix(chunk, len(uri_prefix.encode()))
+        unusual = pc.invert(pc.and_(pc.starts_with(chunk, uri_prefix), pc.invert(pc.match_substring(relative, "%"))))
+        outside = pa.nulls(len(chunk), pa.string())
+        if pc.any(unusual).as_py():
+            rows = pc.indices_nonzero(unusual)
+            resolved = [resolver.resolve(u, b) for u, b in zip(chunk.take(rows).to_pylist(), ids.take(rows).to_pylist())]
+            relative = pc.replace_with_mask(relative, unusual, pa.array([r for _, r in resolved], pa.string()))
+            elsewhere = [None if p == root_prefix + r else p for p, r in resolved]
+            outside = pc.replace_with_mask(outside, unusual, pa.array(elsewhere, pa.string()))
+            logger.debug("%d of %d log paths resolved one by one", len(resolved), len(chunk))
+        relatives.append(relative)
+        outsides.append(outside)
+    return pa.chunked_array(relatives, pa.string()), pa.chunked_array(outsides, pa.string())
+
+
+def full_paths(storage: Storage, relative: pa.ChunkedArray, outside: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The fsspec path of each file from :func:`resolve_paths`' two columns.
+
+    Example: ``full_paths(Storage("/o"), ["a.parquet"], [None])`` -> ``['/o/a.parquet']``.
+    """
+    root_prefix = storage.root.rstrip("/") + "/"
+    joined = pc.binary_join_element_wise(root_prefix, relative, "")
+    return pc.coalesce(outside, joined) if outside.null_count < len(outside) else joined
 
 
 def data_files(table: pa.Table, columns: list[str] | None = None) -> pa.Table:

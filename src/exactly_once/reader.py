@@ -25,7 +25,16 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from .errors import MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
-from .log_snapshot import LogSnapshot, batch_ids_known, data_files, read_chain, read_snapshot, require_batch, resolve_paths
+from .log_snapshot import (
+    LogSnapshot,
+    batch_ids_known,
+    data_files,
+    full_paths,
+    read_chain,
+    read_snapshot,
+    require_batch,
+    resolve_paths,
+)
 from .metadata_log import METADATA_DIR, MetadataLog
 from .partitioning import convert_partition_value, infer_partition_types, parse_partition_path
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
@@ -50,18 +59,25 @@ class CommittedFile:
 
 
 class CommittedFiles(Sequence[CommittedFile]):
-    """The committed files of a snapshot: Arrow columns (``table``: path, relative_path, size,
-    modification_time, batch_id), seen as a sequence of :class:`CommittedFile` built only when accessed.
+    """The committed files of a snapshot: Arrow columns (``table``: relative_path, outside_path (null unless
+    the file is outside the root), size, modification_time, batch_id), seen as a sequence of
+    :class:`CommittedFile` built only when accessed; :meth:`paths` gives every path at once.
 
     Example::
 
         >>> files = committed_files("/data/events")
-        >>> len(files), files[0].relative_path, files.table.column("size")[0].as_py()
-        (120, 'part-00000-....parquet', 392)
+        >>> len(files), files[0].relative_path, files.paths()[0].as_py()
+        (120, 'part-00000-....parquet', '/data/events/part-00000-....parquet')
     """
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, storage: Storage, table: pa.Table) -> None:
+        self.storage = storage
         self.table = table
+        self._prefix = storage.root.rstrip("/") + "/"
+
+    def paths(self) -> pa.ChunkedArray:
+        """The fsspec path of every file (no protocol), as one Arrow column."""
+        return full_paths(self.storage, self.table.column("relative_path"), self.table.column("outside_path"))
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -95,12 +111,16 @@ class CommittedFiles(Sequence[CommittedFile]):
     def __repr__(self) -> str:
         return f"CommittedFiles({len(self)} files)"
 
-    @staticmethod
-    def _file(row: dict[str, Any]) -> CommittedFile:
+    def _file(self, row: dict[str, Any]) -> CommittedFile:
         relative = row["relative_path"]
         partition = tuple(parse_partition_path(relative)) if "/" in relative else ()
         return CommittedFile(
-            row["path"], relative, row["size"], row["modification_time"], row["batch_id"], partition
+            row["outside_path"] or self._prefix + relative,
+            relative,
+            row["size"],
+            row["modification_time"],
+            row["batch_id"],
+            partition,
         )
 
 
@@ -218,28 +238,28 @@ def snapshot(
                 "apart from files of failed batches. Point at the output directory of a streaming file sink "
                 "(ParquetSink or Spark's writeStream.format('parquet'))."
             )
-        return Snapshot(storage, None, CommittedFiles(_files_table([], [], pa.table({}))))
+        return Snapshot(storage, None, CommittedFiles(storage, _files_table(ENTRY_SCHEMA.empty_table(), storage, False)))
     selected = _select(log, log_snap, as_of_batch, batches, compact_interval)
     entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
     latest = log_snap.latest
     del log_snap, selected  # the parsed log: only the columns above are kept
-    paths, relative = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), allow_outside_root)
-    table = _files_table(paths, relative, entries)
+    files = CommittedFiles(storage, _files_table(entries, storage, allow_outside_root))
+    del entries  # the logged URIs
     if ignore_missing_files:
-        present = pa.array([storage.exists(p) for p in paths.to_pylist()], pa.bool_())
-        for gone in CommittedFiles(table.filter(pc.invert(present))):
+        present = pa.array([storage.exists(p) for p in files.paths().to_pylist()], pa.bool_())
+        for gone in CommittedFiles(storage, files.table.filter(pc.invert(present))):
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
-        table = table.filter(present)
-    return Snapshot(storage, latest, CommittedFiles(table))
+        files = CommittedFiles(storage, files.table.filter(present))
+    return Snapshot(storage, latest, files)
 
 
-def _files_table(paths: Any, relative: Any, entries: pa.Table) -> pa.Table:
-    if not entries.num_columns:
-        entries = ENTRY_SCHEMA.empty_table()
+def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool) -> pa.Table:
+    """The columns of :class:`CommittedFiles` from data file entries of the log."""
+    relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), allow_outside_root)
     return pa.table(
         {
-            "path": pa.array(paths, pa.string()) if isinstance(paths, list) else paths,
-            "relative_path": pa.array(relative, pa.string()) if isinstance(relative, list) else relative,
+            "relative_path": relative,
+            "outside_path": outside,
             "size": entries.column("size"),
             "modification_time": entries.column("modificationTime"),
             "batch_id": entries.column(BATCH_KEY),
@@ -269,7 +289,7 @@ def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
     table = snap.files.table
     if not table.num_rows:
         return ds.dataset([], schema=pa.schema([]))
-    paths = table.column("path").to_pylist()
+    paths = snap.files.paths().to_pylist()
     relatives = table.column("relative_path")
     partitions: list[tuple[tuple[str, str], ...]] = []
     if pc.any(pc.match_substring(relatives, "/")).as_py():
@@ -373,7 +393,7 @@ def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str]
     if not len(snap.files):
         df = spark.createDataFrame([], "struct<>")
     else:
-        paths = [storage.to_hadoop_path(p) for p in snap.files.table.column("path").to_pylist()]
+        paths = [storage.to_hadoop_path(p) for p in snap.files.paths().to_pylist()]
         try:
             reader = spark.read.option("basePath", storage.to_hadoop_path(storage.root))
             # mergeSchema: new nullable columns (allowed schema evolution) show, as in the Arrow reader.

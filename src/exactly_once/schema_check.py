@@ -15,7 +15,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .log_snapshot import resolve_paths
+from .log_snapshot import full_paths, resolve_paths
 from .partitioning import parse_partition_path
 from .storage import Storage
 
@@ -68,9 +68,9 @@ def read_committed_schema(
 
     Example: ``read_committed_schema(storage, last.column("path"), last.column("batchId"))``.
     """
-    paths, relative = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
+    relative, outside = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
     try:
-        with storage.open(paths[0].as_py(), "rb") as fh:
+        with storage.open(full_paths(storage, relative, outside)[0].as_py(), "rb") as fh:
             schema = pq.read_schema(fh)
     except FileNotFoundError:
         return None
