@@ -87,7 +87,7 @@ class _FileWriter:
             self.rows_in_file += room
             offset += room
             if self.pending_bytes >= _FLUSH_BYTES:
-                self._flush()
+                self.flush()
             if limit and self.rows_in_file >= limit:
                 self.close()
 
@@ -97,7 +97,7 @@ class _FileWriter:
         self.writer = pq.ParquetWriter(self.handle, schema, compression=self.spec.compression)
         self.rows_in_file = 0
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if self.pending and self.writer is not None:
             self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=1 << 30)
         self.pending, self.pending_bytes = [], 0
@@ -105,7 +105,7 @@ class _FileWriter:
     def close(self) -> None:
         if self.writer is None:
             return
-        self._flush()
+        self.flush()
         self.writer.close()
         self.handle.close()
         self.finished.append((self.path, self.rows_in_file))
@@ -120,7 +120,8 @@ _MAX_OPEN_WRITERS = 8
 class _TaskFiles:
     """All files of one task: one :class:`_FileWriter` per partition directory, at most
     ``_MAX_OPEN_WRITERS`` open (the least recently used is closed first; its directory gets a new file if
-    rows for it come again)."""
+    rows for it come again). Buffered rows are flushed when the task moves to another directory, so memory
+    holds one directory's buffer at a time."""
 
     def __init__(self, spec: WriteSpec, task: int, token: str) -> None:
         self.spec, self.task, self.token = spec, task, token
@@ -135,6 +136,9 @@ class _TaskFiles:
         return self.spec.storage.join(directory, name) if directory else self.spec.storage.join(name)
 
     def write(self, directory: str, rows: pa.Table) -> None:
+        previous = next(reversed(self.open), None)
+        if previous is not None and previous != directory:
+            self.open[previous].flush()  # only the directory being written holds rows in memory
         writer = self.open.get(directory)
         if writer is None:
             if len(self.open) >= _MAX_OPEN_WRITERS:
