@@ -64,7 +64,7 @@ class WriteSpec:
 class _FileWriter:
     """Writes one partition directory's files for one task, rolling over at max_records_per_file."""
 
-    def __init__(self, spec: WriteSpec, next_path: Callable[[], str]) -> None:
+    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], finished: list[tuple[str, int]]) -> None:
         self.spec, self.next_path = spec, next_path
         self.writer: pq.ParquetWriter | None = None
         self.handle = None
@@ -72,7 +72,7 @@ class _FileWriter:
         self.rows_in_file = 0
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
-        self.finished: list[tuple[str, int]] = []  # (path, rows)
+        self.finished = finished  # (path, rows) of each closed file, shared by the task's writers
 
     def write(self, table: pa.Table) -> None:
         limit = self.spec.max_records_per_file
@@ -142,21 +142,15 @@ class _TaskFiles:
         writer = self.open.get(directory)
         if writer is None:
             if len(self.open) >= _MAX_OPEN_WRITERS:
-                self._retire(self.open.popitem(last=False)[1])
-            writer = self.open[directory] = _FileWriter(self.spec, functools.partial(self._next_path, directory))
+                self.open.popitem(last=False)[1].close()
+            next_path = functools.partial(self._next_path, directory)
+            writer = self.open[directory] = _FileWriter(self.spec, next_path, self.finished)
         self.open.move_to_end(directory)
         writer.write(rows)
-        self.finished += writer.finished
-        writer.finished = []
-
-    def _retire(self, writer: _FileWriter) -> None:
-        writer.close()
-        self.finished += writer.finished
-        writer.finished = []
 
     def close(self) -> None:
         while self.open:
-            self._retire(self.open.popitem(last=False)[1])
+            self.open.popitem(last=False)[1].close()
 
 
 def _group_keys(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
