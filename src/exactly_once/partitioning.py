@@ -93,6 +93,15 @@ def java_double_str(value: float, single: bool = False) -> str:
     return f"{prefix}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
 
 
+def _zone(name: str) -> _dt.tzinfo:
+    """A Spark session time zone: a region (``America/New_York``), ``UTC``/``Z`` or an offset ``+05:30``."""
+    match = re.match(r"^([+-])(\d{2}):(\d{2})$", name)
+    if match:
+        offset = _dt.timedelta(hours=int(match.group(2)), minutes=int(match.group(3)))
+        return _dt.timezone(-offset if match.group(1) == "-" else offset)
+    return _dt.UTC if name in ("Z", "UTC") else zoneinfo.ZoneInfo(name)
+
+
 def _timestamp_str(value: _dt.datetime) -> str:
     text = f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value.hour:02d}:{value.minute:02d}:{value.second:02d}"
     return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
@@ -104,7 +113,7 @@ def partition_value_str(value: Any, typ: pa.DataType, time_zone: str = "UTC") ->
 
     Example::
 
-        >>> ts = _dt.datetime(2026, 2, 3, 7, 8, 9, 120000, tzinfo=_dt.timezone.utc)
+        >>> ts = _dt.datetime(2026, 2, 3, 7, 8, 9, 120000, tzinfo=_dt.UTC)
         >>> partition_value_str(ts, pa.timestamp("us", tz="UTC"), "America/New_York")
         '2026-02-03 02:08:09.12'
         >>> partition_value_str(1e20, pa.float64())
@@ -120,7 +129,7 @@ def partition_value_str(value: Any, typ: pa.DataType, time_zone: str = "UTC") ->
         return format(value, "f")
     if pa.types.is_timestamp(typ):
         if typ.tz is not None:
-            value = value.astimezone(zoneinfo.ZoneInfo(time_zone))
+            value = value.astimezone(_zone(time_zone))
         return _timestamp_str(value)
     if pa.types.is_date(typ):
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
@@ -241,7 +250,7 @@ def infer_partition_types(raw_values: Mapping[str, Iterable[str]], time_zone: st
             "long": pa.int64(),
             "decimal": pa.decimal128(max(kind[1], 1), 0),
             "double": pa.float64(),
-            "timestamp": pa.timestamp("us", tz=time_zone),
+            "timestamp": pa.timestamp("us", tz="UTC" if time_zone == "Z" else time_zone),
             "date": pa.date32(),
             "string": pa.string(),
         }[kind[0]]
@@ -263,6 +272,6 @@ def convert_partition_value(raw: str, typ: pa.DataType) -> Any:
     if pa.types.is_date(typ):
         return _dt.date(*_timestamp_value(text)[:3])
     if pa.types.is_timestamp(typ):
-        local = _dt.datetime(*_timestamp_value(text), tzinfo=zoneinfo.ZoneInfo(typ.tz))
-        return local.astimezone(_dt.timezone.utc)
+        local = _dt.datetime(*_timestamp_value(text), tzinfo=_zone(typ.tz))
+        return local.astimezone(_dt.UTC)
     return text

@@ -93,15 +93,6 @@ def _quote_path(path: str) -> str:
     )
 
 
-def _fsync(path: str) -> None:
-    """fsync a local file or directory (a directory makes the names in it durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _to_epoch_ms(value: Any) -> int:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
@@ -290,7 +281,6 @@ class Storage:
         except FileNotFoundError:
             pass
 
-    @_backend_errors
     def sync_files(self, paths: list[str]) -> None:
         """Make written data files durable before they are committed: on local disk, fsync each file, then
         each directory between them and the root (so new ``k=v`` directories are durable too). On object
@@ -304,13 +294,22 @@ class Storage:
             return
         directories = set()
         for path in paths:
-            _fsync(path)
+            self._fsync(path)
             directory = os.path.dirname(path)
             while directory.startswith(self.root) and directory not in directories:
                 directories.add(directory)
                 directory = os.path.dirname(directory)
         for directory in sorted(directories, key=len, reverse=True):
-            _fsync(directory)
+            self._fsync(directory)
+
+    @_backend_errors
+    def _fsync(self, path: str) -> None:
+        """fsync one local file or directory (a directory makes the names in it durable)."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec)."""

@@ -66,7 +66,7 @@ class WriteSpec:
 class _FileWriter:
     """Writes one partition directory's files for one task, rolling over at max_records_per_file."""
 
-    def __init__(self, spec: WriteSpec, next_path: Callable[[], str]) -> None:
+    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], finished: list[tuple[str, int]]) -> None:
         self.spec, self.next_path = spec, next_path
         self.writer: pq.ParquetWriter | None = None
         self.handle = None
@@ -74,7 +74,7 @@ class _FileWriter:
         self.rows_in_file = 0
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
-        self.finished: list[tuple[str, int]] = []  # (path, rows)
+        self.finished = finished  # (path, rows) of each closed file, shared by the task's writers
 
     def write(self, table: pa.Table) -> None:
         limit = self.spec.max_records_per_file
@@ -89,7 +89,7 @@ class _FileWriter:
             self.rows_in_file += room
             offset += room
             if self.pending_bytes >= _FLUSH_BYTES:
-                self._flush()
+                self.flush()
             if limit and self.rows_in_file >= limit:
                 self.close()
 
@@ -99,7 +99,7 @@ class _FileWriter:
         self.writer = pq.ParquetWriter(self.handle, schema, compression=self.spec.compression)
         self.rows_in_file = 0
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if self.pending and self.writer is not None:
             self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=1 << 30)
         self.pending, self.pending_bytes = [], 0
@@ -107,7 +107,7 @@ class _FileWriter:
     def close(self) -> None:
         if self.writer is None:
             return
-        self._flush()
+        self.flush()
         self.writer.close()
         self.handle.close()
         self.finished.append((self.path, self.rows_in_file))
@@ -122,7 +122,8 @@ _MAX_OPEN_WRITERS = 8
 class _TaskFiles:
     """All files of one task: one :class:`_FileWriter` per partition directory, at most
     ``_MAX_OPEN_WRITERS`` open (the least recently used is closed first; its directory gets a new file if
-    rows for it come again)."""
+    rows for it come again). Buffered rows are flushed when the task moves to another directory, so memory
+    holds one directory's buffer at a time."""
 
     def __init__(self, spec: WriteSpec, task: int, token: str) -> None:
         self.spec, self.task, self.token = spec, task, token
@@ -137,24 +138,21 @@ class _TaskFiles:
         return self.spec.storage.join(directory, name) if directory else self.spec.storage.join(name)
 
     def write(self, directory: str, rows: pa.Table) -> None:
+        previous = next(reversed(self.open), None)
+        if previous is not None and previous != directory:
+            self.open[previous].flush()  # only the directory being written holds rows in memory
         writer = self.open.get(directory)
         if writer is None:
             if len(self.open) >= _MAX_OPEN_WRITERS:
-                self._retire(self.open.popitem(last=False)[1])
-            writer = self.open[directory] = _FileWriter(self.spec, functools.partial(self._next_path, directory))
+                self.open.popitem(last=False)[1].close()
+            next_path = functools.partial(self._next_path, directory)
+            writer = self.open[directory] = _FileWriter(self.spec, next_path, self.finished)
         self.open.move_to_end(directory)
         writer.write(rows)
-        self.finished += writer.finished
-        writer.finished = []
-
-    def _retire(self, writer: _FileWriter) -> None:
-        writer.close()
-        self.finished += writer.finished
-        writer.finished = []
 
     def close(self) -> None:
         while self.open:
-            self._retire(self.open.popitem(last=False)[1])
+            self.open.popitem(last=False)[1].close()
 
 
 def _group_keys(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
