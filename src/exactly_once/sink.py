@@ -26,8 +26,10 @@ import pyarrow.parquet as pq
 
 from .errors import CommitConflictError, ForeignQueryError, LogError, OutputResetError, SchemaMismatchError
 from .failpoints import failpoint
+from .inflight import InFlightBatch
 from .metadata_log import LogEntry, MetadataLog
 from .partitioning import parse_partition_path
+from .spark_writer import write_and_publish
 from .storage import Storage
 from .writer import STATUS_SCHEMA, WriteSpec, codec_extension, write_task
 
@@ -125,6 +127,10 @@ class ParquetSink:
             log: ``"error"`` (default) raises :class:`ForeignQueryError`; ``"append"`` commits this query's
             batches after the latest log batch, staying idempotent across this query's restarts.
         min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
+        writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer into a hidden staging
+            directory, then an atomic rename of each file into place (needs a store with atomic renames:
+            local disk); ``"arrow"``: pyarrow in ``mapInArrow`` tasks, straight to the final names (any
+            store); ``"auto"`` (default): ``"spark"`` where the store renames atomically, else ``"arrow"``.
 
     Example::
 
@@ -148,7 +154,10 @@ class ParquetSink:
         on_foreign_query: Literal["error", "append"] = "error",
         min_batches_to_retain: int = 100,
         cleanup_delay: str = "10m",
+        writer: Literal["auto", "spark", "arrow"] = "auto",
     ) -> None:
+        if writer not in ("auto", "spark", "arrow"):
+            raise ValueError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
         if on_foreign_query not in ("error", "append"):
             raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
         codec_extension(compression)  # validate early
@@ -162,6 +171,7 @@ class ParquetSink:
         self.on_foreign_query = on_foreign_query
         self.min_batches_to_retain = min_batches_to_retain
         self.cleanup_delay = cleanup_delay
+        self.writer = writer
         self.last_progress: BatchProgress | None = None
         self._state: _OutputState | None = None
         self._metadata_log: MetadataLog | None = None
@@ -205,17 +215,28 @@ class ParquetSink:
         self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
-        spec = WriteSpec(self.log.storage, self.partition_by, self.compression, self.max_records_per_file)
-        statuses = df.mapInArrow(functools.partial(write_task, spec), STATUS_SCHEMA).collect()
-        progress.write_seconds = time.monotonic() - started
-        failpoint("before_commit")
-
-        started = time.monotonic()
         record = CommitRecord(target, query_id, batch_id, uuid.uuid4().hex)
         storage = self.log.storage
-        entries = [record.to_entry(storage, int(time.time() * 1000))]
-        entries += [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-        self._commit(target, entries, query_id, batch_id)
+        spark_writes = self._spark_writes(storage)
+        batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
+        try:
+            if spark_writes:
+                statuses = write_and_publish(
+                    df, batch, partition_by=self.partition_by, compression=self.compression,
+                    max_records_per_file=self.max_records_per_file,
+                )
+            else:
+                spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file)
+                statuses = df.mapInArrow(functools.partial(write_task, spec), STATUS_SCHEMA).collect()
+            progress.write_seconds = time.monotonic() - started
+            failpoint("before_commit")
+
+            started = time.monotonic()
+            entries = [record.to_entry(storage, int(time.time() * 1000))]
+            entries += [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            self._commit(target, entries, query_id, batch_id)
+        finally:
+            batch.end(staged=spark_writes)
         failpoint("after_commit")
         progress.commit_seconds = time.monotonic() - started
         state.latest = target
@@ -230,6 +251,15 @@ class ParquetSink:
             self, batch_id, query_id, target, progress.rows, progress.files, progress.bytes,
             progress.write_seconds, progress.commit_seconds,
         )
+
+    def _spark_writes(self, storage: Storage) -> bool:
+        """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring)."""
+        if self.writer == "spark" and not storage.renames_atomically:
+            raise ValueError(
+                f"{self}: writer='spark' needs a store with atomic renames (local disk), and "
+                f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
+            )
+        return self.writer != "arrow" and storage.renames_atomically
 
     def _commit(self, target: int, entries: list[LogEntry], query_id: str | None, batch_id: int) -> None:
         committed = self.log.add(target, entries)
