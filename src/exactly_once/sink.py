@@ -17,6 +17,7 @@ import functools
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,9 +25,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import CommitConflictError, ForeignQueryError, LogError, OutputResetError, SchemaMismatchError
+from .errors import (
+    CommitConflictError,
+    ForeignQueryError,
+    LogError,
+    MissingDataFileError,
+    OutputResetError,
+    SchemaMismatchError,
+)
 from .failpoints import failpoint
-from .inflight import InFlightBatch
+from .inflight import HIDDEN_DIR, InFlightBatch
 from .metadata_log import LogEntry, MetadataLog
 from .partitioning import parse_partition_path
 from .spark_writer import write_and_publish
@@ -232,6 +240,7 @@ class ParquetSink:
             failpoint("before_commit")
 
             started = time.monotonic()
+            self._check_present(storage, [s.path for s in statuses], target)
             entries = [record.to_entry(storage, int(time.time() * 1000))]
             entries += [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             self._commit(target, entries, query_id, batch_id)
@@ -260,6 +269,19 @@ class ParquetSink:
                 f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
             )
         return self.writer != "arrow" and storage.renames_atomically
+
+    def _check_present(self, storage: Storage, paths: list[str], target: int) -> None:
+        """Refuse to commit a batch one of whose files is gone (deleted by hand or by a vacuum that ignores
+        leases): the log would point at missing data."""
+        with ThreadPoolExecutor(16) as pool:
+            gone = [p for p, present in zip(paths, pool.map(storage.exists, paths)) if not present]
+        if gone:
+            raise MissingDataFileError(
+                f"{self}: {len(gone)} data file(s) of log batch {target} vanished before its commit, e.g. "
+                f"{storage.display(gone[0])}; nothing was committed. Something deleted files of a batch in flight "
+                f"(a vacuum that ignores the leases under {HIDDEN_DIR}/, or a manual clean-up); Spark retries the "
+                "batch when the query restarts."
+            )
 
     def _commit(self, target: int, entries: list[LogEntry], query_id: str | None, batch_id: int) -> None:
         committed = self.log.add(target, entries)
