@@ -258,8 +258,8 @@ def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest)
 
 
 def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
-    """The first task attempt (anywhere) writes a file and then fails; Spark retries the task
-    (``local[2,3]``), the retry writes the rows again under new names. Only the accepted attempt's
+    """Arrow writer path: the first task attempt (anywhere) writes a file and then fails; Spark retries the
+    task (``local[2,3]``), the retry writes the rows again under new names. Only the accepted attempt's
     files are committed: no duplicates, the failed attempt's file stays on disk outside the log.
 
     This is also the duplicate-attempt (speculation) case: Spark never launches a speculative copy on
@@ -272,7 +272,8 @@ def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
         tmp_path,
         master="local[2,3]",
         max_files_per_trigger=2,
-        sink=dict(SINK, max_records_per_file=7),  # 3 files per task: the failpoint fires after the first
+        # 3 files per task: the failpoint fires after the first
+        sink=dict(SINK, max_records_per_file=7, writer="arrow"),
         conf={"spark.sql.files.maxPartitionBytes": "1048576"},  # one input file per task
     )
     out, state = tmp_path / "out", tmp_path / "failpoints"
@@ -292,6 +293,34 @@ def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
     assert orphan_ids and len(orphan_ids) % 7 == 0 and set(orphan_ids) <= set(ids), orphan_ids
     # A reader listing the directory would see these rows twice; the log-based readers do not.
     assert len(ids_of_files(parquet_on_disk(out))) == len(ids) + len(orphan_ids)
+    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert sum(p["rows"] for p in child.progress()) == len(ids)
+
+
+def test_task_attempt_fails_inside_spark_writer(spark, tmp_path: Path) -> None:
+    """Spark writer path: the first task attempt fails while Spark's writer has its rows (the rows pass
+    through a mapInArrow that raises after handing on its first batch); Spark retries the task. The failed
+    attempt's output never leaves the hidden staging directory: nothing of it is published or committed,
+    and the output holds every row exactly once."""
+    rows = 20
+    ids = write_inputs(tmp_path / "in", range(6), rows)
+    config = child_config(
+        tmp_path,
+        master="local[2,3]",
+        max_files_per_trigger=2,
+        sink=dict(SINK, max_records_per_file=7, writer="spark"),
+        conf={"spark.sql.files.maxPartitionBytes": "1048576"},
+        task_failpoint=True,
+    )
+    out, state = tmp_path / "out", tmp_path / "failpoints"
+
+    child = run_child(tmp_path, config, failpoints="task_write=raise@1", state_dir=state)
+
+    assert_ok(child)
+    batches = len(child.progress())
+    assert len(list(state.glob("task_write.*"))) == 2 * batches + 1, "every task once, plus one retried attempt"
+    assert not orphans(out), "a failed attempt's files were published"
+    assert parquet_on_disk(out) == committed_paths(out)
     assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
     assert sum(p["rows"] for p in child.progress()) == len(ids)
 
