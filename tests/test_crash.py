@@ -257,6 +257,18 @@ def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest)
 # -- executor faults -------------------------------------------------------------------------------
 
 
+def _retry_config(tmp_path: Path, writer: str, **overrides) -> dict:
+    """Two input files per batch, one per task, up to 3 attempts per task (``local[2,3]``), 3 files per task."""
+    return child_config(
+        tmp_path,
+        master="local[2,3]",
+        max_files_per_trigger=2,
+        sink=dict(SINK, max_records_per_file=7, writer=writer),  # Arrow path: task_write fires after the first
+        conf={"spark.sql.files.maxPartitionBytes": "1048576"},  # one input file per task
+        **overrides,
+    )
+
+
 def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
     """Arrow writer path: the first task attempt (anywhere) writes a file and then fails; Spark retries the
     task (``local[2,3]``), the retry writes the rows again under new names. Only the accepted attempt's
@@ -268,14 +280,7 @@ def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
     speculative loser looks like on storage."""
     rows = 20
     ids = write_inputs(tmp_path / "in", range(6), rows)
-    config = child_config(
-        tmp_path,
-        master="local[2,3]",
-        max_files_per_trigger=2,
-        # 3 files per task: the failpoint fires after the first
-        sink=dict(SINK, max_records_per_file=7, writer="arrow"),
-        conf={"spark.sql.files.maxPartitionBytes": "1048576"},  # one input file per task
-    )
+    config = _retry_config(tmp_path, "arrow")
     out, state = tmp_path / "out", tmp_path / "failpoints"
 
     child = run_child(tmp_path, config, failpoints="task_write=raise@1", state_dir=state)
@@ -304,14 +309,7 @@ def test_task_attempt_fails_inside_spark_writer(spark, tmp_path: Path) -> None:
     and the output holds every row exactly once."""
     rows = 20
     ids = write_inputs(tmp_path / "in", range(6), rows)
-    config = child_config(
-        tmp_path,
-        master="local[2,3]",
-        max_files_per_trigger=2,
-        sink=dict(SINK, max_records_per_file=7, writer="spark"),
-        conf={"spark.sql.files.maxPartitionBytes": "1048576"},
-        task_failpoint=True,
-    )
+    config = _retry_config(tmp_path, "spark", task_failpoint=True)
     out, state = tmp_path / "out", tmp_path / "failpoints"
 
     child = run_child(tmp_path, config, failpoints="task_write=raise@1", state_dir=state)
