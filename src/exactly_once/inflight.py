@@ -86,7 +86,10 @@ class InFlightBatch:
 
 
 def leases(storage: Storage) -> list[Lease]:
-    """Every lease under the output root, oldest first."""
+    """Every lease under the output root, oldest first.
+
+    Example: ``[lease.log_batch_id for lease in leases(Storage("/data/out"))]`` -> ``[7]``.
+    """
     found = []
     for info in storage.ls(storage.join(HIDDEN_DIR, LEASES)):
         batch, _, commit_id = info.path.rsplit("/", 1)[-1].partition("-")
@@ -96,5 +99,8 @@ def leases(storage: Storage) -> list[Lease]:
 
 
 def staging_dirs(storage: Storage) -> list[FileInfo]:
-    """Every staging directory (of live or dead attempts)."""
+    """Every staging directory (of live or dead attempts).
+
+    Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/ab12']``.
+    """
     return [i for i in storage.ls(storage.join(HIDDEN_DIR, STAGING)) if i.is_dir]

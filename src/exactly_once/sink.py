@@ -1,8 +1,11 @@
 """``ParquetSink``: the exactly-once ``foreachBatch`` sink (the counterpart of Spark's ``FileStreamSink``).
 
 Per micro-batch: decide from the log whether the batch is new, a replay, or another query's; check the
-schema; write Parquet on the executors (:mod:`exactly_once.writer`); then commit every file of the
-batch at once with :meth:`MetadataLog.add` (atomic, exclusive). A batch is visible to readers exactly
+schema; take the batch's lease (:mod:`exactly_once.inflight`); write Parquet, either with Spark's own
+writer into a hidden staging directory and an atomic rename of each file into place
+(:mod:`exactly_once.spark_writer`, stores with atomic renames) or with pyarrow on the executors
+(:mod:`exactly_once.writer`); then commit every file of the batch at once with :meth:`MetadataLog.add`
+(atomic, exclusive) and drop the lease. A batch is visible to readers exactly
 when its log file exists.
 
 Each commit carries one *commit record*: an entry Spark skips (``isDir: true``, size 0, pointing at the

@@ -87,7 +87,13 @@ def _staged_files(storage: Storage, staging: str) -> list[str]:
 def publish(storage: Storage, staging: str) -> list[PublishedFile]:
     """Rename every staged data file that has rows to the same relative path under the root (never
     overwriting; Spark's schema-only file of an empty batch stays behind), then fsync the files and every
-    directory that gained an entry, and read sizes and mtimes."""
+    directory that gained an entry, and read sizes and mtimes.
+
+    Example::
+
+        >>> [f.path for f in publish(storage, "/data/out/_exactly_once/staging/ab12")]
+        ['/data/out/k=a/part-00000-....c000.snappy.parquet']
+    """
     staged = [posixpath.join(staging, relative) for relative in _staged_files(storage, staging)]
     with ThreadPoolExecutor(_IO_THREADS) as pool:
         rows = list(pool.map(lambda path: _num_rows(storage, path), staged))
