@@ -288,3 +288,14 @@ def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
     theirs = sorted((r.id, r.ts, r.day) for r in spark.read.parquet(out).collect())
     assert ours == theirs and len(ours) == 6
     assert ours[1][1].hour == 11
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer):
+    """A restarted driver reads the committed schema back from the files: timestamps written by either
+    writer path (Spark's writer stores INT96 by default) must compare equal to the batch's timestamps."""
+    out = str(tmp_path / "out")
+    df = spark.sql("select id, timestamp'2026-11-21 10:00:00' + make_interval(0, 0, 0, 0, id) as ts from range(3)")
+    ParquetSink(out, writer=writer)(df, 0)
+    ParquetSink(out, writer=writer)(df.withColumn("id", df.id + 3), 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(6))
