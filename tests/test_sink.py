@@ -299,3 +299,18 @@ def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer)
     ParquetSink(out, writer=writer)(df, 0)
     ParquetSink(out, writer=writer)(df.withColumn("id", df.id + 3), 1)
     assert sorted(read_committed(out).column("id").to_pylist()) == list(range(6))
+
+
+def test_writer_option_picks_the_path_per_store(tmp_path):
+    """``writer="auto"`` takes Spark's writer only where renames are atomic (local disk); ``"spark"`` on a
+    store without them is refused with the remedy; unknown values fail in the constructor."""
+    with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
+        ParquetSink(str(tmp_path / "out"), writer="jvm")
+    local, memory = ParquetSink(str(tmp_path / "out")), ParquetSink("memory://eo-writer-test/out")
+    assert local._spark_writes(local.log.storage) is True
+    assert memory._spark_writes(memory.log.storage) is False
+    arrow = ParquetSink(str(tmp_path / "out"), writer="arrow")
+    assert arrow._spark_writes(arrow.log.storage) is False
+    forced = ParquetSink("memory://eo-writer-test/out", writer="spark")
+    with pytest.raises(ValueError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
+        forced._spark_writes(forced.log.storage)
