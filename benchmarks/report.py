@@ -8,7 +8,8 @@ from .common import Stat, percentile, ratio_stat
 
 NAMES = {
     "spark": "Spark file sink (`format(\"parquet\")`)",
-    "ours": "ParquetSink (`foreachBatch`)",
+    "ours": "ParquetSink (`foreachBatch`), `writer=\"auto\"` (Spark writer + rename on local disk)",
+    "ours-arrow": "ParquetSink, `writer=\"arrow\"` (pyarrow in `mapInArrow`)",
     "noop-sink": "Spark `format(\"noop\")` (scan only)",
     "noop-arrow": "`foreachBatch` + `mapInArrow` that drains (scan + transfer)",
     "spark-writer": "`foreachBatch` + Spark's batch writer `df.write.parquet` (no log)",
@@ -58,6 +59,15 @@ def headline(ctx: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             ("Sink throughput vs Spark file sink", ours.fmt("rows/s", 3), theirs.fmt("rows/s", 3),
              _x(ratio_stat(ours, theirs, True)), "ours/theirs rows/s; goal >= 1.0")
         )
+        for kind in ("ours", "ours-arrow"):
+            for suffix, layout in (("", "unpartitioned"), ("-part", "partitioned")):
+                ratio = time_ratio(sink, kind + suffix, "spark" + suffix)
+                gap = gap_per_batch(sink, kind + suffix, "spark" + suffix)
+                if ratio.values:
+                    rows.append(
+                        (f"Sink time / Spark file-sink time, {kind}, {layout}", _ms(gap) + " per batch more",
+                         "", _x(ratio), "ours/theirs wall time; goal <= 1.0")
+                    )
         best_ours, best_spark = _best(sink, "ours", "write"), _best(sink, "spark", "addBatch")
         rows.append(
             ("Sink, Spark job per batch (fastest batch of each repeat) vs Spark sink's addBatch", best_ours.fmt(),
@@ -195,12 +205,19 @@ def _sink_section(w, sink) -> None:
     )
     w("| contender | wall time | rows/s | vs Spark file sink |\n|---|---|---|---|")
     spark_rate = sink.rate("spark")
-    for kind in ("spark", "ours", "noop-sink", "noop-arrow", "spark-writer"):
+    for kind in ("spark", "ours", "ours-arrow", "noop-sink", "noop-arrow", "spark-writer"):
         wall = sink.wall(kind)
         if not wall.values:
             continue
         rate = sink.rate(kind)
         w(f"| {NAMES[kind]} | {wall.fmt()} | {rate.fmt('rows/s', 3)} | {_x(ratio_stat(rate, spark_rate, True))} |")
+    w("")
+    w("**Sink time / Spark file-sink time** on the same stream (wall time of the query, per repeat, median "
+      "(min-max); 1.00 = as fast, lower is better), unpartitioned and partitioned by `country` (16 values):\n")
+    w("| contender | unpartitioned | partitioned |\n|---|---|---|")
+    for kind in ("ours", "ours-arrow", "spark-writer"):
+        cells = [_x(r) if (r := time_ratio(sink, kind + suffix, "spark" + suffix)).values else "n/a" for suffix in ("", "-part")]
+        w(f"| {NAMES[kind]} | {cells[0]} | {cells[1]} |")
     w("")
     files_ours = sum(r.files_per_batch for r in sink.runs["ours"]) / len(sink.runs["ours"])
     files_spark = sum(r.files_per_batch for r in sink.runs["spark"]) / len(sink.runs["spark"])
@@ -250,6 +267,16 @@ def _sink_section(w, sink) -> None:
             w(f"| {NAMES[kind]} | {rate.fmt('rows/s', 3)} | {_x(ratio_stat(ours_rate, rate, True))} | "
               f"{_x(ratio_stat(spark_rate, rate, True))} |")
     w("")
+
+
+def time_ratio(sink, kind: str, reference: str) -> Stat:
+    """Per repeat: wall time of ``kind`` / wall time of ``reference`` (same repeat, same input)."""
+    return Stat([a / b for a, b in zip(sink.wall(kind).values, sink.wall(reference).values)])
+
+
+def gap_per_batch(sink, kind: str, reference: str) -> Stat:
+    """Per repeat: median per-batch ``triggerExecution`` of ``kind`` minus that of ``reference`` (seconds)."""
+    return _diff(_per_repeat(sink, kind, "trigger"), _per_repeat(sink, reference, "trigger"))
 
 
 def cost_split(sink) -> list[tuple[str, Stat | None, Stat | None, str]]:

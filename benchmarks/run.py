@@ -52,6 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--driver-memory", default=default_driver_memory(), help="Spark driver heap (default: RAM/3, 2-8g)")
     p.add_argument("--out-dir", help="where RESULTS.md and results.png go (default benchmarks/, quick: a temp dir)")
+    p.add_argument(
+        "--sink-kinds",
+        help=f"subset of the sink contenders (default all: {','.join(sink_bench.SPARK_KINDS)}); "
+        "a subset skips the no-Spark ceilings",
+    )
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
@@ -115,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             warm_dir = os.path.join(work, "warm-input")
             inputs = generate_input(input_dir, args.batches, args.rows)
             generate_input(warm_dir, 2 if not args.quick else 1, max(10_000, args.rows // 10))
-            ctx["sink"] = sink_bench.run(spark, input_dir, inputs, warm_dir, work, args.repeats, args.rows)
+            kinds = tuple(args.sink_kinds.split(",")) if args.sink_kinds else sink_bench.SPARK_KINDS
+            ctx["sink"] = sink_bench.run(
+                spark, input_dir, inputs, warm_dir, work, args.repeats, args.rows, kinds, not args.sink_kinds
+            )
             shutil.rmtree(input_dir, ignore_errors=True)
         if "planning" in args.sections:
             os.sync()

@@ -4,12 +4,17 @@ Every contender streams the same pre-generated input files, one file per micro-b
 (``readStream.parquet(dir)`` with ``maxFilesPerTrigger=1``, ``trigger(availableNow=True)``):
 
 * ``spark``: Spark's own file sink, ``writeStream.format("parquet")``;
-* ``ours``: ``foreachBatch(ParquetSink(out))``, wrapped to record ``last_progress`` per batch;
+* ``ours``: ``foreachBatch(ParquetSink(out))`` (``writer="auto"``: Spark's writer + rename on local disk),
+  wrapped to record ``last_progress`` per batch;
+* ``ours-arrow``: the same with ``writer="arrow"`` (pyarrow in ``mapInArrow`` tasks, the object-store path);
 * ``noop-sink``: ``format("noop")``: Spark reading the input and discarding it (the scan alone);
 * ``noop-arrow``: ``foreachBatch`` running ``mapInArrow`` with a function that only drains its input
   (the scan plus the JVM -> Arrow -> Python transfer the sink pays, without writing Parquet);
 * ``spark-writer``: ``foreachBatch`` calling Spark's own batch writer, ``df.write.parquet(out/batch-N)``,
   with no log: what a sink that let Spark write the files and only committed the log could reach.
+
+Each of ``spark``, ``ours``, ``ours-arrow`` and ``spark-writer`` also runs partitioned by ``country``
+(16 values), as ``<kind>-part``.
 
 The noop runs split the sink's cost: scan | transfer to Python | Parquet encode+write | log commit.
 Dirty pages are flushed (``os.sync()``) before every timed run so one run's writeback does not land
@@ -38,7 +43,9 @@ from .common import Stat, percentile
 
 logger = logging.getLogger("benchmarks.sink")
 
-SPARK_KINDS = ("spark", "ours", "noop-sink", "noop-arrow", "spark-writer")
+WRITING_KINDS = ("spark", "ours", "ours-arrow", "spark-writer")
+PARTITION_BY = ("country",)
+SPARK_KINDS = WRITING_KINDS + ("noop-sink", "noop-arrow") + tuple(f"{k}-part" for k in WRITING_KINDS)
 
 
 def drain(batches):
@@ -89,13 +96,16 @@ class DrainSink:
 class SparkWriterSink:
     """``foreachBatch`` function letting Spark's batch writer write each micro-batch (no log, no commit)."""
 
-    def __init__(self, out: str) -> None:
+    def __init__(self, out: str, partition_by: tuple[str, ...] = ()) -> None:
         self.out = out
+        self.partition_by = partition_by
         self.batches: list[dict[str, float]] = []
 
     def __call__(self, df, batch_id: int) -> None:
         started = time.perf_counter()
-        df.write.mode("errorifexists").parquet(os.path.join(self.out, f"batch-{batch_id:05d}"))
+        df.write.mode("errorifexists").partitionBy(*self.partition_by).parquet(
+            os.path.join(self.out, f"batch-{batch_id:05d}")
+        )
         self.batches.append({"batch": batch_id, "call": time.perf_counter() - started})
 
 
@@ -152,18 +162,21 @@ def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> 
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
     writer = stream.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
     recorder = None
-    if kind == "spark":
-        writer = writer.format("parquet").option("path", out)
-    elif kind == "noop-sink":
+    base, partitioned = kind.removesuffix("-part"), kind.endswith("-part")
+    partition_by = PARTITION_BY if partitioned else ()
+    if base == "spark":
+        writer = writer.format("parquet").option("path", out).partitionBy(*partition_by)
+    elif base == "noop-sink":
         writer = writer.format("noop")
-    elif kind == "ours":
-        recorder = RecordingSink(ParquetSink(out))
+    elif base in ("ours", "ours-arrow"):
+        choice = "arrow" if base == "ours-arrow" else "auto"
+        recorder = RecordingSink(ParquetSink(out, partition_by=partition_by, writer=choice))
         writer = writer.foreachBatch(recorder)
-    elif kind == "noop-arrow":
+    elif base == "noop-arrow":
         recorder = DrainSink()
         writer = writer.foreachBatch(recorder)
-    elif kind == "spark-writer":
-        recorder = SparkWriterSink(out)
+    elif base == "spark-writer":
+        recorder = SparkWriterSink(out, partition_by)
         writer = writer.foreachBatch(recorder)
     else:
         raise ValueError(kind)
@@ -190,10 +203,10 @@ def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> 
             b.update(by_id.get(b["batch"], {}))
     rows = sum(b["rows_in"] for b in batches)
     files = 0.0
-    if kind == "ours":
+    if base in ("ours", "ours-arrow"):
         files = sum(b["files"] for b in batches) / max(1, len(batches))
-    elif kind == "spark":
-        files = len([n for n in os.listdir(out) if n.endswith(".parquet")]) / max(1, len(batches))
+    elif base == "spark":
+        files = sum(n.endswith(".parquet") for _, _, names in os.walk(out) for n in names) / max(1, len(batches))
     shutil.rmtree(checkpoint, ignore_errors=True)
     logger.info("%-10s %s: %d rows in %d batches, %.2fs wall (%.0f rows/s)", kind, tag, rows, len(batches), wall, rows / wall)
     return QueryRun(kind, wall, rows, batches, files)
@@ -232,17 +245,20 @@ def delta_appends(inputs: list[str], out: str) -> float:
     return time.perf_counter() - started
 
 
-def run(spark, input_dir: str, inputs: list[str], warm_dir: str, work: str, repeats: int, rows_per_batch: int) -> SinkResults:
+def run(
+    spark, input_dir: str, inputs: list[str], warm_dir: str, work: str, repeats: int, rows_per_batch: int,
+    kinds: tuple[str, ...] = SPARK_KINDS, ceilings: bool = True,
+) -> SinkResults:
     schema = spark.read.parquet(input_dir).schema
     results = SinkResults(len(inputs), rows_per_batch, sum(os.path.getsize(p) for p in inputs))
     os.sync()
     logger.info("warming up (JIT, Python workers): every kind once on the small warm-up input")
-    for kind in SPARK_KINDS:
+    for kind in kinds:
         run_query(spark, kind, warm_dir, schema, work, "warmup")
         shutil.rmtree(os.path.join(work, f"out-{kind}-warmup"), ignore_errors=True)
     pyarrow_ceiling([os.path.join(warm_dir, n) for n in sorted(os.listdir(warm_dir))], os.path.join(work, "ceiling-warmup"))
     shutil.rmtree(os.path.join(work, "ceiling-warmup"), ignore_errors=True)
-    contenders = list(SPARK_KINDS) + ["pyarrow", "delta-rs"]
+    contenders = list(kinds) + (["pyarrow", "delta-rs"] if ceilings else [])
     for rep in range(repeats):
         order = contenders[rep % len(contenders):] + contenders[: rep % len(contenders)]
         if rep % 2:
@@ -266,8 +282,8 @@ def run(spark, input_dir: str, inputs: list[str], warm_dir: str, work: str, repe
             if previous and previous != out:
                 shutil.rmtree(previous, ignore_errors=True)
             results.outputs[kind] = out
-    for kind in ("spark", "ours"):
-        bad = [r for r in results.runs[kind] if r.rows != results.total_rows]
+    for kind in ("spark", "ours", "ours-arrow", "spark-part", "ours-part", "ours-arrow-part"):
+        bad = [r for r in results.runs.get(kind, []) if r.rows != results.total_rows]
         if bad:
             raise RuntimeError(f"{kind} wrote {bad[0].rows} rows, expected {results.total_rows}")
     return results

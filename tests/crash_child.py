@@ -13,7 +13,10 @@ The query: a JSON file source over ``input`` (schema ``id LONG, file LONG, name 
 Config keys: ``input``, ``out``, ``checkpoint``; optional ``master`` (``local[2]``), ``conf`` (extra Spark
 conf), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), ``slow_attempt``
 (``{"partition": p, "seconds": s, "attempts_dir": d}``: attempt 0 of task ``p`` of every batch stalls,
-to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``), and the files the
+to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``), ``task_failpoint``
+(rows pass through a ``mapInArrow`` that hits the ``task_write`` failpoint inside every task after its
+first rows went on: the way to fail a task of the Spark writer path, whose writing runs in the JVM),
+and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
 ``started`` (touched just before the query starts).
 
@@ -62,6 +65,18 @@ def _slow_attempt(partition: int, seconds: float, attempts_dir: str, batches):  
     yield from batches
 
 
+def _task_failpoint(batches):  # runs in a Python worker
+    """Pass rows through; after the first rows of this task went on to the writer, hit ``task_write``."""
+    from exactly_once.failpoints import failpoint
+
+    hit = False
+    for batch in batches:
+        yield batch
+        if not hit:
+            hit = True
+            failpoint("task_write")
+
+
 def main() -> int:
     began = time.time()
     config = json.loads(Path(sys.argv[1]).read_text())
@@ -104,6 +119,8 @@ def main() -> int:
             functools.partial(_slow_attempt, slow["partition"], slow["seconds"], slow["attempts_dir"]),
             stream.schema,
         )
+    if config.get("task_failpoint"):
+        stream = stream.mapInArrow(_task_failpoint, stream.schema)
     sink = ParquetSink(config["out"], **config.get("sink", {}))
 
     def write_batch(df, batch_id: int) -> None:

@@ -268,10 +268,11 @@ def source_batches(checkpoint: str | Path) -> dict[int, set[int]]:
 
 
 def parquet_on_disk(out: str | Path) -> set[str]:
-    """Every data file under the output (outside ``_spark_metadata``), committed or not."""
+    """Every data file a directory reader would see under the output (outside hidden ``_x``/``.x``
+    directories such as ``_spark_metadata`` and the sink's ``_exactly_once`` staging), committed or not."""
     found = set()
     for dirpath, dirnames, filenames in os.walk(out):
-        dirnames[:] = [d for d in dirnames if d != "_spark_metadata"]
+        dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
         found.update(os.path.join(dirpath, name) for name in filenames if name.endswith(".parquet"))
     return found
 
@@ -382,3 +383,22 @@ def assert_committed_prefix(out: str | Path, checkpoint: str | Path, rows: int) 
     expected = [i for b in range(latest + 1) for f in sorted(sources[b]) for i in file_ids(f, rows)]
     assert_same_ids(committed_ids(out), expected, f"read_committed after the kill (log latest {latest})")
     return latest
+
+
+def staged_files(out: str | Path) -> list[str]:
+    """Data files in the sink's hidden staging directories (Spark writer path), of any attempt."""
+    staging = Path(out) / "_exactly_once" / "staging"
+    return sorted(str(p) for p in staging.rglob("*.parquet")) if staging.exists() else []
+
+
+def vacuum(out: str | Path) -> dict[str, Any]:
+    """Run ``exactly-once vacuum OUT --older-than 0s --json`` in-process; its JSON answer."""
+    import contextlib
+    import io
+
+    from exactly_once.cli import main
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["vacuum", str(out), "--older-than", "0s", "--json"]) == 0
+    return json.loads(buffer.getvalue())

@@ -23,7 +23,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -50,7 +50,9 @@ from tests.crash_util import (
     parquet_on_disk,
     run_child,
     spark_ids,
+    staged_files,
     start_child,
+    vacuum,
     write_inputs,
 )
 
@@ -82,17 +84,26 @@ class KillCase:
     orphan_batch: int | None  # the batch whose data files the kill leaves on disk, uncommitted
     temp: str | None = None  # regex of the unpublished log temp file the kill leaves behind
     replay_skipped: bool = False  # the restart replays a batch the log already has: the sink skips it
+    orphan_rows: int | None = None  # only this many of orphan_batch's rows were published (None: all)
+    staged_batch: int | None = None  # Spark path: the batch whose complete files wait in staging
+    sink: dict = field(default_factory=dict)  # extra ParquetSink options
+    task_failpoint: bool = False  # the child passes rows through a mapInArrow hitting task_write
 
 
 # With compact_interval=3 and one input file (one task) per batch, the hits are:
-#   before_write / task_write / before_commit / commit_publish / after_commit: one per batch, @4 = batch 3;
+#   before_write / task_write / before_commit / commit_publish / after_commit / before_publish: one per
+#     batch, @4 = batch 3; publish_rename: one per published file (3 per batch with max_records_per_file=10:
+#     @11 = batch 3 after its second file);
 #   compaction: one per source log file of a compaction: batch 2 reads 0, 1; batch 5 reads 2.compact, 3, 4
 #     (@4 = batch 5, after copying 2.compact and 3);
 #   cleanup (min_batches_to_retain=2, cleanup_delay=0s): one per deleted log file: batch 4 deletes 0, 1;
 #     batch 8 deletes 2.compact, 3, 4 (@4 = batch 8, after two of those three).
-KILL_CASES = {
+# Both writer paths run the write/commit window; the log's own failpoints (compaction, cleanup) do not
+# depend on the writer and run on the Spark path only. On the Spark path a task dies inside Spark's
+# writer (its files stay in the hidden staging directory), files wait in staging after the job, and a
+# kill half-way through the renames leaves part of the batch published, uncommitted.
+_COMMON = {
     "before_write": KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None),
-    "task_write": KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3),
     "before_commit": KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3),
     "commit_publish": KillCase(
         files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3, temp=r"\.3\.[0-9a-f]+\.tmp"
@@ -100,18 +111,35 @@ KILL_CASES = {
     "after_commit": KillCase(
         files=6, nth=4, log_latest=3, commit_latest=2, orphan_batch=None, replay_skipped=True
     ),
-    "compaction": KillCase(
+}
+KILL_CASES = {
+    **{("arrow", name): case for name, case in _COMMON.items()},
+    ("arrow", "task_write"): KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3),
+    **{("spark", name): case for name, case in _COMMON.items()},
+    ("spark", "task_write"): KillCase(
+        files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None, task_failpoint=True
+    ),
+    ("spark", "before_publish"): KillCase(
+        files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None, staged_batch=3
+    ),
+    ("spark", "publish_rename"): KillCase(
+        files=6, nth=11, log_latest=2, commit_latest=2, orphan_batch=3, orphan_rows=20,
+        sink={"max_records_per_file": 10},
+    ),
+    ("spark", "compaction"): KillCase(
         files=7, nth=4, log_latest=4, commit_latest=4, orphan_batch=5, temp=r"\.5\.compact\.[0-9a-f]+\.tmp"
     ),
-    "cleanup": KillCase(files=10, nth=4, log_latest=8, commit_latest=7, orphan_batch=None, replay_skipped=True),
+    ("spark", "cleanup"): KillCase(
+        files=10, nth=4, log_latest=8, commit_latest=7, orphan_batch=None, replay_skipped=True
+    ),
 }
 
 
-@pytest.mark.parametrize("failpoint", list(KILL_CASES))
-def test_driver_killed_at_failpoint(spark, tmp_path: Path, failpoint: str) -> None:
-    case = KILL_CASES[failpoint]
+@pytest.mark.parametrize(("writer", "failpoint"), list(KILL_CASES), ids=[f"{w}-{f}" for w, f in KILL_CASES])
+def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoint: str) -> None:
+    case = KILL_CASES[writer, failpoint]
     ids = write_inputs(tmp_path / "in", range(case.files), ROWS)
-    config = child_config(tmp_path)
+    config = child_config(tmp_path, sink=dict(SINK, writer=writer, **case.sink), task_failpoint=case.task_failpoint)
     out, ckpt, state = tmp_path / "out", tmp_path / "ckpt", tmp_path / "failpoints"
 
     killed = run_child(tmp_path, config, failpoints=f"{failpoint}=kill@{case.nth}", state_dir=state)
@@ -129,7 +157,13 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, failpoint: str) -> No
     else:
         # The killed batch's files are on disk, complete, and not in the log.
         assert left, f"the kill at {failpoint} should leave uncommitted data files of batch {case.orphan_batch}"
-        assert_same_ids(ids_of_files(left), file_ids(case.orphan_batch, ROWS), "rows of the uncommitted files")
+        orphan_ids = ids_of_files(left)
+        if case.orphan_rows is None:
+            assert_same_ids(orphan_ids, file_ids(case.orphan_batch, ROWS), "rows of the uncommitted files")
+        else:
+            assert len(orphan_ids) == case.orphan_rows and set(orphan_ids) < set(file_ids(case.orphan_batch, ROWS))
+    if case.staged_batch is not None:
+        assert_same_ids(ids_of_files(staged_files(out)), file_ids(case.staged_batch, ROWS), "rows left in staging")
     names = log_files(out)
     if case.temp:
         assert any(re.fullmatch(case.temp, n) for n in names), f"no unpublished log temp file in {names}"
@@ -141,7 +175,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, failpoint: str) -> No
     prefix = [i for f in range(case.log_latest + 1) for i in file_ids(f, ROWS)]
     assert_same_ids(spark_ids(spark, out), prefix, "spark.read.parquet at the kill point")
 
-    restarted = run_child(tmp_path, config)
+    restarted = run_child(tmp_path, dict(config, task_failpoint=False))
 
     assert_ok(restarted)
     first = restarted.progress()[0]
@@ -150,6 +184,15 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, failpoint: str) -> No
     assert_exactly_once(spark, out, ckpt, ids, ROWS)
     assert left <= parquet_on_disk(out), "uncommitted files are left for vacuum, not deleted or committed"
     assert not (left & committed_paths(out)), "an uncommitted file of the killed attempt got committed"
+
+    # vacuum removes what the dead attempt left (published orphans, staging, its lease), nothing else.
+    cleaned = vacuum(out)
+    assert {f["path"] for f in cleaned["files"]} == left
+    assert parquet_on_disk(out) == committed_paths(out) and not staged_files(out)
+    for hidden in ("leases", "staging"):
+        directory = out / "_exactly_once" / hidden
+        assert not directory.exists() or not any(directory.iterdir()), f"{hidden}: {list(directory.iterdir())}"
+    assert_exactly_once(spark, out, ckpt, ids, ROWS)
 
 
 # -- random kills ----------------------------------------------------------------------------------
@@ -214,9 +257,21 @@ def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest)
 # -- executor faults -------------------------------------------------------------------------------
 
 
+def _retry_config(tmp_path: Path, writer: str, **overrides) -> dict:
+    """Two input files per batch, one per task, up to 3 attempts per task (``local[2,3]``), 3 files per task."""
+    return child_config(
+        tmp_path,
+        master="local[2,3]",
+        max_files_per_trigger=2,
+        sink=dict(SINK, max_records_per_file=7, writer=writer),  # Arrow path: task_write fires after the first
+        conf={"spark.sql.files.maxPartitionBytes": "1048576"},  # one input file per task
+        **overrides,
+    )
+
+
 def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
-    """The first task attempt (anywhere) writes a file and then fails; Spark retries the task
-    (``local[2,3]``), the retry writes the rows again under new names. Only the accepted attempt's
+    """Arrow writer path: the first task attempt (anywhere) writes a file and then fails; Spark retries the
+    task (``local[2,3]``), the retry writes the rows again under new names. Only the accepted attempt's
     files are committed: no duplicates, the failed attempt's file stays on disk outside the log.
 
     This is also the duplicate-attempt (speculation) case: Spark never launches a speculative copy on
@@ -225,13 +280,7 @@ def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
     speculative loser looks like on storage."""
     rows = 20
     ids = write_inputs(tmp_path / "in", range(6), rows)
-    config = child_config(
-        tmp_path,
-        master="local[2,3]",
-        max_files_per_trigger=2,
-        sink=dict(SINK, max_records_per_file=7),  # 3 files per task: the failpoint fires after the first
-        conf={"spark.sql.files.maxPartitionBytes": "1048576"},  # one input file per task
-    )
+    config = _retry_config(tmp_path, "arrow")
     out, state = tmp_path / "out", tmp_path / "failpoints"
 
     child = run_child(tmp_path, config, failpoints="task_write=raise@1", state_dir=state)
@@ -249,6 +298,27 @@ def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
     assert orphan_ids and len(orphan_ids) % 7 == 0 and set(orphan_ids) <= set(ids), orphan_ids
     # A reader listing the directory would see these rows twice; the log-based readers do not.
     assert len(ids_of_files(parquet_on_disk(out))) == len(ids) + len(orphan_ids)
+    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert sum(p["rows"] for p in child.progress()) == len(ids)
+
+
+def test_task_attempt_fails_inside_spark_writer(spark, tmp_path: Path) -> None:
+    """Spark writer path: the first task attempt fails while Spark's writer has its rows (the rows pass
+    through a mapInArrow that raises after handing on its first batch); Spark retries the task. The failed
+    attempt's output never leaves the hidden staging directory: nothing of it is published or committed,
+    and the output holds every row exactly once."""
+    rows = 20
+    ids = write_inputs(tmp_path / "in", range(6), rows)
+    config = _retry_config(tmp_path, "spark", task_failpoint=True)
+    out, state = tmp_path / "out", tmp_path / "failpoints"
+
+    child = run_child(tmp_path, config, failpoints="task_write=raise@1", state_dir=state)
+
+    assert_ok(child)
+    batches = len(child.progress())
+    assert len(list(state.glob("task_write.*"))) == 2 * batches + 1, "every task once, plus one retried attempt"
+    assert not orphans(out), "a failed attempt's files were published"
+    assert parquet_on_disk(out) == committed_paths(out)
     assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
     assert sum(p["rows"] for p in child.progress()) == len(ids)
 

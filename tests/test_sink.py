@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -52,10 +53,11 @@ def _stream(spark, src: str, schema: str = SCHEMA):
     return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src)
 
 
-def test_partitioned_stream_spark_and_reader_agree(spark, tmp_path):
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_partitioned_stream_spark_and_reader_agree(spark, tmp_path, writer):
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
     write_input_files(src, _batches(7, 20))
-    sink = ParquetSink(out, partition_by=["cat"], compact_interval=3)
+    sink = ParquetSink(out, partition_by=["cat"], compact_interval=3, writer=writer)
     run_available_now(_stream(spark, src), str(tmp_path / "ckpt"), sink)
 
     log = MetadataLog(out)
@@ -214,13 +216,14 @@ def test_schema_change_refused_before_commit_and_evolution_allowed(spark, tmp_pa
     assert sorted((r.id, r.extra) for r in merged.collect()) == [(1, None), (2, 2.5)]
 
 
-def test_max_records_per_file_and_codec(spark, tmp_path):
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_max_records_per_file_and_codec(spark, tmp_path, writer):
     out = str(tmp_path / "out")
-    sink = ParquetSink(out, max_records_per_file=300, compression="zstd")
+    sink = ParquetSink(out, max_records_per_file=300, compression="zstd", writer=writer)
     sink(spark.range(1000).coalesce(1), 0)
     files = committed_files(out)
     names = sorted(Path(f.path).name for f in files)
-    assert [n.split(".")[1] for n in names] == ["c000", "c001", "c002", "c003"]
+    assert [re.search(r"[.-](c\d{3})\.", n).group(1) for n in names] == ["c000", "c001", "c002", "c003"]
     assert all(n.endswith(".zstd.parquet") for n in names)
     assert sorted(pq.ParquetFile(f.path).metadata.num_rows for f in files) == [100, 300, 300, 300]
     assert sorted(read_committed(out).column("id").to_pylist()) == list(range(1000))
@@ -285,3 +288,29 @@ def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
     theirs = sorted((r.id, r.ts, r.day) for r in spark.read.parquet(out).collect())
     assert ours == theirs and len(ours) == 6
     assert ours[1][1].hour == 11
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer):
+    """A restarted driver reads the committed schema back from the files: timestamps written by either
+    writer path (Spark's writer stores INT96 by default) must compare equal to the batch's timestamps."""
+    out = str(tmp_path / "out")
+    df = spark.sql("select id, timestamp'2026-11-21 10:00:00' + make_interval(0, 0, 0, 0, id) as ts from range(3)")
+    ParquetSink(out, writer=writer)(df, 0)
+    ParquetSink(out, writer=writer)(df.withColumn("id", df.id + 3), 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(6))
+
+
+def test_writer_option_picks_the_path_per_store(tmp_path):
+    """``writer="auto"`` takes Spark's writer only where renames are atomic (local disk); ``"spark"`` on a
+    store without them is refused with the remedy; unknown values fail in the constructor."""
+    with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
+        ParquetSink(str(tmp_path / "out"), writer="jvm")
+    local, memory = ParquetSink(str(tmp_path / "out")), ParquetSink("memory://eo-writer-test/out")
+    assert local._spark_writes(local.log.storage) is True
+    assert memory._spark_writes(memory.log.storage) is False
+    arrow = ParquetSink(str(tmp_path / "out"), writer="arrow")
+    assert arrow._spark_writes(arrow.log.storage) is False
+    forced = ParquetSink("memory://eo-writer-test/out", writer="spark")
+    with pytest.raises(ValueError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
+        forced._spark_writes(forced.log.storage)

@@ -26,6 +26,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import posixpath
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import ExactlyOnceError, LogError, NotAnOutputError
+from .inflight import HIDDEN_DIR, Lease, leases, staging_dirs
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
 from .reader import CommittedFile, snapshot
 from .log_files import Listing
@@ -346,20 +348,42 @@ def is_data_file(relative_path: str) -> bool:
     return not hidden and relative_path.endswith(".parquet")
 
 
-def find_orphans(
-    url: str, storage_options: Mapping[str, Any], older_than_ms: int
-) -> tuple[Storage, list[FileInfo], list[FileInfo]]:
-    """Data files (:func:`is_data_file`) under ``url`` that no entry of the latest snapshot references:
-    (storage, orphans older than the threshold, unreferenced files younger than it). Refuses (raises) if any
-    log file is unreadable.
+_CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
+
+
+@dataclass
+class VacuumPlan:
+    """What ``vacuum`` found: orphans old enough to delete, unreferenced files it keeps (younger than the
+    threshold, or not older than a live lease: a batch in flight), and the hidden leftovers of dead
+    attempts (leases of batches the log has moved past, staging directories without a live lease)."""
+
+    storage: Storage
+    orphans: list[FileInfo]
+    young: list[FileInfo]
+    in_flight: list[FileInfo]
+    live_leases: list[Lease]
+    dead_leases: list[Lease]
+    dead_staging: list[str]
+
+
+def find_orphans(url: str, storage_options: Mapping[str, Any], older_than_ms: int) -> VacuumPlan:
+    """Data files (:func:`is_data_file`) under ``url`` that no entry of the latest snapshot references.
+    Refuses (raises) if any log file is unreadable.
+
+    Order matters against a sink writing at the same time: the files are listed first, then the leases
+    (:mod:`exactly_once.inflight`), then the log. A listed file is then either committed in the log read
+    last, or written by a batch whose lease existed when the leases were read, and is kept.
 
     Example::
 
-        >>> storage, old, young = find_orphans("/data/events", {}, parse_duration_ms("1h"))
-        >>> [storage.display(f.path) for f in old]
+        >>> plan = find_orphans("/data/events", {}, parse_duration_ms("1h"))
+        >>> [plan.storage.display(f.path) for f in plan.orphans]
         ['/data/events/part-00003-....c000.snappy.parquet']
     """
     storage = Storage(url, dict(storage_options))
+    listed = sorted(storage.find(storage.root), key=lambda i: i.path)
+    staging = staging_dirs(storage)
+    found_leases = leases(storage)
     log = MetadataLog(url, storage=storage, cleanup=False)
     problems = log.check()
     if problems:
@@ -372,16 +396,39 @@ def find_orphans(
     committed = {f.path for f in snap.files}
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
         committed.update(storage.from_uri(e.path) for e in log.iter_snapshot(snap.latest_batch_id))
+    latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
+    live = [lease for lease in found_leases if lease.log_batch_id > latest]
+    dead = [lease for lease in found_leases if lease.log_batch_id <= latest]
+    protected_from = min((lease.started_ms for lease in live), default=None)
+    live_staging = {lease.staging for lease in live}
     cutoff = int(time.time() * 1000) - older_than_ms
     prefix = storage.root.rstrip("/") + "/"
-    old: list[FileInfo] = []
-    young: list[FileInfo] = []
-    for info in sorted(storage.find(storage.root), key=lambda i: i.path):
+    plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
+    for info in listed:
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         if not is_data_file(relative) or info.path in committed:
             continue
-        (old if info.mtime_ms < cutoff else young).append(info)
-    return storage, old, young
+        if protected_from is not None and info.mtime_ms >= protected_from - _CLOCK_SLACK_MS:
+            plan.in_flight.append(info)
+        else:
+            (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
+    return plan
+
+
+def remove_emptied_dirs(storage: Storage, deleted: Sequence[str]) -> list[str]:
+    """Remove the directories under the root that deleting ``deleted`` left empty, deepest first, up to
+    (not including) the root. A directory that still holds anything is kept (``rmdir`` is atomic).
+
+    Example: ``remove_emptied_dirs(storage, ["/data/events/k=a/part-0.parquet"])`` -> ``["/data/events/k=a"]``.
+    """
+    prefix = storage.root.rstrip("/") + "/"
+    candidates = set()
+    for path in deleted:
+        parent = posixpath.dirname(path)
+        while parent.startswith(prefix):
+            candidates.add(parent)
+            parent = posixpath.dirname(parent)
+    return [d for d in sorted(candidates, key=len, reverse=True) if storage.remove_empty_dir(d)]
 
 
 # -- output helpers ------------------------------------------------------------------------------
@@ -579,12 +626,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_vacuum(args: argparse.Namespace) -> int:
-    """``vacuum PATH --older-than DURATION [--dry-run]``: delete orphan data files."""
-    storage, orphans, young = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than))
+    """``vacuum PATH --older-than DURATION [--dry-run]``: delete orphan data files, the empty directories
+    that leaves, and the staging directories and leases of dead attempts."""
+    plan = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than))
+    storage, orphans = plan.storage, plan.orphans
+    removed_dirs: list[str] = []
     if not args.dry_run:
         for info in progress(orphans, "deleting"):
             storage.delete(info.path)
             logger.info("deleted orphan %s", storage.display(info.path))
+        for path in plan.dead_staging:
+            storage.remove_tree(path)
+        for lease in plan.dead_leases:
+            storage.delete(lease.path)
+        if not plan.live_leases:  # an in-flight batch may be about to write into an empty directory
+            removed_dirs = remove_emptied_dirs(storage, [i.path for i in orphans])
     total = sum(i.size for i in orphans)
     data = {
         "path": storage.display(storage.root),
@@ -592,15 +648,32 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "older_than": args.older_than,
         "files": [{"path": storage.display(i.path), "size": i.size, "modified_ms": i.mtime_ms} for i in orphans],
         "bytes": total,
-        "younger_kept": len(young),
+        "younger_kept": len(plan.young),
+        "in_flight_kept": len(plan.in_flight),
+        "removed_dirs": [storage.display(d) for d in removed_dirs],
+        "dead_staging": [storage.display(d) for d in plan.dead_staging],
+        "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
     }
     verb = "would delete" if args.dry_run else "deleted"
     lines = [f"{verb} {len(orphans)} orphan file(s), {_size(total)}, older than {args.older_than}"]
     lines += [f"  {storage.display(i.path)}  {_size(i.size)}" for i in orphans]
-    if young:
+    if removed_dirs:
+        lines.append(f"removed {len(removed_dirs)} emptied director(y/ies)")
+    if plan.dead_staging or plan.dead_leases:
         lines.append(
-            f"kept {len(young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
+            f"{verb} {len(plan.dead_staging)} staging director(y/ies) and {len(plan.dead_leases)} lease(s) of dead "
+            "attempts"
+        )
+    if plan.young:
+        lines.append(
+            f"kept {len(plan.young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
             "batch being written now"
+        )
+    if plan.in_flight:
+        lines.append(
+            f"kept {len(plan.in_flight)} unreferenced file(s) of batches in flight ({len(plan.live_leases)} lease(s) "
+            f"under {HIDDEN_DIR}/leases; a lease ends with its batch's commit, or when a restarted query commits "
+            "that batch)"
         )
     _emit(args, data, "\n".join(lines))
     return 0

@@ -17,8 +17,10 @@ directory (each hit claims a ticket file there), so ``raise@1`` fails only the f
 all attempts, in whichever worker it runs.
 
 Failpoints in the write path (see README, reliability section): ``before_write``, ``task_write``
-(inside a task, after its first file), ``before_commit``, ``commit_publish`` (log temp file written,
-not yet published), ``after_commit``, ``compaction``, ``cleanup``.
+(inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
+into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
+place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
+``after_commit``, ``compaction``, ``cleanup``.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ def _normalise(typ: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
         return pa.binary()
-    if pa.types.is_timestamp(typ):
-        return pa.timestamp(typ.unit)
+    if pa.types.is_timestamp(typ):  # Spark's writer stores INT96 (read as ns); Spark's type is us
+        return pa.timestamp("us")
     if pa.types.is_large_list(typ) or pa.types.is_list(typ):
         return pa.list_(_normalise(typ.value_type))
     return typ

@@ -1,8 +1,11 @@
 """``ParquetSink``: the exactly-once ``foreachBatch`` sink (the counterpart of Spark's ``FileStreamSink``).
 
 Per micro-batch: decide from the log whether the batch is new, a replay, or another query's; check the
-schema; write Parquet on the executors (:mod:`exactly_once.writer`); then commit every file of the
-batch at once with :meth:`MetadataLog.add` (atomic, exclusive). A batch is visible to readers exactly
+schema; take the batch's lease (:mod:`exactly_once.inflight`); write Parquet, either with Spark's own
+writer into a hidden staging directory and an atomic rename of each file into place
+(:mod:`exactly_once.spark_writer`, stores with atomic renames) or with pyarrow on the executors
+(:mod:`exactly_once.writer`); then commit every file of the batch at once with :meth:`MetadataLog.add`
+(atomic, exclusive) and drop the lease. A batch is visible to readers exactly
 when its log file exists.
 
 Each commit carries one *commit record*: an entry Spark skips (``isDir: true``, size 0, pointing at the
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,15 +30,19 @@ from .errors import (
     CommitConflictError,
     ForeignQueryError,
     LogError,
+    MissingDataFileError,
     MissingLogFileError,
     OutputResetError,
     SchemaMismatchError,
 )
 from .failpoints import failpoint
+from .inflight import HIDDEN_DIR, InFlightBatch
 from .log_snapshot import data_files, read_chain
 from .metadata_log import LogEntry, MetadataLog
 from .schema_check import read_committed_schema, schema_problems
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
+from .spark_writer import write_and_publish
+from .storage import Storage
 from .writer import WriteSpec, codec_extension, write_files
 
 if TYPE_CHECKING:
@@ -83,6 +91,10 @@ class ParquetSink:
             log: ``"error"`` (default) raises :class:`ForeignQueryError`; ``"append"`` commits this query's
             batches after the latest log batch, staying idempotent across this query's restarts.
         min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
+        writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer into a hidden staging
+            directory, then an atomic rename of each file into place (needs a store with atomic renames:
+            local disk); ``"arrow"``: pyarrow in ``mapInArrow`` tasks, straight to the final names (any
+            store); ``"auto"`` (default): ``"spark"`` where the store renames atomically, else ``"arrow"``.
 
     Example::
 
@@ -106,7 +118,10 @@ class ParquetSink:
         on_foreign_query: Literal["error", "append"] = "error",
         min_batches_to_retain: int = 100,
         cleanup_delay: str = "10m",
+        writer: Literal["auto", "spark", "arrow"] = "auto",
     ) -> None:
+        if writer not in ("auto", "spark", "arrow"):
+            raise ValueError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
         if on_foreign_query not in ("error", "append"):
             raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
         codec_extension(compression)  # validate early
@@ -120,6 +135,7 @@ class ParquetSink:
         self.on_foreign_query = on_foreign_query
         self.min_batches_to_retain = min_batches_to_retain
         self.cleanup_delay = cleanup_delay
+        self.writer = writer
         self.last_progress: BatchProgress | None = None
         self._state: _OutputState | None = None
         self._metadata_log: MetadataLog | None = None
@@ -163,18 +179,30 @@ class ParquetSink:
         self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
-        time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-        spec = WriteSpec(self.log.storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
-        statuses = write_files(df, spec)
-        progress.write_seconds = time.monotonic() - started
-        failpoint("before_commit")
-
-        started = time.monotonic()
         record = CommitRecord(target, query_id, batch_id, uuid.uuid4().hex)
         storage = self.log.storage
-        entries = [record.to_entry(storage, int(time.time() * 1000))]
-        entries += [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-        self._commit(target, entries, query_id, batch_id)
+        spark_writes = self._spark_writes(storage)
+        batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
+        try:
+            if spark_writes:
+                statuses = write_and_publish(
+                    df, batch, partition_by=self.partition_by, compression=self.compression,
+                    max_records_per_file=self.max_records_per_file,
+                )
+            else:
+                time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+                spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
+                statuses = write_files(df, spec)
+            progress.write_seconds = time.monotonic() - started
+            failpoint("before_commit")
+
+            started = time.monotonic()
+            self._check_present(storage, [s.path for s in statuses], target)
+            entries = [record.to_entry(storage, int(time.time() * 1000))]
+            entries += [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            self._commit(target, entries, query_id, batch_id)
+        finally:
+            batch.end(staged=spark_writes)
         failpoint("after_commit")
         progress.commit_seconds = time.monotonic() - started
         state.latest = target
@@ -189,6 +217,28 @@ class ParquetSink:
             self, batch_id, query_id, target, progress.rows, progress.files, progress.bytes,
             progress.write_seconds, progress.commit_seconds,
         )
+
+    def _spark_writes(self, storage: Storage) -> bool:
+        """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring)."""
+        if self.writer == "spark" and not storage.renames_atomically:
+            raise ValueError(
+                f"{self}: writer='spark' needs a store with atomic renames (local disk), and "
+                f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
+            )
+        return self.writer != "arrow" and storage.renames_atomically
+
+    def _check_present(self, storage: Storage, paths: list[str], target: int) -> None:
+        """Refuse to commit a batch one of whose files is gone (deleted by hand or by a vacuum that ignores
+        leases): the log would point at missing data."""
+        with ThreadPoolExecutor(16) as pool:
+            gone = [p for p, present in zip(paths, pool.map(storage.exists, paths)) if not present]
+        if gone:
+            raise MissingDataFileError(
+                f"{self}: {len(gone)} data file(s) of log batch {target} vanished before its commit, e.g. "
+                f"{storage.display(gone[0])}; nothing was committed. Something deleted files of a batch in flight "
+                f"(a vacuum that ignores the leases under {HIDDEN_DIR}/, or a manual clean-up); Spark retries the "
+                "batch when the query restarts."
+            )
 
     def _commit(self, target: int, entries: list[LogEntry], query_id: str | None, batch_id: int) -> None:
         committed = self.log.add(target, entries)

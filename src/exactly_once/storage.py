@@ -413,3 +413,87 @@ class Storage:
                     "batch. Use a store with conditional writes (local disk, Azure Blob/ADLS, S3, GCS)."
                 )
             _PROBED[key] = True
+
+    # -- publishing by rename ----------------------------------------------------------------------
+
+    @property
+    def renames_atomically(self) -> bool:
+        """Whether a rename here is one atomic, cheap metadata operation that Spark's Hadoop writer can
+        also target (local disk). On flat object stores a "rename" is a copy plus a delete.
+
+        Example: ``Storage("/tmp/out").renames_atomically is True``.
+        """
+        return self.is_local
+
+    @_backend_errors
+    def rename_no_overwrite(self, source: str, target: str) -> bool:
+        """Move ``source`` to ``target`` atomically, never replacing an existing ``target``; parent
+        directories are created. Returns True if it created a directory on the way (to be fsynced).
+        FileExistsError if ``target`` exists. Only where :attr:`renames_atomically`.
+
+        Example::
+
+            >>> st.rename_no_overwrite("/tmp/out/_x/part-0.parquet", "/tmp/out/part-0.parquet")
+            False
+        """
+        if not self.renames_atomically:
+            raise StorageError(f"{self.display(target)}: {self.protocol}:// has no atomic rename; use the Arrow writer")
+        directory = os.path.dirname(target)
+        created = not os.path.isdir(directory)
+        for _ in range(3):  # a concurrent vacuum may remove an empty directory between makedirs and link
+            if created:
+                os.makedirs(directory, exist_ok=True)
+            try:
+                os.link(source, target)  # atomic and never overwrites, unlike rename(2)
+                break
+            except FileNotFoundError:
+                if not os.path.exists(source):
+                    raise
+                created = True
+        else:
+            raise StorageError(f"cannot create {self.display(directory)}: it keeps disappearing")
+        os.unlink(source)
+        return created
+
+    @_backend_errors
+    def fsync(self, path: str) -> None:
+        """Make a file's or a directory's content (for a directory: its entries) durable on local disk.
+        A no-op on object stores, whose writes are durable once acknowledged.
+
+        Example: ``st.fsync("/tmp/out/part-0.parquet"); st.fsync("/tmp/out")``.
+        """
+        if not self.is_local:
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @_backend_errors
+    def remove_tree(self, path: str) -> None:
+        """Delete a directory and everything below it; already gone is not an error.
+
+        Example: ``st.remove_tree(st.join("_exactly_once", "staging", "abc"))``.
+        """
+        try:
+            self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+
+    @_backend_errors
+    def remove_empty_dir(self, path: str) -> bool:
+        """Remove ``path`` if it is an empty directory (atomically: never one that just got a file);
+        True if removed. Object stores have no directories to remove: False.
+
+        Example: ``st.remove_empty_dir("/tmp/out/k=a")``.
+        """
+        if not self.is_local:
+            return False
+        try:
+            os.rmdir(path)
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                return False
+            raise
