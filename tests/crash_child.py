@@ -11,7 +11,8 @@ The query: a JSON file source over ``input`` (schema ``id LONG, file LONG, name 
 ``maxFilesPerTrigger``, ``foreachBatch(ParquetSink(out, **sink))``, ``trigger(availableNow=True)``.
 
 Config keys: ``input``, ``out``, ``checkpoint``; optional ``master`` (``local[2]``), ``conf`` (extra Spark
-conf), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), ``slow_attempt``
+conf), ``connect`` (run the query through a Spark Connect client; ``conf`` then holds
+``tests.connect_util.SERVER_CONF``), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), ``slow_attempt``
 (``{"partition": p, "seconds": s, "attempts_dir": d}``: attempt 0 of task ``p`` of every batch stalls,
 to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``), and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
@@ -92,6 +93,10 @@ def main() -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if config.get("connect"):  # the query goes through a Spark Connect client of this driver
+        from tests.connect_util import connect_client, server_port
+
+        spark = connect_client(server_port(spark))
 
     stream = (
         spark.readStream.schema(SCHEMA)
