@@ -21,6 +21,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from exactly_once import MetadataLog, ParquetSink, read_committed
+from exactly_once.cli import main as cli_main
 from exactly_once.errors import QueryIdentityError
 from exactly_once.sink import CommitRecord, checkpoint_query_id
 from tests.connect_util import SERVER_CONF
@@ -140,7 +141,13 @@ def test_connect_partitioned_stream_readers_agree(connect_spark, tmp_path: Path)
     assert sorted((r.id, r.cat) for r in through_connect.collect()) == expected
 
 
-def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_path: Path) -> None:
+def _doctor(capsys, *args: str) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = cli_main(["doctor", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_path: Path, capsys) -> None:
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
     write_input_files(src, _batches(2, 5))
     with pytest.raises(Exception) as info:
@@ -157,9 +164,19 @@ def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_
     assert MetadataLog(out).latest_batch_id() is None
 
     # Accepted explicitly: batch-id-only commits, as the user asked.
-    run_available_now(_stream(connect_spark, src), str(tmp_path / "ckpt"), ParquetSink(out, allow_batch_id_only=True))
+    ckpt = tmp_path / "ckpt"
+    run_available_now(_stream(connect_spark, src), str(ckpt), ParquetSink(out, allow_batch_id_only=True))
     assert [(r.query_id, r.query_batch_id) for r in _records(out)] == [(None, 0), (None, 1)]
     assert _ids(connect_spark, out) == list(range(10))
+
+    # `doctor` applies the same rule: batch-id-only is a warning (exit 1); with the checkpoint's identity
+    # (read from the Hadoop form Spark is given) the log's batches are another query's.
+    code, plan = _doctor(capsys, out, "--checkpoint", f"file:{ckpt}", "--batch-id-only")
+    assert code == 1 and plan["action"] == "commit" and plan["log_batch"] == 2
+    assert plan["checkpoint"]["query_id"] == checkpoint_query_id(str(ckpt))
+    assert "batch-id-only" in plan["warnings"][0] and "checkpoint_location" in plan["warnings"][0]
+    code, plan = _doctor(capsys, out, "--checkpoint", f"file:{ckpt}")
+    assert code == 1 and plan["action"] == "foreign" and "not recorded" in plan["message"]
 
 
 def test_connect_replayed_batch_is_skipped(connect_spark, tmp_path: Path) -> None:
