@@ -11,12 +11,12 @@ The query: a JSON file source over ``input`` (schema ``id LONG, file LONG, name 
 ``maxFilesPerTrigger``, ``foreachBatch(ParquetSink(out, **sink))``, ``trigger(availableNow=True)``.
 
 Config keys: ``input``, ``out``, ``checkpoint``; optional ``master`` (``local[2]``), ``conf`` (extra Spark
-conf), ``connect`` (run the query through a Spark Connect client; ``conf`` then holds
-``tests.connect_util.SERVER_CONF``), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), ``slow_attempt``
+conf), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), ``slow_attempt``
 (``{"partition": p, "seconds": s, "attempts_dir": d}``: attempt 0 of task ``p`` of every batch stalls,
 to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``), and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
-``started`` (touched just before the query starts).
+``started`` (touched just before the query starts). ``connect``: run the query through a Spark Connect
+client of this driver (``conf`` then holds ``tests.connect_util.SERVER_CONF``).
 
 Exit codes: 0 the query drained its input; 3 the query failed (``result`` names the error); killed
 children exit by SIGKILL.

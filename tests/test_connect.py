@@ -62,6 +62,18 @@ def _ids(session, out: str) -> list[int]:
     return sorted(r.id for r in session.read.parquet(out).select("id").collect())
 
 
+def _run_available_now(stream, checkpoint: str, sink: ParquetSink):
+    """``run_available_now`` on the Connect server, starting the query again (nothing of it ran) when the
+    server's foreachBatch Python worker did not connect back within Spark's fixed 10 s
+    (``PythonWorkerFactory.createSimpleWorker``): its imports alone can take that long on a loaded machine."""
+    for attempt in range(3):
+        try:
+            return run_available_now(stream, checkpoint, sink)
+        except Exception as exc:
+            if "Python worker failed to connect back" not in str(exc) or attempt == 2:
+                raise
+
+
 def _forget_commit(checkpoint: str, batch: int) -> None:
     """Make Spark's checkpoint look as if the driver died after the sink committed ``batch``."""
     for name in (str(batch), f".{batch}.crc"):
@@ -125,7 +137,7 @@ def test_connect_partitioned_stream_readers_agree(connect_spark, tmp_path: Path)
     src, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
     write_input_files(src, _batches(4, 12))
     sink = ParquetSink(out, partition_by=["cat"], compact_interval=3, checkpoint_location=ckpt)
-    query = run_available_now(_stream(connect_spark, src), ckpt, sink)
+    query = _run_available_now(_stream(connect_spark, src), ckpt, sink)
 
     records = _records(out)
     assert [(r.log_batch_id, r.query_id, r.query_batch_id) for r in records] == [
@@ -151,7 +163,7 @@ def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
     write_input_files(src, _batches(2, 5))
     with pytest.raises(Exception) as info:
-        run_available_now(_stream(connect_spark, src), str(tmp_path / "ckpt"), ParquetSink(out))
+        _run_available_now(_stream(connect_spark, src), str(tmp_path / "ckpt"), ParquetSink(out))
     message = str(info.value)
     assert "QueryIdentityError" in message and "checkpoint_location=" in message and "allow_batch_id_only" in message
     assert MetadataLog(out).latest_batch_id() is None and not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
@@ -159,13 +171,13 @@ def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_
     # A checkpoint_location that is not the query's (no metadata there): refused too.
     wrong = ParquetSink(out, checkpoint_location=str(tmp_path / "elsewhere"))
     with pytest.raises(Exception) as info:
-        run_available_now(_stream(connect_spark, src), str(tmp_path / "ckpt"), wrong)
+        _run_available_now(_stream(connect_spark, src), str(tmp_path / "ckpt"), wrong)
     assert "QueryIdentityError" in str(info.value) and "elsewhere/metadata does not exist" in str(info.value)
     assert MetadataLog(out).latest_batch_id() is None
 
     # Accepted explicitly: batch-id-only commits, as the user asked.
     ckpt = tmp_path / "ckpt"
-    run_available_now(_stream(connect_spark, src), str(ckpt), ParquetSink(out, allow_batch_id_only=True))
+    _run_available_now(_stream(connect_spark, src), str(ckpt), ParquetSink(out, allow_batch_id_only=True))
     assert [(r.query_id, r.query_batch_id) for r in _records(out)] == [(None, 0), (None, 1)]
     assert _ids(connect_spark, out) == list(range(10))
 
@@ -182,10 +194,10 @@ def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_
 def test_connect_replayed_batch_is_skipped(connect_spark, tmp_path: Path) -> None:
     src, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
     write_input_files(src, _batches(3, 10))
-    run_available_now(_stream(connect_spark, src), ckpt, ParquetSink(out, checkpoint_location=ckpt))
+    _run_available_now(_stream(connect_spark, src), ckpt, ParquetSink(out, checkpoint_location=ckpt))
     before = log_files(out)
     _forget_commit(ckpt, 2)  # the driver died after the sink committed batch 2: Spark re-runs it
-    run_available_now(_stream(connect_spark, src), ckpt, ParquetSink(out, checkpoint_location=ckpt))
+    _run_available_now(_stream(connect_spark, src), ckpt, ParquetSink(out, checkpoint_location=ckpt))
     assert latest_commit(ckpt) == 2 and log_files(out) == before
     assert sorted(read_committed(out).column("id").to_pylist()) == list(range(30))
     assert _ids(connect_spark, out) == list(range(30))
@@ -196,20 +208,21 @@ def test_connect_fresh_checkpoint_on_old_output_refused_then_appended(connect_sp
     ForeignQueryError (nothing skipped silently); with on_foreign_query='append' every new row lands."""
     out = str(tmp_path / "out")
     write_input_files(str(tmp_path / "in1"), _batches(3, 10))
-    first = run_available_now(
+    first = _run_available_now(
         _stream(connect_spark, str(tmp_path / "in1")), str(tmp_path / "ckpt1"),
         ParquetSink(out, checkpoint_location=str(tmp_path / "ckpt1")),
     )
     write_input_files(str(tmp_path / "in2"), _batches(2, 10, offset=1000))
     ckpt2 = str(tmp_path / "ckpt2")
     with pytest.raises(Exception) as info:
-        run_available_now(_stream(connect_spark, str(tmp_path / "in2")), ckpt2, ParquetSink(out, checkpoint_location=ckpt2))
+        sink = ParquetSink(out, checkpoint_location=ckpt2)
+        _run_available_now(_stream(connect_spark, str(tmp_path / "in2")), ckpt2, sink)
     message = str(info.value)
     assert "ForeignQueryError" in message and first.id in message and "on_foreign_query='append'" in message
     assert MetadataLog(out).latest_batch_id() == 2
 
     shutil.rmtree(ckpt2)
-    second = run_available_now(
+    second = _run_available_now(
         _stream(connect_spark, str(tmp_path / "in2")), ckpt2,
         ParquetSink(out, checkpoint_location=ckpt2, on_foreign_query="append"),
     )
@@ -247,7 +260,8 @@ def test_connect_driver_killed_in_commit_window(connect_spark, tmp_path: Path, m
     first = restarted.progress()[0]
     assert first["batch_id"] == case.commit_latest + 1 and first["skipped"] is case.replay_skipped, first
     agreement = assert_exactly_once(connect_spark, out, ckpt, ids, ROWS)
-    assert {r["queryId"] for r in agreement.commit_records.values()} == {json.loads((ckpt / "metadata").read_text())["id"]}
+    query_id = json.loads((ckpt / "metadata").read_text())["id"]
+    assert {r["queryId"] for r in agreement.commit_records.values()} == {query_id}
     assert not (left & committed_paths(out)), "an uncommitted file of the killed attempt got committed"
     assert sorted(read_committed(str(out), columns=["id"]).column("id").to_pylist()) == sorted(
         i for f in range(case.files) for i in file_ids(f, ROWS)
@@ -260,18 +274,13 @@ def test_connect_seed_fault_tolerance_example(connect_spark, tmp_path: Path) -> 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    source = tmp_path / "in"
-    source.mkdir()
-    for i in range(1, 11):
-        path = source / f"file{i}"
-        records = [{"id": 1, "name": f"content1={i}"}, {"id": 2, "name": f"content2={i}"}]
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
-    flag = str(tmp_path / "already-failed")
+    source = str(tmp_path / "in")
+    write_input_files(source, [[{"id": k, "name": f"content{k}={i}"} for k in (1, 2)] for i in range(1, 11)])
+    flag = tmp_path / "already-failed"
 
     def fail_once(name):  # no type hints: Connect would take them for a pandas UDF's
-        if name == "content1=7" and not os.path.exists(flag):
-            open(flag, "w").close()
+        if name == "content1=7" and not flag.exists():
+            flag.touch()
             raise RuntimeError("Something went wrong")
         return name
 
@@ -281,14 +290,14 @@ def test_connect_seed_fault_tolerance_example(connect_spark, tmp_path: Path) -> 
     def run() -> None:
         stream = (
             connect_spark.readStream.format("json").schema("id LONG, name STRING").option("maxFilesPerTrigger", 1)
-            .load(str(source))
+            .load(source)
             .select("id", fail_once_udf("name").alias("name"))
         )
-        run_available_now(stream, ckpt, ParquetSink(out, compact_interval=3, checkpoint_location=ckpt))
+        _run_available_now(stream, ckpt, ParquetSink(out, compact_interval=3, checkpoint_location=ckpt))
 
     with pytest.raises(Exception, match="Something went wrong"):
         run()
-    assert os.path.exists(flag)
+    assert flag.exists()
     assert MetadataLog(out).latest_batch_id() == latest_commit(ckpt) == 5  # files 1..6; file 7 failed
     assert sorted(read_committed(out).column("name").to_pylist()) == sorted(
         f"content{k}={i}" for k in (1, 2) for i in range(1, 7)

@@ -231,7 +231,7 @@ class ParquetSink:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Write and commit one micro-batch (called by Spark with the batch DataFrame and its id)."""
-        query_id = self._query_id(df)
+        query_id = self._query_id(df, batch_id)
         state = self._refresh_state()
         target = self._target_batch(state, query_id, batch_id)
         progress = BatchProgress(batch_id, target, query_id, skipped=target is None)
@@ -271,7 +271,7 @@ class ParquetSink:
             progress.write_seconds, progress.commit_seconds,
         )
 
-    def _query_id(self, df: DataFrame) -> str | None:
+    def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
         """This query's identity (stable across restarts from one checkpoint): the id in
         ``<checkpoint_location>/metadata`` (checked against the ``sql.streaming.queryId`` local property
         on classic PySpark), else that local property. None (replays told apart by batch id only) only
@@ -283,13 +283,14 @@ class ParquetSink:
             from_checkpoint = checkpoint_query_id(self.checkpoint_location, self.storage_options)
             if from_checkpoint is None:
                 raise QueryIdentityError(
-                    f"{self}: checkpoint_location {storage.display(storage.join('metadata'))} does not exist, but "
-                    "Spark writes it before a query's first batch: checkpoint_location is not this query's "
-                    "checkpointLocation. Pass the same location as .option('checkpointLocation', ...)."
+                    f"{self}, batch {batch_id}: checkpoint_location {storage.display(storage.join('metadata'))} "
+                    "does not exist, but Spark writes it before a query's first batch: checkpoint_location is not "
+                    "this query's checkpointLocation. Pass the same location as .option('checkpointLocation', ...). "
+                    "Nothing was written."
                 )
             if running is not None and running != from_checkpoint:
                 raise QueryIdentityError(
-                    f"{self}: the running query is {running} but checkpoint_location "
+                    f"{self}, batch {batch_id}: the running query is {running} but checkpoint_location "
                     f"{storage.display(storage.root)} belongs to query {from_checkpoint}. Pass this query's "
                     "checkpointLocation as checkpoint_location. Nothing was written."
                 )
@@ -298,8 +299,9 @@ class ParquetSink:
             return running
         if connect and not self.allow_batch_id_only:
             raise QueryIdentityError(
-                f"{self}: under Spark Connect the sink cannot see the streaming query's id, so it could not tell "
-                "a new checkpoint on this output from a replay (and would skip the new query's first batches). "
+                f"{self}, batch {batch_id}: under Spark Connect the sink cannot see the streaming query's id, so "
+                "it could not tell a new checkpoint on this output from a replay (and would skip the new query's "
+                "first batches). "
                 "Pass ParquetSink(..., checkpoint_location=<the query's checkpointLocation>), or "
                 "allow_batch_id_only=True to accept replay detection by batch id only. Nothing was written."
             )
@@ -526,13 +528,11 @@ def _check_parameters(
     if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
         raise ValueError(f"partition_by names a column twice: {list(partition_by)}")
     positive_int("compact_interval", compact_interval, "Spark's default is 10")
-    positive_int(
-        "min_batches_to_retain", min_batches_to_retain, "log files of committed batches must be kept (Spark's default is 100)"
-    )
+    positive_int("min_batches_to_retain", min_batches_to_retain, "committed batches' log files must stay (default 100)")
     if max_records_per_file is not None:
         positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if retention is not None and duration_ms("retention", retention) == 0:
-        raise ValueError("retention must be longer than 0 (entries would vanish at the next compaction); use None to keep all")
+        raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
     duration_ms("cleanup_delay", cleanup_delay)
     if on_foreign_query not in ("error", "append"):
         raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
