@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +23,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="run the long random-kill soak")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on the Spark Connect client run last: the client switches pyspark's functions to Connect."""
+    items.sort(key=lambda item: "connect_spark" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     from tests.spark_util import make_session
@@ -27,6 +35,48 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     session = make_session()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
+    """A Spark Connect session on pyspark's bundled Connect server, which runs in a child process of its
+    own (a classic session cannot share a process with a local Connect server; see tests/connect_util.py).
+    Started once, when the first Connect test runs (they run last); the server and its workers are
+    killed at the end."""
+    from tests.connect_util import connect_client
+
+    root = Path(__file__).resolve().parents[1]
+    workdir = tmp_path_factory.mktemp("connect-server")
+    port_file = workdir / "port"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    with open(workdir / "server.log", "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.connect_util", str(port_file)],
+            cwd=root, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while not port_file.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                tail = (workdir / "server.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the Spark Connect server did not start; log tail:\n{tail}")
+            time.sleep(0.2)
+        session = connect_client(int(port_file.read_text()))
+        yield session
+        session.stop()
+    finally:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        server.stdin.close()
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(server.pid, signal.SIGKILL)  # Python workers the driver may leave behind
+        except ProcessLookupError:
+            pass
+        server.wait()
 
 
 @pytest.fixture

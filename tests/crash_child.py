@@ -18,7 +18,8 @@ to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``)
 first rows went on: the way to fail a task of the Spark writer path, whose writing runs in the JVM),
 and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
-``started`` (touched just before the query starts).
+``started`` (touched just before the query starts). ``connect``: run the query through a Spark Connect
+client of this driver (``conf`` then holds ``tests.connect_util.SERVER_CONF``).
 
 Exit codes: 0 the query drained its input; 3 the query failed (``result`` names the error); killed
 children exit by SIGKILL.
@@ -107,6 +108,10 @@ def main() -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if config.get("connect"):  # the query goes through a Spark Connect client of this driver
+        from tests.connect_util import connect_client, server_port
+
+        spark = connect_client(server_port(spark))
 
     stream = (
         spark.readStream.schema(SCHEMA)

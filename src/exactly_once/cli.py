@@ -43,7 +43,7 @@ from .reader import CommittedFile, snapshot
 from .log_files import Listing
 from .log_snapshot import read_chain
 from .chain import decide_write
-from .sink import Action, decide_batch
+from .sink import Action, checkpoint_query_id, decide_batch
 from .sink_log import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, attribute, records_of
 from .storage import FileInfo, Storage
 
@@ -192,13 +192,14 @@ def count_rows(output: Output) -> dict[int, int | None]:
 class Checkpoint:
     """What a restart reads from a Spark checkpoint: the query id and the newest offsets and commits."""
 
-    query_id: str | None  # None: no checkpoint yet, a new query gets a new id
+    query_id: str | None  # None: no ``metadata`` yet, Spark gives the query a new id when it starts
     offsets: int | None
     commits: int | None
 
     @classmethod
     def read(cls, url: str, storage_options: Mapping[str, Any]) -> Checkpoint:
-        """Read ``metadata``, ``offsets/`` and ``commits/`` (files named by batch id).
+        """Read ``metadata`` (as the sink's ``checkpoint_location`` does), ``offsets/`` and ``commits/``
+        (files named by batch id). ``url`` is any fsspec or Hadoop URL (``file:/``, ``s3a://``, ``abfss://``).
 
         Example::
 
@@ -211,16 +212,7 @@ class Checkpoint:
             names = (info.path.rsplit("/", 1)[-1] for info in storage.ls(storage.join(directory)))
             return max((int(n) for n in names if n.isdigit() and n.isascii()), default=None)
 
-        try:
-            query_id = json.loads(storage.read_bytes(storage.join("metadata")))["id"]
-        except FileNotFoundError:
-            query_id = None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ExactlyOnceError(
-                f"checkpoint metadata {storage.display(storage.join('metadata'))} is not Spark's JSON with the "
-                f"query id ({exc}): it is damaged or not a streaming checkpoint."
-            ) from exc
-        return cls(query_id, newest("offsets"), newest("commits"))
+        return cls(checkpoint_query_id(url, storage_options), newest("offsets"), newest("commits"))
 
 
 @dataclass
@@ -243,9 +235,12 @@ class RestartPlan:
         return self.action in ("commit", "skip") and not self.warnings
 
 
-def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> RestartPlan:
+def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_id_only: bool = False) -> RestartPlan:
     """Predict a restart: Spark re-runs its newest batch when the checkpoint has offsets but no commit for
-    it, else starts the next one; the sink then decides as :func:`exactly_once.sink.decide_batch` says.
+    it, else starts the next one; the sink then decides as :func:`exactly_once.sink.decide_batch` says,
+    with the sink's identity rule: the query is the one in the checkpoint's ``metadata`` (a new query
+    when there is none yet), or nobody with ``batch_id_only`` (the sink's ``allow_batch_id_only`` under
+    Spark Connect without ``checkpoint_location``), which is reported as a warning.
 
     Example::
 
@@ -253,7 +248,8 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
         'Spark will re-run batch 6 ... the sink will skip it: already committed by this query as log batch 6. ...'
     """
     latest = -1 if output.latest is None else output.latest
-    queries = output.queries() if ckpt.query_id is not None else {}  # a new query gets a new id
+    queries = output.queries()
+    query_id = None if batch_id_only else ckpt.query_id or "<new query id>"  # Spark makes one at start
     if ckpt.offsets is None:
         batch, replay = 0, False
         start = "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
@@ -263,7 +259,7 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
     else:
         batch, replay = ckpt.offsets + 1, False
         start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
-    action, log_batch = decide_batch(latest, queries, ckpt.query_id, batch, append)
+    action, log_batch = decide_batch(latest, queries, query_id, batch, append)
     if action == "commit":
         message = f"{start}, and the sink will commit it as log batch {log_batch}."
     elif action == "skip":
@@ -272,12 +268,13 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
             f"Spark then marks it done and continues with batch {batch + 1}."
         )
     elif action == "foreign":
-        owner = output.batches.get(batch)
+        taken = min(batch, latest)  # the batch the sink names as taken
+        owner = output.batches.get(taken)
         by = "another writer (e.g. Spark's own file sink)"
         if owner is not None and owner.record is not None:
-            by = f"query {owner.record.query_id}"
+            by = f"query {owner.record.query_id or '(not recorded: written with allow_batch_id_only)'}"
         message = (
-            f"{start}, but the sink will refuse it with ForeignQueryError: log batch {batch} is already taken "
+            f"{start}, but the sink will refuse it with ForeignQueryError: log batch {taken} is already taken "
             f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "
             "write to a new output path, or use ParquetSink(..., on_foreign_query='append') to append after "
             f"log batch {latest}."
@@ -291,7 +288,13 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False) -> Rest
             "new checkpoint, or use ParquetSink(..., on_foreign_query='append') to append anyway."
         )
     plan = RestartPlan(batch, replay, action, log_batch, message)
-    own = queries.get(ckpt.query_id)
+    if batch_id_only and latest >= 0:
+        plan.warnings.append(
+            "batch-id-only: the sink cannot tell this query from another one, so a new checkpoint on this "
+            f"output would have its batches up to {latest} skipped as replays (data loss). Pass "
+            "ParquetSink(..., checkpoint_location=<the query's checkpointLocation>) instead."
+        )
+    own = queries.get(query_id)
     done = -1 if ckpt.offsets is None else ckpt.offsets
     if own is not None and own.query_batch_id > done:
         plan.warnings.append(
@@ -693,7 +696,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.app_id is not None:
         return _doctor_app(args, output)
     ckpt = Checkpoint.read(args.checkpoint, _options(args))
-    plan = plan_restart(ckpt, output, append=args.on_foreign_query == "append")
+    plan = plan_restart(ckpt, output, append=args.on_foreign_query == "append", batch_id_only=args.batch_id_only)
     queries = output.queries()
     data = {
         "path": output.storage.display(output.storage.root),
@@ -858,6 +861,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("error", "append"),
         default="error",
         help="the sink's on_foreign_query setting (default: error)",
+    )
+    doctor.add_argument(
+        "--batch-id-only",
+        action="store_true",
+        help="the sink runs with allow_batch_id_only=True and no checkpoint_location (Spark Connect): replays "
+        "are told apart by batch id only",
     )
     return parser
 

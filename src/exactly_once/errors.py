@@ -47,6 +47,11 @@ class ForeignQueryError(ExactlyOnceError):
     """The output's log holds batches of another streaming query (a new checkpoint on an old output)."""
 
 
+class QueryIdentityError(ExactlyOnceError):
+    """The sink cannot tell which streaming query it serves (Spark Connect without ``checkpoint_location``),
+    or the checkpoint it was given belongs to another query."""
+
+
 class OutputResetError(ExactlyOnceError):
     """The checkpoint is ahead of the output log: batches Spark considers done are not in the log."""
 

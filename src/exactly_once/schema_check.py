@@ -21,14 +21,21 @@ from .storage import Storage
 
 
 def _normalise(typ: pa.DataType) -> pa.DataType:
+    """``typ`` as far as the schema rule compares it, at every depth (struct fields, map keys and values,
+    list elements): time zones and timestamp units dropped (Spark's writer stores INT96, read back as ns;
+    Spark's own type is us), large/view and small variants alike, nested fields nullable."""
     if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
         return pa.string()
     if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
         return pa.binary()
-    if pa.types.is_timestamp(typ):  # Spark's writer stores INT96 (read as ns); Spark's type is us
+    if pa.types.is_timestamp(typ):
         return pa.timestamp("us")
     if pa.types.is_large_list(typ) or pa.types.is_list(typ):
         return pa.list_(_normalise(typ.value_type))
+    if pa.types.is_map(typ):
+        return pa.map_(_normalise(typ.key_type), _normalise(typ.item_type))
+    if pa.types.is_struct(typ):
+        return pa.struct([pa.field(f.name, _normalise(f.type)) for f in typ])
     return typ
 
 

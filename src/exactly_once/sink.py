@@ -16,6 +16,7 @@ every commit payload unique (for lost-acknowledgement read-back on object stores
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -33,17 +34,18 @@ from .errors import (
     MissingDataFileError,
     MissingLogFileError,
     OutputResetError,
+    QueryIdentityError,
     SchemaMismatchError,
 )
 from .failpoints import failpoint
 from .inflight import HIDDEN_DIR, InFlightBatch
 from .log_snapshot import data_files, read_chain
-from .metadata_log import LogEntry, MetadataLog
+from .metadata_log import LogEntry, MetadataLog, parse_duration_ms
 from .schema_check import read_committed_schema, schema_problems
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
 from .spark_writer import write_and_publish
 from .storage import Storage
-from .writer import WriteSpec, codec_extension, write_files
+from .writer import WriteSpec, parquet_codec, write_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -85,8 +87,11 @@ class ParquetSink:
         compact_interval, retention: as Spark's file sink (``spark.sql.streaming.fileSink.log.compactInterval``
             and the ``retention`` option).
         storage_options: fsspec options (credentials); never logged or written to the log.
-        compression: Parquet codec (snappy, zstd, gzip, lz4, brotli, none).
-        max_records_per_file: roll over to a new file after this many rows (Spark's ``maxRecordsPerFile``).
+        compression: Parquet codec, Spark's names: snappy, zstd, gzip, lz4_raw, brotli, none (or uncompressed);
+            files get Spark's extensions (``.snappy.parquet``). ``lzo`` and Spark's ``lz4`` (Hadoop-framed)
+            are refused: pyarrow cannot write them.
+        max_records_per_file: roll over to a new file after this many rows (Spark's ``maxRecordsPerFile``;
+            None for no limit).
         on_foreign_query: what to do when another query's batches (a new checkpoint) are already in the
             log: ``"error"`` (default) raises :class:`ForeignQueryError`; ``"append"`` commits this query's
             batches after the latest log batch, staying idempotent across this query's restarts.
@@ -95,6 +100,16 @@ class ParquetSink:
             directory, then an atomic rename of each file into place (needs a store with atomic renames:
             local disk); ``"arrow"``: pyarrow in ``mapInArrow`` tasks, straight to the final names (any
             store); ``"auto"`` (default): ``"spark"`` where the store renames atomically, else ``"arrow"``.
+        checkpoint_location: the query's ``checkpointLocation`` (any fsspec or Hadoop URL, read with
+            ``storage_options``). The sink takes the query id from ``<checkpoint>/metadata``, which Spark
+            writes before batch 0; on classic PySpark it must equal the running query's id. Required under
+            Spark Connect, where the sink cannot see the query id otherwise.
+        allow_batch_id_only: under Spark Connect without ``checkpoint_location``, accept telling replays
+            apart by batch id only: a new checkpoint on an old output then has its first batches skipped as
+            replays (data loss). Without it the sink refuses with :class:`QueryIdentityError`.
+
+    Raises:
+        ValueError: a parameter out of range (named in the message), at construction.
 
     Example::
 
@@ -103,6 +118,8 @@ class ParquetSink:
         ...          .option("checkpointLocation", "/data/_checkpoints/events").start())
         >>> sink.last_progress.rows
         1000
+        >>> # Spark Connect: name the checkpoint, the query id is read from it
+        >>> sink = ParquetSink("/data/events", checkpoint_location="/data/_checkpoints/events")
     """
 
     def __init__(
@@ -118,23 +135,33 @@ class ParquetSink:
         on_foreign_query: Literal["error", "append"] = "error",
         min_batches_to_retain: int = 100,
         cleanup_delay: str = "10m",
+        checkpoint_location: str | None = None,
+        allow_batch_id_only: bool = False,
         writer: Literal["auto", "spark", "arrow"] = "auto",
     ) -> None:
-        if writer not in ("auto", "spark", "arrow"):
-            raise ValueError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
-        if on_foreign_query not in ("error", "append"):
-            raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
-        codec_extension(compression)  # validate early
+        _check_parameters(
+            partition_by=partition_by,
+            compact_interval=compact_interval,
+            retention=retention,
+            max_records_per_file=max_records_per_file,
+            on_foreign_query=on_foreign_query,
+            min_batches_to_retain=min_batches_to_retain,
+            cleanup_delay=cleanup_delay,
+            checkpoint_location=checkpoint_location,
+            writer=writer,
+        )
         self.path = path
         self.partition_by = tuple(partition_by or ())
         self.compact_interval = compact_interval
         self.retention = retention
         self.storage_options = dict(storage_options or {})
-        self.compression = compression
+        self.compression = parquet_codec(compression)
         self.max_records_per_file = max_records_per_file
         self.on_foreign_query = on_foreign_query
         self.min_batches_to_retain = min_batches_to_retain
         self.cleanup_delay = cleanup_delay
+        self.checkpoint_location = checkpoint_location
+        self.allow_batch_id_only = allow_batch_id_only
         self.writer = writer
         self.last_progress: BatchProgress | None = None
         self._state: _OutputState | None = None
@@ -165,7 +192,7 @@ class ParquetSink:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Write and commit one micro-batch (called by Spark with the batch DataFrame and its id)."""
-        query_id = _query_id(df)
+        query_id = self._query_id(df, batch_id)
         state = self._refresh_state()
         target = self._target_batch(state, query_id, batch_id)
         progress = BatchProgress(batch_id, target, query_id, skipped=target is None)
@@ -239,6 +266,43 @@ class ParquetSink:
                 f"(a vacuum that ignores the leases under {HIDDEN_DIR}/, or a manual clean-up); Spark retries the "
                 "batch when the query restarts."
             )
+
+    def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
+        """This query's identity (stable across restarts from one checkpoint): the id in
+        ``<checkpoint_location>/metadata`` (checked against the ``sql.streaming.queryId`` local property
+        on classic PySpark), else that local property. None (replays told apart by batch id only) only
+        for a direct call outside a streaming query on classic PySpark, or with ``allow_batch_id_only``."""
+        connect = type(df).__module__.startswith("pyspark.sql.connect.")
+        running = None if connect else df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if self.checkpoint_location is not None:
+            storage = Storage(self.checkpoint_location, self.storage_options)
+            from_checkpoint = checkpoint_query_id(self.checkpoint_location, self.storage_options)
+            if from_checkpoint is None:
+                raise QueryIdentityError(
+                    f"{self}, batch {batch_id}: checkpoint_location {storage.display(storage.join('metadata'))} "
+                    "does not exist, but Spark writes it before a query's first batch: checkpoint_location is not "
+                    "this query's checkpointLocation. Pass the same location as .option('checkpointLocation', ...). "
+                    "Nothing was written."
+                )
+            if running is not None and running != from_checkpoint:
+                raise QueryIdentityError(
+                    f"{self}, batch {batch_id}: the running query is {running} but checkpoint_location "
+                    f"{storage.display(storage.root)} belongs to query {from_checkpoint}. Pass this query's "
+                    "checkpointLocation as checkpoint_location. Nothing was written."
+                )
+            return from_checkpoint
+        if running is not None:
+            return running
+        if connect and not self.allow_batch_id_only:
+            raise QueryIdentityError(
+                f"{self}, batch {batch_id}: under Spark Connect the sink cannot see the streaming query's id, so "
+                "it could not tell a new checkpoint on this output from a replay (and would skip the new query's "
+                "first batches). "
+                "Pass ParquetSink(..., checkpoint_location=<the query's checkpointLocation>), or "
+                "allow_batch_id_only=True to accept replay detection by batch id only. Nothing was written."
+            )
+        logger.warning("%s: no streaming query id: replays are detected by batch id only", self)
+        return None
 
     def _commit(self, target: int, entries: list[LogEntry], query_id: str | None, batch_id: int) -> None:
         committed = self.log.add(target, entries)
@@ -390,10 +454,79 @@ def decide_batch(
     return "commit", batch_id
 
 
-def _query_id(df: DataFrame) -> str | None:
-    """The running streaming query's id (stable across restarts from one checkpoint)."""
+def checkpoint_query_id(checkpoint_location: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
+    """The streaming query id Spark wrote into ``<checkpoint_location>/metadata`` (``{"id": ...}``, written
+    before the query's first batch and kept across restarts), or None when that file does not exist.
+    ``checkpoint_location`` is any fsspec or Hadoop URL (``/ckpt``, ``file:/ckpt``, ``s3a://bucket/ckpt``,
+    ``abfss://container@account.dfs.core.windows.net/ckpt``). QueryIdentityError if the file is damaged.
+
+    Example::
+
+        >>> checkpoint_query_id("/data/_checkpoints/events")
+        '6abb5a0d-3f4e-4a43-9c55-0b8f3c1e2d11'
+    """
+    storage = Storage(checkpoint_location, dict(storage_options or {}))
+    path = storage.join("metadata")
     try:
-        return df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:  # Spark Connect has no SparkContext on the client side
-        logger.warning("no streaming query id available: replays are detected by batch id only")
+        raw = storage.read_bytes(path)
+    except FileNotFoundError:
         return None
+    try:
+        query_id = json.loads(raw)["id"]
+    except (ValueError, KeyError, TypeError) as exc:
+        query_id, problem = None, f"{type(exc).__name__}: {exc}"
+    else:
+        problem = None if isinstance(query_id, str) and query_id else f"id {query_id!r}"
+    if problem is not None:
+        raise QueryIdentityError(
+            f"checkpoint metadata {storage.display(path)} is not Spark's JSON with the query id ({problem}): it "
+            "is damaged or not a streaming checkpoint. Restore it from a backup or start a new checkpoint."
+        )
+    return query_id
+
+
+def _check_parameters(
+    *,
+    partition_by: Any,
+    compact_interval: Any,
+    retention: Any,
+    max_records_per_file: Any,
+    on_foreign_query: Any,
+    min_batches_to_retain: Any,
+    cleanup_delay: Any,
+    checkpoint_location: Any,
+    writer: Any,
+) -> None:
+    """ValueError naming the first ParquetSink parameter out of range (checked on the driver, so a bad
+    value never reaches the executors or the log)."""
+
+    def positive_int(name: str, value: Any, hint: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
+
+    def duration_ms(name: str, value: Any) -> int:
+        try:
+            ms = parse_duration_ms(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
+        if ms < 0:
+            raise ValueError(f"{name} must not be negative, got {value!r}")
+        return ms
+
+    if isinstance(partition_by, str):
+        raise ValueError(f"partition_by must be a list of column names, got the string {partition_by!r}")
+    if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
+        raise ValueError(f"partition_by names a column twice: {list(partition_by)}")
+    positive_int("compact_interval", compact_interval, "Spark's default is 10")
+    positive_int("min_batches_to_retain", min_batches_to_retain, "committed batches' log files must stay (default 100)")
+    if max_records_per_file is not None:
+        positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
+    if retention is not None and duration_ms("retention", retention) == 0:
+        raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
+    duration_ms("cleanup_delay", cleanup_delay)
+    if on_foreign_query not in ("error", "append"):
+        raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
+    if writer not in ("auto", "spark", "arrow"):
+        raise ValueError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
+    if checkpoint_location is not None and (not isinstance(checkpoint_location, str) or not checkpoint_location):
+        raise ValueError(f"checkpoint_location must be the query's checkpointLocation URL, got {checkpoint_location!r}")

@@ -36,16 +36,42 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
 
 STATUS_SCHEMA = "path string, size long, modification_time long, num_rows long"
-_CODEC_EXT = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "lz4": ".lz4", "brotli": ".br", "none": ""}
+# Spark's Parquet codec names (ParquetOptions) that pyarrow can write, with the file-name extension
+# parquet-mr gives each (CompressionCodecName.getExtension). Every key is also a pyarrow codec name.
+_CODEC_EXT = {"none": "", "snappy": ".snappy", "gzip": ".gz", "brotli": ".br", "lz4_raw": ".lz4raw", "zstd": ".zstd"}
+_CODEC_ALIASES = {"uncompressed": "none"}
+_CODEC_REFUSED = {
+    "lzo": "pyarrow cannot write LZO",
+    "lz4": "Spark's 'lz4' is the Hadoop-framed LZ4 codec (.lz4hadoop files), which pyarrow cannot write; "
+    "use 'lz4_raw' (the same LZ4 compression without Hadoop framing, read by Spark 3.4 and later)",
+}
 _FLUSH_BYTES = 64 * 1024 * 1024
 
 
-def codec_extension(compression: str) -> str:
-    """Spark's file-name extension for a Parquet codec: ``snappy`` -> ``.snappy``; ValueError if unknown."""
-    key = "none" if compression in ("none", "uncompressed") else compression
+def parquet_codec(compression: str) -> str:
+    """The canonical name of a Parquet codec Spark accepts (case-insensitive, ``uncompressed`` is
+    ``none``), which pyarrow writes too: ``"SNAPPY"`` -> ``"snappy"``. ValueError for a name Spark does
+    not know or a codec pyarrow cannot write.
+
+    Example: ``parquet_codec("uncompressed") == "none"``; ``parquet_codec("lzo")`` raises ValueError.
+    """
+    key = str(compression).lower()
+    key = _CODEC_ALIASES.get(key, key)
+    if key in _CODEC_REFUSED:
+        raise ValueError(f"compression {compression!r} is not supported: {_CODEC_REFUSED[key]}.")
     if key not in _CODEC_EXT:
-        raise ValueError(f"unsupported compression {compression!r}; use one of {sorted(_CODEC_EXT)}")
-    return _CODEC_EXT[key]
+        names = sorted([*_CODEC_EXT, *_CODEC_ALIASES])
+        raise ValueError(f"unknown Parquet compression {compression!r}; use one of {names}")
+    return key
+
+
+def codec_extension(compression: str) -> str:
+    """Spark's file-name extension for a Parquet codec: ``snappy`` -> ``.snappy``, ``none`` -> ``""``;
+    ValueError as :func:`parquet_codec`.
+
+    Example: ``codec_extension("lz4_raw") == ".lz4raw"``.
+    """
+    return _CODEC_EXT[parquet_codec(compression)]
 
 
 @dataclass(frozen=True)
