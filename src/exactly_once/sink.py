@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .dependencies import require_sink_dependencies
 from .errors import CommitConflictError, ForeignQueryError, LogError, OutputResetError, SchemaMismatchError
 from .failpoints import failpoint
 from .metadata_log import LogEntry, MetadataLog
@@ -149,6 +150,7 @@ class ParquetSink:
         min_batches_to_retain: int = 100,
         cleanup_delay: str = "10m",
     ) -> None:
+        require_sink_dependencies()
         if on_foreign_query not in ("error", "append"):
             raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
         codec_extension(compression)  # validate early
