@@ -67,7 +67,8 @@ def test_command_line_option_wins_over_the_environment(s3_output):
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
     endpoint = json.dumps({"endpoint_url": f"http://127.0.0.1:{closed}"})
-    result = _cli("verify", url, "--storage-option", f"client_kwargs={endpoint}", env={OPTIONS_ENV: json.dumps(options)})
+    env = {OPTIONS_ENV: json.dumps(options)}
+    result = _cli("verify", url, "--storage-option", f"client_kwargs={endpoint}", env=env)
     assert result.returncode == 1 and f"127.0.0.1:{closed}" in result.stderr, result.stderr
     assert secret not in result.stdout + result.stderr
 
@@ -79,12 +80,16 @@ def test_precedence_environment_then_file_then_command_line(tmp_path, monkeypatc
     args = build_parser().parse_args(
         ["ls", "abfs://c/out", "--storage-options-file", str(path), "--storage-option", "sas_token=cli-token"]
     )
-    assert _options(args) == {"account_name": "from-file", "anon": True, "account_key": "env-key", "sas_token": "cli-token"}
+    expected = {"account_name": "from-file", "anon": True, "account_key": "env-key", "sas_token": "cli-token"}
+    assert _options(args) == expected
     monkeypatch.delenv(OPTIONS_ENV)
-    assert _options(build_parser().parse_args(["ls", "abfs://c/out", "--storage-option", "anon=true"])) == {"anon": True}
+    only_cli = build_parser().parse_args(["ls", "abfs://c/out", "--storage-option", "anon=true"])
+    assert _options(only_cli) == {"anon": True}
 
 
-@pytest.mark.parametrize("content, problem", [("{not json", "is not valid JSON"), ('["a"]', "must hold a JSON object")])
+@pytest.mark.parametrize(
+    "content, problem", [("{not json", "is not valid JSON"), ('["a"]', "must hold a JSON object")]
+)
 def test_bad_options_file_is_a_usage_error_that_does_not_echo_it(tmp_path, content, problem):
     path = tmp_path / "options.json"
     path.write_text(content.replace("not", "s3cr3t"))
@@ -93,7 +98,9 @@ def test_bad_options_file_is_a_usage_error_that_does_not_echo_it(tmp_path, conte
     assert "s3cr3t" not in result.stderr
 
 
-@pytest.mark.parametrize("content, problem", [('{"account_key": s3cr3t}', "is not valid JSON"), ('"s3cr3t"', "JSON object")])
+@pytest.mark.parametrize(
+    "content, problem", [('{"account_key": s3cr3t}', "is not valid JSON"), ('"s3cr3t"', "JSON object")]
+)
 def test_bad_environment_options_are_an_error_that_does_not_echo_them(tmp_path, content, problem):
     result = _cli("ls", tmp_path, env={OPTIONS_ENV: content})
     assert result.returncode == 1 and OPTIONS_ENV in result.stderr and problem in result.stderr

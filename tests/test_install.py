@@ -49,7 +49,8 @@ def test_floors_admit_no_release_without_exclusive_create():
     """The last releases before ``pipe_file(mode="create")`` (see test_storage_errors.py) are refused."""
     before = {"fsspec": "2024.10.0", "adlfs": "2024.7.0", "s3fs": "2024.10.0"}
     declared = {Requirement(r).name: Requirement(r) for r in PROJECT["dependencies"]}
-    declared |= {Requirement(r).name: Requirement(r) for extra in ("azure", "s3") for r in PROJECT["optional-dependencies"][extra]}
+    for extra in ("azure", "s3"):
+        declared |= {Requirement(r).name: Requirement(r) for r in PROJECT["optional-dependencies"][extra]}
     for name, since in _EXCLUSIVE_CREATE_SINCE.items():
         assert not declared[name].specifier.contains(before[name]), declared[name]
         assert declared[name].specifier.contains(since), declared[name]

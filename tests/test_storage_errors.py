@@ -50,8 +50,16 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _run_child(url: str, options: dict, *, payload_size: int = 2, setup: str = "", prefix: list[str] | None = None,
-               pythonpath: list[str] = ()) -> tuple[str, str]:
+def _run_child(
+    url: str,
+    options: dict,
+    *,
+    payload_size: int = 2,
+    setup: str = "",
+    prefix: list[str] | None = None,
+    pythonpath: list[str] = (),
+) -> tuple[str, str]:
+    """Run _CHILD; its error class and message (or "OK")."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*pythonpath, str(REPO / "src"), str(REPO)]))
     cmd = [*(prefix or []), sys.executable, "-c", _CHILD, url, json.dumps(options), str(payload_size), setup]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -176,7 +184,9 @@ def test_old_fsspec_is_named_instead_of_the_store(old_packages):
     assert "upgrade fsspec" in message.lower() and "fsspec 2024.10.0" in message and '"fsspec>=2024.12.0"' in message
 
 
-@pytest.mark.parametrize("backend_name, package, version", [("azurite", "adlfs", "2024.7.0"), ("moto", "s3fs", "2024.10.0")])
+@pytest.mark.parametrize(
+    "backend_name, package, version", [("azurite", "adlfs", "2024.7.0"), ("moto", "s3fs", "2024.10.0")]
+)
 def test_old_backend_is_named_instead_of_the_store(request, tmp_path, old_packages, backend_name, package, version):
     from tests.conftest import make_backend
 

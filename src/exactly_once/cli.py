@@ -400,10 +400,14 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         try:
             from_env = json.loads(os.environ[OPTIONS_ENV])
         except ValueError as exc:  # the message names a position, never the (secret) text
-            raise ExactlyOnceError(f"{OPTIONS_ENV} is not valid JSON ({exc}); set it to an object like "
-                                   '\'{"account_name": "acct", "account_key": "..."}\'') from None
+            raise ExactlyOnceError(
+                f"{OPTIONS_ENV} is not valid JSON ({exc}); set it to an object like "
+                '\'{"account_name": "acct", "account_key": "..."}\''
+            ) from None
         if not isinstance(from_env, dict):
-            raise ExactlyOnceError(f"{OPTIONS_ENV} must hold a JSON object of storage options, not a {type(from_env).__name__}")
+            raise ExactlyOnceError(
+                f"{OPTIONS_ENV} must hold a JSON object of storage options, not a {type(from_env).__name__}"
+            )
     return {**from_env, **(args.storage_options_file or {}), **dict(args.storage_option)}
 
 

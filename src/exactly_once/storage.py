@@ -55,7 +55,9 @@ _PROBED: dict[tuple[str, str], bool] = {}
 # pyproject.toml); older ones overwrite (fsspec's memory/base, adlfs) or reject the argument (s3fs).
 _EXCLUSIVE_CREATE_SINCE = {"fsspec": "2024.12.0", "adlfs": "2024.12.0", "s3fs": "2024.12.0"}
 _SECRET_KEYS = re.compile(r"(?i)key|secret|token|password|credential|connection_string|signature")
-_SECRET_PARAMS = re.compile(r"(?i)\b(sig|signature|accountkey|sharedaccesssignature|x-amz-signature|x-amz-credential)=[^&;\s\"']+")
+_SECRET_PARAMS = re.compile(  # in URLs and connection strings
+    r"(?i)\b(sig|signature|accountkey|sharedaccesssignature|x-amz-signature|x-amz-credential)=[^&;\s\"']+"
+)
 _PROBE_LOCK = threading.Lock()
 
 
@@ -75,9 +77,10 @@ def _backend_errors(method: F) -> F:
         except _PASS_THROUGH:
             raise
         except Exception as exc:
-            detail = self._redact(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+            first_line = next(iter(str(exc).strip().splitlines()), "")  # Azure appends the whole XML answer
+            detail = self._redact(f"{type(exc).__name__}: {first_line}")[:300]
             raise StorageError(
-                f"{method.__name__} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail[:300]})"
+                f"{method.__name__} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail})"
             ) from exc
 
     return wrapper  # type: ignore[return-value]
@@ -92,7 +95,12 @@ _NETWORK_ERRORS = {  # by class name, so that no optional backend package must b
     "ClientConnectionError",  # aiohttp
     "ServerTimeoutError",  # aiohttp
 }
-_AUTH_ERRORS = {"ClientAuthenticationError", "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
+_AUTH_ERRORS = {  # azure-core, botocore
+    "ClientAuthenticationError",
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "CredentialRetrievalError",
+}
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
@@ -120,7 +128,7 @@ def _explain(exc: BaseException, is_local: bool) -> str:
         code = cause.errno if isinstance(cause, OSError) else None
         status = _http_status(cause)
         if code in (errno.ENOSPC, errno.EDQUOT):
-            return "no space left on the storage (disk full or quota exceeded); free space or raise the quota, then retry"
+            return "no space left on the storage (disk full or quota exceeded); free space or raise the quota, retry"
         if code in (errno.EMFILE, errno.ENFILE):
             return (
                 "too many open files (the process's or the system's limit); raise the limit (`ulimit -n`, the "
@@ -136,7 +144,8 @@ def _explain(exc: BaseException, is_local: bool) -> str:
                 "are valid, not expired, and allowed to read and write this location"
             )
         if names & _NETWORK_ERRORS or isinstance(cause, (ConnectionError, TimeoutError)):
-            kind = "timed out" if isinstance(cause, TimeoutError) or "Timeout" in type(cause).__name__ else "failed"
+            timed_out = any(isinstance(c, TimeoutError) or "Timeout" in type(c).__name__ for c in _causes(exc))
+            kind = "timed out" if timed_out else "failed"
             return (
                 f"the connection to the store {kind}; check the endpoint or account name, the network (proxy, "
                 "firewall, DNS) and that the store is up, then retry"
