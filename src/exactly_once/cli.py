@@ -1,7 +1,8 @@
 """The ``exactly-once`` command line: see, check and clean a streaming file sink's output directory.
 
-Works on any fsspec URL; credentials go in ``--storage-option key=value`` (repeatable) and are never
-printed. Commands:
+Works on any fsspec URL; storage options (credentials) come from the ``EXACTLY_ONCE_STORAGE_OPTIONS``
+environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--storage-option key=value``
+(repeatable), later ones winning key by key, and are never printed. Commands:
 
 * ``ls PATH``: committed batches (files, rows with ``--rows``, bytes, commit time, query or app id and its
   batch id or version) and the log's compaction state.
@@ -50,6 +51,13 @@ from .storage import FileInfo, Storage
 logger = logging.getLogger(__name__)
 
 PROG = "exactly-once"
+OPTIONS_ENV = "EXACTLY_ONCE_STORAGE_OPTIONS"
+OPTIONS_HELP = (
+    f"Storage options (fsspec, e.g. credentials) come from three places, merged key by key; later ones win: "
+    f"the environment variable {OPTIONS_ENV} (a JSON object), then --storage-options-file PATH (a JSON "
+    "object), then each --storage-option KEY=VALUE. Pass secrets by the first two: a command line is visible "
+    "to other users (ps) and lands in shell history. Options are never printed."
+)
 T = TypeVar("T")
 
 
@@ -490,7 +498,26 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(args.storage_option)
+    """The storage options of a command, key by key from lowest to highest precedence: the
+    ``EXACTLY_ONCE_STORAGE_OPTIONS`` environment variable, ``--storage-options-file``, ``--storage-option``.
+
+    Example: with ``EXACTLY_ONCE_STORAGE_OPTIONS='{"account_name": "a", "anon": false}'`` and
+    ``--storage-option account_name=b``, the options are ``{"account_name": "b", "anon": False}``.
+    """
+    from_env: dict[str, Any] = {}
+    if os.environ.get(OPTIONS_ENV, "").strip():
+        try:
+            from_env = json.loads(os.environ[OPTIONS_ENV])
+        except ValueError as exc:  # the message names a position, never the (secret) text
+            raise ExactlyOnceError(
+                f"{OPTIONS_ENV} is not valid JSON ({exc}); set it to an object like "
+                '\'{"account_name": "acct", "account_key": "..."}\''
+            ) from None
+        if not isinstance(from_env, dict):
+            raise ExactlyOnceError(
+                f"{OPTIONS_ENV} must hold a JSON object of storage options, not a {type(from_env).__name__}"
+            )
+    return {**from_env, **(args.storage_options_file or {}), **dict(args.storage_option)}
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -780,6 +807,20 @@ def _storage_option(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _options_file(path: str) -> dict[str, Any]:
+    """The storage options in a JSON file (an object); errors name the file, never its content."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            options = json.load(fh)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(options, dict):
+        raise argparse.ArgumentTypeError(f"{path} must hold a JSON object of storage options")
+    return options
+
+
 def _duration(text: str) -> str:
     try:
         parse_duration_ms(text)
@@ -803,8 +844,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_storage_option,
         action="append",
         default=[],
-        help="fsspec storage option (credentials, ...), repeatable; 'true'/'false', integers and JSON "
-        "values ({...} or [...]) are converted",
+        help="fsspec storage option, repeatable; 'true'/'false', integers and JSON values ({...} or [...]) "
+        "are converted. Not for secrets: the command line is visible to other users and kept in shell "
+        f"history; use --storage-options-file or {OPTIONS_ENV}",
+    )
+    common.add_argument(
+        "--storage-options-file",
+        metavar="PATH",
+        type=_options_file,
+        help='storage options as a JSON object in a file (e.g. {"account_name": "acct", "account_key": "..."}); '
+        "keep it readable by you only",
     )
     common.add_argument(
         "--compact-interval",
@@ -819,12 +868,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="See, check and clean the output directory of an exactly-once (or Spark) streaming file sink.",
+        epilog=OPTIONS_HELP,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, run: Callable[[argparse.Namespace], int], summary: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=summary, description=summary)
+        sub = commands.add_parser(name, parents=[common], help=summary, description=summary, epilog=OPTIONS_HELP)
         sub.add_argument("path", metavar="PATH", help="output directory (local path or fsspec URL)")
         sub.set_defaults(run=run)
         return sub

@@ -15,6 +15,10 @@ class UnsafeStorageError(StorageError):
     """The store does not honour exclusive create (put-if-absent), so commits could be lost."""
 
 
+class MissingDependencyError(ExactlyOnceError, ImportError):
+    """A package the sink needs at run time (pyspark, or pandas/pyarrow for ``mapInArrow``) is missing or too old."""
+
+
 class LogError(ExactlyOnceError):
     """Base class for problems with the `_spark_metadata` log."""
 

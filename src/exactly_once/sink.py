@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from .dependencies import require_sink_dependencies
 from .errors import (
     CommitConflictError,
     ForeignQueryError,
@@ -139,6 +140,7 @@ class ParquetSink:
         allow_batch_id_only: bool = False,
         writer: Literal["auto", "spark", "arrow"] = "auto",
     ) -> None:
+        require_sink_dependencies()
         _check_parameters(
             partition_by=partition_by,
             compact_interval=compact_interval,

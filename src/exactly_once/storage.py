@@ -25,10 +25,12 @@ import functools
 import logging
 import os
 import posixpath
+import re
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
@@ -49,6 +51,13 @@ _HADOOP_SCHEMES = {"s3": "s3a", "abfs": "abfss", "az": "abfss", "gs": "gs", "gcs
 _FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "wasb": "abfs", "gcs": "gs"}
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
 _PROBED: dict[tuple[str, str], bool] = {}
+# The first release of each package whose pipe_file(mode="create") really is exclusive (the floors in
+# pyproject.toml); older ones overwrite (fsspec's memory/base, adlfs) or reject the argument (s3fs).
+_EXCLUSIVE_CREATE_SINCE = {"fsspec": "2024.12.0", "adlfs": "2024.12.0", "s3fs": "2024.12.0"}
+_SECRET_KEYS = re.compile(r"(?i)key|secret|token|password|credential|connection_string|signature")
+_SECRET_PARAMS = re.compile(  # in URLs and connection strings
+    r"(?i)\b(sig|signature|accountkey|sharedaccesssignature|x-amz-signature|x-amz-credential)=[^&;\s\"']+"
+)
 _PROBE_LOCK = threading.Lock()
 
 
@@ -57,8 +66,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _backend_errors(method: F) -> F:
-    """Turn a backend's own failures (authentication, permissions, network) into StorageError naming
-    the path and what to check; FileNotFoundError/FileExistsError pass through, callers rely on them."""
+    """Turn a backend's own failures (full disk, file limits, permissions, network, authentication) into a
+    StorageError naming the path, what failed and what to do; FileNotFoundError/FileExistsError pass
+    through, callers rely on them."""
 
     @functools.wraps(method)
     def wrapper(self: Storage, path: str, *args: Any, **kwargs: Any) -> Any:
@@ -67,12 +77,80 @@ def _backend_errors(method: F) -> F:
         except _PASS_THROUGH:
             raise
         except Exception as exc:
+            first_line = next(iter(str(exc).strip().splitlines()), "")  # Azure appends the whole XML answer
+            detail = self._redact(f"{type(exc).__name__}: {first_line}")[:300]
             raise StorageError(
-                f"{method.__name__} of {self.display(path)} failed ({type(exc).__name__}: {exc}). Check that the "
-                "location exists and that the credentials in storage_options allow reading and writing it."
+                f"{method.__name__} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail})"
             ) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+_NETWORK_ERRORS = {  # by class name, so that no optional backend package must be imported to recognise them
+    "ServiceRequestError",  # azure-core: the request never got an answer (refused, DNS, TLS, timeout)
+    "ServiceResponseError",  # azure-core: the connection broke while reading the answer
+    "EndpointConnectionError",  # botocore
+    "ConnectTimeoutError",  # botocore
+    "ReadTimeoutError",  # botocore
+    "ClientConnectionError",  # aiohttp
+    "ServerTimeoutError",  # aiohttp
+}
+_AUTH_ERRORS = {  # azure-core, botocore
+    "ClientAuthenticationError",
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "CredentialRetrievalError",
+}
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _http_status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)  # azure-core's HttpResponseError
+    response = getattr(exc, "response", None)
+    if status is None and isinstance(response, dict):  # botocore's ClientError
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
+
+
+def _explain(exc: BaseException, is_local: bool) -> str:
+    """What failed, in plain words, and what to do: from the exception's type, errno or HTTP status,
+    looking through the chain of causes (backends wrap the operating system's errors)."""
+    for cause in _causes(exc):
+        names = {klass.__name__ for klass in type(cause).__mro__}
+        code = cause.errno if isinstance(cause, OSError) else None
+        status = _http_status(cause)
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            return "no space left on the storage (disk full or quota exceeded); free space or raise the quota, retry"
+        if code in (errno.EMFILE, errno.ENFILE):
+            return (
+                "too many open files (the process's or the system's limit); raise the limit (`ulimit -n`, the "
+                "executors' nofile limit) or run fewer tasks per executor, then retry"
+            )
+        if code == errno.EROFS:
+            return "the file system is read-only; write the output to a writable location"
+        if names & _AUTH_ERRORS or status in (401, 403) or isinstance(cause, PermissionError):
+            if is_local:
+                return "permission denied; check the permissions of the directory for the user running the job"
+            return (
+                "access denied by the store; check that the credentials in storage_options (or the environment) "
+                "are valid, not expired, and allowed to read and write this location"
+            )
+        if names & _NETWORK_ERRORS or isinstance(cause, (ConnectionError, TimeoutError)):
+            timed_out = any(isinstance(c, TimeoutError) or "Timeout" in type(c).__name__ for c in _causes(exc))
+            kind = "timed out" if timed_out else "failed"
+            return (
+                f"the connection to the store {kind}; check the endpoint or account name, the network (proxy, "
+                "firewall, DNS) and that the store is up, then retry"
+            )
+    return "check that the location exists and is reachable"
 
 
 @dataclass(frozen=True)
@@ -83,6 +161,11 @@ class FileInfo:
     size: int
     is_dir: bool
     mtime_ms: int
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version string: ``"2024.12.0"`` -> ``(2024, 12, 0)``."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
 def _quote_path(path: str) -> str:
@@ -134,6 +217,10 @@ class Storage:
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.protocol = "file" if self.is_local else protocol
         self.root = fs._strip_protocol(root).rstrip("/") or "/"
+        if self.is_local:
+            # Resolved here, on the driver: executors rebuild the storage from the URL, and a relative
+            # path would land in each executor's own working directory.
+            self.url = self.root
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Storage, (self.url, self.storage_options))
@@ -146,6 +233,19 @@ class Storage:
     def join(self, *parts: str) -> str:
         """Join path segments under the root: ``st.join("_spark_metadata", "3")``."""
         return posixpath.join(self.root, *parts)
+
+    def _redact(self, text: str) -> str:
+        """``text`` without the secrets of ``storage_options`` (keys, tokens, passwords, connection
+        strings and the account keys inside them) nor any URL signature."""
+        pairs: list[tuple[str, Any]] = list(self.storage_options.items())
+        while pairs:
+            key, value = pairs.pop()
+            if isinstance(value, dict):
+                pairs.extend(value.items())
+            elif isinstance(value, str) and len(value) >= 4 and _SECRET_KEYS.search(key):
+                text = text.replace(value, "***")
+                pairs.extend(part.partition("=")[::2] for part in value.split(";") if "=" in part)
+        return _SECRET_PARAMS.sub(r"\1=***", text)
 
     def display(self, path: str) -> str:
         """A path as the user would write it (with protocol), for messages."""
@@ -294,22 +394,13 @@ class Storage:
             return
         directories = set()
         for path in paths:
-            self._fsync(path)
+            self.fsync(path)
             directory = os.path.dirname(path)
             while directory.startswith(self.root) and directory not in directories:
                 directories.add(directory)
                 directory = os.path.dirname(directory)
         for directory in sorted(directories, key=len, reverse=True):
-            self._fsync(directory)
-
-    @_backend_errors
-    def _fsync(self, path: str) -> None:
-        """fsync one local file or directory (a directory makes the names in it durable)."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            self.fsync(directory)
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec)."""
@@ -357,7 +448,7 @@ class Storage:
                 # s3fs: a 409 ConditionalRequestConflict (EIO) or a bare 412 (EINVAL) is a race with
                 # another writer; re-check and retry.
                 if exc.errno not in (errno.EIO, errno.EINVAL) or attempt == 4:
-                    raise StorageError(f"exclusive create of {self.display(path)} failed: {exc}") from exc
+                    raise
                 if self.exists(path):
                     return self.read_bytes(path) == payload
                 time.sleep(0.05 * (attempt + 1))
@@ -393,7 +484,9 @@ class Storage:
                 pass
 
     def _probe(self) -> None:
-        """Once per store and process: check that a second exclusive create really fails."""
+        """Once per store and process: check that a second exclusive create really fails. When it does
+        not (or the create itself fails) and an fsspec package older than exclusive create is installed,
+        the error says to upgrade it rather than blaming the store."""
         key = (self.protocol, self.root.split("/", 1)[0] if not self.is_local else "")
         if _PROBED.get(key):
             return
@@ -403,16 +496,44 @@ class Storage:
             probe = self.join("_spark_metadata", f".exactly-once-probe.{uuid.uuid4().hex}.tmp")
             try:
                 first = self._create_exclusive(probe, b"probe-1")
-                second = self._create_exclusive(probe, b"probe-2")
-            finally:
-                self.delete(probe)
+                try:
+                    second = self._create_exclusive(probe, b"probe-2")
+                finally:
+                    self.delete(probe)
+            except Exception as exc:
+                if outdated := self._outdated_packages():
+                    raise UnsafeStorageError(self._upgrade_advice(outdated, f"the create failed: {exc!r}")) from exc
+                raise
             if not first or second:
+                what = "a second create of the same object succeeded"
+                if outdated := self._outdated_packages():
+                    raise UnsafeStorageError(self._upgrade_advice(outdated, what))
                 raise UnsafeStorageError(
                     f"{self.protocol}:// storage at {self.url} does not honour exclusive create "
-                    "(a second create of the same object succeeded), so two writers could both commit one "
-                    "batch. Use a store with conditional writes (local disk, Azure Blob/ADLS, S3, GCS)."
+                    f"({what}), so two writers could both commit one batch. Use a store with conditional "
+                    "writes (local disk, Azure Blob/ADLS, S3, GCS)."
                 )
             _PROBED[key] = True
+
+    def _outdated_packages(self) -> list[str]:
+        """The installed packages behind this filesystem that predate exclusive create, as
+        ``"adlfs 2024.7.0"``."""
+        names = {"fsspec", type(self.fs).__module__.split(".", 1)[0]}
+        outdated = []
+        for name in sorted(names & _EXCLUSIVE_CREATE_SINCE.keys()):
+            installed = str(getattr(sys.modules.get(name), "__version__", ""))  # the code actually running
+            if installed and _release(installed) < _release(_EXCLUSIVE_CREATE_SINCE[name]):
+                outdated.append(f"{name} {installed}")
+        return outdated
+
+    def _upgrade_advice(self, outdated: list[str], what: str) -> str:
+        names = [package.split()[0] for package in outdated]
+        return self._redact(
+            f"exclusive create on {self.protocol}:// storage at {self.url} does not work ({what}): the installed "
+            f"{', '.join(outdated)} predate{'s' if len(outdated) == 1 else ''} exclusive create "
+            f"(pipe_file(mode='create')). Upgrade {' and '.join(names)}: pip install --upgrade "
+            + " ".join(f'"{name}>={_EXCLUSIVE_CREATE_SINCE[name]}"' for name in names)
+        )
 
     # -- publishing by rename ----------------------------------------------------------------------
 
