@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.crash_child import _append_line, _write_json  # noqa: E402
+from tests.crash_child import _append_line, _write_json
 
 ROWS_PER_VERSION_BASE = 1_000_000  # writer ids: app index * 10^9 + version * 10^6 + row
 
@@ -83,7 +83,7 @@ def main() -> int:
                 time.sleep(0.005)
             for version in config["versions"]:
                 _write(config, writer_rows(config["app_index"], version, config["rows"]), version)
-    except Exception as exc:  # reported to the parent, which fails the test with it
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test with it
         _write_json(config.get("result"), {"status": "error", "error": repr(exc), "trace": traceback.format_exc()})
         return 3
     _write_json(config.get("result"), {"status": "ok"})

@@ -18,7 +18,6 @@ import pytest
 
 from exactly_once import MetadataLog, committed_version, read_committed, write_batch
 from exactly_once.sink_log import CommitRecord, attribute
-from tests.chain_child import transform
 from tests.crash_util import (
     assert_group_gone,
     assert_ok,
@@ -69,8 +68,7 @@ def _assert_output(out: str, source: dict[int, list[int]], upto: int, storage_op
 def _assert_spark_agrees(spark, out: str) -> None:
     ours = read_committed(out, columns=["id", "double", "bucket"]).to_pylist()
     theirs = [r.asDict() for r in spark.read.parquet(out).select("id", "double", "bucket").collect()]
-    key = lambda r: r["id"]  # noqa: E731
-    assert sorted(theirs, key=key) == sorted(ours, key=key)
+    assert sorted(theirs, key=lambda r: r["id"]) == sorted(ours, key=lambda r: r["id"])
 
 
 @pytest.mark.parametrize(

@@ -141,8 +141,8 @@ def test_ls_table_of_spark_output_with_installed_script(outputs: Outputs) -> Non
     result = cli("ls", outputs.spark_out, "--rows", script=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["batch", "files", "rows", "bytes", "committed", "(UTC)", "query"]
-    # Spark's compact file records no batch ids: its entries belong to compact batch 5; no query ids ("-").
+    assert lines[0].split() == ["batch", "files", "rows", "bytes", "committed", "(UTC)", "query", "/", "app", "version"]
+    # Spark's compact file records no batch ids: its entries belong to compact batch 5; no query ids, no versions ("-").
     rows = [line.split() for line in lines[1:3]]
     assert [(r[0], r[1], r[2], r[-1]) for r in rows] == [("5", "6", str(ROWS - BATCHES), "-"), ("6", "1", "7", "-")]
     assert "compact files: 5" in lines[3] and "latest 6" in lines[3]

@@ -15,7 +15,6 @@ import pandas as pd
 import polars as pl
 import psutil
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from pyspark.errors import StreamingQueryException
 
@@ -33,7 +32,13 @@ from exactly_once.cli import main as cli_main
 from exactly_once.sink import decide_batch
 from exactly_once.sink_log import CommitRecord, attribute
 from tests.chain_child import writer_rows
-from tests.crash_util import assert_ok, assert_same_ids, committed_paths, parquet_on_disk, start_child
+from tests.crash_util import (
+    assert_ok,
+    assert_same_ids,
+    committed_paths,
+    parquet_on_disk,
+    start_child,
+)
 from tests.spark_util import run_available_now, write_input_files
 
 CHAIN_CHILD = Path(__file__).with_name("chain_child.py")
