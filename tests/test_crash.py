@@ -409,7 +409,7 @@ def test_reader_in_a_loop_sees_only_whole_batches(spark, tmp_path: Path, monkeyp
                 return
 
     monkeypatch.setattr(Storage, "open", open_maybe_paused)
-    caplog.set_level(logging.DEBUG, logger="exactly_once.reader")
+    caplog.set_level(logging.DEBUG, logger="exactly_once.log_snapshot")  # the snapshot reader retries
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
     sink = ParquetSink(str(out), compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
