@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from exactly_once import MetadataLog, read_committed
+from exactly_once.sink_log import CommitRecord, attribute
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -344,12 +345,15 @@ def assert_checkpoint_and_log_agree(out: str | Path, checkpoint: str | Path, row
     assert latest is not None, "the output log is empty"
     assert commits and commits[-1] == latest, f"checkpoint commits {commits[-3:]} vs log latest {latest}"
     assert checkpoint_ids(checkpoint, "offsets")[-1] == latest, "an offset batch after the last commit"
-    records = {}
+    logged = {}
     for entry in log.all_files():
         if entry.is_dir and "commitId" in entry.extra:
-            assert entry.batch_id not in records, f"two commit records for log batch {entry.batch_id}"
-            records[entry.batch_id] = entry.extra
-    assert sorted(records) == list(range(latest + 1)), f"log batches with a commit record: {sorted(records)}"
+            assert entry.batch_id not in logged, f"two commit records for log batch {entry.batch_id}"
+            logged[entry.batch_id] = CommitRecord.from_entry(entry)
+    # Compaction keeps the first and last record of each run; the batches between are attributed from them.
+    attributed = attribute(list(logged.values()), range(latest + 1))
+    assert sorted(attributed) == list(range(latest + 1)), f"log batches attributed to a query: {sorted(attributed)}"
+    records = {b: {"queryId": r.query_id, "queryBatchId": r.query_batch_id} for b, r in attributed.items()}
     query_ids = {r["queryId"] for r in records.values()}
     assert len(query_ids) == 1, f"log batches committed by several queries: {query_ids}"
     assert all(r["queryBatchId"] == b for b, r in records.items()), "query batch id != log batch id"

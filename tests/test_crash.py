@@ -30,6 +30,7 @@ import pytest
 
 from exactly_once import MetadataLog, ParquetSink, read_committed
 from exactly_once.errors import CommitConflictError, ForeignQueryError
+from exactly_once.sink_log import CommitRecord, attribute
 from tests.crash_util import (
     SCHEMA,
     assert_checkpoint_and_log_agree,
@@ -417,9 +418,10 @@ def test_two_queries_race_for_one_output(spark, tmp_path: Path) -> None:
     assert_same_ids(committed_ids(out), everything, "read_committed after the append")
     assert_same_ids(spark_ids(spark, out), everything, "spark.read.parquet after the append")
     log = MetadataLog(str(out))
-    records = [e.extra for e in log.all_files() if e.is_dir and "commitId" in e.extra]
-    assert [r["queryBatchId"] for r in records] == list(range(5)) * 2
-    assert len({r["queryId"] for r in records[:5]}) == 1 and len({r["queryId"] for r in records[5:]}) == 1
+    kept = [r for r in map(CommitRecord.from_entry, log.all_files()) if r is not None]
+    records = list(attribute(kept, range(log.latest_batch_id() + 1)).values())  # lean log: runs' ends kept
+    assert [r.query_batch_id for r in records] == list(range(5)) * 2
+    assert len({r.query_id for r in records[:5]}) == 1 and len({r.query_id for r in records[5:]}) == 1
 
 
 def _latest_in(out: Path) -> int:
@@ -477,7 +479,7 @@ def test_reader_in_a_loop_sees_only_whole_batches(spark, tmp_path: Path, monkeyp
                 return
 
     monkeypatch.setattr(Storage, "open", open_maybe_paused)
-    caplog.set_level(logging.DEBUG, logger="exactly_once.reader")
+    caplog.set_level(logging.DEBUG, logger="exactly_once.log_snapshot")  # the snapshot reader retries
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
     sink = ParquetSink(str(out), compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")

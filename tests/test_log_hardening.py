@@ -193,3 +193,30 @@ def test_records_to_keep_and_attribute_agree():
     inferred = attribute(kept, range(9))
     assert sorted(inferred) == [0, 1, 2, 3, 4, 5, 8]  # 6 and 7 belong to no run
     assert [inferred[b].query_batch_id for b in range(6)] == list(range(10, 16))
+
+
+def _log_lines(root: str) -> list[bytes]:
+    """The entry lines of the log files a reader opens: the newest compact file and the deltas after it."""
+    log = MetadataLog(root, cleanup=False)
+    listing = log.list_names()
+    chain = log.chain(max(listing), listing)
+    return [line for _, path in chain for line in open(path, "rb").read().split(b"\n")[1:]]
+
+
+def test_log_is_lean_against_sparks_own_sink_on_the_same_stream(spark, tmp_path):
+    from tests.spark_util import run_available_now, write_input_files
+
+    src = str(tmp_path / "in")
+    write_input_files(src, [[{"id": b}] for b in range(13)])  # 13 one-row batches: 9.compact, then 10..12
+    stream = spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).json(src)
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "spar")  # same path lengths
+    run_available_now(stream, str(tmp_path / "ckpt-ours"), ParquetSink(ours))
+    run_available_now(stream, str(tmp_path / "ckpt-spark"), path=theirs)
+    assert len(committed_files(ours)) == len(committed_files(theirs)) == 13
+    our_lines, spark_lines = _log_lines(ours), _log_lines(theirs)
+    records = [line for line in our_lines if b'"commitId"' in line]
+    data = [line for line in our_lines if line not in records]
+    # Commit records: the compact file keeps 2 (first and newest), each delta after it has its own.
+    assert len(records) == 2 + 3 and len(data) == len(spark_lines) == 13
+    # A data entry costs Spark's line plus its batchId.
+    assert sum(map(len, data)) <= 1.1 * sum(map(len, spark_lines))
