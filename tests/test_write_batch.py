@@ -241,6 +241,26 @@ def test_lost_commit_race_retries_as_the_next_batch_or_skips(tmp_path, same_app)
     assert_same_ids(read_committed(out).column("id").to_pylist(), expected, "after the race")
 
 
+def test_files_deleted_before_the_commit_are_never_committed(tmp_path):
+    """Files of a write_batch deleted between the write and the commit (a vacuum with a short --older-than, a
+    manual clean-up): the writer raises MissingDataFileError and commits nothing, so the log never points at
+    missing data; a rerun writes the version again."""
+    out = str(tmp_path / "out")
+    child = _writer(tmp_path, out, "a", 1, [0], failpoints="before_commit=stop")
+    _wait_stopped(child.proc.pid)
+    written = parquet_on_disk(out)
+    assert written, "the writer wrote its files before stopping"
+    for path in written:
+        os.unlink(path)
+    os.kill(child.proc.pid, signal.SIGCONT)
+    assert child.wait() == 3
+    error = child.result()["error"]
+    assert "MissingDataFileError" in error and "vanished before the commit" in error
+    assert not os.path.exists(os.path.join(out, "_spark_metadata", "0")), "nothing may be committed"
+    assert write_batch(out, writer_rows(1, 0, 50), app_id="a", version=0).committed
+    assert_same_ids(read_committed(out).column("id").to_pylist(), writer_rows(1, 0, 50).column("id").to_pylist(), "rerun")
+
+
 @pytest.mark.parametrize("backend_name", ["local", "moto"])
 def test_two_apps_appending_concurrently_lose_and_double_nothing(request, tmp_path, backend_name):
     from tests.conftest import make_backend

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from .chain import app_commits, decide_write
-from .errors import CommitConflictError, SchemaMismatchError
+from .errors import CommitConflictError, MissingDataFileError, SchemaMismatchError
 from .failpoints import failpoint
 from .log_snapshot import data_files, read_snapshot
 from .metadata_log import LogEntry, MetadataLog
@@ -203,6 +203,14 @@ def write_batch(
         record = CommitRecord(log_batch, app_id, version, uuid.uuid4().hex)
         entries = [record.to_entry(log.storage, int(time.time() * 1000))]
         entries += [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+        gone = log.storage.missing([s.path for s in statuses])
+        if gone:
+            raise MissingDataFileError(
+                f"{what}: {len(gone)} data file(s) vanished before the commit as log batch {log_batch} of "
+                f"{log.display(log.storage.root)}, e.g. {log.display(gone[0])}; nothing was committed. Something "
+                "deleted uncommitted files (a vacuum with a short --older-than, or a manual clean-up); call "
+                "write_batch again to rewrite them."
+            )
         if log.add(log_batch, entries):
             failpoint("after_commit")
             result.committed = True

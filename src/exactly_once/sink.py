@@ -20,7 +20,6 @@ import json
 import logging
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -259,8 +258,7 @@ class ParquetSink:
     def _check_present(self, storage: Storage, paths: list[str], target: int) -> None:
         """Refuse to commit a batch one of whose files is gone (deleted by hand or by a vacuum that ignores
         leases): the log would point at missing data."""
-        with ThreadPoolExecutor(16) as pool:
-            gone = [p for p, present in zip(paths, pool.map(storage.exists, paths)) if not present]
+        gone = storage.missing(paths)
         if gone:
             raise MissingDataFileError(
                 f"{self}: {len(gone)} data file(s) of log batch {target} vanished before its commit, e.g. "

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
@@ -360,6 +361,14 @@ class Storage:
         """Every file below ``path`` (recursive), fresh."""
         self.fs.invalidate_cache(path)
         return [self._file_info(raw) for raw in self.fs.find(path, detail=True).values()]
+
+    def missing(self, paths: list[str]) -> list[str]:
+        """Those of ``paths`` that do not exist (checked in parallel: one request each on object stores).
+
+        Example: ``st.missing(["/tmp/out/part-0.parquet"])`` -> ``[]``.
+        """
+        with ThreadPoolExecutor(16) as pool:
+            return [p for p, present in zip(paths, pool.map(self.exists, paths)) if not present]
 
     @_backend_errors
     def read_bytes(self, path: str) -> bytes:
