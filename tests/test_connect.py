@@ -24,6 +24,7 @@ from exactly_once import MetadataLog, ParquetSink, read_committed
 from exactly_once.cli import main as cli_main
 from exactly_once.errors import QueryIdentityError
 from exactly_once.sink import CommitRecord, checkpoint_query_id
+from exactly_once.sink_log import attribute
 from tests.connect_util import SERVER_CONF
 from tests.crash_util import (
     assert_exactly_once,
@@ -52,10 +53,12 @@ def _stream(session, src: str):
 
 
 def _records(out: str) -> list[CommitRecord]:
+    """The commit record of every batch in the log (compaction keeps the first and last of each run: the
+    batches between are attributed from them)."""
     log = MetadataLog(out)
-    return sorted(
-        (r for r in map(CommitRecord.from_entry, log.all_files()) if r is not None), key=lambda r: r.log_batch_id
-    )
+    kept = [r for r in map(CommitRecord.from_entry, log.all_files()) if r is not None]
+    latest = log.latest_batch_id()
+    return [record for _, record in sorted(attribute(kept, range(latest + 1)).items())] if kept else []
 
 
 def _ids(session, out: str) -> list[int]:
@@ -143,7 +146,9 @@ def test_connect_partitioned_stream_readers_agree(connect_spark, tmp_path: Path)
     assert [(r.log_batch_id, r.query_id, r.query_batch_id) for r in records] == [
         (b, query.id, b) for b in range(4)
     ]
-    assert "2.compact" in log_files(out) and sorted(os.listdir(out)) == ["_spark_metadata", "cat=a", "cat=b", "cat=c"]
+    assert "2.compact" in log_files(out) and sorted(os.listdir(out)) == [
+        "_exactly_once", "_spark_metadata", "cat=a", "cat=b", "cat=c"
+    ]
     expected = sorted((r["id"], r["cat"]) for batch in _batches(4, 12) for r in batch)
     ours = read_committed(out)
     assert sorted(zip(ours.column("id").to_pylist(), ours.column("cat").to_pylist())) == expected
@@ -241,7 +246,7 @@ def test_connect_driver_killed_in_commit_window(connect_spark, tmp_path: Path, m
     checkpoint) re-runs that batch: the sink must recognise its own query through the checkpoint and skip
     it; every row ends up exactly once."""
     failpoint = "after_commit"
-    case = KILL_CASES[failpoint]
+    case = KILL_CASES["spark", failpoint]  # local disk: the Spark writer path
     monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")  # the child starts its driver as classic first
     ids = write_inputs(tmp_path / "in", range(case.files), ROWS)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"

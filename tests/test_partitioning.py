@@ -94,7 +94,7 @@ def _both_outputs(spark, tmp_path: Path, batches: list[list[dict]], schema: str,
         raw = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src)
         return raw.selectExpr("id", *(f"{_COLUMNS[c]} as {c}" for c in partition_by))
 
-    run_available_now(stream(), str(tmp_path / "ck-ours"), ParquetSink(ours, partition_by=partition_by))
+    run_available_now(stream(), str(tmp_path / "ck-ours"), ParquetSink(ours, partition_by=partition_by, writer="arrow"))
     run_available_now(stream(), str(tmp_path / "ck-spark"), path=theirs, partitionBy=partition_by)
     return ours, theirs
 

@@ -505,13 +505,12 @@ def _check_parameters(
             raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
 
     def duration_ms(name: str, value: Any) -> int:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{name} must not be negative, got {value!r}")
         try:
-            ms = parse_duration_ms(value)
+            return parse_duration_ms(value)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
-        if ms < 0:
-            raise ValueError(f"{name} must not be negative, got {value!r}")
-        return ms
 
     if isinstance(partition_by, str):
         raise ValueError(f"partition_by must be a list of column names, got the string {partition_by!r}")

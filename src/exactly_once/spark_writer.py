@@ -65,7 +65,7 @@ def write_and_publish(
     """Write ``df`` with Spark's Parquet writer into the batch's staging directory, then publish every file
     under the root. Returns the published files; nothing is committed."""
     storage = batch.storage
-    writer = df.write.mode("errorifexists").options(**_COMMITTER_OPTIONS).option("compression", compression)
+    writer = df.write.mode("error").options(**_COMMITTER_OPTIONS).option("compression", compression)
     if max_records_per_file:
         writer = writer.option("maxRecordsPerFile", str(max_records_per_file))
     if partition_by:
