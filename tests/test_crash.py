@@ -97,6 +97,7 @@ class KillCase:
 #     @11 = batch 3 after its second file);
 #   compaction: one per source log file of a compaction: batch 2 reads 0, 1; batch 5 reads 2.compact, 3, 4
 #     (@4 = batch 5, after copying 2.compact and 3);
+#   sidecar: one per compaction, after the compact file is committed (@2 = batch 5);
 #   cleanup (min_batches_to_retain=2, cleanup_delay=0s): one per deleted log file: batch 4 deletes 0, 1;
 #     batch 8 deletes 2.compact, 3, 4 (@4 = batch 8, after two of those three).
 # Both writer paths run the write/commit window; the log's own failpoints (compaction, cleanup) do not
@@ -129,6 +130,9 @@ KILL_CASES = {
     ),
     ("spark", "compaction"): KillCase(
         files=7, nth=4, log_latest=4, commit_latest=4, orphan_batch=5, temp=r"\.5\.compact\.[0-9a-f]+\.tmp"
+    ),
+    ("spark", "sidecar"): KillCase(
+        files=10, nth=2, log_latest=5, commit_latest=4, orphan_batch=None, replay_skipped=True
     ),
     ("spark", "cleanup"): KillCase(
         files=10, nth=4, log_latest=8, commit_latest=7, orphan_batch=None, replay_skipped=True
@@ -168,6 +172,8 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     names = log_files(out)
     if case.temp:
         assert any(re.fullmatch(case.temp, n) for n in names), f"no unpublished log temp file in {names}"
+    if failpoint == "sidecar":  # batch 5 committed, its columnar copy never written: readers use the JSON
+        assert "5.compact" in names and "5.compact.parquet" not in names and "2.compact.parquet" in names
     if failpoint == "cleanup":
         assert "0" not in names and "1" not in names, names
         assert len({"2.compact", "3", "4"} & set(names)) == 1, f"the kill should interrupt cleanup: {names}"
@@ -179,6 +185,8 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     restarted = run_child(tmp_path, dict(config, task_failpoint=False))
 
     assert_ok(restarted)
+    if failpoint == "sidecar":  # the next compaction (8) read 5.compact as JSON and wrote its own copy
+        assert "8.compact.parquet" in log_files(out) and MetadataLog(str(out)).check() == []
     first = restarted.progress()[0]
     assert first["batch_id"] == case.commit_latest + 1, restarted.progress()
     assert first["skipped"] is case.replay_skipped, f"replayed batch {first}"

@@ -237,11 +237,16 @@ def test_cleanup_spark_rule_delay_and_two_compacts(tmp_path):
     log = MetadataLog(root, compact_interval=3, min_batches_to_retain=2, cleanup_delay="1h")
     for b in range(12):
         log.add(b, [_entry(root, f"f{b}")])
-    assert len(os.listdir(tmp_path / "_spark_metadata")) == 12  # nothing older than the delay
+    names = os.listdir(tmp_path / "_spark_metadata")
+    # nothing older than the delay: 12 log files, and the columnar copy of each compact file
+    assert sorted(n for n in names if n.endswith(".parquet")) == [f"{b}.compact.parquet" for b in (11, 2, 5, 8)]
+    assert len(names) == 16
     log = MetadataLog(root, compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
     assert log.add(12, [_entry(root, "f12")])
-    remaining = sorted(MetadataLog.parse_batch_name(n) for n in os.listdir(tmp_path / "_spark_metadata"))
+    names = os.listdir(tmp_path / "_spark_metadata")
+    remaining = sorted(MetadataLog.parse_batch_name(n) for n in names if not n.endswith(".parquet"))
     assert remaining == [(8, True), (9, False), (10, False), (11, True), (12, False)]
+    assert sorted(n for n in names if n.endswith(".parquet")) == ["11.compact.parquet", "8.compact.parquet"]
     assert len(log.all_files()) == 13
 
 

@@ -20,7 +20,8 @@ Failpoints in the write path (see README, reliability section): ``before_write``
 (inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
 into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
 place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
-``after_commit``, ``compaction``, ``cleanup``.
+``after_commit``, ``compaction``, ``sidecar`` (a compact file committed, its columnar copy not yet
+written), ``cleanup``.
 """
 
 from __future__ import annotations

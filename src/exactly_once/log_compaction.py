@@ -5,10 +5,12 @@ including batch ``N`` (the previous compact file, the deltas after it, the new e
 open the newest compact file and the deltas after it. After a commit, log files older than the retained
 batches are deleted (Spark's rule).
 
-Compaction is a streamed copy of raw lines at C speed: the previous compact file is validated block by
-block with ``pyarrow.json`` (:meth:`LogFiles.parse_block`), then its blocks are copied as bytes; only
-dropped lines (retention, and commit records that :func:`~exactly_once.sink_log.records_to_keep` does not
-keep) cost Python work. Memory stays bounded by one block.
+Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
+records that :func:`~exactly_once.sink_log.records_to_keep` does not keep) from the previous compact
+file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block with
+``pyarrow.json`` (:meth:`LogFiles.parse_block`). Pass two copies the blocks as bytes (only dropped lines
+cost Python work), checks them against the copy's CRC-32, and writes the new compact file's columnar
+copy alongside. Memory stays bounded by one block plus the compressed copy.
 
 Example::
 
@@ -19,20 +21,25 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as _dt
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import LogError, MissingLogFileError
+from .errors import ExactlyOnceError, LogError, MissingLogFileError
 from .failpoints import failpoint
 from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path
-from .sink_log import BATCH_KEY, EXPIRED_KEY, CommitRecord, LogEntry, records_of, records_to_keep
+from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
+from .sink_log import (
+    BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, CommitRecord, LogEntry, entries_table, records_of, records_to_keep,
+)
 from .storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -90,12 +97,29 @@ def infer_interval(default_interval: int, listing: Listing) -> int | None:
 
 
 @dataclass
-class _BlockPlan:
-    """What pass one of a compaction learned about one block of a source file."""
+class _SourcePlan:
+    """What pass one of a compaction learned about one source file (rows count from 0, in file order)."""
 
     records: list[tuple[int, CommitRecord]] = field(default_factory=list)  # (row, record)
-    expired: list[int] = field(default_factory=list)  # rows dropped by retention
-    markers: list[int] = field(default_factory=list)  # rows of older retention markers
+    drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
+    sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
+    table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+
+
+class _StaleSidecar(LogError):
+    """A columnar copy did not match the bytes of its compact file (always caught: compaction then reads
+    the JSON)."""
+
+
+def _without(table: pa.Table, rows: Iterable[int], offset: int = 0) -> pa.Table:
+    """``table`` without the rows ``rows`` (numbered from ``offset``; rows outside the table ignored)."""
+    mask = bytearray(b"\x01") * table.num_rows
+    for row in rows:
+        if 0 <= row - offset < table.num_rows:
+            mask[row - offset] = 0
+    if all(mask):
+        return table
+    return table.filter(pa.Array.from_buffers(pa.uint8(), table.num_rows, [None, pa.py_buffer(mask)]).cast(pa.bool_()))
 
 
 class CompactibleLog(LogFiles):
@@ -233,7 +257,11 @@ class CompactibleLog(LogFiles):
         if self.is_compaction_batch(batch_id, interval):
             started = time.monotonic()
             sources = self._sources(batch_id, listing, interval)
-            ok = self.storage.put_if_absent(path, self._compact_chunks(batch_id, sources, stamped))
+            try:
+                ok = self._write_compact(path, batch_id, sources, listing.sidecars, stamped)
+            except _StaleSidecar as exc:
+                logger.warning("%s: %s; compacting batch %d from the JSON log files instead", self, exc, batch_id)
+                ok = self._write_compact(path, batch_id, sources, {}, stamped)
             logger.info("%s: compacted batch %d in %.3fs", self, batch_id, time.monotonic() - started)
         else:
             ok = self.storage.put_if_absent(path, ("v1" + "".join("\n" + e.to_json() for e in stamped)).encode())
@@ -253,49 +281,122 @@ class CompactibleLog(LogFiles):
                 f"cannot compact batch {batch_id}: {exc} Restore it before the query continues."
             ) from exc
 
+    def _write_compact(
+        self, path: str, batch_id: int, sources: list[tuple[int, str]], sidecars: dict[int, str], entries: list[LogEntry]
+    ) -> bool:
+        """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.log_sidecar`).
+        A failure to write the copy is logged, not raised: the batch is committed, readers use the JSON."""
+        written = Checksum()
+        copy = SidecarWriter()
+        try:
+            ok = self.storage.put_if_absent(path, written.wrap(self._compact_chunks(batch_id, sources, sidecars, entries, copy)))
+        except BaseException:
+            copy.discard()
+            raise
+        if not ok:
+            copy.discard()
+        else:
+            failpoint("sidecar")
+            try:
+                self.storage.put(sidecar_path(path), copy.finish(path.rsplit("/", 1)[-1], written.size, written.crc))
+            except (OSError, ExactlyOnceError) as exc:
+                logger.warning("%s: could not write the columnar copy of batch %d (%s); readers parse the JSON", self, batch_id, exc)
+        return ok
+
+    def write_columnar_copy(self, batch_id: int) -> str:
+        """(Re)write the columnar copy of compact batch ``batch_id`` from its JSON (validated); returns its
+        path. Compaction writes the copy itself: this is for compact files written without one (by an older
+        version or by Spark's own sink), so readers of a big output stop parsing the JSON.
+
+        Example: ``MetadataLog("/data/events").write_columnar_copy(99)`` -> ``'/data/events/_spark_metadata/99.compact.parquet'``.
+        """
+        path = self.path_of(batch_id, True)
+        checksum = Checksum()
+        copy = SidecarWriter()
+        for block in self.blocks(path, batch_id, checksum):
+            copy.write(self.parse_block(block, path, batch_id))
+        target = sidecar_path(path)
+        self.storage.put(target, copy.finish(path.rsplit("/", 1)[-1], checksum.size, checksum.crc))
+        return target
+
+    def _plan(self, source: str, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
+        """Pass one over one source: its commit records and the rows dropped whatever records are kept,
+        from its columnar copy when there is one, else from its JSON (validated block by block); and the
+        newest batch whose entries retention dropped (or a marker says were dropped), -1 if none."""
+        compact = is_compact_path(path)
+        sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
+        plan = _SourcePlan(sidecar=sidecar)
+        parsed: list[pa.Table] = []
+        expired_upto = -1
+        blocks = [(0, sidecar.table)] if sidecar else (
+            (b.first_line - 2, self.parse_block(b, path, source)) for b in self.blocks(path, source)
+        )
+        for offset, table in blocks:
+            if not compact:
+                table = table.set_column(
+                    table.schema.get_field_index(BATCH_KEY), BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), source)
+                )
+                parsed.append(table)
+            rows = pc.indices_nonzero(pc.is_valid(table.column("commitId"))).to_pylist()
+            plan.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
+            markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
+            plan.drop.update(offset + row for row in markers)
+            if markers:
+                expired_upto = max(expired_upto, pc.max(table.column(EXPIRED_KEY)).as_py())
+            if cutoff is not None:
+                old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
+                expired = pc.indices_nonzero(old).to_pylist()
+                plan.drop.update(offset + row for row in expired)
+                if expired:
+                    batches = table.column(BATCH_KEY).take(expired)
+                    newest = pc.max(batches).as_py()
+                    expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
+        if not compact:
+            plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
+        return plan, expired_upto
+
     def _compact_chunks(
-        self, batch_id: int, sources: list[tuple[int, str]], new_entries: list[LogEntry]
+        self,
+        batch_id: int,
+        sources: list[tuple[int, str]],
+        sidecars: dict[int, str],
+        new_entries: list[LogEntry],
+        copy: SidecarWriter,
     ) -> Iterator[bytes]:
-        """The compact file: pass one validates every source and plans what to drop, pass two copies."""
+        """The compact file: pass one validates every source and plans what to drop, pass two copies
+        (and feeds the same entries to ``copy``). Raises _StaleSidecar, before the file is published,
+        when a columnar copy the plan came from does not match its compact file's bytes."""
         now = int(time.time() * 1000)
         cutoff = None if self.retention_ms is None else now - self.retention_ms
-        plans: dict[tuple[int, int], _BlockPlan] = {}
-        records: list[CommitRecord] = []
+        plans: list[_SourcePlan] = []
         expired_upto = -1
         for source, path in sources:
-            for index, block in enumerate(self.blocks(path, source)):
-                table = self.parse_block(block, path, source)
-                if not is_compact_path(path):
-                    table = table.set_column(
-                        table.schema.get_field_index(BATCH_KEY), BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), source)
-                    )
-                plan = _BlockPlan()
-                rows = pc.indices_nonzero(pc.is_valid(table.column("commitId"))).to_pylist()
-                block_records = records_of(table)
-                plan.records = list(zip(rows, block_records))
-                records += block_records
-                plan.markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
-                if plan.markers:
-                    expired_upto = max(expired_upto, pc.max(table.column(EXPIRED_KEY)).as_py())
-                if cutoff is not None:
-                    old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
-                    plan.expired = pc.indices_nonzero(old).to_pylist()
-                    if plan.expired:
-                        batches = table.column(BATCH_KEY).take(plan.expired)
-                        newest = pc.max(batches).as_py()
-                        expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
-                plans[(source, index)] = plan
+            plan, expired = self._plan(source, path, sidecars, cutoff)
+            plans.append(plan)
+            expired_upto = max(expired_upto, expired)
             failpoint("compaction")
+        records = [record for plan in plans for _, record in plan.records]
         records += [r for r in map(CommitRecord.from_entry, new_entries) if r is not None]
         keep = records_to_keep(records)
         yield b"v1"
-        for source, path in sources:
+        for (source, path), plan in zip(sources, plans):
+            drop = plan.drop | {row for row, record in plan.records if record.log_batch_id not in keep}
+            ordered = sorted(drop)
             stamp = None if is_compact_path(path) else source
-            for index, block in enumerate(self.blocks(path, source)):
-                plan = plans[(source, index)]
-                drop = set(plan.expired) | set(plan.markers)
-                drop.update(row for row, record in plan.records if record.log_batch_id not in keep)
-                yield from self._copy_block(block, drop, stamp)
+            checksum = Checksum() if plan.sidecar else None
+            if plan.sidecar is not None:  # encoded while the bytes are copied; discarded if they do not match
+                copy.write(_without(plan.sidecar.table, drop))
+            for block in self.blocks(path, source, checksum):
+                offset = block.first_line - 2
+                rows = ordered[bisect.bisect_left(ordered, offset) : bisect.bisect_left(ordered, offset + block.lines)]
+                block_drop = {row - offset for row in rows}
+                yield from self._copy_block(block, block_drop, stamp)
+                if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
+                    copy.write(_without(self.parse_block(block, path, source), block_drop))
+            if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
+                raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
+            if plan.table is not None:
+                copy.write(_without(plan.table, drop))
         kept_new = [
             e for e in new_entries
             if (cutoff is None or e.is_dir or e.modification_time >= cutoff)
@@ -303,6 +404,7 @@ class CompactibleLog(LogFiles):
         ]
         if expired_upto >= 0:
             kept_new.append(self._marker(batch_id, expired_upto, now))
+        copy.write(entries_table(kept_new))
         yield "".join("\n" + e.to_json() for e in kept_new).encode()
 
     @staticmethod
@@ -346,6 +448,7 @@ class CompactibleLog(LogFiles):
         if len(compacts) >= 2:
             threshold = min(threshold, compacts[1])
         candidates = {p for b, p in listing.items() if b < threshold} | set(listing.temps)
+        candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
         if not candidates:
             return []
         expired_before = int(time.time() * 1000) - self.cleanup_delay_ms

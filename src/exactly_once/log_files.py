@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from .errors import CorruptLogError, UnsupportedLogVersionError
+from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, decode_sidecar
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from .storage import FileInfo, Storage
 
@@ -55,11 +56,18 @@ def is_compact_path(path: str) -> bool:
 
 
 class Listing(dict[int, str]):
-    """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw."""
+    """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw,
+    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.log_sidecar`)."""
 
-    def __init__(self, files: dict[int, str] | None = None, temps: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        files: dict[int, str] | None = None,
+        temps: list[str] | None = None,
+        sidecars: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(files or {})
         self.temps = temps or []
+        self.sidecars = sidecars or {}
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,10 @@ class LogFiles:
                 found[parsed[0]] = path
             elif path.endswith(".tmp"):
                 found.temps.append(path)
+            elif path.endswith(COMPACT_SUFFIX + SIDECAR_SUFFIX):
+                parsed = parse_batch_name(path[: -len(SIDECAR_SUFFIX)])
+                if parsed:
+                    found.sidecars[parsed[0]] = path
         return found
 
     def list_details(self) -> dict[int, FileInfo]:
@@ -149,13 +161,18 @@ class LogFiles:
                 "exactly_once to read it."
             )
 
-    def blocks(self, path: str, batch_id: int) -> Iterator[Block]:
+    def blocks(self, path: str, batch_id: int, checksum: Checksum | None = None) -> Iterator[Block]:
         """The body of one log file (after the header) in blocks of whole lines. FileNotFoundError if the
-        file does not exist."""
+        file does not exist. ``checksum`` sees every byte of the file as it is read."""
         with self.storage.open(path, "rb") as fh:
-            self.check_header(fh.readline(), path, batch_id)
+            header = fh.readline()
+            self.check_header(header, path, batch_id)
+            if checksum:
+                checksum.update(header)
             number, carry = 2, b""
             while chunk := fh.read(_BLOCK):
+                if checksum:
+                    checksum.update(chunk)
                 data = carry + chunk if carry else chunk
                 cut = data.rfind(b"\n")
                 if cut < 0:
@@ -198,15 +215,41 @@ class LogFiles:
         except ValueError as exc:
             raise self._corrupt(path, batch_id, first_line, exc) from exc
 
-    def read_table(self, path: str, batch_id: int) -> pa.Table:
-        """Every entry of one log file as columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`,
-        validated. Entries of a delta file without ``batchId`` get the file's batch id."""
+    def read_sidecar(
+        self, sidecar: str, path: str, batch_id: int, columns: list[str] | None = None
+    ) -> Sidecar | None:
+        """The side-car ``sidecar`` of compact file ``path``, or None (logged) when it cannot be used:
+        unreadable, damaged, or describing another file. Sizes and checksums are the caller's to check."""
+        try:
+            return decode_sidecar(self.storage.read_bytes(sidecar), path.rsplit("/", 1)[-1], columns)
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, ValueError, KeyError, OSError) as exc:
+            logger.warning(
+                "ignoring the columnar copy %s of log batch %d (%s): reading %s instead",
+                self.display(sidecar), batch_id, exc, self.display(path),
+            )
+            return None
+
+    def read_table(
+        self, path: str, batch_id: int, sidecar: str | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
+        """Every entry of one log file as columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA` (only
+        ``columns``, if given), validated. Entries of a delta file without ``batchId`` get the file's batch
+        id. ``sidecar``: the compact file's columnar copy, used instead of parsing the JSON when it matches
+        the file's size."""
+        if sidecar is not None:
+            copy = self.read_sidecar(sidecar, path, batch_id, columns)
+            if copy is not None and copy.size == self.storage.info(path).size:
+                return copy.table
+            if copy is not None:
+                logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
         tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id)]
         table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
         if not is_compact_path(path) and table.column(BATCH_KEY).null_count:
             index = table.schema.get_field_index(BATCH_KEY)
             table = table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
-        return table
+        return table if columns is None else table.select(columns)
 
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""

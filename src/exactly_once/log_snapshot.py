@@ -1,8 +1,9 @@
 """The snapshot reader: every live entry of the log as of one batch, as Arrow columns (the counterpart
 of Spark's ``FileStreamSinkLog.allFiles`` as ``MetadataLogFileIndex`` uses it).
 
-One names-only listing of ``_spark_metadata`` per snapshot; the newest compact file and the deltas after
-it are parsed in bulk (:meth:`~exactly_once.log_files.LogFiles.read_table`). Log paths (Hadoop URIs) are
+One names-only listing of ``_spark_metadata`` per snapshot; the newest compact file (its columnar copy,
+see :mod:`.log_sidecar`, when it has a valid one) and the deltas after it are parsed in bulk
+(:meth:`~exactly_once.log_files.LogFiles.read_table`). Log paths (Hadoop URIs) are
 resolved to fsspec paths under the output root column-wise (:func:`resolve_paths`); only unusual values
 (percent-escapes, a relocated output, another scheme) take per-entry Python.
 
@@ -31,6 +32,7 @@ from .storage import Storage
 logger = logging.getLogger(__name__)
 
 _ATTEMPTS = 20
+_MAX_SLICES = 256  # data_files: past this many skipped rows, one filtered copy beats many slices
 
 
 @dataclass(frozen=True)
@@ -43,16 +45,21 @@ class LogSnapshot:
     table: pa.Table
 
 
-def read_chain(log: CompactibleLog, batch: int, listing: Listing, interval: int | None = None) -> pa.Table:
+def read_chain(
+    log: CompactibleLog, batch: int, listing: Listing, interval: int | None = None, columns: list[str] | None = None
+) -> pa.Table:
     """The entries of the snapshot at ``batch`` from the files ``listing`` holds (MissingLogFileError if one
-    of them is not there, FileNotFoundError if it vanished since the listing)."""
-    tables = [log.read_table(path, batch_id) for batch_id, path in log.chain(batch, listing, interval)]
-    return pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
+    of them is not there, FileNotFoundError if it vanished since the listing); only ``columns`` if given."""
+    chain = log.chain(batch, listing, interval)
+    tables = [log.read_table(path, batch_id, listing.sidecars.get(batch_id), columns) for batch_id, path in chain]
+    empty = ENTRY_SCHEMA.empty_table()
+    return pa.concat_tables(tables) if tables else (empty if columns is None else empty.select(columns))
 
 
-def read_snapshot(log: CompactibleLog, interval: int | None = None) -> LogSnapshot:
+def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: list[str] | None = None) -> LogSnapshot:
     """The latest snapshot of ``log``, retrying while a concurrent compaction or cleanup moves the log
-    (never mixing two states). ``interval``: the writer's compact interval when it cannot be inferred.
+    (never mixing two states). ``interval``: the writer's compact interval when it cannot be inferred;
+    ``columns``: the entry columns to keep (all by default).
 
     Example: ``read_snapshot(log).table.column("path")``.
     """
@@ -61,9 +68,9 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None) -> LogSnapsh
         listing = log.list_names()
         latest = max(listing, default=None)
         if latest is None:
-            return LogSnapshot(listing, None, ENTRY_SCHEMA.empty_table())
+            return LogSnapshot(listing, None, read_chain(log, -1, Listing(), interval, columns))
         try:
-            return LogSnapshot(listing, latest, read_chain(log, latest, listing, interval))
+            return LogSnapshot(listing, latest, read_chain(log, latest, listing, interval, columns))
         except (FileNotFoundError, MissingLogFileError) as exc:
             last_error = exc
             if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:
@@ -177,9 +184,17 @@ def full_paths(storage: Storage, relative: pa.ChunkedArray, outside: pa.ChunkedA
 
 
 def data_files(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
-    """The entries a reader reads (Spark skips directories and empty files), only ``columns`` if given."""
-    mask = pc.and_(pc.invert(table.column("isDir")), pc.greater(table.column("size"), 0))
-    return (table if columns is None else table.select(columns)).filter(mask)
+    """The entries a reader reads (Spark skips directories and empty files), only ``columns`` if given.
+    When few rows go (commit records), the result is zero-copy slices of ``table``."""
+    table = table if columns is None else table.select(columns + [c for c in ("isDir", "size") if c not in columns])
+    skip = pc.or_(table.column("isDir"), pc.less_equal(table.column("size"), 0))
+    skipped = pc.indices_nonzero(skip).to_pylist()
+    if len(skipped) > _MAX_SLICES:
+        kept = table.filter(pc.invert(skip))
+    else:
+        bounds = [-1, *skipped, table.num_rows]
+        kept = pa.concat_tables([table.slice(a + 1, b - a - 1) for a, b in zip(bounds, bounds[1:])])
+    return kept if columns is None else kept.select(columns)
 
 
 def batch_ids_known(table: pa.Table) -> bool:

@@ -28,9 +28,9 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import LogError
+from .errors import CorruptLogError, LogError
 from .log_compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
-from .log_files import COMPACT_SUFFIX, METADATA_DIR, VERSION, parse_batch_name
+from .log_files import COMPACT_SUFFIX, METADATA_DIR, VERSION, Listing, is_compact_path, parse_batch_name
 from .sink_log import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from .storage import FileInfo, Storage
 
@@ -158,12 +158,34 @@ class MetadataLog(CompactibleLog):
                 problems.append(exc)
             except FileNotFoundError:
                 pass  # deleted by a concurrent cleanup
+        for batch_id, sidecar in sorted(listing.sidecars.items()):
+            problem = self._check_sidecar(batch_id, sidecar, listing)
+            if problem:
+                problems.append(problem)
         if listing:
             try:
                 self.chain(max(listing), listing, interval)
             except LogError as exc:
                 problems.append(exc)
         return problems
+
+    def _check_sidecar(self, batch_id: int, sidecar: str, listing: Listing) -> LogError | None:
+        """A CorruptLogError when the columnar copy of a compact file does not hold the same entries."""
+        path = listing.get(batch_id)
+        if path is None or not is_compact_path(path):
+            return None  # left behind by a deleted compact file: cleanup removes it
+        try:
+            copy = self.read_sidecar(sidecar, path, batch_id)
+            same = copy is not None and copy.table.equals(self.read_table(path, batch_id))
+        except (LogError, FileNotFoundError):
+            return None  # the compact file's own problem is reported above
+        if same:
+            return None
+        return CorruptLogError(
+            f"the columnar copy {self.display(sidecar)} of log batch {batch_id} does not hold the entries of "
+            f"{self.display(path)}: it is damaged or stale. Delete it (readers then parse the JSON) or rewrite it "
+            f"with MetadataLog(...).write_columnar_copy({batch_id})."
+        )
 
     def validate(self) -> None:
         """Raise the first problem :meth:`check` finds."""

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# The log columns a reader needs (the snapshot of a big output holds only these).
+_LOG_COLUMNS = ["path", "size", "isDir", "modificationTime", BATCH_KEY, EXPIRED_KEY]
+
 
 @dataclass(frozen=True)
 class CommittedFile:
@@ -174,7 +177,7 @@ def _snapshot_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, inte
     if batch == snap.latest:
         return snap.table
     try:
-        return read_chain(log, batch, snap.listing, interval)
+        return read_chain(log, batch, snap.listing, interval, _LOG_COLUMNS)
     except (MissingLogFileError, FileNotFoundError) as exc:
         gone = exc
     table = snap.table
@@ -230,7 +233,7 @@ def snapshot(
         raise ValueError(f"batches={batches}: the first batch must not be after the last")
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
-    log_snap = read_snapshot(log, compact_interval)
+    log_snap = read_snapshot(log, compact_interval, _LOG_COLUMNS)
     if log_snap.latest is None:
         if not storage.exists(log.log_dir):
             raise NotAnOutputError(

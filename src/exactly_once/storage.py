@@ -417,6 +417,29 @@ class Storage:
             return pyarrow.fs.LocalFileSystem()
         return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(self.fs))
 
+    @_backend_errors
+    def put(self, path: str, data: bytes) -> None:
+        """Create or replace ``path`` atomically (readers see the old bytes or the new, never a part). For
+        files derived from committed ones, such as a compact file's columnar copy; commits use
+        :meth:`put_if_absent`.
+
+        Example: ``st.put("/tmp/out/_spark_metadata/9.compact.parquet", data)``.
+        """
+        if not self.is_local:
+            self.fs.pipe_file(path, data)
+            return
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")  # a name log cleanup removes
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
     # -- exclusive create ------------------------------------------------------------------------
 
     @_backend_errors

@@ -1,0 +1,143 @@
+"""Columnar copies of compact files (``N.compact.parquet``): written by compaction, used by readers and by
+the next compaction only while they match their compact file, ignored by Spark's log."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from exactly_once import committed_files, errors
+from exactly_once.metadata_log import LogEntry, MetadataLog
+
+LOG = "_spark_metadata"
+
+
+def _log(root: Path, batches: int, interval: int = 3, files: int = 2) -> MetadataLog:
+    """``batches`` batches of ``files`` entries each (size = 1000 * batch + k), compacting every ``interval``."""
+    log = MetadataLog(str(root), compact_interval=interval, cleanup=False)
+    for b in range(batches):
+        assert log.add(b, [LogEntry(f"file://{root}/b{b}-{k}.parquet", 1000 * b + k + 1, modification_time=b) for k in range(files)])
+    return log
+
+
+def _sizes(root: Path) -> dict[str, int]:
+    return {f.relative_path: f.size for f in committed_files(str(root))}
+
+
+def _expected(batches: int, files: int = 2) -> dict[str, int]:
+    return {f"b{b}-{k}.parquet": 1000 * b + k + 1 for b in range(batches) for k in range(files)}
+
+
+def test_compaction_writes_a_copy_equal_to_the_json(tmp_path):
+    log = _log(tmp_path, 9)
+    listing = log.list_names()
+    assert sorted(listing.sidecars) == [2, 5, 8]
+    for batch in (2, 5, 8):
+        compact = listing[batch]
+        copy = log.read_sidecar(listing.sidecars[batch], compact, batch)
+        assert copy is not None and copy.size == os.path.getsize(compact)
+        assert copy.table.equals(log.read_table(compact, batch))  # same entries, same order
+        assert copy.table.num_rows == 2 * (batch + 1)  # every live entry
+    assert log.check() == []
+    assert _sizes(tmp_path) == _expected(9)
+
+
+def test_readers_use_the_copy_and_verify_reports_a_mismatch(tmp_path):
+    log = _log(tmp_path, 6)
+    compact = tmp_path / LOG / "5.compact"
+    # Change one size in the JSON without changing the file's length: readers still answer from the copy
+    # (proof that they read it), and `verify` reports that the two disagree.
+    raw = compact.read_bytes()
+    assert b'"size":5001,' in raw
+    compact.write_bytes(raw.replace(b'"size":5001,', b'"size":5009,'))
+    assert _sizes(tmp_path)["b5-0.parquet"] == 5001
+    problems = [str(p) for p in log.check()]
+    assert len(problems) == 1 and "5.compact.parquet" in problems[0] and "write_columnar_copy(5)" in problems[0]
+    # The next compaction checks the copy against the bytes it copies, and goes back to the JSON.
+    for b in range(6, 9):
+        log.add(b, [LogEntry(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1)])
+    sizes8 = pq.read_table(tmp_path / LOG / "8.compact.parquet").column("size").to_pylist()
+    assert 5009 in sizes8 and 5001 not in sizes8
+    assert [p for p in log.check() if "8.compact" in str(p)] == []
+    log.write_columnar_copy(5)
+    assert log.check() == []
+
+
+def test_stale_damaged_or_missing_copies_fall_back_to_the_json(tmp_path, caplog):
+    log = _log(tmp_path, 9)
+    meta = tmp_path / LOG
+    expected = _expected(9)
+    # stale: the copy of another compact file
+    (meta / "8.compact.parquet").write_bytes((meta / "5.compact.parquet").read_bytes())
+    with caplog.at_level(logging.WARNING, logger="exactly_once.log_files"):
+        assert _sizes(tmp_path) == expected
+    assert "8.compact.parquet" in caplog.text and "reading" in caplog.text
+    assert any("8.compact.parquet" in str(p) for p in log.check())
+    # stale: same name, another size (the compact file was rewritten)
+    log.write_columnar_copy(8)
+    raw = (meta / "8.compact").read_bytes()
+    extra = LogEntry(f"file://{tmp_path}/extra.parquet", 7, batch_id=8).to_json().encode()
+    (meta / "8.compact").write_bytes(raw + b"\n" + extra)
+    assert _sizes(tmp_path) == {**expected, "extra.parquet": 7}
+    (meta / "8.compact").write_bytes(raw)
+    assert _sizes(tmp_path) == expected
+    # damaged: garbage bytes
+    (meta / "8.compact.parquet").write_bytes(b"PAR1 not really")
+    assert _sizes(tmp_path) == expected
+    # missing: the next compaction builds one from the JSON
+    (meta / "8.compact.parquet").unlink()
+    assert _sizes(tmp_path) == expected
+    for b in range(9, 12):
+        log.add(b, [LogEntry(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1)])
+    assert (meta / "11.compact.parquet").exists() and log.check() == []
+    assert len(_sizes(tmp_path)) == len(expected) + 3
+
+
+def test_corrupt_json_under_a_copy_is_never_carried_forward(tmp_path):
+    """A compact file damaged after its copy was written: the next compaction notices (CRC-32), goes back
+    to the JSON and fails with CorruptLogError naming the line, instead of compacting the copy's entries
+    over a damaged source."""
+    log = _log(tmp_path, 6)
+    compact = tmp_path / LOG / "5.compact"
+    raw = compact.read_bytes()
+    compact.write_bytes(raw.replace(b'"isDir":false', b'"isDir":fals!', 1))
+    for b in range(6, 8):
+        log.add(b, [])
+    try:
+        log.add(8, [])
+    except errors.CorruptLogError as exc:
+        assert "5.compact" in str(exc) and "line 2" in str(exc)
+    else:
+        raise AssertionError("compaction over a damaged compact file must fail")
+    assert not (tmp_path / LOG / "8.compact").exists() and not (tmp_path / LOG / "8.compact.parquet").exists()
+
+
+def _spark_sink_log_classes(spark):
+    jvm = spark._jvm
+    for package in ("org.apache.spark.sql.execution.streaming.sinks", "org.apache.spark.sql.execution.streaming"):
+        try:  # Spark 4.1 moved the sink classes into .sinks
+            return jvm.java.lang.Class.forName(f"{package}.FileStreamSinkLog") and (
+                getattr(jvm, f"{package}.FileStreamSinkLog"), getattr(jvm, f"{package}.SinkFileStatus")
+            )
+        except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
+            continue
+    raise AssertionError("Spark's FileStreamSinkLog not found")
+
+
+def test_spark_log_ignores_copies_and_compacts_over_them(spark, tmp_path):
+    """Spark's own FileStreamSinkLog continues a log holding our columnar copies: it lists, reads and
+    compacts it (the copies are not batch files to it), and we read what it wrote."""
+    _log(tmp_path, 6)
+    log_cls, status_cls = _spark_sink_log_classes(spark)
+    spark_log = log_cls(1, spark._jsparkSession, str(tmp_path / LOG), spark._jvm.scala.Option.empty())
+    # Spark derives its interval from the newest compact file alone (5 -> 6): batch 11 is its compaction.
+    for b in range(6, 12):
+        statuses = spark.sparkContext._gateway.new_array(status_cls, 1)
+        statuses[0] = status_cls(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1, False, b, 1, 1, "add")
+        assert spark_log.add(b, statuses)
+    assert (tmp_path / LOG / "11.compact").exists() and not (tmp_path / LOG / "11.compact.parquet").exists()
+    assert len(spark_log.allFiles()) == 12 + 6
+    assert _sizes(tmp_path) == {**_expected(6), **{f"b{b}-0.parquet": 1000 * b + 1 for b in range(6, 12)}}
