@@ -214,9 +214,12 @@ def test_log_is_lean_against_sparks_own_sink_on_the_same_stream(spark, tmp_path)
     run_available_now(stream, str(tmp_path / "ckpt-spark"), path=theirs)
     assert len(committed_files(ours)) == len(committed_files(theirs)) == 13
     our_lines, spark_lines = _log_lines(ours), _log_lines(theirs)
+    assert len(our_lines) == len(spark_lines) == 13  # one line per data file, as Spark's
     records = [line for line in our_lines if b'"commitId"' in line]
-    data = [line for line in our_lines if line not in records]
-    # Commit records: the compact file keeps 2 (first and newest), each delta after it has its own.
-    assert len(records) == 2 + 3 and len(data) == len(spark_lines) == 13
-    # A data entry costs Spark's line plus its batchId.
-    assert sum(map(len, data)) <= 1.1 * sum(map(len, spark_lines))
+    # Commit records ride on data entries: the compact file keeps 2 (first and newest), each delta after it
+    # has its own (queryBatchId left out: it equals the log batch id).
+    assert len(records) == 2 + 3 and not any(b'"queryBatchId"' in line for line in records)
+    # Deltas are Spark's lines plus the record; compacted entries add their batchId.
+    deltas = our_lines[-3:]
+    assert all(b'"batchId"' not in line for line in deltas) and all(b'"batchId"' in line for line in our_lines[:-3])
+    assert sum(map(len, our_lines)) <= 1.2 * sum(map(len, spark_lines))

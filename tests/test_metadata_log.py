@@ -84,14 +84,21 @@ def test_written_layout_is_sparks(tmp_path):
     assert raw.startswith(b"v1\n{") and not raw.endswith(b"\n")
     lines = raw.decode().split("\n")
     assert lines[0] == "v1" and len(lines) == 3
+    # a delta file holds exactly Spark's lines: its name says the batch
     assert lines[1] == (
         '{"path":"file://' + root + '/a.parquet","size":392,"isDir":false,"modificationTime":1795254838176,'
-        '"blockReplication":1,"blockSize":33554432,"action":"add","batchId":0}'
+        '"blockReplication":1,"blockSize":33554432,"action":"add"}'
     )
     for line in lines[1:]:
+        assert [k for k, _ in json.loads(line, object_pairs_hook=list)] == SPARK_KEYS
+    assert (tmp_path / "_spark_metadata" / "1").read_bytes() == b"v1"
+    # a compact file stamps each entry with the batch that added it
+    assert log.add(2, [_entry(root, "c.parquet", 9, 9)])
+    compact = (tmp_path / "_spark_metadata" / "2.compact").read_bytes().decode().split("\n")
+    assert [json.loads(line)["batchId"] for line in compact[1:]] == [0, 0, 2]
+    for line in compact[1:]:
         keys = [k for k, _ in json.loads(line, object_pairs_hook=list)]
         assert keys[:7] == SPARK_KEYS and keys[7:] == ["batchId"]
-    assert (tmp_path / "_spark_metadata" / "1").read_bytes() == b"v1"
 
 
 def test_spark_reads_log_we_wrote_and_ignores_unlisted_files(spark, tmp_path):

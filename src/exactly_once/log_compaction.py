@@ -38,7 +38,8 @@ from .failpoints import failpoint
 from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path
 from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
 from .sink_log import (
-    BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, CommitRecord, LogEntry, entries_table, records_of, records_to_keep,
+    BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, CommitRecord, LogEntry, entries_table, entry_from_row, records_of,
+    records_to_keep, without_record,
 )
 from .storage import Storage
 
@@ -101,9 +102,50 @@ class _SourcePlan:
     """What pass one of a compaction learned about one source file (rows count from 0, in file order)."""
 
     records: list[tuple[int, CommitRecord]] = field(default_factory=list)  # (row, record)
+    standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
     table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+
+    def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
+        """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
+        goes (its own entry) or loses its keys (on a data entry, ``"strip"``); a kept record on a data entry
+        that retention drops stays, as an entry of its own (``"standalone"``)."""
+        drop, rewrite = set(self.drop), {}
+        for row, record in self.records:
+            kept = record.log_batch_id in keep
+            if row in self.standalone:
+                if not kept:
+                    drop.add(row)
+            elif row in drop:
+                if kept:
+                    drop.discard(row)
+                    rewrite[row] = "standalone"
+            elif not kept:
+                rewrite[row] = "strip"
+        return drop, rewrite
+
+
+def _rewritten(entry: LogEntry, how: str, storage: Storage) -> LogEntry:
+    """``entry`` without its commit record (``"strip"``), or its record as an entry of its own."""
+    if how == "strip":
+        return without_record(entry)
+    record = CommitRecord.from_entry(entry)
+    assert record is not None
+    return record.to_entry(storage, entry.modification_time)
+
+
+def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: Storage, offset: int = 0) -> pa.Table:
+    """``table`` (rows numbered from ``offset``) with ``rewrite`` applied and ``drop`` removed."""
+    local = sorted((row - offset, how) for row, how in rewrite.items() if 0 <= row - offset < table.num_rows)
+    if local:
+        pieces, start = [], 0
+        for row, how in local:
+            entry = entry_from_row(table.slice(row, 1).to_pylist()[0])
+            pieces += [table.slice(start, row - start), entries_table([_rewritten(entry, how, storage)])]
+            start = row + 1
+        table = pa.concat_tables([*pieces, table.slice(start)]).combine_chunks()
+    return _without(table, drop, offset)
 
 
 class _StaleSidecar(LogError):
@@ -233,7 +275,7 @@ class CompactibleLog(LogFiles):
         """Atomically commit batch ``batch_id``. False if the batch (or a later one) already exists; never
         overwrites. Batches form an unbroken chain from 0: adding past ``latest + 1`` raises LogError.
 
-        Entries are stamped with ``batchId``. On a compaction batch the compact file is streamed from the
+        Entries of a compact file are stamped with ``batchId`` (a delta file's name says it). On a compaction batch the compact file is streamed from the
         previous compact file and the deltas (bounded memory, raw lines copied). After a commit, expired log
         files are cleaned up with Spark's rule.
 
@@ -264,7 +306,9 @@ class CompactibleLog(LogFiles):
                 ok = self._write_compact(path, batch_id, sources, {}, stamped)
             logger.info("%s: compacted batch %d in %.3fs", self, batch_id, time.monotonic() - started)
         else:
-            ok = self.storage.put_if_absent(path, ("v1" + "".join("\n" + e.to_json() for e in stamped)).encode())
+            # a delta file's name says its batch: its lines carry no batchId (compaction stamps them)
+            lines = "".join("\n" + dataclasses.replace(e, batch_id=None).to_json() for e in stamped)
+            ok = self.storage.put_if_absent(path, ("v1" + lines).encode())
         if ok:
             listing[batch_id] = path
             if self.cleanup_enabled:
@@ -339,6 +383,8 @@ class CompactibleLog(LogFiles):
                 parsed.append(table)
             rows = pc.indices_nonzero(pc.is_valid(table.column("commitId"))).to_pylist()
             plan.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
+            own = pc.and_(pc.is_valid(table.column("commitId")), table.column("isDir"))
+            plan.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
             markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
             plan.drop.update(offset + row for row in markers)
             if markers:
@@ -380,48 +426,66 @@ class CompactibleLog(LogFiles):
         keep = records_to_keep(records)
         yield b"v1"
         for (source, path), plan in zip(sources, plans):
-            drop = plan.drop | {row for row, record in plan.records if record.log_batch_id not in keep}
-            ordered = sorted(drop)
+            drop, rewrite = plan.rewrites(keep)
+            changed = sorted(drop | set(rewrite))
             stamp = None if is_compact_path(path) else source
             checksum = Checksum() if plan.sidecar else None
             if plan.sidecar is not None:  # encoded while the bytes are copied; discarded if they do not match
-                copy.write(_without(plan.sidecar.table, drop))
+                copy.write(_apply(plan.sidecar.table, drop, rewrite, self.storage))
             for block in self.blocks(path, source, checksum):
                 offset = block.first_line - 2
-                rows = ordered[bisect.bisect_left(ordered, offset) : bisect.bisect_left(ordered, offset + block.lines)]
-                block_drop = {row - offset for row in rows}
-                yield from self._copy_block(block, block_drop, stamp)
+                here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
+                yield from self._copy_block(block, offset, here, drop, rewrite, stamp)
                 if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
-                    copy.write(_without(self.parse_block(block, path, source), block_drop))
+                    copy.write(_apply(self.parse_block(block, path, source), drop, rewrite, self.storage, offset))
             if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
                 raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
             if plan.table is not None:
-                copy.write(_without(plan.table, drop))
+                copy.write(_apply(plan.table, drop, rewrite, self.storage))
+        new = _SourcePlan()
+        for row, entry in enumerate(new_entries):
+            record = CommitRecord.from_entry(entry)
+            if record is not None:
+                new.records.append((row, record))
+                if entry.is_dir:
+                    new.standalone.add(row)
+            if cutoff is not None and not entry.is_dir and entry.modification_time < cutoff:
+                new.drop.add(row)
+        drop, rewrite = new.rewrites(keep)
         kept_new = [
-            e for e in new_entries
-            if (cutoff is None or e.is_dir or e.modification_time >= cutoff)
-            and (CommitRecord.from_entry(e) is None or e.batch_id in keep)
+            _rewritten(e, rewrite[row], self.storage) if row in rewrite else e
+            for row, e in enumerate(new_entries)
+            if row not in drop
         ]
         if expired_upto >= 0:
             kept_new.append(self._marker(batch_id, expired_upto, now))
         copy.write(entries_table(kept_new))
         yield "".join("\n" + e.to_json() for e in kept_new).encode()
 
-    @staticmethod
-    def _copy_block(block: Block, drop: set[int], stamp: int | None) -> Iterator[bytes]:
-        """One source block for the compact file: raw bytes when nothing changes, else its kept lines
-        (lines of a delta file get their ``batchId`` stamped)."""
-        if not drop and stamp is None:
+    def _copy_block(
+        self, block: Block, offset: int, changed: list[int], drop: set[int], rewrite: dict[int, str], stamp: int | None
+    ) -> Iterator[bytes]:
+        """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
+        else its lines with ``changed`` rows dropped or rewritten (lines of a delta file all get their
+        ``batchId`` stamped)."""
+        if not changed and stamp is None:
             yield b"\n"
             yield block.data
             return
         lines = block.split()
-        if stamp is None:
-            kept = [line for row, line in enumerate(lines) if row not in drop]
-            yield b"".join(b"\n" + line for line in kept)
-            return
-        entries = (LogEntry.from_json(line.decode("utf-8"), stamp) for row, line in enumerate(lines) if row not in drop)
-        yield "".join("\n" + e.to_json() for e in entries).encode()
+        out = []
+        for index, line in enumerate(lines):
+            row = offset + index
+            if row in drop:
+                continue
+            if row in rewrite:
+                entry = _rewritten(LogEntry.from_json(line.decode("utf-8"), stamp), rewrite[row], self.storage)
+                out.append(entry.to_json().encode())
+            elif stamp is not None:
+                out.append(LogEntry.from_json(line.decode("utf-8"), stamp).to_json().encode())
+            else:
+                out.append(line)
+        yield b"".join(b"\n" + line for line in out)
 
     def _marker(self, batch_id: int, expired_upto: int, now: int) -> LogEntry:
         """The entry (skipped by Spark, like a commit record) saying that retention dropped entries of

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,9 +199,9 @@ def write_batch(
             spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
             statuses = write_rows(spec, [table])
             failpoint("before_commit")
-        record = CommitRecord(log_batch, app_id, version, uuid.uuid4().hex)
-        entries = [record.to_entry(log.storage, int(time.time() * 1000))]
-        entries += [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+        record = CommitRecord.new(log_batch, app_id, version)
+        data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+        entries = record.log_entries(log.storage, int(time.time() * 1000), data)
         gone = log.storage.missing([s.path for s in statuses])
         if gone:
             raise MissingDataFileError(

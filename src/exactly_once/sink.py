@@ -8,9 +8,9 @@ writer into a hidden staging directory and an atomic rename of each file into pl
 (atomic, exclusive) and drop the lease. A batch is visible to readers exactly
 when its log file exists.
 
-Each commit carries one *commit record*: an entry Spark skips (``isDir: true``, size 0, pointing at the
-log directory) whose extra keys name the streaming query, the query's own batch id and a unique commit
-id. It makes replays idempotent per query, lets a second query be told apart from a replay, and makes
+Each commit carries one *commit record*: extra keys Spark ignores, on the batch's first data entry (on an
+entry of its own that Spark skips when the batch wrote no file), naming the streaming query, the query's
+own batch id and a unique commit id. It makes replays idempotent per query, lets a second query be told apart from a replay, and makes
 every commit payload unique (for lost-acknowledgement read-back on object stores).
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -207,7 +206,7 @@ class ParquetSink:
         self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
-        record = CommitRecord(target, query_id, batch_id, uuid.uuid4().hex)
+        record = CommitRecord.new(target, query_id, batch_id)
         storage = self.log.storage
         spark_writes = self._spark_writes(storage)
         batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
@@ -226,9 +225,8 @@ class ParquetSink:
 
             started = time.monotonic()
             self._check_present(storage, [s.path for s in statuses], target)
-            entries = [record.to_entry(storage, int(time.time() * 1000))]
-            entries += [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            self._commit(target, entries, query_id, batch_id)
+            data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data), query_id, batch_id)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")

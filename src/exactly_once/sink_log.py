@@ -5,10 +5,13 @@ A log line is a JSON object with Spark's seven keys in Spark's order, then keys 
 ignores: ``batchId`` (so entries stay attributable after compaction) and, on a commit record, the
 streaming query id, the query's own batch id and a unique commit id.
 
-A *commit record* is an entry Spark skips (``isDir: true``, size 0, pointing at the log directory). It
-makes replays idempotent per query, tells a second query apart from a replay, and makes every commit
-payload unique (for lost-acknowledgement read-back on object stores). Delta files keep every record;
-compaction keeps only the records decisions and ``exactly-once ls`` need (:func:`records_to_keep`).
+A *commit record* (the streaming query id, its batch id, a unique commit id) rides on the batch's first
+data entry as extra keys, or, for a batch without files, on an entry of its own that Spark skips
+(``isDir: true``, size 0, pointing at the log directory). It makes replays idempotent per query, tells a
+second query apart from a replay, and makes every commit payload unique (for lost-acknowledgement
+read-back on object stores). Delta files keep every record and leave ``batchId`` to the file name;
+compaction stamps ``batchId`` on every entry and keeps only the records decisions and ``exactly-once ls``
+need (:func:`records_to_keep`), stripping the others' keys from their data entries.
 
 Example::
 
@@ -19,8 +22,10 @@ Example::
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import re
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +41,7 @@ QUERY_BATCH_KEY = "queryBatchId"
 COMMIT_ID_KEY = "commitId"
 BATCH_KEY = "batchId"
 EXPIRED_KEY = "expiredUpTo"  # on a retention marker: entries of batches up to this one may have been dropped
+_RECORD_KEYS = (QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY)
 
 _REQUIRED = (
     ("path", str),
@@ -165,14 +171,32 @@ class LogEntry:
                 raise ValueError(f"key {EXPIRED_KEY!r} is not an integer")
             row[EXPIRED_KEY] = expired
         if COMMIT_ID_KEY in extra:
-            query_batch = extra.get(QUERY_BATCH_KEY)
-            if not isinstance(query_batch, int) or isinstance(query_batch, bool):
+            query_batch = extra.get(QUERY_BATCH_KEY)  # absent: the same as the log batch id
+            if query_batch is not None and (not isinstance(query_batch, int) or isinstance(query_batch, bool)):
                 raise ValueError(f"commit record key {QUERY_BATCH_KEY!r} is not an integer")
             query_id = extra.get(QUERY_ID_KEY)
             row[QUERY_ID_KEY] = None if query_id is None else str(query_id)
             row[QUERY_BATCH_KEY] = query_batch
             row[COMMIT_ID_KEY] = str(extra[COMMIT_ID_KEY])
         return row
+
+
+def entry_from_row(row: dict[str, Any]) -> LogEntry:
+    """The entry of a row of :data:`ENTRY_SCHEMA` (the inverse of :meth:`LogEntry.to_row`).
+
+    Example: ``entry_from_row(LogEntry("file:///o/a", 1).to_row()) == LogEntry("file:///o/a", 1)``.
+    """
+    extra: dict[str, Any] = {}
+    if row[COMMIT_ID_KEY] is not None:
+        extra = {QUERY_ID_KEY: row[QUERY_ID_KEY], QUERY_BATCH_KEY: row[QUERY_BATCH_KEY], COMMIT_ID_KEY: row[COMMIT_ID_KEY]}
+        if extra[QUERY_BATCH_KEY] is None:
+            del extra[QUERY_BATCH_KEY]
+    if row[EXPIRED_KEY] is not None:
+        extra[EXPIRED_KEY] = row[EXPIRED_KEY]
+    return LogEntry(
+        row["path"], row["size"], row["isDir"], row["modificationTime"], row["blockReplication"],
+        row["blockSize"], row["action"], row[BATCH_KEY], extra,
+    )
 
 
 def entries_table(entries: Iterable[LogEntry]) -> pa.Table:
@@ -202,8 +226,34 @@ class CommitRecord:
     query_batch_id: int
     commit_id: str
 
+    @classmethod
+    def new(cls, log_batch_id: int, query_id: str | None, query_batch_id: int) -> CommitRecord:
+        """A record with a fresh random commit id (64 bits: unique per attempt).
+
+        Example: ``CommitRecord.new(7, "6abb5a0d-...", 7).commit_id`` -> ``'9f1c0a7e5b3d2c41'``.
+        """
+        return cls(log_batch_id, query_id, query_batch_id, secrets.token_hex(8))
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        """The record as extra keys of an entry (``queryBatchId`` only when it differs from the log batch id)."""
+        if self.query_batch_id == self.log_batch_id:
+            return {QUERY_ID_KEY: self.query_id, COMMIT_ID_KEY: self.commit_id}
+        return {QUERY_ID_KEY: self.query_id, QUERY_BATCH_KEY: self.query_batch_id, COMMIT_ID_KEY: self.commit_id}
+
+    def log_entries(self, storage: Storage, now_ms: int, data: Sequence[LogEntry]) -> list[LogEntry]:
+        """The entries of a batch committing ``data`` with this record: the record's keys on the first data
+        entry, or on an entry of its own (:meth:`to_entry`) for a batch without files.
+
+        Example: ``record.log_entries(storage, now, [LogEntry("file:///o/a.parquet", 10)])[0].extra["commitId"]``.
+        """
+        if not data:
+            return [self.to_entry(storage, now_ms)]
+        first = data[0]
+        return [dataclasses.replace(first, extra={**first.extra, **self.keys}), *data[1:]]
+
     def to_entry(self, storage: Storage, now_ms: int) -> LogEntry:
-        """The log entry carrying this record (``isDir``, size 0, pointing at the log directory)."""
+        """An entry of its own carrying this record (``isDir``, size 0, pointing at the log directory)."""
         return LogEntry(
             storage.to_uri(storage.join("_spark_metadata")),
             0,
@@ -213,16 +263,17 @@ class CommitRecord:
             0,
             "add",
             self.log_batch_id,
-            {QUERY_ID_KEY: self.query_id, QUERY_BATCH_KEY: self.query_batch_id, COMMIT_ID_KEY: self.commit_id},
+            self.keys,
         )
 
     @classmethod
     def from_entry(cls, entry: LogEntry) -> CommitRecord | None:
-        """The record carried by ``entry``, or None for a data file entry (or a Spark-written log)."""
-        if not entry.is_dir or COMMIT_ID_KEY not in entry.extra or entry.batch_id is None:
+        """The record carried by ``entry``, or None for an entry without one (or a Spark-written log)."""
+        if COMMIT_ID_KEY not in entry.extra or entry.batch_id is None:
             return None
         extra = entry.extra
-        return cls(entry.batch_id, extra.get(QUERY_ID_KEY), int(extra[QUERY_BATCH_KEY]), str(extra[COMMIT_ID_KEY]))
+        query_batch = extra.get(QUERY_BATCH_KEY, entry.batch_id)
+        return cls(entry.batch_id, extra.get(QUERY_ID_KEY), int(query_batch), str(extra[COMMIT_ID_KEY]))
 
 
 def records_of(table: pa.Table) -> list[CommitRecord]:
@@ -231,10 +282,20 @@ def records_of(table: pa.Table) -> list[CommitRecord]:
 
     Example: ``[r.log_batch_id for r in records_of(snapshot_table)]`` -> ``[0, 41]``.
     """
-    mask = pa.compute.and_(table.column("isDir"), pa.compute.is_valid(table.column(COMMIT_ID_KEY)))
-    mask = pa.compute.and_(mask, pa.compute.is_valid(table.column(BATCH_KEY)))
+    mask = pa.compute.and_(pa.compute.is_valid(table.column(COMMIT_ID_KEY)), pa.compute.is_valid(table.column(BATCH_KEY)))
     rows = table.filter(mask).select([BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY]).to_pylist()
-    return [CommitRecord(r[BATCH_KEY], r[QUERY_ID_KEY], r[QUERY_BATCH_KEY], r[COMMIT_ID_KEY]) for r in rows]
+    return [
+        CommitRecord(r[BATCH_KEY], r[QUERY_ID_KEY], r[BATCH_KEY] if r[QUERY_BATCH_KEY] is None else r[QUERY_BATCH_KEY], r[COMMIT_ID_KEY])
+        for r in rows
+    ]
+
+
+def without_record(entry: LogEntry) -> LogEntry:
+    """``entry`` without commit record keys (a data entry whose record compaction no longer keeps).
+
+    Example: ``without_record(record.log_entries(st, 0, [e])[0]) == e``.
+    """
+    return dataclasses.replace(entry, extra={k: v for k, v in entry.extra.items() if k not in _RECORD_KEYS})
 
 
 def _same_run(a: CommitRecord, b: CommitRecord) -> bool:
