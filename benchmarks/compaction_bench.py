@@ -39,6 +39,7 @@ class CompactionResults:
     ours_seconds: Stat = field(default_factory=Stat)
     ours_peak_growth_mb: Stat = field(default_factory=Stat)
     ours_peak_mb: Stat = field(default_factory=Stat)
+    ours_json_seconds: Stat = field(default_factory=Stat)  # once, with no columnar copy of the previous compact file
     spark_seconds: Stat = field(default_factory=Stat)
     spark_heap_mb: Stat = field(default_factory=Stat)
     spark_available: bool = True
@@ -51,11 +52,12 @@ def _entries(root: str, batch: int):
 
     storage = Storage(root)
     now = int(time.time() * 1000)
-    record = CommitRecord(batch, "00000000-0000-4000-8000-000000000001", batch, os.urandom(16).hex())
-    return [record.to_entry(storage, now)] + [
+    record = CommitRecord.new(batch, "00000000-0000-4000-8000-000000000001", batch)
+    data = [
         LogEntry(storage.to_uri(storage.join(f"part-{k:05d}-{batch:032x}.c000.snappy.parquet")), 4096, False, now)
         for k in range(NEW_FILES)
     ]
+    return record.log_entries(storage, now, data)
 
 
 def child(root: str, batch: int) -> None:
@@ -107,7 +109,7 @@ def status_kb(key: str) -> int:
 
 def _cleanup(root: str, batch: int) -> None:
     meta = os.path.join(root, "_spark_metadata")
-    for name in (f"{batch}.compact", f".{batch}.compact.crc"):
+    for name in (f"{batch}.compact", f".{batch}.compact.crc", f"{batch}.compact.parquet"):
         try:
             os.remove(os.path.join(meta, name))
         except FileNotFoundError:
@@ -168,6 +170,19 @@ def spark_add(spark, log_cls, status_cls, root: str, batch: int) -> tuple[float,
     return seconds, jvm_peak_heap_mb(spark) - base, ok
 
 
+def _ours(root: str, batch: int) -> dict:
+    """One compaction by ours in a fresh subprocess (see :func:`child`)."""
+    repo, env = subprocess_env()
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compaction_bench", root, str(batch)],
+        capture_output=True, text=True, env=env, cwd=repo, check=True,
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not out["ok"]:
+        raise RuntimeError(f"our compaction of batch {batch} was refused")
+    return out
+
+
 def run(spark, root: str, repeats: int) -> CompactionResults:
     from exactly_once import MetadataLog
 
@@ -187,20 +202,13 @@ def run(spark, root: str, repeats: int) -> CompactionResults:
     if log_cls is None:
         results.spark_available = False
         results.spark_note = "FileStreamSinkLog not found in this Spark: Spark's compaction not measured"
-    repo, env = subprocess_env()
     counts = {}
     for rep in range(repeats):
         order = ["ours", "spark"] if rep % 2 == 0 else ["spark", "ours"]
         for who in order:
             _cleanup(root, batch)
             if who == "ours":
-                proc = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.compaction_bench", root, str(batch)],
-                    capture_output=True, text=True, env=env, cwd=repo, check=True,
-                )
-                out = json.loads(proc.stdout.strip().splitlines()[-1])
-                if not out["ok"]:
-                    raise RuntimeError(f"our compaction of batch {batch} was refused")
+                out = _ours(root, batch)
                 results.ours_seconds.add(out["seconds"])
                 results.ours_peak_growth_mb.add(max(0, out["hwm_after_kb"] - out["rss_before_kb"]) / 1024)
                 results.ours_peak_mb.add(out["hwm_after_kb"] / 1024)
@@ -219,6 +227,15 @@ def run(spark, root: str, repeats: int) -> CompactionResults:
             results.compact_bytes = os.path.getsize(compact)
             if who not in counts:
                 counts[who] = _data_line_count(compact)
+    # The first compaction after an upgrade, or over a compact file Spark wrote: no columnar copy to plan from.
+    _cleanup(root, batch)
+    copy = os.path.join(meta, f"{latest}.compact.parquet")
+    os.rename(copy, copy + ".away")
+    try:
+        results.ours_json_seconds.add(_ours(root, batch)["seconds"])
+        logger.info("compaction ours without a columnar copy: %.2fs", results.ours_json_seconds.values[-1])
+    finally:
+        os.rename(copy + ".away", copy)
     _cleanup(root, batch)
     if len(set(counts.values())) > 1:
         raise RuntimeError(f"compact files differ in data file entries: {counts}")

@@ -23,6 +23,7 @@ reads ``_delta_log``, ``committed_files`` reads ``_spark_metadata``: three reade
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exactly_once.metadata_log import METADATA_DIR, CommitRecord, LogEntry
+from exactly_once.metadata_log import METADATA_DIR, CommitRecord, LogEntry, MetadataLog
 from exactly_once.storage import Storage
 
 logger = logging.getLogger("benchmarks.synth")
@@ -106,7 +107,8 @@ class History:
     batches: int
     files_per_batch: int
     entries: int  # data file entries
-    log_bytes: int  # bytes of the _spark_metadata files a reader opens
+    log_bytes: int  # bytes of the _spark_metadata JSON files a reader of the latest snapshot needs
+    sidecar_bytes: int  # bytes of the newest compact file's columnar copy, which readers open instead of its JSON
     spark_log_bytes: int  # the same for Spark's own sink on the same stream (its seven keys, no records)
     delta_log_files: int
     build_seconds: float
@@ -148,15 +150,18 @@ def build_history(root: str, batches: int, files_per_batch: int, template: Templ
         mtime = _BASE_MS + batch * 1000
         for name in names:
             os.link(template.source(), os.path.join(root, name))
-        # _spark_metadata lines, exactly as ParquetSink commits them
-        record = CommitRecord(batch, query_id, batch, f"{rng.getrandbits(128):032x}").to_entry(storage, mtime)
+        # _spark_metadata lines, exactly as ParquetSink commits them: the commit record on the first data
+        # entry; deltas without batchId (the file name says it), compact files with it
+        record = CommitRecord(batch, query_id, batch, f"{rng.getrandbits(64):016x}")
         data = [LogEntry(uri_prefix + n, size, False, mtime, batch_id=batch) for n in names]
+        recorded = record.log_entries(storage, mtime, data)
         data_text = "".join("\n" + e.to_json() for e in data)
-        text = "\n" + record.to_json() + data_text
+        compact_text = "".join("\n" + e.to_json() for e in recorded)
+        text = "".join("\n" + dataclasses.replace(e, batch_id=None).to_json() for e in recorded)
         spark_text = "".join("\n" + LogEntry(e.path, size, False, mtime).to_json() for e in data)
         for compact_id, fh in compacts.items():
             if batch <= compact_id:
-                fh.write(text if batch in (0, compact_id) else data_text)
+                fh.write(compact_text if batch in (0, compact_id) else data_text)
                 if batch == compact_id:
                     fh.close()
         if batch <= newest_compact:
@@ -193,6 +198,11 @@ def build_history(root: str, batches: int, files_per_batch: int, template: Templ
             checkpoint_mtimes += [mtime] * len(names)
     for fh in compacts.values():
         fh.close()
+    sidecar_bytes = 0
+    for compact_id in compacts:  # the columnar copies compaction writes next to each compact file
+        copy = MetadataLog(root, cleanup=False).write_columnar_copy(compact_id)
+        if compact_id == newest_compact:
+            sidecar_bytes = os.path.getsize(copy)
     if checkpoint_version > 0:
         _write_checkpoint(delta_dir, checkpoint_version, checkpoint_paths, checkpoint_mtimes, template)
     history = History(
@@ -201,6 +211,7 @@ def build_history(root: str, batches: int, files_per_batch: int, template: Templ
         files_per_batch,
         batches * files_per_batch,
         log_bytes,
+        sidecar_bytes,
         spark_log_bytes,
         batches + (1 if checkpoint_version > 0 else 0),
         time.monotonic() - started,

@@ -71,6 +71,44 @@ def parse_duration_ms(value: str | int | float | _dt.timedelta) -> int:
     return result
 
 
+def check_positive_int(name: str, value: object, hint: str) -> None:
+    """ValueError unless ``value`` is an integer >= 1 (``hint`` says what the parameter is for).
+
+    Example: ``check_positive_int("compact_interval", 0, "Spark's default is 10")`` raises ValueError.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
+
+
+def _check_duration_ms(name: str, value: object) -> int:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+    try:
+        return parse_duration_ms(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
+
+
+def check_log_parameters(
+    *, compact_interval: object, retention: object, min_batches_to_retain: object, cleanup_delay: object
+) -> tuple[int | None, int]:
+    """ValueError naming the first log parameter out of range (the log's and the sink's one rule);
+    returns (retention in ms or None, cleanup delay in ms).
+
+    Example: ``check_log_parameters(compact_interval=10, retention="7d", min_batches_to_retain=100,
+    cleanup_delay="10m") == (604_800_000, 600_000)``.
+    """
+    check_positive_int("compact_interval", compact_interval, "Spark's default is 10")
+    check_positive_int(
+        "min_batches_to_retain", min_batches_to_retain,
+        "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
+    )
+    retention_ms = None if retention is None else _check_duration_ms("retention", retention)
+    if retention_ms == 0:
+        raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
+    return retention_ms, _check_duration_ms("cleanup_delay", cleanup_delay)
+
+
 def derive_compact_interval(default_interval: int, latest_compact_batch_id: int) -> int:
     """Spark's ``CompactibleFileStreamLog.deriveCompactInterval`` (one compact file left).
 
@@ -185,22 +223,12 @@ class CompactibleLog(LogFiles):
         cleanup_delay: str | int | _dt.timedelta = "10m",
         cleanup: bool = True,
     ) -> None:
-        if isinstance(compact_interval, bool) or not isinstance(compact_interval, int) or compact_interval < 1:
-            raise ValueError(f"compact_interval must be an integer >= 1, got {compact_interval!r}")
-        if (
-            isinstance(min_batches_to_retain, bool)
-            or not isinstance(min_batches_to_retain, int)
-            or min_batches_to_retain < 1
-        ):
-            raise ValueError(
-                f"min_batches_to_retain must be an integer >= 1, got {min_batches_to_retain!r}: with fewer, "
-                "cleanup would delete the log files of committed batches (Spark's default is 100)"
-            )
-        try:
-            self.retention_ms = None if retention is None else parse_duration_ms(retention)
-            self.cleanup_delay_ms = parse_duration_ms(cleanup_delay)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (retention and cleanup_delay are durations such as '7d' or '10m')") from exc
+        self.retention_ms, self.cleanup_delay_ms = check_log_parameters(
+            compact_interval=compact_interval,
+            retention=retention,
+            min_batches_to_retain=min_batches_to_retain,
+            cleanup_delay=cleanup_delay,
+        )
         super().__init__(storage)
         self.default_compact_interval = compact_interval
         self.min_batches_to_retain = min_batches_to_retain
@@ -528,4 +556,12 @@ class CompactibleLog(LogFiles):
         return deleted
 
 
-__all__ = ["COMPACT_SUFFIX", "CompactibleLog", "derive_compact_interval", "infer_interval", "parse_duration_ms"]
+__all__ = [
+    "COMPACT_SUFFIX",
+    "CompactibleLog",
+    "check_log_parameters",
+    "check_positive_int",
+    "derive_compact_interval",
+    "infer_interval",
+    "parse_duration_ms",
+]

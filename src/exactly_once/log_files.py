@@ -241,6 +241,7 @@ class LogFiles:
         if sidecar is not None:
             copy = self.read_sidecar(sidecar, path, batch_id, columns)
             if copy is not None and copy.size == self.storage.info(path).size:
+                self.check_header(self.storage.read_bytes(path, 0, 16).split(b"\n", 1)[0], path, batch_id)
                 return copy.table
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))

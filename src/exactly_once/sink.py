@@ -39,9 +39,10 @@ from .errors import (
 from .failpoints import failpoint
 from .inflight import HIDDEN_DIR, InFlightBatch
 from .log_snapshot import data_files, read_chain
-from .metadata_log import LogEntry, MetadataLog, parse_duration_ms
+from .log_compaction import check_log_parameters, check_positive_int
+from .metadata_log import LogEntry, MetadataLog
 from .schema_check import read_committed_schema, schema_problems
-from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, records_of
+from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_writer import write_and_publish
 from .storage import Storage
 from .writer import WriteSpec, parquet_codec, write_files
@@ -382,12 +383,15 @@ class ParquetSink:
         return log_batch if action == "commit" else None
 
     def _owner(self, log_batch_id: int) -> str | None:
+        """The query that committed log batch ``log_batch_id``, from its log file (a compact file keeps the
+        ends of each run: the batch is attributed inside its run)."""
         try:
             entries = self.log.get(log_batch_id) or []
         except LogError:
             return None
-        records = (CommitRecord.from_entry(e) for e in entries)
-        return next((r.query_id for r in records if r and r.log_batch_id == log_batch_id), None)
+        records = [r for r in map(CommitRecord.from_entry, entries) if r is not None]
+        record = attribute(records, [log_batch_id]).get(log_batch_id)
+        return None if record is None else record.query_id
 
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -498,29 +502,18 @@ def _check_parameters(
     """ValueError naming the first ParquetSink parameter out of range (checked on the driver, so a bad
     value never reaches the executors or the log)."""
 
-    def positive_int(name: str, value: Any, hint: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
-
-    def duration_ms(name: str, value: Any) -> int:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            raise ValueError(f"{name} must not be negative, got {value!r}")
-        try:
-            return parse_duration_ms(value)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
-
     if isinstance(partition_by, str):
         raise ValueError(f"partition_by must be a list of column names, got the string {partition_by!r}")
     if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
         raise ValueError(f"partition_by names a column twice: {list(partition_by)}")
-    positive_int("compact_interval", compact_interval, "Spark's default is 10")
-    positive_int("min_batches_to_retain", min_batches_to_retain, "committed batches' log files must stay (default 100)")
+    check_log_parameters(
+        compact_interval=compact_interval,
+        retention=retention,
+        min_batches_to_retain=min_batches_to_retain,
+        cleanup_delay=cleanup_delay,
+    )
     if max_records_per_file is not None:
-        positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
-    if retention is not None and duration_ms("retention", retention) == 0:
-        raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
-    duration_ms("cleanup_delay", cleanup_delay)
+        check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if on_foreign_query not in ("error", "append"):
         raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
     if writer not in ("auto", "spark", "arrow"):

@@ -371,9 +371,10 @@ class Storage:
             return [p for p, present in zip(paths, pool.map(self.exists, paths)) if not present]
 
     @_backend_errors
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes of ``path`` (``start``/``end``: only that range, one ranged request on object stores)."""
         self.fs.invalidate_cache(path)
-        return self.fs.cat_file(path)
+        return self.fs.cat_file(path, start=start, end=end)
 
     @_backend_errors
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
