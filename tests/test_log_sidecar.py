@@ -39,8 +39,8 @@ def test_compaction_writes_a_copy_equal_to_the_json(tmp_path):
         compact = listing[batch]
         copy = log.read_sidecar(listing.sidecars[batch], compact, batch)
         assert copy is not None and copy.size == os.path.getsize(compact)
-        assert copy.table.equals(log.read_table(compact, batch))  # same entries, same order
-        assert copy.table.num_rows == 2 * (batch + 1)  # every live entry
+        assert copy.table().equals(log.read_table(compact, batch))  # same entries, same order
+        assert copy.table().num_rows == 2 * (batch + 1)  # every live entry
     assert log.check() == []
     assert _sizes(tmp_path) == _expected(9)
 
@@ -84,9 +84,16 @@ def test_stale_damaged_or_missing_copies_fall_back_to_the_json(tmp_path, caplog)
     assert _sizes(tmp_path) == {**expected, "extra.parquet": 7}
     (meta / "8.compact").write_bytes(raw)
     assert _sizes(tmp_path) == expected
-    # damaged: garbage bytes
+    # damaged: garbage bytes; one byte flipped inside a data page (its CRC-32 no longer verifies)
     (meta / "8.compact.parquet").write_bytes(b"PAR1 not really")
     assert _sizes(tmp_path) == expected
+    log.write_columnar_copy(8)
+    good = (meta / "8.compact.parquet").read_bytes()
+    flipped = bytearray(good)
+    flipped[len(good) // 3] ^= 0xFF  # inside the first row group's pages, far from the footer
+    (meta / "8.compact.parquet").write_bytes(bytes(flipped))
+    assert _sizes(tmp_path) == expected
+    assert any("8.compact.parquet" in str(p) for p in log.check())
     # missing: the next compaction builds one from the JSON
     (meta / "8.compact.parquet").unlink()
     assert _sizes(tmp_path) == expected
@@ -141,3 +148,19 @@ def test_spark_log_ignores_copies_and_compacts_over_them(spark, tmp_path):
     assert (tmp_path / LOG / "11.compact").exists() and not (tmp_path / LOG / "11.compact.parquet").exists()
     assert len(spark_log.allFiles()) == 12 + 6
     assert _sizes(tmp_path) == {**_expected(6), **{f"b{b}-0.parquet": 1000 * b + 1 for b in range(6, 12)}}
+
+
+def test_compaction_over_a_damaged_copy_uses_the_json(tmp_path, caplog):
+    log = _log(tmp_path, 6)
+    copy = tmp_path / LOG / "5.compact.parquet"
+    flipped = bytearray(copy.read_bytes())
+    flipped[len(flipped) // 3] ^= 0xFF
+    copy.write_bytes(bytes(flipped))
+    with caplog.at_level(logging.WARNING, logger="exactly_once.log_compaction"):
+        for b in range(6, 9):
+            log.add(b, [LogEntry(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1)])
+    assert "compacting batch 8 from the JSON" in caplog.text
+    expected = {**_expected(6), **{f"b{b}-0.parquet": 1000 * b + 1 for b in range(6, 9)}}
+    assert _sizes(tmp_path) == expected
+    listing = log.list_names()
+    assert log.read_sidecar(listing.sidecars[8], listing[8], 8).table().equals(log.read_table(listing[8], 8))

@@ -101,7 +101,7 @@ def test_sink_on_every_backend(spark, tmp_path, backend):
     assert log.latest_batch_id() == 3
     listing = log.list_names()
     assert sorted(listing.sidecars) == [1, 3]  # columnar copies of the compact files, read back below
-    assert log.read_sidecar(listing.sidecars[3], listing[3], 3).table.equals(log.read_table(listing[3], 3))
+    assert log.read_sidecar(listing.sidecars[3], listing[3], 3).table().equals(log.read_table(listing[3], 3))
     paths = [e.path for e in log.all_files() if not e.is_dir]
     scheme = {"local": "file:///", "azurite": "abfss://", "moto": "s3a://"}[backend.name]
     assert paths and all(p.startswith(scheme) for p in paths)

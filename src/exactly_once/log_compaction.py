@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as _dt
+import itertools
 import logging
 import re
 import time
@@ -162,6 +163,14 @@ class _SourcePlan:
             elif not kept:
                 rewrite[row] = "strip"
         return drop, rewrite
+
+
+def _checked(groups: Iterator[tuple[int, pa.Table]], path: str) -> Iterator[tuple[int, pa.Table]]:
+    """A columnar copy's row groups; _StaleSidecar if one cannot be decoded."""
+    try:
+        yield from groups
+    except (pa.ArrowException, OSError) as exc:  # a page CRC-32 failed
+        raise _StaleSidecar(f"the columnar copy of {path} is damaged ({exc})") from exc
 
 
 def _rewritten(entry: LogEntry, how: str, storage: Storage) -> LogEntry:
@@ -400,7 +409,7 @@ class CompactibleLog(LogFiles):
         plan = _SourcePlan(sidecar=sidecar)
         parsed: list[pa.Table] = []
         expired_upto = -1
-        blocks = [(0, sidecar.table)] if sidecar else (
+        blocks = _checked(sidecar.groups(), path) if sidecar else (
             (b.first_line - 2, self.parse_block(b, path, source)) for b in self.blocks(path, source)
         )
         for offset, table in blocks:
@@ -458,14 +467,18 @@ class CompactibleLog(LogFiles):
             changed = sorted(drop | set(rewrite))
             stamp = None if is_compact_path(path) else source
             checksum = Checksum() if plan.sidecar else None
-            if plan.sidecar is not None:  # encoded while the bytes are copied; discarded if they do not match
-                copy.write(_apply(plan.sidecar.table, drop, rewrite, self.storage))
+            # the copy's row groups are re-encoded while the bytes are copied (discarded if they do not match)
+            groups = _checked(plan.sidecar.groups(), path) if plan.sidecar else iter(())
             for block in self.blocks(path, source, checksum):
                 offset = block.first_line - 2
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
                 yield from self._copy_block(block, offset, here, drop, rewrite, stamp)
                 if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
                     copy.write(_apply(self.parse_block(block, path, source), drop, rewrite, self.storage, offset))
+                for start, group in itertools.islice(groups, 1):
+                    copy.write(_apply(group, drop, rewrite, self.storage, start))
+            for start, group in groups:
+                copy.write(_apply(group, drop, rewrite, self.storage, start))
             if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
                 raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
             if plan.table is not None:

@@ -215,13 +215,11 @@ class LogFiles:
         except ValueError as exc:
             raise self._corrupt(path, batch_id, first_line, exc) from exc
 
-    def read_sidecar(
-        self, sidecar: str, path: str, batch_id: int, columns: list[str] | None = None
-    ) -> Sidecar | None:
+    def read_sidecar(self, sidecar: str, path: str, batch_id: int) -> Sidecar | None:
         """The side-car ``sidecar`` of compact file ``path``, or None (logged) when it cannot be used:
         unreadable, damaged, or describing another file. Sizes and checksums are the caller's to check."""
         try:
-            return decode_sidecar(self.storage.read_bytes(sidecar), path.rsplit("/", 1)[-1], columns)
+            return decode_sidecar(self.storage.read_bytes(sidecar), path.rsplit("/", 1)[-1])
         except FileNotFoundError:
             return None
         except (pa.ArrowException, ValueError, KeyError, OSError) as exc:
@@ -239,10 +237,13 @@ class LogFiles:
         id. ``sidecar``: the compact file's columnar copy, used instead of parsing the JSON when it matches
         the file's size."""
         if sidecar is not None:
-            copy = self.read_sidecar(sidecar, path, batch_id, columns)
+            copy = self.read_sidecar(sidecar, path, batch_id)
             if copy is not None and copy.size == self.storage.info(path).size:
                 self.check_header(self.storage.read_bytes(path, 0, 16).split(b"\n", 1)[0], path, batch_id)
-                return copy.table
+                try:
+                    return copy.table(columns)
+                except (pa.ArrowException, OSError) as exc:  # damaged inside: a page CRC-32 failed
+                    logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", batch_id, exc)
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
         tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id)]

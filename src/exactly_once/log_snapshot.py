@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from .errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
 from .log_compaction import CompactibleLog
 from .log_files import Listing
+from .log_sidecar import snapshot_pool
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA
 from .storage import Storage
 
@@ -135,7 +136,7 @@ class _Resolver:
 def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
     """Each string without its first ``length`` bytes (a byte slice, much faster than a code point slice;
     rows that do not start with the prefix, where it may cut a character, are replaced by the caller)."""
-    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1).view(pa.string())
+    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1, memory_pool=snapshot_pool()).view(pa.string())
 
 
 def resolve_paths(

@@ -28,6 +28,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from .errors import CorruptLogError, LogError
 from .log_compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
 from .log_files import COMPACT_SUFFIX, METADATA_DIR, VERSION, Listing, is_compact_path, parse_batch_name
@@ -176,9 +178,13 @@ class MetadataLog(CompactibleLog):
             return None  # left behind by a deleted compact file: cleanup removes it
         try:
             copy = self.read_sidecar(sidecar, path, batch_id)
-            same = copy is not None and copy.table.equals(self.read_table(path, batch_id))
+            parsed = self.read_table(path, batch_id)
         except (LogError, FileNotFoundError):
             return None  # the compact file's own problem is reported above
+        try:
+            same = copy is not None and copy.table().equals(parsed)
+        except (pa.ArrowException, OSError):  # damaged: a page CRC-32 failed
+            same = False
         if same:
             return None
         return CorruptLogError(
