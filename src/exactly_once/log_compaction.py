@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as _dt
-import itertools
+import functools
 import logging
 import re
 import time
@@ -39,7 +39,7 @@ from .failpoints import failpoint
 from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path
 from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
 from .sink_log import (
-    BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, CommitRecord, LogEntry, entries_table, entry_from_row, records_of,
+    BATCH_KEY, COMMIT_ID_KEY, ENTRY_SCHEMA, EXPIRED_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, LogEntry, entries_table, entry_from_row, records_of,
     records_to_keep, without_record,
 )
 from .storage import Storage
@@ -193,6 +193,10 @@ def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: St
             start = row + 1
         table = pa.concat_tables([*pieces, table.slice(start)]).combine_chunks()
     return _without(table, drop, offset)
+
+
+# What pass one reads of a columnar copy (everything but the paths and Spark's constant columns).
+_PLAN_COLUMNS = ["isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY]
 
 
 class _StaleSidecar(LogError):
@@ -409,7 +413,7 @@ class CompactibleLog(LogFiles):
         plan = _SourcePlan(sidecar=sidecar)
         parsed: list[pa.Table] = []
         expired_upto = -1
-        blocks = _checked(sidecar.groups(), path) if sidecar else (
+        blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path) if sidecar else (
             (b.first_line - 2, self.parse_block(b, path, source)) for b in self.blocks(path, source)
         )
         for offset, table in blocks:
@@ -467,18 +471,14 @@ class CompactibleLog(LogFiles):
             changed = sorted(drop | set(rewrite))
             stamp = None if is_compact_path(path) else source
             checksum = Checksum() if plan.sidecar else None
-            # the copy's row groups are re-encoded while the bytes are copied (discarded if they do not match)
-            groups = _checked(plan.sidecar.groups(), path) if plan.sidecar else iter(())
+            if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
+                copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite))
             for block in self.blocks(path, source, checksum):
                 offset = block.first_line - 2
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
                 yield from self._copy_block(block, offset, here, drop, rewrite, stamp)
                 if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
                     copy.write(_apply(self.parse_block(block, path, source), drop, rewrite, self.storage, offset))
-                for start, group in itertools.islice(groups, 1):
-                    copy.write(_apply(group, drop, rewrite, self.storage, start))
-            for start, group in groups:
-                copy.write(_apply(group, drop, rewrite, self.storage, start))
             if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
                 raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
             if plan.table is not None:
@@ -502,6 +502,11 @@ class CompactibleLog(LogFiles):
             kept_new.append(self._marker(batch_id, expired_upto, now))
         copy.write(entries_table(kept_new))
         yield "".join("\n" + e.to_json() for e in kept_new).encode()
+
+    def _carried(self, sidecar: Sidecar, path: str, drop: set[int], rewrite: dict[int, str]) -> Iterator[pa.Table]:
+        """The previous compact file's entries for the new columnar copy, from its own copy, group by group."""
+        for start, group in _checked(sidecar.groups(), path):
+            yield _apply(group, drop, rewrite, self.storage, start)
 
     def _copy_block(
         self, block: Block, offset: int, changed: list[int], drop: set[int], rewrite: dict[int, str], stamp: int | None

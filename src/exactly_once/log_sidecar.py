@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -73,12 +73,13 @@ class Sidecar:
         table = fragment.to_table(columns=columns or ENTRY_SCHEMA.names, use_threads=False, memory_pool=snapshot_pool())
         return table.replace_schema_metadata(None)
 
-    def groups(self) -> Iterator[tuple[int, pa.Table]]:
-        """(row of the first entry, entries) of each row group: bounded memory for a caller that streams."""
+    def groups(self, columns: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
+        """(row of the first entry, entries) of each row group (only ``columns``, if given): bounded memory
+        for a caller that streams."""
         parquet = pq.ParquetFile(pa.BufferReader(self.data), page_checksum_verification=True)
         offset = 0
         for index in range(parquet.num_row_groups):
-            group = parquet.read_row_group(index, use_threads=False).replace_schema_metadata(None)
+            group = parquet.read_row_group(index, columns, use_threads=False).replace_schema_metadata(None)
             yield offset, group
             offset += group.num_rows
 
@@ -127,6 +128,16 @@ class SidecarWriter:
             if len(self._pending) >= 2:  # bounded: at most two tables wait for the encoder
                 self._pending.pop(0).result()
             self._pending.append(self._encoder.submit(self._writer.write_table, table, _ROW_GROUP))
+
+    def write_all(self, tables: Callable[[], Iterable[pa.Table]]) -> None:
+        """Write every table ``tables()`` yields, produced on the encoder thread too (so decoding a big
+        source overlaps the caller's work); its errors surface in :meth:`finish`."""
+        def produce() -> None:
+            for table in tables():
+                if table.num_rows:
+                    self._writer.write_table(table, _ROW_GROUP)
+
+        self._pending.append(self._encoder.submit(produce))
 
     def finish(self, source: str, size: int, crc: int) -> bytes:
         """The side-car's bytes, recording the compact file it copies (name, byte size, CRC-32)."""
