@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow.fs
 import pyarrow.parquet as pq
 
 from .failpoints import failpoint
@@ -95,8 +96,10 @@ def publish(storage: Storage, staging: str) -> list[PublishedFile]:
         ['/data/out/k=a/part-00000-....c000.snappy.parquet']
     """
     staged = [posixpath.join(staging, relative) for relative in _staged_files(storage, staging)]
+    filesystem = storage.arrow_filesystem()
     with ThreadPoolExecutor(_IO_THREADS) as pool:
-        rows = list(pool.map(lambda path: _num_rows(storage, path), staged))
+        # a file's data is made durable where it was staged: the rename keeps the inode
+        rows = list(pool.map(lambda path: _rows_made_durable(storage, filesystem, path), staged))
         targets = []
         directories = {storage.root}
         for source, count in zip(staged, rows):
@@ -111,17 +114,18 @@ def publish(storage: Storage, staging: str) -> list[PublishedFile]:
             directories.add(posixpath.dirname(target))
             targets.append((target, count))
             failpoint("publish_rename")
-        published = list(pool.map(lambda item: _durable_status(storage, *item), targets))
         list(pool.map(storage.fsync, sorted(directories, key=len, reverse=True)))
-    return published
+        return list(pool.map(lambda item: _status(storage, *item), targets))
 
 
-def _num_rows(storage: Storage, path: str) -> int:
-    with storage.open(path, "rb") as fh:  # the footer only, not the data
-        return pq.ParquetFile(fh).metadata.num_rows
+def _rows_made_durable(storage: Storage, filesystem: pyarrow.fs.FileSystem, path: str) -> int:
+    """The file's row count (its footer only, not the data); a file with rows is fsynced."""
+    rows = pq.read_metadata(path, filesystem=filesystem).num_rows
+    if rows:
+        storage.fsync(path)
+    return rows
 
 
-def _durable_status(storage: Storage, path: str, num_rows: int) -> PublishedFile:
-    storage.fsync(path)
+def _status(storage: Storage, path: str, num_rows: int) -> PublishedFile:
     info = storage.info(path)
     return PublishedFile(path, info.size, info.mtime_ms, num_rows)
