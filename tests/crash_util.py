@@ -347,7 +347,7 @@ def assert_checkpoint_and_log_agree(out: str | Path, checkpoint: str | Path, row
     assert checkpoint_ids(checkpoint, "offsets")[-1] == latest, "an offset batch after the last commit"
     logged = {}
     for entry in log.all_files():
-        if entry.is_dir and "commitId" in entry.extra:
+        if "commitId" in entry.extra:
             assert entry.batch_id not in logged, f"two commit records for log batch {entry.batch_id}"
             logged[entry.batch_id] = CommitRecord.from_entry(entry)
     # Compaction keeps the first and last record of each run; the batches between are attributed from them.
