@@ -73,6 +73,7 @@ class RecordingSink:
                 "batch": batch_id,
                 "call": total,
                 "write": p.write_seconds,
+                "publish": p.publish_seconds,
                 "commit": p.commit_seconds,
                 "other": total - p.write_seconds - p.commit_seconds,
                 "rows": p.rows,

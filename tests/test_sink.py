@@ -86,6 +86,8 @@ def test_partitioned_stream_spark_and_reader_agree(spark, tmp_path, writer):
     progress = sink.last_progress
     assert progress.batch_id == 6 and progress.rows == 20 and progress.files == 4 and progress.bytes > 0
     assert not progress.skipped and progress.write_seconds > 0
+    # the Spark writer path reports its publishing (renames + fsync) as part of the write
+    assert (progress.publish_seconds > 0) is (writer == "spark") and progress.publish_seconds < progress.write_seconds
 
 
 def test_sink_on_every_backend(spark, tmp_path, backend):

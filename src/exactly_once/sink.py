@@ -43,7 +43,7 @@ from .log_compaction import check_log_parameters, check_positive_int
 from .metadata_log import LogEntry, MetadataLog
 from .schema_check import read_committed_schema, schema_problems
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
-from .spark_writer import write_and_publish
+from .spark_writer import publish, write_staged
 from .storage import Storage
 from .writer import WriteSpec, parquet_codec, write_files
 
@@ -63,7 +63,8 @@ class BatchProgress:
     rows: int = 0
     files: int = 0
     bytes: int = 0
-    write_seconds: float = 0.0
+    write_seconds: float = 0.0  # writing the batch's files, publishing included
+    publish_seconds: float = 0.0  # Spark writer path: footers, fsync and renames out of staging
     commit_seconds: float = 0.0
 
 
@@ -213,10 +214,13 @@ class ParquetSink:
         batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
         try:
             if spark_writes:
-                statuses = write_and_publish(
+                write_staged(
                     df, batch, partition_by=self.partition_by, compression=self.compression,
                     max_records_per_file=self.max_records_per_file,
                 )
+                publishing = time.monotonic()
+                statuses = publish(storage, batch.staging)
+                progress.publish_seconds = time.monotonic() - publishing
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
                 spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)

@@ -15,7 +15,8 @@ commit never points at data a power loss could empty.
 
 Example::
 
-    >>> files = write_and_publish(df, batch, partition_by=("day",), compression="snappy", max_records_per_file=None)
+    >>> write_staged(df, batch, partition_by=("day",), compression="snappy", max_records_per_file=None)
+    >>> files = publish(batch.storage, batch.staging)
     >>> files[0].path, files[0].size, files[0].num_rows
     ('/data/out/day=2026-01-01/part-00000-....c000.snappy.parquet', 1234, 100)
 """
@@ -55,25 +56,23 @@ class PublishedFile:
     num_rows: int
 
 
-def write_and_publish(
+def write_staged(
     df: DataFrame,
     batch: InFlightBatch,
     *,
     partition_by: tuple[str, ...],
     compression: str,
     max_records_per_file: int | None,
-) -> list[PublishedFile]:
-    """Write ``df`` with Spark's Parquet writer into the batch's staging directory, then publish every file
-    under the root. Returns the published files; nothing is committed."""
-    storage = batch.storage
+) -> None:
+    """Write ``df`` with Spark's Parquet writer into the batch's staging directory (nothing is visible
+    yet; :func:`publish` moves the files under the root)."""
     writer = df.write.mode("error").options(**_COMMITTER_OPTIONS).option("compression", compression)
     if max_records_per_file:
         writer = writer.option("maxRecordsPerFile", str(max_records_per_file))
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.parquet(storage.to_hadoop_path(batch.staging))
+    writer.parquet(batch.storage.to_hadoop_path(batch.staging))
     failpoint("before_publish")
-    return publish(storage, batch.staging)
 
 
 def _staged_files(storage: Storage, staging: str) -> list[str]:
