@@ -36,11 +36,22 @@ import pyarrow.compute as pc
 
 from .errors import ExactlyOnceError, LogError, MissingLogFileError
 from .failpoints import failpoint
-from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path
+from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
 from .sink_log import (
-    BATCH_KEY, COMMIT_ID_KEY, ENTRY_SCHEMA, EXPIRED_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, LogEntry, entries_table, entry_from_row, records_of,
-    records_to_keep, without_record,
+    BATCH_KEY,
+    COMMIT_ID_KEY,
+    ENTRY_SCHEMA,
+    EXPIRED_KEY,
+    QUERY_BATCH_KEY,
+    QUERY_ID_KEY,
+    CommitRecord,
+    LogEntry,
+    entries_table,
+    entry_from_row,
+    records_of,
+    records_to_keep,
+    without_record,
 )
 from .storage import Storage
 
@@ -145,6 +156,31 @@ class _SourcePlan:
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
     table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+
+    def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
+        """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
+        records, its older retention markers and, with a retention ``cutoff``, its expired data entries.
+        Returns the newest batch whose entries retention dropped (or a marker says were dropped), -1 if none;
+        ``source`` stands for entries of unknown batch (a compact file Spark wrote)."""
+        expired_upto = -1
+        has_record = pc.is_valid(table.column(COMMIT_ID_KEY))
+        rows = pc.indices_nonzero(has_record).to_pylist()
+        self.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
+        own = pc.and_(has_record, table.column("isDir"))
+        self.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
+        markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
+        self.drop.update(offset + row for row in markers)
+        if markers:
+            expired_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
+        if cutoff is not None:
+            old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
+            expired = pc.indices_nonzero(old).to_pylist()
+            self.drop.update(offset + row for row in expired)
+            if expired:
+                batches = table.column(BATCH_KEY).take(expired)
+                newest = pc.max(batches).as_py()
+                expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
+        return expired_upto
 
     def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
         """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
@@ -316,9 +352,9 @@ class CompactibleLog(LogFiles):
         """Atomically commit batch ``batch_id``. False if the batch (or a later one) already exists; never
         overwrites. Batches form an unbroken chain from 0: adding past ``latest + 1`` raises LogError.
 
-        Entries of a compact file are stamped with ``batchId`` (a delta file's name says it). On a compaction batch the compact file is streamed from the
-        previous compact file and the deltas (bounded memory, raw lines copied). After a commit, expired log
-        files are cleaned up with Spark's rule.
+        Entries of a compact file are stamped with ``batchId`` (a delta file's name says it). On a
+        compaction batch the compact file is streamed from the previous compact file and the deltas (bounded
+        memory, raw lines copied). After a commit, expired log files are cleaned up with Spark's rule.
 
         Example: ``log.add(0, [LogEntry("file:///out/part-0.parquet", 392)])`` -> ``True``.
         """
@@ -383,7 +419,7 @@ class CompactibleLog(LogFiles):
         else:
             failpoint("sidecar")
             try:
-                self.storage.put(sidecar_path(path), copy.finish(path.rsplit("/", 1)[-1], written.size, written.crc))
+                self._put_copy(path, copy, written)
             except (OSError, ExactlyOnceError) as exc:
                 logger.warning("%s: could not write the columnar copy of batch %d (%s); readers parse the JSON", self, batch_id, exc)
         return ok
@@ -400,14 +436,17 @@ class CompactibleLog(LogFiles):
         copy = SidecarWriter()
         for block in self.blocks(path, batch_id, checksum):
             copy.write(self.parse_block(block, path, batch_id))
+        return self._put_copy(path, copy, checksum)
+
+    def _put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> str:
+        """Store the columnar copy of compact file ``path``, whose bytes ``checksum`` saw; returns its path."""
         target = sidecar_path(path)
         self.storage.put(target, copy.finish(path.rsplit("/", 1)[-1], checksum.size, checksum.crc))
         return target
 
-    def _plan(self, source: str, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
-        """Pass one over one source: its commit records and the rows dropped whatever records are kept,
-        from its columnar copy when there is one, else from its JSON (validated block by block); and the
-        newest batch whose entries retention dropped (or a marker says were dropped), -1 if none."""
+    def _plan(self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
+        """Pass one over one source (see :meth:`_SourcePlan.scan`), from its columnar copy when there is one,
+        else from its JSON (validated block by block)."""
         compact = is_compact_path(path)
         sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
         plan = _SourcePlan(sidecar=sidecar)
@@ -418,26 +457,9 @@ class CompactibleLog(LogFiles):
         )
         for offset, table in blocks:
             if not compact:
-                table = table.set_column(
-                    table.schema.get_field_index(BATCH_KEY), BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), source)
-                )
+                table = stamp_batch_id(table, source)
                 parsed.append(table)
-            rows = pc.indices_nonzero(pc.is_valid(table.column("commitId"))).to_pylist()
-            plan.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
-            own = pc.and_(pc.is_valid(table.column("commitId")), table.column("isDir"))
-            plan.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
-            markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
-            plan.drop.update(offset + row for row in markers)
-            if markers:
-                expired_upto = max(expired_upto, pc.max(table.column(EXPIRED_KEY)).as_py())
-            if cutoff is not None:
-                old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
-                expired = pc.indices_nonzero(old).to_pylist()
-                plan.drop.update(offset + row for row in expired)
-                if expired:
-                    batches = table.column(BATCH_KEY).take(expired)
-                    newest = pc.max(batches).as_py()
-                    expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
+            expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
         if not compact:
             plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
         return plan, expired_upto
@@ -462,9 +484,9 @@ class CompactibleLog(LogFiles):
             plans.append(plan)
             expired_upto = max(expired_upto, expired)
             failpoint("compaction")
-        records = [record for plan in plans for _, record in plan.records]
-        records += [r for r in map(CommitRecord.from_entry, new_entries) if r is not None]
-        keep = records_to_keep(records)
+        new = _SourcePlan()
+        new.scan(entries_table(new_entries), 0, cutoff, batch_id)  # retention markers cover older batches only
+        keep = records_to_keep([record for plan in [*plans, new] for _, record in plan.records])
         yield b"v1"
         for (source, path), plan in zip(sources, plans):
             drop, rewrite = plan.rewrites(keep)
@@ -483,15 +505,6 @@ class CompactibleLog(LogFiles):
                 raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
             if plan.table is not None:
                 copy.write(_apply(plan.table, drop, rewrite, self.storage))
-        new = _SourcePlan()
-        for row, entry in enumerate(new_entries):
-            record = CommitRecord.from_entry(entry)
-            if record is not None:
-                new.records.append((row, record))
-                if entry.is_dir:
-                    new.standalone.add(row)
-            if cutoff is not None and not entry.is_dir and entry.modification_time < cutoff:
-                new.drop.add(row)
         drop, rewrite = new.rewrites(keep)
         kept_new = [
             _rewritten(e, rewrite[row], self.storage) if row in rewrite else e

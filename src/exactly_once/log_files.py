@@ -55,6 +55,17 @@ def is_compact_path(path: str) -> bool:
     return path.endswith(COMPACT_SUFFIX)
 
 
+def stamp_batch_id(table: pa.Table, batch_id: int) -> pa.Table:
+    """A delta file's entries with their ``batchId`` (the file's name says it; its lines may not).
+
+    Example: ``stamp_batch_id(files.read_table(path, 7), 7).column("batchId")`` -> ``[7, 7]``.
+    """
+    if not table.column(BATCH_KEY).null_count:
+        return table
+    index = table.schema.get_field_index(BATCH_KEY)
+    return table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+
+
 class Listing(dict[int, str]):
     """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw,
     ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.log_sidecar`)."""
@@ -248,9 +259,8 @@ class LogFiles:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
         tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id)]
         table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
-        if not is_compact_path(path) and table.column(BATCH_KEY).null_count:
-            index = table.schema.get_field_index(BATCH_KEY)
-            table = table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+        if not is_compact_path(path):
+            table = stamp_batch_id(table, batch_id)
         return table if columns is None else table.select(columns)
 
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:

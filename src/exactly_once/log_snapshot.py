@@ -53,8 +53,12 @@ def read_chain(
     of them is not there, FileNotFoundError if it vanished since the listing); only ``columns`` if given."""
     chain = log.chain(batch, listing, interval)
     tables = [log.read_table(path, batch_id, listing.sidecars.get(batch_id), columns) for batch_id, path in chain]
-    empty = ENTRY_SCHEMA.empty_table()
-    return pa.concat_tables(tables) if tables else (empty if columns is None else empty.select(columns))
+    return pa.concat_tables(tables) if tables else _empty(columns)
+
+
+def _empty(columns: list[str] | None) -> pa.Table:
+    table = ENTRY_SCHEMA.empty_table()
+    return table if columns is None else table.select(columns)
 
 
 def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: list[str] | None = None) -> LogSnapshot:
@@ -69,7 +73,7 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
         listing = log.list_names()
         latest = max(listing, default=None)
         if latest is None:
-            return LogSnapshot(listing, None, read_chain(log, -1, Listing(), interval, columns))
+            return LogSnapshot(listing, None, _empty(columns))
         try:
             return LogSnapshot(listing, latest, read_chain(log, latest, listing, interval, columns))
         except (FileNotFoundError, MissingLogFileError) as exc:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from .errors import CorruptLogError, LogError
 from .log_compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
-from .log_files import COMPACT_SUFFIX, METADATA_DIR, VERSION, Listing, is_compact_path, parse_batch_name
+from .log_files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path, parse_batch_name
 from .sink_log import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from .storage import FileInfo, Storage
 
@@ -153,17 +153,19 @@ class MetadataLog(CompactibleLog):
         problems: list[LogError] = []
         listing = self.list_names()
         for batch_id, path in sorted(listing.items()):
+            sidecar = listing.sidecars.get(batch_id) if is_compact_path(path) else None
             try:
-                for block in self.blocks(path, batch_id):
-                    self.parse_block(block, path, batch_id)
+                if sidecar is None:
+                    for block in self.blocks(path, batch_id):
+                        self.parse_block(block, path, batch_id)
+                else:  # parsed whole once: the copy is compared with it
+                    problem = self._check_sidecar(batch_id, sidecar, path, self.read_table(path, batch_id))
+                    if problem:
+                        problems.append(problem)
             except LogError as exc:
                 problems.append(exc)
             except FileNotFoundError:
                 pass  # deleted by a concurrent cleanup
-        for batch_id, sidecar in sorted(listing.sidecars.items()):
-            problem = self._check_sidecar(batch_id, sidecar, listing)
-            if problem:
-                problems.append(problem)
         if listing:
             try:
                 self.chain(max(listing), listing, interval)
@@ -171,16 +173,11 @@ class MetadataLog(CompactibleLog):
                 problems.append(exc)
         return problems
 
-    def _check_sidecar(self, batch_id: int, sidecar: str, listing: Listing) -> LogError | None:
-        """A CorruptLogError when the columnar copy of a compact file does not hold the same entries."""
-        path = listing.get(batch_id)
-        if path is None or not is_compact_path(path):
-            return None  # left behind by a deleted compact file: cleanup removes it
-        try:
-            copy = self.read_sidecar(sidecar, path, batch_id)
-            parsed = self.read_table(path, batch_id)
-        except (LogError, FileNotFoundError):
-            return None  # the compact file's own problem is reported above
+    def _check_sidecar(self, batch_id: int, sidecar: str, path: str, parsed: pa.Table) -> LogError | None:
+        """A CorruptLogError when the columnar copy ``sidecar`` of compact file ``path`` (whose entries are
+        ``parsed``) does not hold the same entries. A copy left behind by a deleted compact file is not
+        looked at: cleanup removes it."""
+        copy = self.read_sidecar(sidecar, path, batch_id)
         try:
             same = copy is not None and copy.table().equals(parsed)
         except (pa.ArrowException, OSError):  # damaged: a page CRC-32 failed

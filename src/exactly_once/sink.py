@@ -10,8 +10,9 @@ when its log file exists.
 
 Each commit carries one *commit record*: extra keys Spark ignores, on the batch's first data entry (on an
 entry of its own that Spark skips when the batch wrote no file), naming the streaming query, the query's
-own batch id and a unique commit id. It makes replays idempotent per query, lets a second query be told apart from a replay, and makes
-every commit payload unique (for lost-acknowledgement read-back on object stores).
+own batch id and a unique commit id. It makes replays idempotent per query, lets a second query be told
+apart from a replay, and makes every commit payload unique (for lost-acknowledgement read-back on object
+stores).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import functools
@@ -188,6 +189,29 @@ def _to_epoch_ms(value: Any) -> int:
         return _to_epoch_ms(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
     raise TypeError(f"unrecognised modification time {value!r}")
 
+
+
+@contextlib.contextmanager
+def _local_temp(path: str, data: bytes | Iterable[bytes], durable: bool) -> Iterator[str]:
+    """A temporary file next to ``path`` holding ``data`` (fsynced if ``durable``), removed on the way
+    out: the caller links or renames it into place. Its name (``.<name>.<uuid>.tmp``) is one Spark's log
+    ignores and log cleanup removes."""
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            for chunk in [data] if isinstance(data, bytes) else data:
+                fh.write(chunk)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        yield tmp
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
 
 class Storage:
     """A filesystem rooted at one fsspec URL (local path, ``file://``, ``memory://``, ``abfs://``,
@@ -431,17 +455,8 @@ class Storage:
         if not self.is_local:
             self.fs.pipe_file(path, data)
             return
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")  # a name log cleanup removes
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
+        with _local_temp(path, data, durable=False) as tmp:
             os.replace(tmp, path)
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
 
     # -- exclusive create ------------------------------------------------------------------------
 
@@ -491,32 +506,19 @@ class Storage:
 
     @staticmethod
     def _create_local(path: str, data: bytes | Iterable[bytes], publish_failpoint: bool) -> bool:
-        directory, name = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")  # a name Spark ignores
-        try:
-            with open(tmp, "wb") as fh:
-                for chunk in [data] if isinstance(data, bytes) else data:
-                    fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
+        with _local_temp(path, data, durable=True) as tmp:
             if publish_failpoint:
                 failpoint("commit_publish")
             try:
                 os.link(tmp, path)  # atomic, never overwrites
             except FileExistsError:
                 return False
-            dir_fd = os.open(directory, os.O_RDONLY)
+            dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
             return True
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
 
     def _probe(self) -> None:
         """Once per store and process: check that a second exclusive create really fails. When it does
