@@ -223,3 +223,6 @@ def test_log_is_lean_against_sparks_own_sink_on_the_same_stream(spark, tmp_path)
     deltas = our_lines[-3:]
     assert all(b'"batchId"' not in line for line in deltas) and all(b'"batchId"' in line for line in our_lines[:-3])
     assert sum(map(len, our_lines)) <= 1.2 * sum(map(len, spark_lines))
+    # A data entry without a record costs Spark's line plus at most its batchId.
+    plain = [line for line in our_lines if line not in records]
+    assert sum(map(len, plain)) / len(plain) <= 1.1 * sum(map(len, spark_lines)) / len(spark_lines)
