@@ -38,7 +38,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, < 2 min); output to a temp dir")
     p.add_argument("--repeats", type=int, help="repeats per comparison (default 3, quick 2)")
-    p.add_argument("--batches", type=int, help="sink micro-batches (default 10, quick 3)")
+    p.add_argument(
+        "--sink-repeats", type=int,
+        help="repeats of the sink section (default 5, quick 2): its ratios compare whole-query wall times on a noisy host",
+    )
+    p.add_argument("--batches", type=int, help="sink micro-batches (default 6, quick 3)")
     p.add_argument("--rows", type=int, help="rows per micro-batch (default 1,000,000, quick 50,000)")
     p.add_argument(
         "--history",
@@ -60,9 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
-        defaults = {"repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10"}
+        defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10"}
     else:
-        defaults = {"repeats": 3, "batches": 10, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10"}
+        defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10"}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             generate_input(warm_dir, 2 if not args.quick else 1, max(10_000, args.rows // 10))
             kinds = tuple(args.sink_kinds.split(",")) if args.sink_kinds else sink_bench.SPARK_KINDS
             ctx["sink"] = sink_bench.run(
-                spark, input_dir, inputs, warm_dir, work, args.repeats, args.rows, kinds, not args.sink_kinds
+                spark, input_dir, inputs, warm_dir, work, args.sink_repeats, args.rows, kinds, not args.sink_kinds
             )
             shutil.rmtree(input_dir, ignore_errors=True)
         if "planning" in args.sections:

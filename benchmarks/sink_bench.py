@@ -246,6 +246,28 @@ def delta_appends(inputs: list[str], out: str) -> float:
     return time.perf_counter() - started
 
 
+def run_order(contenders: list[str], rep: int) -> list[str]:
+    """The order of repeat ``rep``: Spark's file sink and ``ours`` of the same layout run back to back (which
+    one first alternates), so their ratio compares runs seconds apart on this noisy host; the blocks rotate
+    every repeat and their order reverses every other repeat.
+
+    >>> run_order(["spark", "ours", "noop-sink", "spark-part", "ours-part"], 1)
+    ['ours', 'spark', 'ours-part', 'spark-part', 'noop-sink']
+    """
+    blocks: list[list[str]] = []
+    for kind in contenders:
+        partner = {"ours": "spark", "ours-part": "spark-part"}.get(kind)
+        if partner in contenders:
+            next(b for b in blocks if b[0] == partner).append(kind)
+        else:
+            blocks.append([kind])
+    shift = rep % len(blocks)
+    blocks = blocks[shift:] + blocks[:shift]
+    if rep % 2:
+        blocks = [b[::-1] for b in reversed(blocks)]
+    return [kind for block in blocks for kind in block]
+
+
 def run(
     spark, input_dir: str, inputs: list[str], warm_dir: str, work: str, repeats: int, rows_per_batch: int,
     kinds: tuple[str, ...] = SPARK_KINDS, ceilings: bool = True,
@@ -261,9 +283,7 @@ def run(
     shutil.rmtree(os.path.join(work, "ceiling-warmup"), ignore_errors=True)
     contenders = list(kinds) + (["pyarrow", "delta-rs"] if ceilings else [])
     for rep in range(repeats):
-        order = contenders[rep % len(contenders):] + contenders[: rep % len(contenders)]
-        if rep % 2:
-            order.reverse()
+        order = run_order(contenders, rep)
         logger.info("sink repeat %d/%d, order %s", rep + 1, repeats, order)
         for kind in order:
             tag = f"r{rep}"
