@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from exactly_once import committed_files, errors
+from exactly_once.cli import read_output
 from exactly_once.metadata_log import LogEntry, MetadataLog
 
 LOG = "_spark_metadata"
@@ -54,6 +55,8 @@ def test_readers_use_the_copy_and_verify_reports_a_mismatch(tmp_path):
     assert b'"size":5001,' in raw
     compact.write_bytes(raw.replace(b'"size":5001,', b'"size":5009,'))
     assert _sizes(tmp_path)["b5-0.parquet"] == 5001
+    shown = read_output(str(tmp_path), {})  # what `exactly-once ls` / `show` print
+    assert {e.path.rsplit("/", 1)[-1]: e.size for b in shown.batches.values() for e in b.data_files} == _expected(6)
     problems = [str(p) for p in log.check()]
     assert len(problems) == 1 and "5.compact.parquet" in problems[0] and "write_columnar_copy(5)" in problems[0]
     # The next compaction checks the copy against the bytes it copies, and goes back to the JSON.

@@ -41,7 +41,6 @@ from .errors import ExactlyOnceError, LogError, NotAnOutputError
 from .inflight import HIDDEN_DIR, Lease, leases, staging_dirs
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
 from .reader import CommittedFile, snapshot
-from .log_files import Listing
 from .log_snapshot import read_chain
 from .chain import decide_write
 from .sink import Action, checkpoint_query_id, decide_batch
@@ -125,7 +124,8 @@ def read_output(
     """
     storage = Storage(url, dict(storage_options))
     log = MetadataLog(url, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
-    listing = log.list_batches()
+    names = log.list_details()
+    listing = names.infos
     if must_exist and not listing and not storage.exists(log.log_dir):
         raise NotAnOutputError(
             f"{storage.display(storage.root)} has no {METADATA_DIR} log: it is not the output of a streaming "
@@ -135,7 +135,6 @@ def read_output(
     output = Output(storage, log, listing, latest, {}, compact_interval)
     if latest is None:
         return output
-    names = Listing({b: info.path for b, info in listing.items()})
     table = read_chain(log, latest, names, compact_interval)
     chain = log.chain(latest, names, compact_interval)
     output.first_batch = chain[0][0]

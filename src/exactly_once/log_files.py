@@ -68,7 +68,8 @@ def stamp_batch_id(table: pa.Table, batch_id: int) -> pa.Table:
 
 class Listing(dict[int, str]):
     """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw,
-    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.log_sidecar`)."""
+    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.log_sidecar`),
+    ``infos`` each batch file's size and modification time (only from a listing that stats files)."""
 
     def __init__(
         self,
@@ -79,6 +80,21 @@ class Listing(dict[int, str]):
         super().__init__(files or {})
         self.temps = temps or []
         self.sidecars = sidecars or {}
+        self.infos: dict[int, FileInfo] = {}
+
+    def add(self, path: str) -> int | None:
+        """File ``path`` of the log directory under what it is; returns its batch id if it is a batch file."""
+        parsed = parse_batch_name(path)
+        if parsed:
+            self[parsed[0]] = path
+            return parsed[0]
+        if path.endswith(".tmp"):
+            self.temps.append(path)
+        elif path.endswith(COMPACT_SUFFIX + SIDECAR_SUFFIX):
+            parsed = parse_batch_name(path[: -len(SIDECAR_SUFFIX)])
+            if parsed:
+                self.sidecars[parsed[0]] = path
+        return None
 
 
 @dataclass(frozen=True)
@@ -121,24 +137,16 @@ class LogFiles:
         """Batch id -> log file path, from one fresh names-only listing (no per-file stat)."""
         found = Listing()
         for path in self.storage.ls_names(self.log_dir):
-            parsed = parse_batch_name(path)
-            if parsed:
-                found[parsed[0]] = path
-            elif path.endswith(".tmp"):
-                found.temps.append(path)
-            elif path.endswith(COMPACT_SUFFIX + SIDECAR_SUFFIX):
-                parsed = parse_batch_name(path[: -len(SIDECAR_SUFFIX)])
-                if parsed:
-                    found.sidecars[parsed[0]] = path
+            found.add(path)
         return found
 
-    def list_details(self) -> dict[int, FileInfo]:
-        """Batch id -> log file with size and modification time (one listing that stats every file)."""
-        found: dict[int, FileInfo] = {}
+    def list_details(self) -> Listing:
+        """As :meth:`list_names`, from one listing that also stats every file (``Listing.infos``)."""
+        found = Listing()
         for info in self.storage.ls(self.log_dir):
-            parsed = parse_batch_name(info.path)
-            if parsed and not info.is_dir:
-                found[parsed[0]] = info
+            batch_id = None if info.is_dir else found.add(info.path)
+            if batch_id is not None:
+                found.infos[batch_id] = info
         return found
 
     # -- reading ---------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ class MetadataLog(CompactibleLog):
     def list_batches(self) -> dict[int, FileInfo]:
         """Batch id -> log file with its size and modification time (a listing that stats every file;
         :meth:`list_names` is the cheap one)."""
-        return self.list_details()
+        return self.list_details().infos
 
     def latest_batch_id(self) -> int | None:
         """The newest committed batch id (from the listing, like Spark), or None for an empty log."""
