@@ -254,13 +254,9 @@ def run_order(contenders: list[str], rep: int) -> list[str]:
     >>> run_order(["spark", "ours", "noop-sink", "spark-part", "ours-part"], 1)
     ['ours', 'spark', 'ours-part', 'spark-part', 'noop-sink']
     """
-    blocks: list[list[str]] = []
-    for kind in contenders:
-        partner = {"ours": "spark", "ours-part": "spark-part"}.get(kind)
-        if partner in contenders:
-            next(b for b in blocks if b[0] == partner).append(kind)
-        else:
-            blocks.append([kind])
+    pairs = {"spark": "ours", "spark-part": "ours-part"}
+    paired = {pairs[k] for k in contenders if pairs.get(k) in contenders}
+    blocks = [[k, pairs[k]] if pairs.get(k) in paired else [k] for k in contenders if k not in paired]
     shift = rep % len(blocks)
     blocks = blocks[shift:] + blocks[:shift]
     if rep % 2:

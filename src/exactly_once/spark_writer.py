@@ -6,8 +6,8 @@ Spark writes exactly what its streaming file sink would (same encoder, codec, ``
 and ``k=v/`` directory names for every type), into ``_exactly_once/staging/<commit id>/`` (hidden from
 every reader). The Hadoop output committer is told to move task output straight into the staging
 directory (algorithm 2) and to write no ``_SUCCESS``: the staging directory is not the output, the log
-commit is. Hadoop's raw local filesystem stages the files without ``.crc`` checksum files. Publishing keeps each file's path relative to the staging directory, so the output has the
-layout of Spark's sink. Spark's file names carry the write job's uuid, so a replayed batch publishes
+commit is. Hadoop's raw local filesystem stages the files without ``.crc`` checksum files. Publishing
+keeps each file's path relative to the staging directory, so the output has the layout of Spark's sink. Spark's file names carry the write job's uuid, so a replayed batch publishes
 under new names, and a rename never replaces a file.
 
 After the renames the files and the directories that gained entries are fsynced (local disk), so the log

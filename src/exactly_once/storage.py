@@ -190,7 +190,6 @@ def _to_epoch_ms(value: Any) -> int:
     raise TypeError(f"unrecognised modification time {value!r}")
 
 
-
 @contextlib.contextmanager
 def _local_temp(path: str, data: bytes | Iterable[bytes], durable: bool) -> Iterator[str]:
     """A temporary file next to ``path`` holding ``data`` (fsynced if ``durable``), removed on the way
@@ -212,6 +211,7 @@ def _local_temp(path: str, data: bytes | Iterable[bytes], durable: bool) -> Iter
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+
 
 class Storage:
     """A filesystem rooted at one fsspec URL (local path, ``file://``, ``memory://``, ``abfs://``,
