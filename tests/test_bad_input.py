@@ -10,8 +10,11 @@ exactly as Spark's own reader sees it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import io
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once import LogEntry, MetadataLog, ParquetSink, read_committed
+from exactly_once import LogEntry, MetadataLog, ParquetSink, committed_files, read_committed, write_batch
+from exactly_once.cli import main
 from exactly_once.errors import (
     CorruptLogError,
     ExactlyOnceError,
+    LogPathError,
     MissingDataFileError,
     MissingLogFileError,
     NotAnOutputError,
@@ -217,6 +222,32 @@ def test_empty_log_reads_as_no_rows(tmp_path: Path) -> None:
     except ExactlyOnceError:
         return
     assert table.num_rows == 0
+
+
+def test_log_path_that_is_a_file_is_a_typed_error_everywhere(spark, tmp_path: Path) -> None:
+    """`_spark_metadata` replaced by a file: every reader, the sink, write_batch, `verify` and `vacuum`
+    raise LogPathError naming it. Before, `verify` said "OK, no batches committed yet", `vacuum` deleted
+    every data file as an orphan and write_batch raised a bare FileExistsError."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"id": [1, 2]}), app_id="a", version=0)
+    data = parquet_on_disk(out)
+    shutil.rmtree(out / "_spark_metadata")
+    (out / "_spark_metadata").write_bytes(b"v1\n")
+    for fn in (
+        lambda: read_committed(str(out)),
+        lambda: read_committed(str(out), spark=spark),
+        lambda: committed_files(str(out)),
+        lambda: write_batch(str(out), pa.table({"id": [3]}), app_id="a", version=1),
+        lambda: ParquetSink(str(out))(spark.range(3), 0),
+    ):
+        assert str(out / "_spark_metadata") in str(raises(fn, LogPathError))
+    for command in (["verify", str(out)], ["vacuum", str(out), "--older-than", "0s"]):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()) as stdout:
+            assert main(command) == 1
+        assert stdout.getvalue() == "" and f"{out / '_spark_metadata'} is a file" in stderr.getvalue()
+    assert parquet_on_disk(out) == data  # nothing deleted, nothing written
+    assert (out / "_spark_metadata").read_bytes() == b"v1\n"
 
 
 def test_not_an_output(tmp_path: Path) -> None:

@@ -276,6 +276,7 @@ CORRUPT = {
     "bad_header": (b"x1\n" + GOOD, errors.CorruptLogError, "header"),
     "v_not_int": (b"vX\n" + GOOD, errors.CorruptLogError, "header"),
     "v2": (b"v2\n" + GOOD, errors.UnsupportedLogVersionError, "v2"),
+    "v0": (b"v0\n" + GOOD, errors.CorruptLogError, "malformed"),  # Spark: versions start at 1
     "truncated": (b"v1\n" + GOOD[:40], errors.CorruptLogError, "line 2"),
     "bad_json": (b"v1\n{not json}", errors.CorruptLogError, "line 2"),
     "not_object": (b"v1\n[1,2]", errors.CorruptLogError, "not a JSON object"),

@@ -39,6 +39,10 @@ class SnapshotExpiredError(LogError):
     """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full."""
 
 
+class LogPathError(LogError):
+    """The `_spark_metadata` path exists but is not a directory, so the log cannot be listed."""
+
+
 class NotAnOutputError(LogError):
     """The path has no `_spark_metadata` log, so committed data cannot be told apart."""
 

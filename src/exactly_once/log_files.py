@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from .errors import CorruptLogError, UnsupportedLogVersionError
+from .errors import CorruptLogError, LogPathError, UnsupportedLogVersionError
 from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, decode_sidecar
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from .storage import FileInfo, Storage
@@ -136,18 +136,40 @@ class LogFiles:
     def list_names(self) -> Listing:
         """Batch id -> log file path, from one fresh names-only listing (no per-file stat)."""
         found = Listing()
-        for path in self.storage.ls_names(self.log_dir):
+        names = self.storage.ls_names(self.log_dir)
+        if not names or names == [self.log_dir]:
+            self._require_directory()
+        for path in names:
             found.add(path)
         return found
 
     def list_details(self) -> Listing:
         """As :meth:`list_names`, from one listing that also stats every file (``Listing.infos``)."""
         found = Listing()
-        for info in self.storage.ls(self.log_dir):
+        infos = self.storage.ls(self.log_dir)
+        if not infos or [i.path for i in infos] == [self.log_dir]:
+            self._require_directory()
+        for info in infos:
             batch_id = None if info.is_dir else found.add(info.path)
             if batch_id is not None:
                 found.infos[batch_id] = info
         return found
+
+    def _require_directory(self) -> None:
+        """LogPathError if the log path exists but is not a directory (an empty listing is then no log at
+        all, not an empty one: readers would show nothing and ``vacuum`` would take every file for an orphan).
+        Called only when a listing came back empty (or named the log path itself, as object stores do for a
+        file): one stat for a new output."""
+        try:
+            info = self.storage.info(self.log_dir)
+        except FileNotFoundError:
+            return
+        if not info.is_dir:
+            raise LogPathError(
+                f"{self.display(self.log_dir)} is a file, not the log directory: the committed batches of "
+                f"{self.display(self.storage.root)} cannot be read. Something overwrote the log; restore the "
+                f"{METADATA_DIR} directory from backup (or move the file away if this is not a streaming sink's output)."
+            )
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -168,10 +190,11 @@ class LogFiles:
             )
         text = header.rstrip(b"\n")
         version = text[1:].decode("ascii", "replace")
-        if not text.startswith(b"v") or not version.isdigit():
+        if not text.startswith(b"v") or not version.isdigit() or int(version) == 0:  # Spark: v0 is malformed
             raise CorruptLogError(
                 f"malformed log file {self.display(path)} (batch {batch_id}): header {text[:20]!r} is not "
-                "'v<version>'. The file is not a Spark metadata log file or is damaged; restore it from backup."
+                "'v<version>' with a version >= 1. The file is not a Spark metadata log file or is damaged; "
+                "restore it from backup."
             )
         if int(version) > VERSION:
             raise UnsupportedLogVersionError(
