@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import ParquetSink, committed_files, read_committed
+from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed
 from tests.spark_util import run_available_now
 
 CLI = [sys.executable, "-m", "exactly_once"]
@@ -54,7 +54,7 @@ def stream(spark, src: Path):
 
 
 def our_sink(out: Path) -> ParquetSink:
-    # Small compact interval and immediate cleanup: deltas 0 and 1 are gone, 2.compact and 5.compact stay.
+    # Small compact interval and immediate cleanup: after batch 6 only 5.compact and 6 stay, as with Spark's sink.
     return ParquetSink(str(out), partition_by=["k"], compact_interval=3, min_batches_to_retain=1, cleanup_delay="0ms")
 
 
@@ -133,8 +133,21 @@ def test_ls_json_attributes_compacted_batches_of_our_sink(outputs: Outputs) -> N
     assert [b["query_batch"] for b in data["batches"]] == list(range(BATCHES))
     times = [b["commit_time_ms"] for b in data["batches"]]
     assert times == sorted(times) and times[0] > (TWO_HOURS_AGO * 1000)
-    assert (data["latest_batch"], data["compact_interval"], data["compact_batches"]) == (6, 3, [2, 5])
-    assert (data["oldest_batch"], data["oldest_log_file"]) == (0, 2)
+    # One compact file left (Spark's cleanup rule): the interval is inferred as Spark would (6 divides 5 + 1).
+    assert (data["latest_batch"], data["compact_interval"], data["compact_batches"]) == (6, 6, [5])
+    assert (data["oldest_batch"], data["oldest_log_file"]) == (0, 5)
+
+
+def test_log_cleanup_keeps_what_sparks_own_sink_keeps(outputs: Outputs) -> None:
+    """The same stream with the same settings (compact interval 3, cleanup delay 0, minBatchesToRetain 1):
+    our log keeps exactly the log files Spark's FileStreamSinkLog keeps (it kept five, never deleting the
+    second newest compact file), and reads the same."""
+
+    def batch_files(out: Path) -> list[str]:
+        return sorted(n for n in os.listdir(out / "_spark_metadata") if MetadataLog.parse_batch_name(n))
+
+    assert batch_files(outputs.ours) == batch_files(outputs.spark_out) == ["5.compact", "6"]
+    assert read_committed(str(outputs.ours)).num_rows == read_committed(str(outputs.spark_out)).num_rows == ROWS
 
 
 def test_ls_table_of_spark_output_with_installed_script(outputs: Outputs) -> None:
@@ -190,8 +203,8 @@ def test_verify_reports_every_problem(ours: Path) -> None:
     os.remove(gone)
     with open(grown, "ab") as fh:
         fh.write(b"junk")
-    log4 = ours / "_spark_metadata" / "4"  # superseded by 5.compact, still in the log directory
-    log4.write_bytes(log4.read_bytes()[:60])
+    log4 = ours / "_spark_metadata" / "4"  # superseded by 5.compact, left by a cleanup delay, truncated
+    log4.write_bytes((ours / "_spark_metadata" / "6").read_bytes()[:60])
 
     code, data = cli_json("verify", ours)
     assert code == 1 and not data["ok"]
@@ -255,8 +268,8 @@ def test_vacuum_refuses_when_the_log_cannot_be_read(ours: Path) -> None:
     orphan = ours / "part-00000-0rphan.c000.snappy.parquet"
     shutil.copyfile(sorted(data_files(ours))[0], orphan)
     age(orphan)
-    log4 = ours / "_spark_metadata" / "4"
-    log4.write_bytes(log4.read_bytes()[:60])
+    log4 = ours / "_spark_metadata" / "4"  # superseded by 5.compact, left by a cleanup delay, truncated
+    log4.write_bytes((ours / "_spark_metadata" / "6").read_bytes()[:60])
     before = data_files(ours)
     result = cli("vacuum", ours, "--older-than", "0s")
     assert result.returncode == 1 and result.stdout == ""

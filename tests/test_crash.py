@@ -99,7 +99,7 @@ class KillCase:
 #     (@4 = batch 5, after copying 2.compact and 3);
 #   sidecar: one per compaction, after the compact file is committed (@2 = batch 5);
 #   cleanup (min_batches_to_retain=2, cleanup_delay=0s): one per deleted log file: batch 4 deletes 0, 1;
-#     batch 8 deletes 2.compact, 3, 4 (@4 = batch 8, after two of those three).
+#     batch 7 deletes 2.compact, 3, 4 (Spark's rule; @4 = batch 7, after two of those three).
 # Both writer paths run the write/commit window; the log's own failpoints (compaction, cleanup) do not
 # depend on the writer and run on the Spark path only. On the Spark path a task dies inside Spark's
 # writer (its files stay in the hidden staging directory), files wait in staging after the job, and a
@@ -135,7 +135,7 @@ KILL_CASES = {
         files=10, nth=2, log_latest=5, commit_latest=4, orphan_batch=None, replay_skipped=True
     ),
     ("spark", "cleanup"): KillCase(
-        files=10, nth=4, log_latest=8, commit_latest=7, orphan_batch=None, replay_skipped=True
+        files=10, nth=4, log_latest=7, commit_latest=6, orphan_batch=None, replay_skipped=True
     ),
 }
 

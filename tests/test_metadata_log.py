@@ -18,6 +18,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from exactly_once import errors
+from exactly_once.log_snapshot import read_snapshot
 from exactly_once.metadata_log import LogEntry, MetadataLog, derive_compact_interval, parse_duration_ms
 from tests.spark_util import run_available_now
 
@@ -255,6 +256,44 @@ def test_cleanup_spark_rule_delay_and_two_compacts(tmp_path):
     assert remaining == [(8, True), (9, False), (10, False), (11, True), (12, False)]
     assert sorted(n for n in names if n.endswith(".parquet")) == ["11.compact.parquet", "8.compact.parquet"]
     assert len(log.all_files()) == 13
+
+
+def _spark_keeps(latest: int, interval: int, retain: int) -> list[int]:
+    """The batch files Spark's CompactibleFileStreamLog.deleteExpiredLog leaves after batches 0..latest
+    (cleanup delay 0): every file below minCompactionBatchId of the newest batch goes."""
+    min_batch_id = latest + 1 - retain
+    if interval > min_batch_id:
+        return list(range(latest + 1))
+    return list(range(min_batch_id - min_batch_id % interval - 1, latest + 1))
+
+
+@pytest.mark.parametrize(("interval", "retain"), [(3, 1), (3, 2), (2, 3), (4, 4), (5, 7)])
+def test_cleanup_leaves_exactly_what_spark_leaves(tmp_path, interval, retain):
+    """After every batch, the log holds exactly the files Spark's rule keeps, also where that leaves a single
+    compact file (retain < interval); readers still read every batch."""
+    root = str(tmp_path)
+    log = MetadataLog(root, compact_interval=interval, min_batches_to_retain=retain, cleanup_delay="0s")
+    for b in range(13):
+        log.add(b, [_entry(root, f"f{b}")])
+        names = os.listdir(tmp_path / "_spark_metadata")
+        kept = sorted(parsed for parsed in map(MetadataLog.parse_batch_name, names) if parsed)
+        assert kept == [(k, (k + 1) % interval == 0) for k in _spark_keeps(b, interval, retain)], b
+        assert len(MetadataLog(root).all_files()) == b + 1
+
+
+def test_reader_reinfers_the_interval_when_cleanup_left_one_compact_file(tmp_path):
+    """With one compact file left, the interval a reader infers (Spark's deriveCompactInterval) holds for
+    that listing only: a reader that reads again after the writer moved on must not reuse it."""
+    root = str(tmp_path)
+    writer = MetadataLog(root, compact_interval=3, min_batches_to_retain=1, cleanup_delay="0s")
+    reader = MetadataLog(root, cleanup=False)
+    for b in range(8):
+        writer.add(b, [_entry(root, f"f{b}")])
+    assert sorted(os.listdir(tmp_path / "_spark_metadata"))[:3] == ["5.compact", "5.compact.parquet", "6"]
+    assert read_snapshot(reader).table.num_rows == 8  # one compact file: interval 6 fits this listing
+    for b in (8, 9):
+        writer.add(b, [_entry(root, f"f{b}")])
+    assert read_snapshot(reader).table.num_rows == 10  # 8.compact, 9: interval 9 now, 6 would need 5.compact
 
 
 def test_compaction_of_large_log_streams(tmp_path):

@@ -554,10 +554,14 @@ class CompactibleLog(LogFiles):
     # -- cleanup ---------------------------------------------------------------------------------
 
     def cleanup(self, current_batch_id: int, listing: Listing | None = None) -> list[str]:
-        """Delete expired log files after committing ``current_batch_id`` (Spark's rule), never the two
-        newest compact files, never a file younger than ``cleanup_delay``; stale temporary files too.
-        Returns the deleted paths. ``listing`` (from :meth:`add`) saves a listing: the log directory is
-        listed again (with modification times) only when there is something to delete.
+        """Delete expired log files after committing ``current_batch_id``, with Spark's rule
+        (``CompactibleFileStreamLog.deleteExpiredLog``): every log file below the compaction batch that
+        precedes batch ``current_batch_id + 1 - min_batches_to_retain``, once it is ``cleanup_delay`` old;
+        stale temporary files and orphaned columnar copies too. With ``min_batches_to_retain`` below the
+        compact interval that can leave one compact file (as Spark does): readers infer the interval from
+        each listing (:func:`infer_interval`). Returns the deleted paths. ``listing`` (from :meth:`add`) saves
+        a listing: the log directory is listed again (with modification times) only when there is something
+        to delete.
 
         Example: ``log.cleanup(120)`` -> ``['/out/_spark_metadata/0', ...]``.
         """
@@ -567,9 +571,6 @@ class CompactibleLog(LogFiles):
         if interval > min_batch_id:
             return []
         threshold = min_batch_id - (min_batch_id % interval) - 1
-        compacts = sorted((b for b, p in listing.items() if is_compact_path(p)), reverse=True)
-        if len(compacts) >= 2:
-            threshold = min(threshold, compacts[1])
         candidates = {p for b, p in listing.items() if b < threshold} | set(listing.temps)
         candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
         if not candidates:
@@ -577,7 +578,7 @@ class CompactibleLog(LogFiles):
         expired_before = int(time.time() * 1000) - self.cleanup_delay_ms
         deleted = []
         for info in self.storage.ls(self.log_dir):
-            if info.path not in candidates or info.mtime_ms >= expired_before:
+            if info.path not in candidates or info.mtime_ms > expired_before:
                 continue
             self.storage.delete(info.path)
             deleted.append(info.path)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
-from .log_compaction import CompactibleLog
+from .log_compaction import CompactibleLog, infer_interval
 from .log_files import Listing
 from .log_sidecar import snapshot_pool
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA
@@ -74,8 +74,11 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
         latest = max(listing, default=None)
         if latest is None:
             return LogSnapshot(listing, None, _empty(columns))
+        # inferred from this listing, not cached: cleanup may leave one compact file, and the interval it
+        # suggests (Spark's deriveCompactInterval) may not hold for the next one
+        step = interval or infer_interval(log.default_compact_interval, listing)
         try:
-            return LogSnapshot(listing, latest, read_chain(log, latest, listing, interval, columns))
+            return LogSnapshot(listing, latest, read_chain(log, latest, listing, step, columns))
         except (FileNotFoundError, MissingLogFileError) as exc:
             last_error = exc
             if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:
