@@ -89,6 +89,44 @@ def test_full_disk_says_no_space_left(tmp_path):
     assert CREDENTIALS not in message
 
 
+# write_batch on a 1 MiB tmpfs: a batch that fits, then 2 MiB of incompressible rows; prints what the
+# second call raised and what the log then holds.
+_FULL_DISK_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import pyarrow as pa
+    from exactly_once import MetadataLog, read_committed, write_batch
+    out = sys.argv[1]
+    write_batch(out, pa.table({"blob": [b"fits"]}), app_id="a", version=0)
+    try:
+        write_batch(out, pa.table({"blob": [os.urandom(1 << 16) for _ in range(32)]}), app_id="a", version=1)
+        raised = ["nothing", ""]
+    except Exception as exc:
+        raised = [type(exc).__name__, str(exc)]
+    rows = [len(blob) for blob in read_committed(out).column("blob").to_pylist()]
+    print(json.dumps([*raised, MetadataLog(out).latest_batch_id(), rows]))
+    """
+)
+
+
+def test_full_disk_during_write_batch_says_no_space_left_and_commits_nothing(tmp_path):
+    """The disk fills while write_batch writes a data file (the file object's writes and close): a
+    StorageError saying so, not a bare OSError, and the log still holds only the batch before."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    out = mount / "out"
+    command = ["unshare", "--map-root-user", "--mount", "sh", "-c",
+               f'mount -t tmpfs -o size=1m tmpfs "{mount}" && exec "$0" "$@"', sys.executable, "-c",
+               _FULL_DISK_CHILD, str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    kind, message, latest, rows = json.loads(result.stdout.strip().splitlines()[-1])
+    assert kind == "StorageError", message
+    assert "no space left" in message and str(out) in message and ".parquet" in message
+    assert (latest, rows) == (0, [4])  # only batch 0's one row
+
+
 def test_too_many_open_files_says_so(tmp_path):
     kind, message = _run_child(str(tmp_path / "out"), {}, setup="exhaust-file-descriptors")
     assert kind == "StorageError", message

@@ -74,16 +74,8 @@ def _backend_errors(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Storage, path: str, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with self.translating(method.__name__, path):
             return method(self, path, *args, **kwargs)
-        except _PASS_THROUGH:
-            raise
-        except Exception as exc:
-            first_line = next(iter(str(exc).strip().splitlines()), "")  # Azure appends the whole XML answer
-            detail = self._redact(f"{type(exc).__name__}: {first_line}")[:300]
-            raise StorageError(
-                f"{method.__name__} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail})"
-            ) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -252,6 +244,29 @@ class Storage:
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
+
+    @contextlib.contextmanager
+    def translating(self, what: str, path: str) -> Iterator[None]:
+        """Turn a backend failure inside the block (full disk, permissions, network...) into a StorageError
+        naming ``what`` failed on ``path`` and what to do; FileNotFoundError/FileExistsError pass through.
+        Every storage method runs in one; callers wrap what they do with a file object the storage opened
+        (its writes and its close).
+
+        Example::
+
+            >>> with st.translating("writing", path):
+            ...     fh.write(data); fh.close()
+        """
+        try:
+            yield
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            first_line = next(iter(str(exc).strip().splitlines()), "")  # Azure appends the whole XML answer
+            detail = self._redact(f"{type(exc).__name__}: {first_line}")[:300]
+            raise StorageError(
+                f"{what} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail})"
+            ) from exc
 
     # -- paths ---------------------------------------------------------------------------------
 

@@ -127,15 +127,17 @@ class _FileWriter:
 
     def flush(self) -> None:
         if self.pending and self.writer is not None:
-            self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=1 << 30)
+            with self.spec.storage.translating("writing", self.path):  # a full disk: StorageError, not OSError
+                self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=1 << 30)
         self.pending, self.pending_bytes = [], 0
 
     def close(self) -> None:
         if self.writer is None:
             return
         self.flush()
-        self.writer.close()
-        self.handle.close()
+        with self.spec.storage.translating("writing", self.path):
+            self.writer.close()
+            self.handle.close()
         self.finished.append((self.path, self.rows_in_file))
         self.writer = self.handle = None
 
