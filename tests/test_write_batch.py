@@ -29,6 +29,7 @@ from exactly_once import (
 )
 from exactly_once.chain import decide_write
 from exactly_once.cli import main as cli_main
+from exactly_once.inflight import HIDDEN_DIR, LEASES
 from exactly_once.sink import decide_batch
 from exactly_once.sink_log import CommitRecord, attribute
 from tests.chain_child import writer_rows
@@ -38,6 +39,7 @@ from tests.crash_util import (
     committed_paths,
     parquet_on_disk,
     start_child,
+    vacuum,
 )
 from tests.spark_util import run_available_now, write_input_files
 
@@ -259,6 +261,46 @@ def test_files_deleted_before_the_commit_are_never_committed(tmp_path):
     assert not os.path.exists(os.path.join(out, "_spark_metadata", "0")), "nothing may be committed"
     assert write_batch(out, writer_rows(1, 0, 50), app_id="a", version=0).committed
     assert_same_ids(read_committed(out).column("id").to_pylist(), writer_rows(1, 0, 50).column("id").to_pylist(), "rerun")
+
+
+def test_vacuum_between_the_presence_check_and_the_commit_keeps_the_files(tmp_path, monkeypatch):
+    """A vacuum with --older-than 0s between write_batch's check that its files are there and its commit:
+    the call's lease keeps them. Without one, vacuum deleted them and the call still committed
+    (committed=True, then MissingDataFileError on every read)."""
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"id": [0]}), app_id="a", version=0)
+    reports = []
+    real_add = MetadataLog.add
+
+    def add(self, batch_id, entries):
+        reports.append(vacuum(out))
+        return real_add(self, batch_id, entries)
+
+    monkeypatch.setattr(MetadataLog, "add", add)
+    result = write_batch(out, pa.table({"id": [1, 2]}), app_id="a", version=1)
+    assert result.committed and reports[0]["files"] == [] and reports[0]["in_flight_kept"] == len(result.files) == 1
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2]
+    assert not list((Path(out) / HIDDEN_DIR / LEASES).iterdir()), "the lease ends with the call"
+
+
+def test_write_batch_lease_outlives_a_lost_commit_race(tmp_path):
+    """write_batch stopped between writing and committing; another app commits the log batch it aimed at,
+    then a vacuum runs: the stopped call's files stay (its lease lives until its app commits its version, not
+    until another writer takes its first target batch), and resumed it commits them as the next batch."""
+    out = str(tmp_path / "out")
+    child = _writer(tmp_path, out, "a", 1, [0], failpoints="before_commit=stop")
+    _wait_stopped(child.proc.pid)
+    written = parquet_on_disk(out)
+    assert write_batch(out, writer_rows(2, 0, 50), app_id="b", version=0).log_batch_id == 0
+    report = vacuum(out)
+    assert report["files"] == [] and report["in_flight_kept"] == len(written) > 0 and report["dead_leases"] == []
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    assert child.progress()[-1]["log_batch_id"] == 1
+    expected = writer_rows(1, 0, 50).column("id").to_pylist() + writer_rows(2, 0, 50).column("id").to_pylist()
+    assert_same_ids(read_committed(out).column("id").to_pylist(), expected, "after the race and the vacuum")
+    assert vacuum(out)["files"] == [] and not list((Path(out) / HIDDEN_DIR / LEASES).iterdir())
 
 
 @pytest.mark.parametrize("backend_name", ["local", "moto"])

@@ -42,7 +42,7 @@ from .inflight import HIDDEN_DIR, Lease, leases, staging_dirs
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
 from .reader import CommittedFile, snapshot
 from .log_snapshot import read_chain
-from .chain import decide_write
+from .chain import app_commits, decide_write
 from .sink import Action, checkpoint_query_id, decide_batch
 from .sink_log import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, attribute, records_of
 from .storage import FileInfo, Storage
@@ -404,11 +404,15 @@ def find_orphans(url: str, storage_options: Mapping[str, Any], older_than_ms: in
         )
     snap = snapshot(url, storage_options=dict(storage_options))  # resolves paths of a moved output
     committed = {f.path for f in snap.files}
+    records = []
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
-        committed.update(storage.from_uri(e.path) for e in log.iter_snapshot(snap.latest_batch_id))
+        for entry in log.iter_snapshot(snap.latest_batch_id):
+            committed.add(storage.from_uri(entry.path))
+            records.append(CommitRecord.from_entry(entry))
     latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
-    live = [lease for lease in found_leases if lease.log_batch_id > latest]
-    dead = [lease for lease in found_leases if lease.log_batch_id <= latest]
+    versions = {app: r.query_batch_id for app, r in app_commits([r for r in records if r is not None]).items()}
+    live = [lease for lease in found_leases if lease.is_live(latest, versions)]
+    dead = [lease for lease in found_leases if not lease.is_live(latest, versions)]
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
     cutoff = int(time.time() * 1000) - older_than_ms

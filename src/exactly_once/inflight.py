@@ -10,10 +10,11 @@ Layout (one hidden directory, ignored by Spark's readers, pyarrow datasets, :fun
 The sink creates the lease before the batch's Spark job and deletes it after the commit (and the staging
 directory with it). ``vacuum`` lists the data files first, then the leases, then the log: a file it listed
 either belongs to a committed batch by the time the log is read, or to a batch whose lease already existed
-when the leases were read. A lease is *live* while its log batch is newer than the log's latest batch;
+when the leases were read. A sink's lease is *live* while its log batch is newer than the log's latest
+batch; :func:`~exactly_once.write_batch` takes one lease for the whole call (it may lose commit races and
+commit as a later log batch), live until the log holds a commit of its app at its version or a later one.
 ``vacuum`` keeps every unreferenced file not older than a live lease, and deletes the leases (and staging
-directories) of batches the log has moved past: those of a killed driver, whose restart committed the batch
-again under new names.
+directories) of dead ones: those of a killed driver, whose restart committed the batch again under new names.
 
 Example::
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .storage import FileInfo, Storage
@@ -37,6 +39,7 @@ logger = logging.getLogger(__name__)
 HIDDEN_DIR = "_exactly_once"
 LEASES = "leases"
 STAGING = "staging"
+_APP_KEY = "writeBatch"  # in a lease's body: taken by write_batch
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ class Lease:
     log_batch_id: int
     commit_id: str
     started_ms: int
+    app: tuple[str, int] | None = None  # (app id, version) of a write_batch lease
+
+    def is_live(self, latest: int, app_versions: Mapping[str | None, int]) -> bool:
+        """Whether the lease still protects a write in flight, given the log's latest batch (-1: none) and
+        each app's newest committed version."""
+        if self.app is None:
+            return self.log_batch_id > latest
+        app_id, version = self.app
+        committed = app_versions.get(app_id)
+        return committed is None or committed < version
 
     @property
     def staging(self) -> str:
@@ -62,10 +75,15 @@ class InFlightBatch:
     commit_id: str
 
     @classmethod
-    def begin(cls, storage: Storage, log_batch_id: int, commit_id: str, query_id: str | None, batch_id: int) -> InFlightBatch:
-        """Take the lease (before any data file of the batch is written)."""
+    def begin(
+        cls, storage: Storage, log_batch_id: int, commit_id: str, query_id: str | None, batch_id: int, app: bool = False
+    ) -> InFlightBatch:
+        """Take the lease (before any data file of the batch is written). ``app``: a write_batch lease, live
+        until ``query_id`` (the app id) commits version ``batch_id`` or a later one."""
         batch = cls(storage, log_batch_id, commit_id)
         body = {"queryId": query_id, "queryBatchId": batch_id, "logBatchId": log_batch_id, "startedMs": int(time.time() * 1000)}
+        if app:
+            body[_APP_KEY] = True
         with storage.open(batch.lease_path, "wb") as fh:
             fh.write(json.dumps(body).encode())
         return batch
@@ -94,8 +112,25 @@ def leases(storage: Storage) -> list[Lease]:
     for info in storage.ls(storage.join(HIDDEN_DIR, LEASES)):
         batch, _, commit_id = info.path.rsplit("/", 1)[-1].partition("-")
         if batch.isdigit() and commit_id and not info.is_dir:
-            found.append(Lease(info.path, int(batch), commit_id, info.mtime_ms))
+            try:
+                app = _app_of(storage.read_bytes(info.path))
+            except FileNotFoundError:  # ended since the listing
+                continue
+            found.append(Lease(info.path, int(batch), commit_id, info.mtime_ms, app))
     return sorted(found, key=lambda lease: lease.started_ms)
+
+
+def _app_of(body: bytes) -> tuple[str, int] | None:
+    """(app id, version) of a write_batch lease's body; None for a sink's lease or a body being written (its
+    writer has written no data file yet)."""
+    try:
+        fields = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or fields.get(_APP_KEY) is not True:
+        return None
+    app_id, version = fields.get("queryId"), fields.get("queryBatchId")
+    return (app_id, version) if isinstance(app_id, str) and isinstance(version, int) else None
 
 
 def staging_dirs(storage: Storage) -> list[FileInfo]:

@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import pyarrow as pa
 from .chain import app_commits, decide_write
 from .errors import CommitConflictError, MissingDataFileError, SchemaMismatchError
 from .failpoints import failpoint
+from .inflight import InFlightBatch
 from .log_snapshot import data_files, read_snapshot
 from .metadata_log import LogEntry, MetadataLog
 from .schema_check import read_committed_schema, schema_problems
@@ -176,54 +178,62 @@ def write_batch(
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     table = _as_table(data)
-    for attempt in range(_MAX_ATTEMPTS):
-        snap = read_snapshot(log)
-        latest = -1 if snap.latest is None else snap.latest
-        commits = app_commits(records_of(snap.table))
-        own = commits.get(app_id)
-        result = WriteResult(False, app_id, version, None, None if own is None else own.query_batch_id)
-        result.conflicts = attempt
-        action, log_batch = decide_write(latest, commits, app_id, version)
-        result.log_batch_id = log_batch
-        if action == "skip":
-            logger.info(
-                "%s: skipping %s: already committed version %s as log batch %d%s",
-                log.display(log.storage.root), what, result.committed_version, log_batch,
-                "" if statuses is None else " (this attempt's files stay uncommitted)",
-            )
-            return result
-        if table.num_rows:
-            _check_schema(log, snap.table, table, partition_by, what)
-        if statuses is None:
-            failpoint("before_write")
-            spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
-            statuses = write_rows(spec, [table])
-            failpoint("before_commit")
-        record = CommitRecord.new(log_batch, app_id, version)
-        data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-        entries = record.log_entries(log.storage, int(time.time() * 1000), data)
-        gone = log.storage.missing([s.path for s in statuses])
-        if gone:
-            raise MissingDataFileError(
-                f"{what}: {len(gone)} data file(s) vanished before the commit as log batch {log_batch} of "
-                f"{log.display(log.storage.root)}, e.g. {log.display(gone[0])}; nothing was committed. Something "
-                "deleted uncommitted files (a vacuum with a short --older-than, or a manual clean-up); call "
-                "write_batch again to rewrite them."
-            )
-        if log.add(log_batch, entries):
-            failpoint("after_commit")
-            result.committed = True
-            result.files = [s.path for s in statuses]
-            result.rows = sum(s.num_rows for s in statuses)
-            result.bytes = sum(s.size for s in statuses)
-            logger.info(
-                "%s: committed %s as log batch %d: %d rows, %d files, %d bytes (%d lost races)",
-                log.display(log.storage.root), what, log_batch, result.rows, len(statuses), result.bytes, attempt,
-            )
-            return result
-        logger.info("%s: log batch %d was committed by another writer; re-reading the log", what, log_batch)
-    raise CommitConflictError(
-        f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
-        f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`exactly-once vacuum` removes them); "
-        "retry the call, with fewer writers appending at once."
-    )
+    lease: InFlightBatch | None = None
+    try:
+        for attempt in range(_MAX_ATTEMPTS):
+            snap = read_snapshot(log)
+            latest = -1 if snap.latest is None else snap.latest
+            commits = app_commits(records_of(snap.table))
+            own = commits.get(app_id)
+            result = WriteResult(False, app_id, version, None, None if own is None else own.query_batch_id)
+            result.conflicts = attempt
+            action, log_batch = decide_write(latest, commits, app_id, version)
+            result.log_batch_id = log_batch
+            if action == "skip":
+                logger.info(
+                    "%s: skipping %s: already committed version %s as log batch %d%s",
+                    log.display(log.storage.root), what, result.committed_version, log_batch,
+                    "" if statuses is None else " (this attempt's files stay uncommitted)",
+                )
+                return result
+            if table.num_rows:
+                _check_schema(log, snap.table, table, partition_by, what)
+            if statuses is None:
+                # the lease protects the files from `vacuum` until the app commits this version (whatever
+                # log batch that ends up as) or the call ends
+                lease = InFlightBatch.begin(log.storage, log_batch, secrets.token_hex(8), app_id, version, app=True)
+                failpoint("before_write")
+                spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
+                statuses = write_rows(spec, [table])
+                failpoint("before_commit")
+            record = CommitRecord.new(log_batch, app_id, version)
+            data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            entries = record.log_entries(log.storage, int(time.time() * 1000), data)
+            gone = log.storage.missing([s.path for s in statuses])
+            if gone:
+                raise MissingDataFileError(
+                    f"{what}: {len(gone)} data file(s) vanished before the commit as log batch {log_batch} of "
+                    f"{log.display(log.storage.root)}, e.g. {log.display(gone[0])}; nothing was committed. Something "
+                    "deleted uncommitted files (a vacuum with a short --older-than, or a manual clean-up); call "
+                    "write_batch again to rewrite them."
+                )
+            if log.add(log_batch, entries):
+                failpoint("after_commit")
+                result.committed = True
+                result.files = [s.path for s in statuses]
+                result.rows = sum(s.num_rows for s in statuses)
+                result.bytes = sum(s.size for s in statuses)
+                logger.info(
+                    "%s: committed %s as log batch %d: %d rows, %d files, %d bytes (%d lost races)",
+                    log.display(log.storage.root), what, log_batch, result.rows, len(statuses), result.bytes, attempt,
+                )
+                return result
+            logger.info("%s: log batch %d was committed by another writer; re-reading the log", what, log_batch)
+        raise CommitConflictError(
+            f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
+            f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`exactly-once vacuum` removes them); "
+            "retry the call, with fewer writers appending at once."
+        )
+    finally:
+        if lease is not None:
+            lease.end(staged=False)
