@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once import MetadataLog, committed_dataset, committed_files, errors, read_committed
+from exactly_once import MetadataLog, committed_dataset, committed_files, errors, read_committed, write_batch
 from exactly_once.metadata_log import LogEntry
 from exactly_once.storage import Storage
 from tests.spark_util import run_available_now, write_input_files
@@ -153,6 +153,18 @@ def test_missing_file_zero_size_and_dirs(tmp_path):
         read_committed(root)
     assert "batch 2" in str(info.value) and "part-00000-b2" in str(info.value)
     assert read_committed(root, ignore_missing_files=True).num_rows == 3
+
+
+def test_spark_reader_takes_committed_paths_literally(spark, tmp_path):
+    """A root whose name holds glob characters, next to a directory named `col:on`: the committed paths
+    reached spark.read.parquet as glob patterns (MissingDataFileError naming a file that exists, or an
+    untyped URISyntaxException from listing the sibling)."""
+    (tmp_path / "col:on").mkdir()
+    for name in ("out[1]", "out{a,b}"):
+        root = str(tmp_path / name)
+        write_batch(root, pa.table({"id": [1, 2], "k": ["x", "y"]}), app_id="a", version=0, partition_by=["k"])
+        rows = sorted((r.id, r.k) for r in read_committed(root, spark=spark).collect())
+        assert rows == [(1, "x"), (2, "y")], name
 
 
 def test_not_an_output(tmp_path):

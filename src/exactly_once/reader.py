@@ -328,9 +328,11 @@ def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
 
 
 def _missing(snap: Snapshot, exc: Exception) -> Exception:
-    """Turn a read failure into a typed error naming the missing committed file and its batch."""
-    for f in snap.files:
-        if f.path in str(exc) or not snap.storage.exists(f.path):
+    """Turn a read failure into a typed error naming the missing committed file and its batch (the files the
+    message names are checked first); ``exc`` itself when every committed file is there."""
+    named = [f for f in snap.files if f.path in str(exc)]
+    for f in named + [f for f in snap.files if f not in named]:
+        if not snap.storage.exists(f.path):
             return MissingDataFileError(
                 f"committed file {snap.storage.display(f.path)} of batch {f.batch_id} is missing from storage. "
                 "It was deleted outside the sink; restore it from backup, or pass ignore_missing_files=True "
@@ -399,8 +401,10 @@ def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str]
         paths = [storage.to_hadoop_path(p) for p in snap.files.paths().to_pylist()]
         try:
             reader = spark.read.option("basePath", storage.to_hadoop_path(storage.root))
-            # mergeSchema: new nullable columns (allowed schema evolution) show, as in the Arrow reader.
-            df = reader.option("mergeSchema", "true").parquet(*paths)
+            # The paths are file names, never glob patterns ('[', '{' in a directory name); mergeSchema: new
+            # nullable columns (allowed schema evolution) show, as in the Arrow reader.
+            reader = reader.option("__globPaths__", "false").option("mergeSchema", "true")
+            df = reader.parquet(*paths)
         except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
                 raise _missing(snap, exc) from exc
