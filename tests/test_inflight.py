@@ -7,14 +7,21 @@ an aggressive threshold, or delete a file of the batch.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import exactly_once.sink as sink_module
-from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed
-from exactly_once.errors import MissingDataFileError
+from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed, write_batch
+from exactly_once.cli import main as cli_main
+from exactly_once.errors import ExistingDataError, MissingDataFileError
 from exactly_once.inflight import HIDDEN_DIR, InFlightBatch
 from exactly_once.storage import Storage
 from tests.crash_util import parquet_on_disk, vacuum
@@ -92,6 +99,8 @@ def test_vacuum_removes_the_partition_directories_it_emptied(spark, tmp_path):
         (directory / "part-00000-orphan.c000.snappy.parquet").write_bytes(Path(data).read_bytes())
     os.utime(out / "k=k1" / "j=nested" / "part-00000-orphan.c000.snappy.parquet", (1, 1))
     os.utime(out / "k=orphan" / "part-00000-orphan.c000.snappy.parquet", (1, 1))
+    for f in committed_files(str(out)):  # batch 0 as if committed long ago: the orphans are not older than it
+        os.utime(f.path, (1, 1))
 
     # A batch in flight (a lease newer than the orphans): orphans go, directories stay.
     storage = Storage(str(out))
@@ -109,6 +118,35 @@ def test_vacuum_removes_the_partition_directories_it_emptied(spark, tmp_path):
     assert sorted(report["removed_dirs"]) == sorted(str(d) for d in orphan_dirs)
     assert not any(d.exists() for d in orphan_dirs)
     assert all(d.is_dir() for d in committed_dirs) and (out / "k=k1").is_dir()
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(40))
+
+
+def test_existing_dataset_is_refused_and_vacuum_keeps_it(spark, tmp_path):
+    """A sink or write_batch pointed at a directory that already holds a Parquet dataset (and no log) refuses
+    with ExistingDataError unless allow_existing_files=True; then readers hide the dataset's files, and
+    vacuum keeps them (older than the log's first commit) unless asked by name. Before, the sink adopted
+    the directory without a word and vacuum deleted the dataset as orphans."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dataset = out / "part-00000-existing.snappy.parquet"
+    pq.write_table(pa.table({"id": [-1]}), dataset)
+    os.utime(dataset, (time.time() - 3600, time.time() - 3600))
+    for write in (
+        lambda: ParquetSink(str(out))(_df(spark, 0), 0),
+        lambda: write_batch(str(out), pa.table({"id": [0]}), app_id="a", version=0),
+    ):
+        with pytest.raises(ExistingDataError) as info:
+            write()
+        assert str(dataset) in str(info.value) and "allow_existing_files=True" in str(info.value)
+    assert parquet_on_disk(out) == {str(dataset)} and not (out / "_spark_metadata").exists()
+
+    ParquetSink(str(out), allow_existing_files=True)(_df(spark, 0), 0)
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(40))
+    report = vacuum(out)
+    assert (report["files"], report["before_log_kept"]) == ([], 1) and dataset.exists()
+    with contextlib.redirect_stdout(io.StringIO()) as stdout:
+        assert cli_main(["vacuum", str(out), "--older-than", "0s", "--include-files-before-log", "--json"]) == 0
+    assert [f["path"] for f in json.loads(stdout.getvalue())["files"]] == [str(dataset)] and not dataset.exists()
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(40))
 
 

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import ExactlyOnceError, LogError, NotAnOutputError
-from .inflight import HIDDEN_DIR, Lease, leases, staging_dirs
+from .inflight import CLOCK_SLACK_MS, HIDDEN_DIR, Lease, is_data_file, leases, staging_dirs
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
 from .reader import CommittedFile, snapshot
 from .log_snapshot import read_chain
@@ -347,25 +347,12 @@ def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
 # -- vacuum ----------------------------------------------------------------------------------------
 
 
-def is_data_file(relative_path: str) -> bool:
-    """Whether a root-relative path is a Parquet data file a reader would see: not hidden (no segment
-    starting with ``_`` or ``.``, like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``) and
-    named ``*.parquet`` (so a checkpoint or other files kept under the root are never vacuum's business).
-
-    Example: ``is_data_file("k=a/part-0.parquet") is True``, ``is_data_file("k=a/.part-0.parquet.crc") is False``.
-    """
-    hidden = any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
-    return not hidden and relative_path.endswith(".parquet")
-
-
-_CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
-
-
 @dataclass
 class VacuumPlan:
     """What ``vacuum`` found: orphans old enough to delete, unreferenced files it keeps (younger than the
-    threshold, or not older than a live lease: a batch in flight), and the hidden leftovers of dead
-    attempts (leases of batches the log has moved past, staging directories without a live lease)."""
+    threshold, not older than a live lease: a batch in flight, or older than the log's first commit: data
+    the output may have been created over), and the hidden leftovers of dead attempts (leases of batches
+    the log has moved past, staging directories without a live lease)."""
 
     storage: Storage
     orphans: list[FileInfo]
@@ -374,11 +361,17 @@ class VacuumPlan:
     live_leases: list[Lease]
     dead_leases: list[Lease]
     dead_staging: list[str]
+    before_log: list[FileInfo] = field(default_factory=list)
 
 
-def find_orphans(url: str, storage_options: Mapping[str, Any], older_than_ms: int) -> VacuumPlan:
-    """Data files (:func:`is_data_file`) under ``url`` that no entry of the latest snapshot references.
-    Refuses (raises) if any log file is unreadable.
+def find_orphans(
+    url: str, storage_options: Mapping[str, Any], older_than_ms: int, include_before_log: bool = False
+) -> VacuumPlan:
+    """Data files (:func:`~exactly_once.inflight.is_data_file`) under ``url`` that no entry of the latest
+    snapshot references. Refuses (raises) if any log file is unreadable. Files older than the log's first
+    commit (older than every committed file and log file, by logged time and time on storage), or every
+    unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
+    the output was created over (``ParquetSink(allow_existing_files=True)``).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
     (:mod:`exactly_once.inflight`), then the log. A listed file is then either committed in the log read
@@ -405,10 +398,16 @@ def find_orphans(url: str, storage_options: Mapping[str, Any], older_than_ms: in
     snap = snapshot(url, storage_options=dict(storage_options))  # resolves paths of a moved output
     committed = {f.path for f in snap.files}
     records = []
+    log_files = log.log_dir + "/"  # and the log files themselves (a log of empty batches has no entries)
+    times = [
+        i.mtime_ms for i in listed if i.path in committed or (i.path.startswith(log_files) and log.parse_batch_name(i.path))
+    ]
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
         for entry in log.iter_snapshot(snap.latest_batch_id):
             committed.add(storage.from_uri(entry.path))
             records.append(CommitRecord.from_entry(entry))
+            times.append(entry.modification_time)
+    first_commit_ms = min(times, default=None) if snap.latest_batch_id is not None else None
     latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
     versions = {app: r.query_batch_id for app, r in app_commits([r for r in records if r is not None]).items()}
     live = [lease for lease in found_leases if lease.is_live(latest, versions)]
@@ -422,8 +421,10 @@ def find_orphans(url: str, storage_options: Mapping[str, Any], older_than_ms: in
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         if not is_data_file(relative) or info.path in committed:
             continue
-        if protected_from is not None and info.mtime_ms >= protected_from - _CLOCK_SLACK_MS:
+        if protected_from is not None and info.mtime_ms >= protected_from - CLOCK_SLACK_MS:
             plan.in_flight.append(info)
+        elif not include_before_log and (first_commit_ms is None or info.mtime_ms < first_commit_ms):
+            plan.before_log.append(info)
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
@@ -661,7 +662,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_vacuum(args: argparse.Namespace) -> int:
     """``vacuum PATH --older-than DURATION [--dry-run]``: delete orphan data files, the empty directories
     that leaves, and the staging directories and leases of dead attempts."""
-    plan = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than))
+    plan = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than), args.include_before_log)
     storage, orphans = plan.storage, plan.orphans
     removed_dirs: list[str] = []
     if not args.dry_run:
@@ -683,6 +684,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "bytes": total,
         "younger_kept": len(plan.young),
         "in_flight_kept": len(plan.in_flight),
+        "before_log_kept": len(plan.before_log),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
@@ -701,6 +703,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         lines.append(
             f"kept {len(plan.young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
             "batch being written now"
+        )
+    if plan.before_log:
+        lines.append(
+            f"kept {len(plan.before_log)} unreferenced file(s) older than the log's first commit: they may be data "
+            "the output was created over; --include-files-before-log deletes them too"
         )
     if plan.in_flight:
         lines.append(
@@ -901,6 +908,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="only files older than this (1h, 30m, 7d): younger ones may belong to a batch being written now",
     )
     vacuum.add_argument("--dry-run", action="store_true", help="list the files and their sizes, delete nothing")
+    vacuum.add_argument(
+        "--include-files-before-log",
+        dest="include_before_log",
+        action="store_true",
+        help="also delete unreferenced files older than the log's first commit (kept by default: they may be a "
+        "dataset the output was created over)",
+    )
     doctor = command(
         "doctor",
         _cmd_doctor,

@@ -72,6 +72,10 @@ class PartitionValueError(ExactlyOnceError):
     """A partition column holds a value that cannot be written as a `k=v` directory."""
 
 
+class ExistingDataError(ExactlyOnceError):
+    """The output directory already holds Parquet files but no committed batch (a dataset, not an output)."""
+
+
 class MissingDataFileError(ExactlyOnceError):
     """A committed data file is missing from storage."""
 

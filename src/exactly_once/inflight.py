@@ -32,6 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .errors import ExistingDataError
 from .storage import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,18 @@ HIDDEN_DIR = "_exactly_once"
 LEASES = "leases"
 STAGING = "staging"
 _APP_KEY = "writeBatch"  # in a lease's body: taken by write_batch
+CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
+
+
+def is_data_file(relative_path: str) -> bool:
+    """Whether a root-relative path is a Parquet data file a reader would see: not hidden (no segment
+    starting with ``_`` or ``.``, like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``) and
+    named ``*.parquet`` (so a checkpoint or other files kept under the root are never vacuum's business).
+
+    Example: ``is_data_file("k=a/part-0.parquet") is True``, ``is_data_file("k=a/.part-0.parquet.crc") is False``.
+    """
+    hidden = any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
+    return not hidden and relative_path.endswith(".parquet")
 
 
 @dataclass(frozen=True)
@@ -139,3 +152,24 @@ def staging_dirs(storage: Storage) -> list[FileInfo]:
     Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/ab12']``.
     """
     return [i for i in storage.ls(storage.join(HIDDEN_DIR, STAGING)) if i.is_dir]
+
+
+def refuse_existing_data(storage: Storage, what: str) -> None:
+    """Before the first commit to ``storage`` (its log holds no batch): ExistingDataError if the directory
+    holds Parquet data files that no write in flight wrote (older than every lease): a dataset the output
+    would be created over, whose files every reader would then hide.
+
+    Example: ``refuse_existing_data(Storage("/data/events"), "ParquetSink('/data/events')")``.
+    """
+    prefix = storage.root.rstrip("/") + "/"
+    found = [i for i in storage.find(storage.root) if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    started = min((lease.started_ms for lease in leases(storage)), default=None)
+    existing = sorted(i.path for i in found if started is None or i.mtime_ms < started - CLOCK_SLACK_MS)
+    if existing:
+        raise ExistingDataError(
+            f"{what}: {storage.display(storage.root)} has no committed batch but already holds {len(existing)} "
+            f"Parquet file(s), e.g. {storage.display(existing[0])}. Every reader of the output would hide them. "
+            "Write to a new or empty directory; pass allow_existing_files=True to write here anyway (those files stay "
+            "invisible to readers, and `exactly-once vacuum` keeps them unless --include-files-before-log). If they are "
+            "what a failed first batch left, delete them. Nothing was written."
+        )

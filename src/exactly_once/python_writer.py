@@ -36,7 +36,7 @@ import pyarrow as pa
 from .chain import app_commits, decide_write
 from .errors import CommitConflictError, MissingDataFileError, SchemaMismatchError
 from .failpoints import failpoint
-from .inflight import InFlightBatch
+from .inflight import InFlightBatch, refuse_existing_data
 from .log_snapshot import data_files, read_snapshot
 from .metadata_log import LogEntry, MetadataLog
 from .schema_check import read_committed_schema, schema_problems
@@ -141,6 +141,7 @@ def write_batch(
     max_records_per_file: int | None = None,
     time_zone: str = "UTC",
     compact_interval: int = 10,
+    allow_existing_files: bool = False,
 ) -> WriteResult:
     """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
 
@@ -157,6 +158,8 @@ def write_batch(
         compression, max_records_per_file: as :class:`~exactly_once.ParquetSink`.
         time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
         compact_interval: the log's compaction interval for a new log (an existing one's is inferred).
+        allow_existing_files: as :class:`~exactly_once.ParquetSink` (else ExistingDataError when the
+            directory holds Parquet files but no committed batch).
 
     Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema, and
     CommitConflictError after many lost races in a row.
@@ -199,6 +202,8 @@ def write_batch(
             if table.num_rows:
                 _check_schema(log, snap.table, table, partition_by, what)
             if statuses is None:
+                if latest < 0 and not allow_existing_files:
+                    refuse_existing_data(log.storage, f"write_batch of {what}")
                 # the lease protects the files from `vacuum` until the app commits this version (whatever
                 # log batch that ends up as) or the call ends
                 lease = InFlightBatch.begin(log.storage, log_batch, secrets.token_hex(8), app_id, version, app=True)

@@ -38,7 +38,7 @@ from .errors import (
     SchemaMismatchError,
 )
 from .failpoints import failpoint
-from .inflight import HIDDEN_DIR, InFlightBatch
+from .inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
 from .log_snapshot import data_files, read_chain
 from .log_compaction import check_log_parameters, check_positive_int
 from .metadata_log import LogEntry, MetadataLog
@@ -109,6 +109,9 @@ class ParquetSink:
         allow_batch_id_only: under Spark Connect without ``checkpoint_location``, accept telling replays
             apart by batch id only: a new checkpoint on an old output then has its first batches skipped as
             replays (data loss). Without it the sink refuses with :class:`QueryIdentityError`.
+        allow_existing_files: write into a directory that holds Parquet files but no log yet (an existing
+            dataset, whose files every reader then hides). Without it the first batch refuses with
+            :class:`ExistingDataError`.
 
     Raises:
         ValueError: a parameter out of range (named in the message), at construction.
@@ -140,6 +143,7 @@ class ParquetSink:
         checkpoint_location: str | None = None,
         allow_batch_id_only: bool = False,
         writer: Literal["auto", "spark", "arrow"] = "auto",
+        allow_existing_files: bool = False,
     ) -> None:
         require_sink_dependencies()
         _check_parameters(
@@ -166,6 +170,7 @@ class ParquetSink:
         self.checkpoint_location = checkpoint_location
         self.allow_batch_id_only = allow_batch_id_only
         self.writer = writer
+        self.allow_existing_files = allow_existing_files
         self.last_progress: BatchProgress | None = None
         self._state: _OutputState | None = None
         self._metadata_log: MetadataLog | None = None
@@ -212,6 +217,8 @@ class ParquetSink:
         record = CommitRecord.new(target, query_id, batch_id)
         storage = self.log.storage
         spark_writes = self._spark_writes(storage)
+        if state.latest < 0 and not self.allow_existing_files:
+            refuse_existing_data(storage, f"{self}, batch {batch_id}")
         batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
         try:
             if spark_writes:
