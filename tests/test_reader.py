@@ -17,6 +17,7 @@ import pytest
 
 from exactly_once import MetadataLog, committed_dataset, committed_files, errors, read_committed, write_batch
 from exactly_once.metadata_log import LogEntry
+from exactly_once.reader import _missing, snapshot
 from exactly_once.storage import Storage
 from tests.spark_util import run_available_now, write_input_files
 
@@ -165,6 +166,18 @@ def test_spark_reader_takes_committed_paths_literally(spark, tmp_path):
         write_batch(root, pa.table({"id": [1, 2], "k": ["x", "y"]}), app_id="a", version=0, partition_by=["k"])
         rows = sorted((r.id, r.k) for r in read_committed(root, spark=spark).collect())
         assert rows == [(1, "x"), (2, "y")], name
+
+
+def test_a_read_failure_names_a_missing_file_only_when_one_is_missing(tmp_path):
+    """A failure whose message names a committed file that exists (as Spark's did for glob characters) is
+    reported as it is, not as MissingDataFileError; a file really gone is."""
+    root = str(tmp_path / "out")
+    write_batch(root, pa.table({"id": [1]}), app_id="a", version=0)
+    snap = snapshot(root)
+    failure = RuntimeError(f"[PATH_NOT_FOUND] Path does not exist: file:{snap.files[0].path}")
+    assert _missing(snap, failure) is failure
+    Path(snap.files[0].path).unlink()
+    assert isinstance(_missing(snap, failure), errors.MissingDataFileError)
 
 
 def test_not_an_output(tmp_path):

@@ -8,7 +8,8 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   batch id or version) and the log's compaction state.
 * ``show PATH BATCH``: the log entries of one batch.
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
-* ``vacuum PATH --older-than 1h [--dry-run]``: delete Parquet data files no committed batch references.
+* ``vacuum PATH --older-than 1h [--dry-run] [--include-files-before-log]``: delete Parquet data files no
+  committed batch references (files older than the log's first commit only when asked).
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
   ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
 
@@ -660,8 +661,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_vacuum(args: argparse.Namespace) -> int:
-    """``vacuum PATH --older-than DURATION [--dry-run]``: delete orphan data files, the empty directories
-    that leaves, and the staging directories and leases of dead attempts."""
+    """``vacuum PATH --older-than DURATION [--dry-run] [--include-files-before-log]``: delete orphan data
+    files, the empty directories that leaves, and the staging directories and leases of dead attempts."""
     plan = find_orphans(args.path, _options(args), parse_duration_ms(args.older_than), args.include_before_log)
     storage, orphans = plan.storage, plan.orphans
     removed_dirs: list[str] = []
