@@ -162,7 +162,11 @@ def refuse_existing_data(storage: Storage, what: str) -> None:
     Example: ``refuse_existing_data(Storage("/data/events"), "ParquetSink('/data/events')")``.
     """
     prefix = storage.root.rstrip("/") + "/"
-    found = [i for i in storage.find(storage.root) if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    try:
+        listed = storage.find(storage.root)
+    except FileNotFoundError:  # a new output
+        return
+    found = [i for i in listed if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
     started = min((lease.started_ms for lease in leases(storage)), default=None)
     existing = sorted(i.path for i in found if started is None or i.mtime_ms < started - CLOCK_SLACK_MS)
     if existing:
