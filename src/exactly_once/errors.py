@@ -72,6 +72,10 @@ class MissingDataFileError(ExactlyOnceError):
     """A committed data file is missing from storage."""
 
 
+class DamagedDataFileError(ExactlyOnceError):
+    """A committed data file cannot be read and its size differs from the one the log recorded."""
+
+
 class OutsideRootError(ExactlyOnceError):
     """A log entry points outside the output root (refused unless allowed explicitly)."""
 
