@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -395,10 +395,13 @@ def moto_s3(
 
 
 @contextlib.contextmanager
-def stripping_proxy(target_port: int, header: str = "If-None-Match") -> Iterator[int]:
+def stripping_proxy(
+    target_port: int, header: str = "If-None-Match", only: Optional[Callable[[str, str], bool]] = None
+) -> Iterator[int]:
     """A loopback HTTP proxy (in a thread of this process) forwarding every request to 127.0.0.1:
-    ``target_port`` without ``header``: a store that ignores conditional writes, as an older
-    S3-compatible store or a careless proxy does. Yields the proxy's port; stopped on exit.
+    ``target_port`` without ``header`` (on the requests ``only(method, path)`` selects, else all): a store
+    that ignores conditional writes, as an older S3-compatible store or a careless proxy does. Yields the
+    proxy's port; stopped on exit.
     (Azure signs its headers with SharedKey: reach Azurite through it with a SAS, which signs none.)"""
     import http.client
     import http.server
@@ -413,8 +416,9 @@ def stripping_proxy(target_port: int, header: str = "If-None-Match") -> Iterator
             upstream = http.client.HTTPConnection(LOOPBACK, target_port, timeout=60)
             try:
                 upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                strip = only is None or only(self.command, self.path)
                 for name, value in self.headers.items():
-                    if name.lower() != header.lower():
+                    if not (strip and name.lower() == header.lower()):
                         upstream.putheader(name, value)
                 upstream.endheaders(body)
                 response = upstream.getresponse()

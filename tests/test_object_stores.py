@@ -64,16 +64,21 @@ def test_probe_is_per_endpoint_not_per_bucket(request, tmp_path, name):
     assert direct.read_bytes(first) == b"v1\nfirst"
 
 
-def test_large_log_write_stays_exclusive_on_s3(request, tmp_path):
-    """s3fs uploads more than twice its 50 MiB chunk in parts, and completing a multipart upload carries no
-    If-None-Match: a big compact file must still go as one conditional PutObject."""
+def test_large_log_write_stays_exclusive_on_s3(request, tmp_path, moto_server):
+    """s3fs uploads more than twice its 50 MiB chunk in parts, with the condition on the completion, a
+    request the probe never tried: a store that honours If-None-Match on PutObject only (the proxy strips
+    it from CompleteMultipartUpload) would let a big compact file replace a commit. One PutObject it is."""
     backend = make_backend("moto", request, tmp_path)
-    storage = Storage(backend.url, backend.storage_options)
-    path = storage.join("_spark_metadata", "9.compact")
-    big = b"v1\n" + b"x" * (100 * 2**20)
-    assert storage.put_if_absent(path, big)
-    assert not storage.put_if_absent(path, b"v1\n" + b"y" * (100 * 2**20))
-    assert storage.read_bytes(path, 0, 8) == b"v1\nxxxxx"
+
+    def completion(method: str, path: str) -> bool:
+        return method == "POST" and "uploadId=" in path
+
+    with stripping_proxy(moto_server.port, only=completion) as port:
+        storage = Storage(backend.url, _proxied_options("moto", moto_server, port))
+        path = storage.join("_spark_metadata", "9.compact")
+        assert storage.put_if_absent(path, b"v1\nfirst")
+        assert not storage.put_if_absent(path, b"v1\n" + b"x" * (100 * 2**20))
+        assert storage.read_bytes(path) == b"v1\nfirst"
 
 
 def _write_elsewhere(url: str, options: dict, rows: list[int], version: int) -> None:
