@@ -60,6 +60,10 @@ class OutputResetError(ExactlyOnceError):
     """The checkpoint is ahead of the output log: batches Spark considers done are not in the log."""
 
 
+class StaleVersionError(ExactlyOnceError):
+    """``write_batch`` got different data under a version its app already committed (or went past)."""
+
+
 class SchemaMismatchError(ExactlyOnceError):
     """A batch's schema is incompatible with the data already committed."""
 
