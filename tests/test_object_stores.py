@@ -17,7 +17,8 @@ import pytest
 
 from exactly_once import committed_files, read_committed, write_batch
 from exactly_once.cli import main
-from exactly_once.errors import DamagedDataFileError, OutsideRootError, UnsafeStorageError
+from exactly_once.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
+from exactly_once.python_writer import data_fingerprint
 from exactly_once.storage import Storage
 from tests.conftest import make_backend
 from tests.servers import stripping_proxy
@@ -166,3 +167,35 @@ def test_log_entry_climbing_out_of_the_root(tmp_path, capsys, climb):
     assert main(["ls", "--rows", str(out)]) == 1
     assert "climbs out of its directory" in capsys.readouterr().err
     assert outside.read_bytes() == b"not yours"
+
+
+def test_old_version_with_new_data_is_refused(tmp_path):
+    """An app whose state was reset writes other rows under version 1 after versions 0..5: refused, naming
+    the app, the version, the newest version and what to do, even after compaction; the same rows are a
+    retry and skipped; a passed version that was never committed is refused too."""
+    out = str(tmp_path / "out")
+    for version in range(6):
+        write_batch(out, pa.table({"n": [version, version]}), app_id="job", version=version, compact_interval=3)
+    assert any(name.endswith(".compact") for name in os.listdir(Path(out) / "_spark_metadata"))
+    files = sorted(p.name for p in Path(out).glob("*.parquet"))
+    with pytest.raises(StaleVersionError) as caught:
+        write_batch(out, pa.table({"n": [7, 7]}), app_id="job", version=1)
+    message = str(caught.value)
+    assert "app 'job' wrote version 1, but its newest committed version is 5" in message
+    assert "version 6 or later" in message and "ignore_changed_data=True" in message
+    retry = write_batch(out, pa.table({"n": [1, 1]}), app_id="job", version=1)
+    assert not retry.committed and retry.committed_version == 5
+    assert write_batch(out, pa.table({"n": [8]}), app_id="gappy", version=0).committed
+    assert write_batch(out, pa.table({"n": [9]}), app_id="gappy", version=5).committed
+    with pytest.raises(StaleVersionError, match="version 3 was never committed"):
+        write_batch(out, pa.table({"n": [10]}), app_id="gappy", version=3)
+    assert len(list(Path(out).glob("*.parquet"))) == len(files) + 2, "refused writes write no file"
+    assert sorted(read_committed(out).column("n").to_pylist()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 8, 9]
+
+
+def test_data_fingerprint_is_the_data_not_its_layout():
+    table = pa.table({"n": list(range(100_000)), "s": [str(i % 7) for i in range(100_000)]})
+    rechunked = pa.concat_tables([table.slice(0, 33_333), table.slice(33_333)]).replace_schema_metadata({"a": "b"})
+    assert data_fingerprint(rechunked) == data_fingerprint(table)
+    assert data_fingerprint(table.slice(1)) != data_fingerprint(table)
+    assert data_fingerprint(table.cast(pa.schema([("n", pa.int32()), ("s", pa.string())]))) != data_fingerprint(table)
