@@ -240,7 +240,7 @@ class Storage:
         try:
             # No listings cache: a listing cached by this process (or by the user's filesystem with the same
             # options, which fsspec would share with us) would hide files other processes committed since.
-            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options, use_listings_cache=False)
+            fs, root = fsspec.core.url_to_fs(self.url, **{**self.storage_options, "use_listings_cache": False})
         except (ImportError, ValueError) as exc:
             raise StorageError(
                 f"cannot open storage for {self.url}: {exc}. Install the fsspec backend for this scheme "
