@@ -181,7 +181,7 @@ def test_old_version_with_new_data_is_refused(tmp_path):
     with pytest.raises(StaleVersionError) as caught:
         write_batch(out, pa.table({"n": [7, 7]}), app_id="job", version=1)
     message = str(caught.value)
-    assert "app 'job' wrote version 1, but its newest committed version is 5" in message
+    assert f"app 'job' wrote version 1 to {out}, but its newest committed version is 5" in message
     assert "version 6 or later" in message and "ignore_changed_data=True" in message
     retry = write_batch(out, pa.table({"n": [1, 1]}), app_id="job", version=1)
     assert not retry.committed and retry.committed_version == 5

@@ -123,7 +123,8 @@ def data_fingerprint(table: pa.Table) -> str:
 
 
 def _check_replay(
-    records: list[CommitRecord], app_id: str, version: int, fingerprint: str, newest: int, ignore_changed_data: bool
+    records: list[CommitRecord], app_id: str, version: int, fingerprint: str, newest: int, ignore_changed_data: bool,
+    output: str,
 ) -> str:
     """How a version the app already committed or went past (``newest``: its newest version) compares with
     what the log says of it: ``"same"`` (a retry: same fingerprint) or ``"unknown"`` (its record carries
@@ -141,11 +142,11 @@ def _check_replay(
         else f"version {version} was never committed, and the app has gone past it"
     )
     raise StaleVersionError(
-        f"app {app_id!r} wrote version {version}, but its newest committed version is {newest} and {what}: "
+        f"app {app_id!r} wrote version {version} to {output}, but its newest committed version is {newest} and {what}: "
         "writing it would drop these rows without a word. If the app's state was reset (a lost checkpoint), "
         f"write the new data as version {newest + 1} or later, or under a new app_id; if this is a retry whose "
         "data legitimately differ (non-deterministic input), pass ignore_changed_data=True to skip it. Nothing "
-        "was written."
+        "was committed."
     )
 
 
@@ -242,7 +243,10 @@ def write_batch(
         result.log_batch_id = log_batch
         if action == "skip":
             assert result.committed_version is not None
-            replay = _check_replay(records, app_id, version, fingerprint, result.committed_version, ignore_changed_data)
+            replay = _check_replay(
+                records, app_id, version, fingerprint, result.committed_version, ignore_changed_data,
+                log.display(log.storage.root),
+            )
             logger.log(
                 logging.INFO if replay == "same" else logging.WARNING,
                 "%s: skipping %s: already committed version %s as log batch %d%s%s",
