@@ -199,3 +199,17 @@ def test_data_fingerprint_is_the_data_not_its_layout():
     assert data_fingerprint(rechunked) == data_fingerprint(table)
     assert data_fingerprint(table.slice(1)) != data_fingerprint(table)
     assert data_fingerprint(table.cast(pa.schema([("n", pa.int32()), ("s", pa.string())]))) != data_fingerprint(table)
+
+
+def test_version_committed_without_a_fingerprint_is_skipped_with_a_warning(tmp_path, caplog):
+    """A version committed by an older release (a commit id without fingerprint) cannot be compared: skipped as
+    before, but with a warning saying so."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"n": [1]}), app_id="job", version=0)
+    log = out / "_spark_metadata" / "0"
+    text = log.read_text()
+    commit_id = json.loads(text.splitlines()[1])["commitId"]
+    log.write_text(text.replace(commit_id, commit_id.partition("-")[0]))
+    assert not write_batch(str(out), pa.table({"n": [2]}), app_id="job", version=0).committed
+    assert "its data cannot be compared" in caplog.text
+    assert read_committed(str(out)).column("n").to_pylist() == [1]
