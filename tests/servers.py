@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -389,3 +389,63 @@ def moto_s3(
                 continue
             reason = "the process exited" if exited else f"no HTTP answer within {startup_timeout:.0f}s"
             raise _startup_error("moto server", reason, proc, log_path)
+
+
+# --------------------------------------------------------------------------- a header-stripping proxy
+
+
+@contextlib.contextmanager
+def stripping_proxy(
+    target_port: int, header: str = "If-None-Match", only: Optional[Callable[[str, str], bool]] = None
+) -> Iterator[int]:
+    """A loopback HTTP proxy (in a thread of this process) forwarding every request to 127.0.0.1:
+    ``target_port`` without ``header`` (on the requests ``only(method, path)`` selects, else all): a store
+    that ignores conditional writes, as an older S3-compatible store or a careless proxy does. Yields the
+    proxy's port; stopped on exit.
+    (Azure signs its headers with SharedKey: reach Azurite through it with a SAS, which signs none.)"""
+    import http.client
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            upstream = http.client.HTTPConnection(LOOPBACK, target_port, timeout=60)
+            try:
+                upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                strip = only is None or only(self.command, self.path)
+                for name, value in self.headers.items():
+                    if not (strip and name.lower() == header.lower()):
+                        upstream.putheader(name, value)
+                upstream.endheaders(body)
+                response = upstream.getresponse()
+                data = response.read()
+                self.send_response_only(response.status, response.reason)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                declared = response.getheader("Content-Length")
+                self.send_header("Content-Length", declared if self.command == "HEAD" and declared else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+            finally:
+                upstream.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="stripping-proxy", daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -21,7 +21,7 @@ import pyarrow as pa
 from .log_snapshot import read_snapshot
 from .metadata_log import MetadataLog
 from .reader import read_committed, snapshot
-from .sink_log import CommitRecord, records_of
+from .sink_log import CommitRecord, attribute, records_of
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,24 @@ def decide_write(
     if own is not None and version <= own.query_batch_id:
         return "skip", own.log_batch_id
     return "commit", latest + 1
+
+
+def version_record(records: Sequence[CommitRecord], app_id: str, version: int) -> CommitRecord | None:
+    """The commit record of ``(app_id, version)`` among ``records`` (those of a log snapshot): its own,
+    or inferred inside a run (then without a fingerprint); None if the log shows no commit of it. Pure.
+
+    Example::
+
+        >>> version_record([CommitRecord(0, "job", 0, "a-f0"), CommitRecord(3, "job", 3, "b-f3")], "job", 1)
+        CommitRecord(log_batch_id=1, query_id='job', query_batch_id=1, commit_id='')
+    """
+    own = [r for r in records if r.query_id == app_id]
+    exact = [r for r in own if r.query_batch_id == version]
+    if exact:
+        return exact[-1]
+    candidates = {r.log_batch_id - (r.query_batch_id - version) for r in own if r.query_batch_id > version}
+    inferred = attribute(records, sorted(b for b in candidates if b >= 0))
+    return next((r for r in inferred.values() if r.query_id == app_id and r.query_batch_id == version), None)
 
 
 def committed_version(path: str, app_id: str, *, storage_options: dict[str, Any] | None = None) -> int | None:

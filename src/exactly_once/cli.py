@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
@@ -187,8 +188,11 @@ def count_rows(output: Output) -> dict[int, int | None]:
         batch_id = output.owner_batch(f.batch_id)
         try:
             rows[batch_id] = (rows.get(batch_id) or 0) + pq.read_metadata(f.path, filesystem=filesystem).num_rows
-        except OSError as exc:
-            logger.warning("cannot read the footer of %s (batch %s): %s", storage.display(f.path), batch_id, exc)
+        except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+            logger.warning(
+                "cannot read the footer of %s (batch %s, %d bytes in the log): %s; run `%s verify`",
+                storage.display(f.path), batch_id, f.size, exc, PROG,
+            )
             unreadable.add(batch_id)
     return rows | dict.fromkeys(unreadable)
 

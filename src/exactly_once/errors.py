@@ -64,6 +64,10 @@ class OutputResetError(ExactlyOnceError):
     """The checkpoint is ahead of the output log: batches Spark considers done are not in the log."""
 
 
+class StaleVersionError(ExactlyOnceError):
+    """``write_batch`` got different data under a version its app already committed (or went past)."""
+
+
 class SchemaMismatchError(ExactlyOnceError):
     """A batch's schema is incompatible with the data already committed."""
 
@@ -78,6 +82,10 @@ class ExistingDataError(ExactlyOnceError):
 
 class MissingDataFileError(ExactlyOnceError):
     """A committed data file is missing from storage."""
+
+
+class DamagedDataFileError(ExactlyOnceError):
+    """A committed data file cannot be read and its size differs from the one the log recorded."""
 
 
 class OutsideRootError(ExactlyOnceError):

@@ -121,6 +121,13 @@ class _Resolver:
 
     def resolve(self, uri: str, batch_id: int | None) -> tuple[str, str]:
         path = self.storage.from_uri(uri)
+        if ".." in path.split("/"):  # never resolved, even with allow_outside_root: Spark never writes one
+            raise OutsideRootError(
+                f"batch {batch_id} of {self.storage.display(self.storage.root)} lists {uri}, whose path climbs "
+                "out of its directory with '..': Spark and the sink never write such a path, so the log was "
+                "edited or damaged. Nothing outside the root was read; run `exactly-once verify` and restore "
+                "the log file of that batch from backup."
+            )
         if path.startswith(self.prefix):
             return path, path[len(self.prefix) :]
         relative = _relative_segments(path)
@@ -150,9 +157,10 @@ def resolve_paths(
     storage: Storage, uris: pa.ChunkedArray, batch_ids: pa.ChunkedArray, allow_outside_root: bool
 ) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
     """(root-relative path, path outside the root or null) of each log URI, chunk by chunk. URIs under
-    the root in the form Spark and the sink write, without percent-escapes, are resolved column-wise; the
-    others one by one: a relocated output maps to the same relative path under the root, a file outside
-    the root is an OutsideRootError unless ``allow_outside_root``. :func:`full_paths` joins them.
+    the root in the form Spark and the sink write, without percent-escapes or ``..``, are resolved
+    column-wise; the others one by one: a relocated output maps to the same relative path under the root, a
+    file outside the root is an OutsideRootError unless ``allow_outside_root``, a path with a ``..`` segment
+    (plain or percent-encoded) always is. :func:`full_paths` joins them.
 
     Example::
 
@@ -167,7 +175,8 @@ def resolve_paths(
     relatives, outsides = [], []
     for chunk, ids in zip(uris.chunks, batch_ids.chunks):
         relative = _drop_prefix(chunk, len(uri_prefix.encode()))
-        unusual = pc.invert(pc.and_(pc.starts_with(chunk, uri_prefix), pc.invert(pc.match_substring(relative, "%"))))
+        plain = pc.and_(pc.invert(pc.match_substring(relative, "%")), pc.invert(pc.match_substring(relative, "..")))
+        unusual = pc.invert(pc.and_(pc.starts_with(chunk, uri_prefix), plain))
         outside = pa.nulls(len(chunk), pa.string())
         if pc.any(unusual).as_py():
             rows = pc.indices_nonzero(unusual)

@@ -4,7 +4,10 @@ One call writes a table as Parquet files exactly as the Spark sink does (:func:`
 Spark's file names, ``k=v/`` directories, escaping) and commits them as the next log batch, with a commit
 record ``(app_id, version)`` (the sink's ``(query id, query batch id)``: one format). Delta's
 txnAppId/txnVersion rule makes retries idempotent: when the log already holds a commit of ``app_id`` with a
-version >= ``version``, nothing is written.
+version >= ``version``, nothing is written. Unlike Delta, the data are checked: each commit record carries a
+fingerprint of its data (:func:`data_fingerprint`), and a version written again with other data (an app
+whose state was reset) is refused with :class:`~exactly_once.errors.StaleVersionError` instead of being
+dropped without a word.
 
 Concurrency is optimistic: the commit is an exclusive create of the next log file
 (:meth:`MetadataLog.add`). A writer that loses the race re-reads the log, re-checks its version (another
@@ -24,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 import time
@@ -33,8 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .chain import app_commits, decide_write
-from .errors import CommitConflictError, MissingDataFileError, SchemaMismatchError
+from .chain import app_commits, decide_write, version_record
+from .errors import CommitConflictError, MissingDataFileError, SchemaMismatchError, StaleVersionError
 from .failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data
 from .log_snapshot import data_files, read_snapshot
@@ -46,6 +50,7 @@ from .writer import FileStatus, WriteSpec, codec_extension, write_rows
 logger = logging.getLogger(__name__)
 
 _MAX_ATTEMPTS = 100
+_FINGERPRINT_ROWS = 65536  # rows hashed at a time: bounded memory, independent of the table's chunking
 
 
 @dataclass
@@ -102,6 +107,51 @@ def _as_table(data: Any) -> pa.Table:
     return table
 
 
+def data_fingerprint(table: pa.Table) -> str:
+    """A fingerprint of a table's data as :func:`write_batch` writes it: the SHA-256 (first 128 bits, hex)
+    of the Arrow IPC encoding of its schema (schema metadata, such as pandas', left out) and of its rows in
+    windows of 65,536, so the same columns, types and values in the same order give the same fingerprint
+    however the table is chunked; file bytes (with their timestamps) play no part. Values under null slots
+    count, as in the IPC encoding: tables built the same way fingerprint the same.
+
+    Example: ``data_fingerprint(pa.table({"n": [1, 2]})) == data_fingerprint(pa.table({"n": [1, 2]}))``.
+    """
+    table = table.replace_schema_metadata(None)
+    digest = hashlib.sha256(table.schema.serialize().to_pybytes())
+    for start in range(0, table.num_rows, _FINGERPRINT_ROWS):
+        for batch in table.slice(start, _FINGERPRINT_ROWS).combine_chunks().to_batches():
+            digest.update(batch.serialize())
+    return digest.hexdigest()[:32]
+
+
+def _check_replay(
+    records: list[CommitRecord], app_id: str, version: int, fingerprint: str, newest: int, ignore_changed_data: bool,
+    output: str,
+) -> str:
+    """How a version the app already committed or went past (``newest``: its newest version) compares with
+    what the log says of it: ``"same"`` (a retry: same fingerprint) or ``"unknown"`` (its record carries
+    no fingerprint: a commit of an older release, or inferred inside a compacted run); different data, or
+    a version below ``newest`` that was never committed, raise StaleVersionError (``"changed"`` when
+    ``ignore_changed_data``)."""
+    record = version_record(records, app_id, version)
+    if record is not None and record.fingerprint in (fingerprint, None):
+        return "same" if record.fingerprint else "unknown"
+    if ignore_changed_data:
+        return "changed"
+    what = (
+        f"version {version} was committed (log batch {record.log_batch_id}) with other data"
+        if record is not None
+        else f"version {version} was never committed, and the app has gone past it"
+    )
+    raise StaleVersionError(
+        f"app {app_id!r} wrote version {version} to {output}, but its newest committed version is {newest} and {what}: "
+        "writing it would drop these rows without a word. If the app's state was reset (a lost checkpoint), "
+        f"write the new data as version {newest + 1} or later, or under a new app_id; if this is a retry whose "
+        "data legitimately differ (non-deterministic input), pass ignore_changed_data=True to skip it. Nothing "
+        "was committed."
+    )
+
+
 def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> None:
     """SchemaMismatchError unless ``data`` (partition columns included) fits the committed data (``table``
     is the log snapshot)."""
@@ -142,13 +192,17 @@ def write_batch(
     time_zone: str = "UTC",
     compact_interval: int = 10,
     allow_existing_files: bool = False,
+    ignore_changed_data: bool = False,
 ) -> WriteResult:
     """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
 
     Writes Parquet files named and partitioned like the Spark sink's, then commits them as the next log
     batch with the commit record ``(app_id, version)``. If the log already holds a commit of ``app_id``
-    with a version >= ``version``, nothing is written and ``committed`` is False. Versions of one app must
-    increase (e.g. the source batch id a chained job consumed). Several apps may append to one output at
+    with a version >= ``version``, nothing is written and ``committed`` is False: when the data are the
+    same as that version's (:func:`data_fingerprint`, recorded in each commit record), a retry. Other data
+    under a committed version, or a version below the newest that was never committed, raise
+    StaleVersionError, unless ``ignore_changed_data`` (then skipped, with a warning). Versions of one app
+    must increase (e.g. the source batch id a chained job consumed). Several apps may append to one output at
     once: a lost commit race is retried as the following batch (see the module docstring).
 
     Args:
@@ -161,8 +215,8 @@ def write_batch(
         allow_existing_files: as :class:`~exactly_once.ParquetSink` (else ExistingDataError when the
             directory holds Parquet files but no committed batch).
 
-    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema, and
-    CommitConflictError after many lost races in a row.
+    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema,
+    StaleVersionError (nothing written) as above, and CommitConflictError after many lost races in a row.
 
     Example::
 
@@ -181,21 +235,31 @@ def write_batch(
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     table = _as_table(data)
+    fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None
     try:
         for attempt in range(_MAX_ATTEMPTS):
             snap = read_snapshot(log)
             latest = -1 if snap.latest is None else snap.latest
-            commits = app_commits(records_of(snap.table))
+            records = records_of(snap.table)
+            commits = app_commits(records)
             own = commits.get(app_id)
             result = WriteResult(False, app_id, version, None, None if own is None else own.query_batch_id)
             result.conflicts = attempt
             action, log_batch = decide_write(latest, commits, app_id, version)
             result.log_batch_id = log_batch
             if action == "skip":
-                logger.info(
-                    "%s: skipping %s: already committed version %s as log batch %d%s",
+                assert result.committed_version is not None
+                replay = _check_replay(
+                    records, app_id, version, fingerprint, result.committed_version, ignore_changed_data,
+                    log.display(log.storage.root),
+                )
+                logger.log(
+                    logging.INFO if replay == "same" else logging.WARNING,
+                    "%s: skipping %s: already committed version %s as log batch %d%s%s",
                     log.display(log.storage.root), what, result.committed_version, log_batch,
+                    {"same": "", "unknown": " (its data cannot be compared: the log keeps no fingerprint of it)",
+                     "changed": " although its data differ (ignore_changed_data=True)"}[replay],
                     "" if statuses is None else " (this attempt's files stay uncommitted)",
                 )
                 return result
@@ -211,7 +275,7 @@ def write_batch(
                 spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
                 statuses = write_rows(spec, [table])
                 failpoint("before_commit")
-            record = CommitRecord.new(log_batch, app_id, version)
+            record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             entries = record.log_entries(log.storage, int(time.time() * 1000), data)
             gone = log.storage.missing([s.path for s in statuses])

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .errors import MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
+from .errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
 from .log_snapshot import (
     LogSnapshot,
     batch_ids_known,
@@ -305,8 +305,8 @@ def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
     filesystem = storage.arrow_filesystem()
     try:
         schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]
-    except (FileNotFoundError, OSError) as exc:
-        raise _missing(snap, exc) from exc
+    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+        raise _unreadable(snap, exc) from exc
     data_schema = pa.unify_schemas(schemas, promote_options="permissive")
     data_schema = pa.schema([f for f in data_schema if f.name not in types])
     schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
@@ -327,16 +327,26 @@ def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
     )
 
 
-def _missing(snap: Snapshot, exc: Exception) -> Exception:
-    """Turn a read failure into a typed error naming the missing committed file and its batch (the files the
-    message names are checked first); ``exc`` itself when every committed file is there."""
-    named = [f for f in snap.files if f.path in str(exc)]
-    for f in named + [f for f in snap.files if f not in named]:
-        if not snap.storage.exists(f.path):
+def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
+    """Turn a read failure into a typed error naming the committed file at fault and its batch: missing
+    from storage, or not of the size the log recorded (truncated, empty, replaced). The files the failure
+    names are checked first; ``exc`` itself if every file is present with its logged size."""
+    named = sorted(snap.files, key=lambda f: f.path not in str(exc))
+    for f in named:
+        where = f"committed file {snap.storage.display(f.path)} of batch {f.batch_id}"
+        try:
+            size = snap.storage.info(f.path).size
+        except FileNotFoundError:
             return MissingDataFileError(
-                f"committed file {snap.storage.display(f.path)} of batch {f.batch_id} is missing from storage. "
-                "It was deleted outside the sink; restore it from backup, or pass ignore_missing_files=True "
-                "to read the rest (that data is then missing from the result)."
+                f"{where} is missing from storage. It was deleted outside the sink; restore it from backup, or "
+                "pass ignore_missing_files=True to read the rest (that data is then missing from the result)."
+            )
+        if size != f.size:
+            return DamagedDataFileError(
+                f"{where} cannot be read: the log says it has {f.size} bytes, storage holds {size} "
+                f"({type(exc).__name__}: {exc}). It was truncated or replaced outside the sink; run "
+                f"`exactly-once verify {snap.storage.display(snap.storage.root)}` to list every damaged file, "
+                "then restore them from backup."
             )
     return exc
 
@@ -389,8 +399,8 @@ def read_committed(
     dataset = _dataset_from(snap, time_zone)
     try:
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
-    except (FileNotFoundError, OSError) as exc:
-        raise _missing(snap, exc) from exc
+    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+        raise _unreadable(snap, exc) from exc
 
 
 def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str] | None, filter: Any) -> DataFrame:
@@ -407,7 +417,7 @@ def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str]
             df = reader.parquet(*paths)
         except Exception as exc:
             if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
-                raise _missing(snap, exc) from exc
+                raise _unreadable(snap, exc) from exc
             raise
     if filter is not None:
         df = df.filter(filter)

@@ -3,7 +3,8 @@ sink's commit record.
 
 A log line is a JSON object with Spark's seven keys in Spark's order, then keys of ours that Spark
 ignores: ``batchId`` (so entries stay attributable after compaction) and, on a commit record, the
-streaming query id, the query's own batch id and a unique commit id.
+streaming query id, the query's own batch id and a unique commit id (for a ``write_batch`` commit,
+followed by a fingerprint of its data).
 
 A *commit record* (the streaming query id, its batch id, a unique commit id) rides on the batch's first
 data entry as extra keys, or, for a batch without files, on an entry of its own that Spark skips
@@ -227,12 +228,25 @@ class CommitRecord:
     commit_id: str
 
     @classmethod
-    def new(cls, log_batch_id: int, query_id: str | None, query_batch_id: int) -> CommitRecord:
-        """A record with a fresh random commit id (64 bits: unique per attempt).
+    def new(
+        cls, log_batch_id: int, query_id: str | None, query_batch_id: int, fingerprint: str | None = None
+    ) -> CommitRecord:
+        """A record with a fresh random commit id (64 bits: unique per attempt), followed by ``-`` and the
+        ``fingerprint`` of the batch's data when given (:func:`exactly_once.write_batch` gives one).
 
-        Example: ``CommitRecord.new(7, "6abb5a0d-...", 7).commit_id`` -> ``'9f1c0a7e5b3d2c41'``.
+        Example: ``CommitRecord.new(7, "daily-job", 41, "5e0d...").commit_id`` -> ``'9f1c0a7e5b3d2c41-5e0d...'``.
         """
-        return cls(log_batch_id, query_id, query_batch_id, secrets.token_hex(8))
+        token = secrets.token_hex(8)
+        return cls(log_batch_id, query_id, query_batch_id, f"{token}-{fingerprint}" if fingerprint else token)
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The fingerprint of the batch's data carried in the commit id, None when it carries none (a
+        streaming batch, a record inferred inside a run, a commit of an older release).
+
+        Example: ``CommitRecord(0, "job", 0, "9f1c0a7e5b3d2c41-5e0d").fingerprint`` -> ``'5e0d'``.
+        """
+        return self.commit_id.partition("-")[2] or None
 
     @property
     def keys(self) -> dict[str, Any]:
@@ -307,7 +321,8 @@ def records_to_keep(records: Sequence[CommitRecord]) -> set[int]:
     """The log batch ids whose commit record a compact file keeps (the others repeat what these say).
 
     A *run* is a stretch of consecutive log batches committed by one query. Kept: the first and the last
-    record of every run. So the newest record of each query (what
+    record of every run, and every record carrying a data fingerprint (the check of a version written
+    again by :func:`~exactly_once.write_batch` compares it). So the newest record of each query (what
     :func:`~exactly_once.sink.decide_batch` needs) stays, and every batch still in the log can be
     attributed to its query and query batch (:func:`attribute`).
 
@@ -319,6 +334,8 @@ def records_to_keep(records: Sequence[CommitRecord]) -> set[int]:
     keep: set[int] = set()
     previous: CommitRecord | None = None
     for record in records:
+        if record.fingerprint:
+            keep.add(record.log_batch_id)
         if previous is None or record.log_batch_id != previous.log_batch_id + 1 or not _same_run(previous, record):
             keep.add(record.log_batch_id)
             if previous is not None:

@@ -52,7 +52,14 @@ _URI_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 _HADOOP_SCHEMES = {"s3": "s3a", "abfs": "abfss", "az": "abfss", "gs": "gs", "gcs": "gs"}
 _FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "wasb": "abfs", "gcs": "gs"}
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
-_PROBED: dict[tuple[str, str], bool] = {}
+_PROBED: dict[tuple[str, ...], bool] = {}  # by _store_key()
+# The environment variables botocore reads an S3 endpoint from (part of what selects the store).
+_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+# s3fs's pipe_file switches to a multipart upload, whose completion carries no If-None-Match, from twice
+# its chunk size on: a log file is written with a chunk size above its own size, as one PutObject (the
+# request the probe proved exclusive), which S3 allows up to 5 GiB.
+_S3_MIN_CHUNK = 50 * 2**20
+_S3_MAX_PUT = 5 * 2**30
 # The first release of each package whose pipe_file(mode="create") really is exclusive (the floors in
 # pyproject.toml); older ones overwrite (fsspec's memory/base, adlfs) or reject the argument (s3fs).
 _EXCLUSIVE_CREATE_SINCE = {"fsspec": "2024.12.0", "adlfs": "2024.12.0", "s3fs": "2024.12.0"}
@@ -223,7 +230,9 @@ class Storage:
         self.url = str(url)
         self.storage_options = dict(storage_options or {})
         try:
-            fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            # No listings cache: a listing cached by this process (or by the user's filesystem with the same
+            # options, which fsspec would share with us) would hide files other processes committed since.
+            fs, root = fsspec.core.url_to_fs(self.url, **{**self.storage_options, "use_listings_cache": False})
         except (ImportError, ValueError) as exc:
             raise StorageError(
                 f"cannot open storage for {self.url}: {exc}. Install the fsspec backend for this scheme "
@@ -496,11 +505,20 @@ class Storage:
         if self.is_local:
             return self._create_local(path, data, publish_failpoint)
         payload = data if isinstance(data, bytes) else b"".join(data)
+        options: dict[str, Any] = {}
+        if self.protocol == "s3":
+            if len(payload) >= _S3_MAX_PUT:
+                raise StorageError(
+                    f"cannot create {self.display(path)} exclusively: {len(payload)} bytes exceed S3's largest "
+                    "single PUT (5 GiB), and a multipart upload is not exclusive. Compact the log more often "
+                    "(a smaller compact_interval) or write fewer, larger files per batch."
+                )
+            options["chunksize"] = max(_S3_MIN_CHUNK, len(payload))
         if publish_failpoint:
             failpoint("commit_publish")
         for attempt in range(5):
             try:
-                self.fs.pipe_file(path, payload, mode="create")
+                self.fs.pipe_file(path, payload, mode="create", **options)
                 return True
             except FileExistsError:
                 # The answer to a PUT that succeeded may have been lost and retried: identical bytes
@@ -535,11 +553,29 @@ class Storage:
                 os.close(dir_fd)
             return True
 
+    def _store_key(self) -> tuple[str, ...]:
+        """Everything that selects the store a write goes to: the scheme, the endpoint, the account, the
+        bucket (container) and the options (credentials) that reach it. Two outputs share a probe only
+        when all of them are the same."""
+        if self.is_local:
+            return ("file",)
+        fs = self.fs
+        client_kwargs = getattr(fs, "client_kwargs", None) or {}
+        endpoint = (
+            getattr(getattr(fs, "service_client", None), "url", None)  # adlfs: the account's blob endpoint
+            or getattr(fs, "endpoint_url", None)  # s3fs
+            or client_kwargs.get("endpoint_url")
+            or "|".join(os.environ.get(name, "") for name in _ENDPOINT_VARIABLES)
+        )
+        account = getattr(fs, "account_name", None) or ""
+        options = fsspec.utils.tokenize(self.storage_options)
+        return (self.protocol, str(endpoint), str(account), self.root.split("/", 1)[0], options)
+
     def _probe(self) -> None:
-        """Once per store and process: check that a second exclusive create really fails. When it does
-        not (or the create itself fails) and an fsspec package older than exclusive create is installed,
-        the error says to upgrade it rather than blaming the store."""
-        key = (self.protocol, self.root.split("/", 1)[0] if not self.is_local else "")
+        """Once per store (:meth:`_store_key`) and process: check that a second exclusive create really
+        fails. When it does not (or the create itself fails) and an fsspec package older than exclusive
+        create is installed, the error says to upgrade it rather than blaming the store."""
+        key = self._store_key()
         if _PROBED.get(key):
             return
         with _PROBE_LOCK:
