@@ -17,7 +17,7 @@ import pytest
 
 from exactly_once import MetadataLog, committed_dataset, committed_files, errors, read_committed, write_batch
 from exactly_once.metadata_log import LogEntry
-from exactly_once.reader import _missing, snapshot
+from exactly_once.reader import _unreadable, snapshot
 from exactly_once.storage import Storage
 from tests.spark_util import run_available_now, write_input_files
 
@@ -175,9 +175,9 @@ def test_a_read_failure_names_a_missing_file_only_when_one_is_missing(tmp_path):
     write_batch(root, pa.table({"id": [1]}), app_id="a", version=0)
     snap = snapshot(root)
     failure = RuntimeError(f"[PATH_NOT_FOUND] Path does not exist: file:{snap.files[0].path}")
-    assert _missing(snap, failure) is failure
+    assert _unreadable(snap, failure) is failure
     Path(snap.files[0].path).unlink()
-    assert isinstance(_missing(snap, failure), errors.MissingDataFileError)
+    assert isinstance(_unreadable(snap, failure), errors.MissingDataFileError)
 
 
 def test_not_an_output(tmp_path):
