@@ -22,7 +22,8 @@ cmd="${1:-}"
 shift || true
 case "$cmd" in
     demo) setup; exec .venv/bin/python -m examples.demo "$@" ;;
-    test) setup; exec .venv/bin/python -m pytest "$@" ;;
+    # two pytest workers (2 cores): each has its own SparkSession; Connect tests share one worker
+    test) setup; exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
     bench) setup; exec .venv/bin/python -m benchmarks.run "$@" ;;
     *) echo "usage: ./dev.sh demo|test|bench [args]" >&2; exit 2 ;;
 esac

@@ -24,8 +24,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on the Spark Connect client run last: the client switches pyspark's functions to Connect."""
-    items.sort(key=lambda item: "connect_spark" in getattr(item, "fixturenames", ()))
+    """Tests on the Spark Connect client run last (the client switches pyspark's functions to Connect), all
+    on one xdist worker (``./dev.sh test`` runs two: one Connect server, started by the first of them).
+    The slow tests (driver kills: a driver of their own each) start first, so that the two workers end
+    together."""
+
+    def on_connect(item: pytest.Item) -> bool:
+        return "connect_spark" in getattr(item, "fixturenames", ())
+
+    for item in items:
+        if on_connect(item):
+            item.add_marker(pytest.mark.xdist_group("connect"))
+    items.sort(key=lambda item: (on_connect(item), Path(item.nodeid.split("::")[0]).stem not in SLOW_MODULES))
+
+
+SLOW_MODULES = {"test_crash", "test_backend_crash", "test_chain_crash"}
 
 
 @pytest.fixture(scope="session")

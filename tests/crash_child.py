@@ -79,7 +79,6 @@ def _task_failpoint(batches):  # runs in a Python worker
 
 
 def main() -> int:
-    began = time.time()
     config = json.loads(Path(sys.argv[1]).read_text())
     # Before the JVM starts: the JVM and its Python workers inherit this, so a kill from inside an
     # executor task takes the whole driver down too.
@@ -88,11 +87,7 @@ def main() -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
 
-    import functools
-
     from pyspark.sql import SparkSession
-
-    from exactly_once import ParquetSink
 
     builder = (
         SparkSession.builder.master(config.get("master", "local[2]"))
@@ -113,6 +108,21 @@ def main() -> int:
 
         spark = connect_client(server_port(spark))
 
+    try:
+        return run_query(spark, config)
+    finally:
+        spark.stop()
+
+
+def run_query(spark, config: dict) -> int:
+    """Run the query of ``config`` on ``spark`` until its input is drained; 0 when it drained, 3 when it
+    failed (``result`` names the error). The child's ``main`` calls it on a fresh driver; a crash test
+    restarts a killed query with it on the test session's driver (``crash_util.run_in_process``)."""
+    import functools
+
+    from exactly_once import ParquetSink
+
+    began = time.time()
     stream = (
         spark.readStream.schema(SCHEMA)
         .option("maxFilesPerTrigger", config.get("max_files_per_trigger", 1))
@@ -158,8 +168,6 @@ def main() -> int:
             _write_json(config.get("result"), {"status": "error", "type": type(exc).__name__, "message": str(exc)})
         traceback.print_exc()
         return 3
-    finally:
-        spark.stop()
     _write_json(config.get("result"), {"status": "ok", "began": began, "ended": time.time()})
     return 0
 

@@ -9,7 +9,9 @@ The child (``tests/crash_child.py``) runs one real streaming query (JSON file so
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -67,17 +69,12 @@ def input_file_index(path: str) -> int:
 
 
 @dataclass
-class Child:
-    """One run of ``crash_child.py``."""
+class Run:
+    """One run of the crash-test query: its files in ``workdir`` are named after ``name``."""
 
-    proc: subprocess.Popen
     workdir: Path
     name: str
     returncode: int | None = None
-
-    @property
-    def pgid(self) -> int:
-        return self.proc.pid  # started with start_new_session=True: its own session and group
 
     @property
     def log_path(self) -> Path:
@@ -103,6 +100,17 @@ class Child:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
+
+@dataclass
+class Child(Run):
+    """One run of ``crash_child.py`` (or another child script) in a process group of its own."""
+
+    proc: subprocess.Popen | None = None
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # started with start_new_session=True: its own session and group
+
     def wait(self, timeout: float = CHILD_TIMEOUT) -> int:
         try:
             self.returncode = self.proc.wait(timeout)
@@ -119,6 +127,20 @@ class Child:
 _counter = 0
 
 
+def _new_run(workdir: str | Path, config: dict[str, Any], kind: str) -> tuple[Path, str, dict[str, Any]]:
+    """A fresh run name in ``workdir`` and ``config`` with the run's own progress, result and started files."""
+    global _counter
+    _counter += 1
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    name = f"{kind}-{_counter:03d}"
+    config = dict(config)
+    config.setdefault("progress", str(workdir / f"{name}.progress.jsonl"))
+    config.setdefault("result", str(workdir / f"{name}.result.json"))
+    config.setdefault("started", str(workdir / f"{name}.started"))
+    return workdir, name, config
+
+
 def start_child(
     workdir: str | Path,
     config: dict[str, Any],
@@ -130,15 +152,7 @@ def start_child(
 ) -> Child:
     """Start ``script`` (default ``crash_child.py``) in its own session with ``config`` (see the child's
     docstring)."""
-    global _counter
-    _counter += 1
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    name = f"child-{_counter:03d}"
-    config = dict(config)
-    config.setdefault("progress", str(workdir / f"{name}.progress.jsonl"))
-    config.setdefault("result", str(workdir / f"{name}.result.json"))
-    config.setdefault("started", str(workdir / f"{name}.started"))
+    workdir, name, config = _new_run(workdir, config, "child")
     config_path = workdir / f"{name}.json"
     config_path.write_text(json.dumps(config))
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("EXACTLY_ONCE_")}
@@ -160,7 +174,7 @@ def start_child(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return Child(proc, workdir, name)
+    return Child(workdir, name, proc=proc)
 
 
 def run_child(workdir: str | Path, config: dict[str, Any], **kwargs: Any) -> Child:
@@ -169,6 +183,31 @@ def run_child(workdir: str | Path, config: dict[str, Any], **kwargs: Any) -> Chi
     child.wait()
     assert_group_gone(child.pgid)
     return child
+
+
+def run_in_process(spark: Any, workdir: str | Path, config: dict[str, Any]) -> Run:
+    """Run the crash-test query of ``config`` to its end on the test session's driver: how a test restarts
+    a killed query (the restart is never killed, so it needs no driver of its own: a JVM start saved).
+    The run's log (this package's log records and a failed query's traceback) goes to ``<name>.log``."""
+    from tests.crash_child import run_query
+
+    workdir, name, config = _new_run(workdir, config, "run")
+    (workdir / f"{name}.json").write_text(json.dumps(config))
+    run = Run(workdir, name)
+    handler = logging.FileHandler(run.log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package_logger = logging.getLogger("exactly_once")
+    level = package_logger.level
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    try:
+        with open(run.log_path, "a") as errors, contextlib.redirect_stderr(errors):
+            run.returncode = run_query(spark, config)
+    finally:
+        package_logger.removeHandler(handler)
+        package_logger.setLevel(level)
+        handler.close()
+    return run
 
 
 def kill_group(pgid: int) -> None:
@@ -210,7 +249,7 @@ def assert_sigkilled(child: Child) -> None:
     assert_group_gone(child.pgid)
 
 
-def assert_ok(child: Child) -> None:
+def assert_ok(child: Run) -> None:
     assert child.returncode == 0, (
         f"child {child.name} failed with exit code {child.returncode}; result {child.result()}; "
         f"log tail:\n{child.log_tail()}"

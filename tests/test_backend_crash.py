@@ -17,6 +17,7 @@ from tests.crash_util import (
     committed_ids,
     latest_commit,
     run_child,
+    run_in_process,
     write_inputs,
 )
 
@@ -27,7 +28,7 @@ COMMIT_WINDOW = {"before_commit": (2, False), "commit_publish": (2, False), "aft
 
 @pytest.mark.parametrize("backend_name", ["azurite", "moto"])
 @pytest.mark.parametrize("failpoint", list(COMMIT_WINDOW))
-def test_commit_window_kill_on_object_store(request, tmp_path: Path, backend_name: str, failpoint: str) -> None:
+def test_commit_window_kill_on_object_store(spark, request, tmp_path: Path, backend_name: str, failpoint: str) -> None:
     backend = make_backend(backend_name, request, tmp_path)
     ids = write_inputs(tmp_path / "in", range(FILES), ROWS)
     config = {
@@ -53,7 +54,7 @@ def test_commit_window_kill_on_object_store(request, tmp_path: Path, backend_nam
     prefix = [i for i in ids if i // 1000 <= log_latest]
     assert_same_ids(committed_ids(backend.url, storage_options=backend.storage_options), prefix, "at the kill")
 
-    restarted = run_child(tmp_path, config)
+    restarted = run_in_process(spark, tmp_path, config)
 
     assert_ok(restarted)
     assert restarted.progress()[0]["skipped"] is replay_skipped

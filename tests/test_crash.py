@@ -50,6 +50,7 @@ from tests.crash_util import (
     orphans,
     parquet_on_disk,
     run_child,
+    run_in_process,
     spark_ids,
     staged_files,
     start_child,
@@ -184,7 +185,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     prefix = [i for f in range(case.log_latest + 1) for i in file_ids(f, ROWS)]
     assert_same_ids(spark_ids(spark, out), prefix, "spark.read.parquet at the kill point")
 
-    restarted = run_child(tmp_path, dict(config, task_failpoint=False))
+    restarted = run_in_process(spark, tmp_path, dict(config, task_failpoint=False))
 
     assert_ok(restarted)
     if failpoint == "sidecar":  # the next compaction (8) read 5.compact as JSON and wrote its own copy
