@@ -133,3 +133,59 @@ def test_compact_file_is_byte_identical_to_the_recorded_output(tmp_path, monkeyp
     assert written.split(b"\n") == expected.split(b"\n")  # line by line first: a readable diff
     assert written == expected
     assert log.check() == []  # the columnar copy holds the same entries as the JSON
+
+
+def _json_table(data: bytes):
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+
+    from exactly_once.sink_log import ENTRY_SCHEMA
+
+    options = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
+    return pa_json.read_json(pa.BufferReader(data), parse_options=options)
+
+
+def test_lines_read_as_fields_give_the_json_parsers_entries(tmp_path):
+    """Lines in the writer's layout are read as fields, the others (a few in a block) by the JSON parser:
+    the entries are the JSON parser's, row for row, and only lines in the layout are marked so."""
+    from exactly_once.log_layout import parse_lines
+
+    root = tmp_path / "out"
+    spark = [_spark_line(root, f"s-{k},comma.parquet" if k == 5 else f"s-{k}.parquet", k, NOW_MS + k) for k in range(60)]
+    odd = [line for line in _odd_lines(root, 3) if "\\" not in line]  # a block with an escape goes to the JSON parser
+    records = [e.to_json() for e in _ours(root, 3, "q1", 3, 2, NOW_MS, -1)]
+    lines = spark[:20] + odd + spark[20:40] + records + spark[40:] + [_spark_line(root, "big.parquet", 10**17, 0)]
+    data = "\n".join(lines).encode()
+    table, layout = parse_lines(data, len(lines))
+    assert table.to_pylist() == _json_table(data).to_pylist()
+    in_layout = [line.startswith('{"path":"') and line.endswith('"action":"add"}') and ",comma" not in line for line in lines]
+    assert layout.to_pylist() == in_layout
+    escaped = data + b"\n" + _odd_lines(root, 4)[4].encode()
+    assert parse_lines(escaped, len(lines) + 1) is None  # the JSON parser reads a block with an escape
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b'{"path":"file:///o/a","size":01,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
+        b'{"path":"file:///o/a","size":1,"isDir":nope,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
+        b'{"path":"file:///o/"a","size":1,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
+        b'{"path":"file:///o/\x01a","size":1,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
+        b'{"path":"file:///o/\xffa","size":1,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
+        b'{"path":"file:///o/a","size":1,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"',
+        b'',
+    ],
+)
+def test_a_corrupt_line_among_lines_in_the_layout_names_its_line(tmp_path, bad):
+    from exactly_once.errors import CorruptLogError
+
+    root = tmp_path / "out"
+    good = [_spark_line(root, f"s-{k}.parquet", k, NOW_MS) for k in range(50)]
+    meta = root / "_spark_metadata"
+    meta.mkdir(parents=True)
+    (meta / "0").write_bytes(b"v1\n" + "\n".join(good[:30]).encode() + b"\n" + bad + b"\n" + "\n".join(good[30:]).encode())
+    log = MetadataLog(str(root))
+    with pytest.raises(CorruptLogError, match="line 32"):
+        log.read_file(str(meta / "0"), 0)
+    with pytest.raises(CorruptLogError, match="line 32"):
+        log.read_table(str(meta / "0"), 0)

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from .errors import ExactlyOnceError, LogError, MissingLogFileError
 from .failpoints import failpoint
+from .log_layout import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
 from .sink_log import (
@@ -156,6 +157,7 @@ class _SourcePlan:
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
     table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+    layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
 
     def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
         """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
@@ -248,7 +250,12 @@ def _without(table: pa.Table, rows: Iterable[int], offset: int = 0) -> pa.Table:
             mask[row - offset] = 0
     if all(mask):
         return table
-    return table.filter(pa.Array.from_buffers(pa.uint8(), table.num_rows, [None, pa.py_buffer(mask)]).cast(pa.bool_()))
+    return table.filter(_mask(mask))
+
+
+def _mask(flags: bytearray) -> pa.BooleanArray:
+    """A boolean array of ``flags`` (one byte, 0 or 1, per row)."""
+    return pa.Array.from_buffers(pa.uint8(), len(flags), [None, pa.py_buffer(flags)]).cast(pa.bool_())
 
 
 class CompactibleLog(LogFiles):
@@ -452,9 +459,10 @@ class CompactibleLog(LogFiles):
         plan = _SourcePlan(sidecar=sidecar)
         parsed: list[pa.Table] = []
         expired_upto = -1
-        blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path) if sidecar else (
-            (b.first_line - 2, self.parse_block(b, path, source)) for b in self.blocks(path, source)
-        )
+        if sidecar:
+            blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
+        else:
+            blocks = ((b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source))
         for offset, table in blocks:
             if not compact:
                 table = stamp_batch_id(table, source)
@@ -463,6 +471,13 @@ class CompactibleLog(LogFiles):
         if not compact:
             plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
         return plan, expired_upto
+
+    def _parse_source(self, block: Block, path: str, source: int, plan: _SourcePlan) -> pa.Table:
+        """One block of a source, parsed; which of its lines are in the writer's layout goes to ``plan``
+        (pass two stamps those column-wise)."""
+        table, layout = self.parse_block_layout(block, path, source)
+        plan.layouts.append(layout)
+        return table
 
     def _compact_chunks(
         self,
@@ -495,10 +510,11 @@ class CompactibleLog(LogFiles):
             checksum = Checksum() if plan.sidecar else None
             if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
                 copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite))
-            for block in self.blocks(path, source, checksum):
+            for index, block in enumerate(self.blocks(path, source, checksum)):
                 offset = block.first_line - 2
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
-                yield from self._copy_block(block, offset, here, drop, rewrite, stamp)
+                layout = plan.layouts[index] if stamp is not None else None
+                yield from self._copy_block(block, offset, here, drop, rewrite, stamp, plan.table, layout)
                 if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
                     copy.write(_apply(self.parse_block(block, path, source), drop, rewrite, self.storage, offset))
             if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
@@ -522,29 +538,46 @@ class CompactibleLog(LogFiles):
             yield _apply(group, drop, rewrite, self.storage, start)
 
     def _copy_block(
-        self, block: Block, offset: int, changed: list[int], drop: set[int], rewrite: dict[int, str], stamp: int | None
+        self,
+        block: Block,
+        offset: int,
+        changed: list[int],
+        drop: set[int],
+        rewrite: dict[int, str],
+        stamp: int | None,
+        table: pa.Table | None,
+        layout: pa.BooleanArray | None,
     ) -> Iterator[bytes]:
         """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
-        else its lines with ``changed`` rows dropped or rewritten (lines of a delta file all get their
-        ``batchId`` stamped)."""
+        else its lines with ``changed`` rows dropped or rewritten. Lines of a delta file (``table``: their
+        parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId`` stamped, column-wise (:func:`~exactly_once.log_layout.stamped_lines`); only changed
+        rows and lines the writer would lay out differently are re-serialised one by one."""
         if not changed and stamp is None:
             yield b"\n"
             yield block.data
             return
-        lines = block.split()
-        out = []
-        for index, line in enumerate(lines):
-            row = offset + index
-            if row in drop:
-                continue
-            if row in rewrite:
-                entry = _rewritten(LogEntry.from_json(line.decode("utf-8"), stamp), rewrite[row], self.storage)
-                out.append(entry.to_json().encode())
-            elif stamp is not None:
-                out.append(LogEntry.from_json(line.decode("utf-8"), stamp).to_json().encode())
-            else:
-                out.append(line)
-        yield b"".join(b"\n" + line for line in out)
+        lines = split_lines(block.data)
+        if stamp is None:
+            out, redo = pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None
+        else:
+            assert table is not None
+            out, redo = stamped_lines(lines, table.slice(offset, block.lines), stamp, layout)
+        rows = {row - offset for row in changed}
+        if redo is not None and redo.true_count:
+            rows.update(pc.indices_nonzero(redo).to_pylist())
+        if rows:
+            redone, mask = [], bytearray(len(lines))
+            for row in sorted(rows):
+                mask[row] = 1
+                if offset + row in drop:
+                    redone.append(b"")  # an empty value adds no bytes to the block
+                    continue
+                entry = LogEntry.from_json(lines[row].as_py().decode("utf-8"), stamp)
+                if offset + row in rewrite:
+                    entry = _rewritten(entry, rewrite[offset + row], self.storage)
+                redone.append(b"\n" + entry.to_json().encode())
+            out = pc.replace_with_mask(out, _mask(mask), pa.array(redone, pa.binary()))
+        yield joined(out)
 
     def _marker(self, batch_id: int, expired_upto: int, now: int) -> LogEntry:
         """The entry (skipped by Spark, like a commit record) saying that retention dropped entries of

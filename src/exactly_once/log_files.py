@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from .errors import CorruptLogError, UnsupportedLogVersionError
+from .log_layout import parse_lines
 from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, decode_sidecar
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from .storage import FileInfo, Storage
@@ -205,9 +206,18 @@ class LogFiles:
                 yield Block(memoryview(carry), number, carry.count(b"\n") + 1)
 
     def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
-        """Validate and parse one block of lines column-wise (a line pyarrow skips, a missing key or a
-        wrong type fails a check on the whole block); a block that fails is parsed again line by line,
-        which raises CorruptLogError naming the exact line."""
+        """The entries of one block of lines, validated (see :meth:`parse_block_layout`)."""
+        return self.parse_block_layout(block, path, batch_id)[0]
+
+    def parse_block_layout(self, block: Block, path: str, batch_id: int) -> tuple[pa.Table, pa.BooleanArray | None]:
+        """Validate and parse one block of lines column-wise: lines in the writer's layout as fields
+        (:func:`~exactly_once.log_layout.parse_lines`), else with ``pyarrow.json`` (a line pyarrow skips, a
+        missing key or a wrong type fails a check on the whole block); a block that fails is parsed again
+        line by line, which raises CorruptLogError naming the exact line. Returns (entries, which lines
+        are in the layout, or None when the JSON parser read the block)."""
+        parsed = parse_lines(block.data, block.lines)
+        if parsed is not None:
+            return parsed
         try:
             table = pa_json.read_json(pa.BufferReader(pa.py_buffer(block.data)), parse_options=_PARSE)
             table.validate(full=True)  # pyarrow.json does not check the encoding of strings
@@ -218,8 +228,8 @@ class LogFiles:
             or table.num_rows != block.lines
             or any(table.column(key).null_count for key in REQUIRED_KEYS)
         ):
-            return self._parse_lines(block, path, batch_id)
-        return table
+            return self._parse_lines(block, path, batch_id), None
+        return table, None
 
     def _parse_lines(self, block: Block, path: str, batch_id: int) -> pa.Table:
         entries = []
