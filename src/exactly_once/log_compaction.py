@@ -7,10 +7,12 @@ batches are deleted (Spark's rule).
 
 Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
 records that :func:`~exactly_once.sink_log.records_to_keep` does not keep) from the previous compact
-file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block with
-``pyarrow.json`` (:meth:`LogFiles.parse_block`). Pass two copies the blocks as bytes (only dropped lines
-cost Python work), checks them against the copy's CRC-32, and writes the new compact file's columnar
-copy alongside. Memory stays bounded by one block plus the compressed copy.
+file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block
+(:meth:`LogFiles.parse_block`, column-wise) and making the copy in memory. Pass two copies the blocks as
+bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.log_layout.stamped_lines`;
+only dropped or rewritten lines, and lines in another layout, cost Python work), checks a compact file's
+bytes against its copy's CRC-32, and writes the new compact file's columnar copy alongside. Memory stays
+bounded by one block plus the compressed copies (and the entries of the deltas).
 
 Example::
 
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ExactlyOnceError, LogError, MissingLogFileError
+from .errors import LogError, MissingLogFileError
 from .failpoints import failpoint
 from .log_layout import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
@@ -425,10 +427,7 @@ class CompactibleLog(LogFiles):
             copy.discard()
         else:
             failpoint("sidecar")
-            try:
-                self._put_copy(path, copy, written)
-            except (OSError, ExactlyOnceError) as exc:
-                logger.warning("%s: could not write the columnar copy of batch %d (%s); readers parse the JSON", self, batch_id, exc)
+            self.keep_copy(path, batch_id, copy, written)
         return ok
 
     def write_columnar_copy(self, batch_id: int) -> str:
@@ -443,31 +442,37 @@ class CompactibleLog(LogFiles):
         copy = SidecarWriter()
         for block in self.blocks(path, batch_id, checksum):
             copy.write(self.parse_block(block, path, batch_id))
-        return self._put_copy(path, copy, checksum)
-
-    def _put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> str:
-        """Store the columnar copy of compact file ``path``, whose bytes ``checksum`` saw; returns its path."""
-        target = sidecar_path(path)
-        self.storage.put(target, copy.finish(path.rsplit("/", 1)[-1], checksum.size, checksum.crc))
-        return target
+        self.put_copy(path, copy, checksum)
+        return sidecar_path(path)
 
     def _plan(self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
         """Pass one over one source (see :meth:`_SourcePlan.scan`), from its columnar copy when there is one,
-        else from its JSON (validated block by block)."""
+        else from its JSON (validated block by block); a compact file without a copy gets one, in memory,
+        that pass two carries over (and checks against the bytes it copies, as any copy)."""
         compact = is_compact_path(path)
         sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
         plan = _SourcePlan(sidecar=sidecar)
         parsed: list[pa.Table] = []
         expired_upto = -1
+        checksum, made = Checksum(), SidecarWriter() if compact and sidecar is None else None
         if sidecar:
             blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
         else:
-            blocks = ((b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source))
-        for offset, table in blocks:
-            if not compact:
-                table = stamp_batch_id(table, source)
-                parsed.append(table)
-            expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+            blocks = ((b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source, checksum))
+        try:
+            for offset, table in blocks:
+                if not compact:
+                    table = stamp_batch_id(table, source)
+                    parsed.append(table)
+                elif made is not None:
+                    made.write(table)
+                expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+        except BaseException:
+            if made is not None:
+                made.discard()
+            raise
+        if made is not None:  # pass two copies the bytes and carries the entries over from this copy
+            plan.sidecar = made.finish_copy(path.rsplit("/", 1)[-1], checksum)
         if not compact:
             plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
         return plan, expired_upto
@@ -515,8 +520,6 @@ class CompactibleLog(LogFiles):
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
                 layout = plan.layouts[index] if stamp is not None else None
                 yield from self._copy_block(block, offset, here, drop, rewrite, stamp, plan.table, layout)
-                if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
-                    copy.write(_apply(self.parse_block(block, path, source), drop, rewrite, self.storage, offset))
             if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
                 raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
             if plan.table is not None:

@@ -26,7 +26,8 @@ import pyarrow.json as pa_json
 
 from .errors import CorruptLogError, UnsupportedLogVersionError
 from .log_layout import parse_lines
-from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, decode_sidecar
+from .errors import ExactlyOnceError
+from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from .storage import FileInfo, Storage
 
@@ -36,6 +37,8 @@ VERSION = 1
 METADATA_DIR = "_spark_metadata"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
+# A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
+COPY_MIN_BYTES = 1 << 22
 _PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 
 
@@ -65,6 +68,14 @@ def stamp_batch_id(table: pa.Table, batch_id: int) -> pa.Table:
         return table
     index = table.schema.get_field_index(BATCH_KEY)
     return table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+
+
+class _CopyNotStored(Exception):
+    """Storing a columnar copy failed (the cause says why); ``sidecar`` is the copy."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        super().__init__("the columnar copy could not be stored")
+        self.sidecar = sidecar
 
 
 class Listing(dict[int, str]):
@@ -275,11 +286,41 @@ class LogFiles:
                     logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", batch_id, exc)
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
-        tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id)]
+        checksum = Checksum()
+        tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id, checksum)]
         table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
         if not is_compact_path(path):
             table = stamp_batch_id(table, batch_id)
+        elif sidecar is None and checksum.size >= COPY_MIN_BYTES:
+            copy = SidecarWriter()
+            copy.write(table)
+            self.keep_copy(path, batch_id, copy, checksum)
         return table if columns is None else table.select(columns)
+
+    def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+        """Store the columnar copy of compact file ``path`` (whose bytes ``checksum`` saw) from the
+        entries written to ``copy``, atomically (a concurrent reader sees no copy or all of it); returns it."""
+        sidecar = copy.finish_copy(path.rsplit("/", 1)[-1], checksum)
+        try:
+            self.storage.put(sidecar_path(path), sidecar.data)
+        except (OSError, ExactlyOnceError) as exc:
+            raise _CopyNotStored(sidecar) from exc
+        return sidecar
+
+    def keep_copy(self, path: str, batch_id: int, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+        """As :meth:`put_copy`, where a copy is a help, not a duty: after a compaction, or for a compact file
+        that has none (written by Spark's sink or an older version), so that readers and the next
+        compaction read it instead of the JSON. A failure to store it (a read-only reader, say) is logged;
+        the copy is returned either way."""
+        try:
+            sidecar = self.put_copy(path, copy, checksum)
+        except _CopyNotStored as exc:
+            logger.warning(
+                "could not store a columnar copy of log batch %d (%s): readers parse the JSON", batch_id, exc.__cause__
+            )
+            return exc.sidecar
+        logger.info("wrote the columnar copy of log batch %d (%d bytes of JSON)", batch_id, checksum.size)
+        return sidecar
 
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
