@@ -201,11 +201,14 @@ class LogFiles:
             if checksum:
                 checksum.update(header)
             number, carry = 2, b""
-            while chunk := fh.read(_BLOCK):
+            chunk = fh.read(_BLOCK)
+            while chunk:
                 if checksum:
                     checksum.update(chunk)
                 data = carry + chunk if carry else chunk
-                cut = data.rfind(b"\n")
+                chunk = fh.read(_BLOCK)
+                # the last block ends with the file (one block for a small file), less a trailing newline
+                cut = data.rfind(b"\n") if chunk or data.endswith(b"\n") else len(data)
                 if cut < 0:
                     carry = data
                     continue
