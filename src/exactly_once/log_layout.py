@@ -38,11 +38,13 @@ _CONVERT = pa_csv.ConvertOptions(column_types={name: pa.binary() for name in _NA
 _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 _MAX_OTHERS = 8  # past one line in this many in another layout, the JSON parser reads the whole block
 _BACKSLASH = 92
-_NUMBER = "^(0|[1-9][0-9]{0,17})$"  # as the writer writes a size or a time (longer ones go to the JSON parser)
+_ZERO = pa.scalar(b"0", pa.binary())
 
 
 def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
 
 
 def _text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -134,9 +136,9 @@ def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[
 def _entries(fields: list[pa.Array]) -> tuple[pa.Table, pa.BooleanArray]:
     """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, whether each line is exactly
     its entry written back, i.e. in the layout). Every field must be its key and a value written as the
-    writer writes it: numbers as the writer writes them (up to 18 digits), a path and an action without a quote (the block has no backslash: no
-    escapes), an ASCII action. ArrowInvalid for a field
-    that is not valid UTF-8."""
+    writer writes it: numbers without a sign or a leading zero, a path and an action without a quote (the block has no backslash: no
+    escapes), an ASCII action. ArrowInvalid for a number
+    that does not parse (or does not fit 64 bits) and a field that is not valid UTF-8."""
     checks = []
 
     def value(index: int, prefix: bytes, suffix: bytes = b"") -> pa.Array:
@@ -148,8 +150,12 @@ def _entries(fields: list[pa.Array]) -> tuple[pa.Table, pa.BooleanArray]:
 
     def number(index: int, key: str) -> pa.Array:
         digits = value(index, f'"{key}":'.encode())
-        checks.append(pc.match_substring_regex(digits, _NUMBER))  # no sign, space or leading zero
-        return pc.cast(_text(pc.if_else(checks[-1], digits, pa.scalar(b"0", pa.binary()))), pa.int64())
+        digits = pc.if_else(checks[-1], digits, _ZERO)  # another key here: not in the layout, parsed as 0
+        # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
+        # a sign or a leading zero is not how the writer writes a size or a time
+        odd = pc.or_(pc.starts_with(digits, "-"), pc.and_(pc.starts_with(digits, "0"), pc.greater(pc.binary_length(digits), 1)))
+        checks.append(pc.invert(odd))
+        return pc.cast(_text(digits), pa.int64())
 
     n = len(fields[0])
     path = _text(value(0, b'{"path":"', b'"'))
