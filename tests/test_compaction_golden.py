@@ -167,6 +167,7 @@ def test_lines_read_as_fields_give_the_json_parsers_entries(tmp_path):
 @pytest.mark.parametrize(
     "bad",
     [
+        b'{"path":","size":1,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"a"b"}',
         b'{"path":"file:///o/a","size":0x10,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
         b'{"path":"file:///o/a","size":01,"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',
         b'{"path":"file:///o/a","size":1,"isDir":nope,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}',

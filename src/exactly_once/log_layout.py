@@ -39,6 +39,8 @@ _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_beha
 _MAX_OTHERS = 8  # past one line in this many in another layout, the JSON parser reads the whole block
 _BACKSLASH = 92
 _ZERO = pa.scalar(b"0", pa.binary())
+_QUOTE = 34
+_LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
 
 
 def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -133,19 +135,21 @@ def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[
     return [_array(column) for column in table.columns], others
 
 
-def _entries(fields: list[pa.Array]) -> tuple[pa.Table, pa.BooleanArray]:
+def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.BooleanArray]:
     """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, whether each line is exactly
     its entry written back, i.e. in the layout). Every field must be its key and a value written as the
     writer writes it: numbers without a sign or a leading zero, a path and an action without a quote (the block has no backslash: no
-    escapes), an ASCII action. ArrowInvalid for a number
-    that does not parse (or does not fit 64 bits) and a field that is not valid UTF-8."""
+    escapes), an ASCII action. ``quotes``: the quotes in the block, when these are all its lines; if every
+    line has the layout's 18 and no more, no path or action holds one. ArrowInvalid for a number that does
+    not parse (or does not fit 64 bits) and a field that is not valid UTF-8."""
     checks = []
 
     def value(index: int, prefix: bytes, suffix: bytes = b"") -> pa.Array:
         field = fields[index]
         checks.append(pc.starts_with(field, prefix.decode()))
-        if suffix:
+        if suffix:  # and the two do not overlap
             checks.append(pc.ends_with(field, suffix.decode()))
+            checks.append(pc.greater_equal(pc.binary_length(field), len(prefix) + len(suffix)))
         return pc.binary_slice(field, len(prefix), -len(suffix) if suffix else 2**31 - 1)
 
     def number(index: int, key: str) -> pa.Array:
@@ -171,14 +175,14 @@ def _entries(fields: list[pa.Array]) -> tuple[pa.Table, pa.BooleanArray]:
     }
     checks += [
         pc.or_(columns["isDir"], pc.equal(fields[2], pa.scalar(b'"isDir":false', pa.binary()))),
-        pc.invert(pc.match_substring(path, '"')),
-        pc.invert(pc.match_substring(action, '"')),
         pc.string_is_ascii(action),
     ]
-    arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
     layout = checks[0]
     for check in checks[1:]:
         layout = pc.and_(layout, check)
+    if quotes != _LAYOUT_QUOTES * n or layout.false_count:
+        layout = pc.and_(layout, pc.invert(pc.or_(pc.match_substring(path, '"'), pc.match_substring(action, '"'))))
+    arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), pc.fill_null(layout, False)
 
 
@@ -199,7 +203,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
         if found is None:
             return None
         fields, others = found
-        table, good = _entries(fields)
+        table, good = _entries(fields, None if others else int(np.count_nonzero(buffer == _QUOTE)))
     except pa.ArrowInvalid:
         return None
     if not others and good.false_count == 0:
