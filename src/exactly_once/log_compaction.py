@@ -458,7 +458,9 @@ class CompactibleLog(LogFiles):
         if sidecar:
             blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
         else:
-            blocks = ((b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source, checksum))
+            blocks = (
+                (b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source, checksum)
+            )
         try:
             for offset, table in blocks:
                 if not compact:
@@ -553,8 +555,9 @@ class CompactibleLog(LogFiles):
     ) -> Iterator[bytes]:
         """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
         else its lines with ``changed`` rows dropped or rewritten. Lines of a delta file (``table``: their
-        parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId`` stamped, column-wise (:func:`~exactly_once.log_layout.stamped_lines`); only changed
-        rows and lines the writer would lay out differently are re-serialised one by one."""
+        parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId``
+        stamped, column-wise (:func:`~exactly_once.log_layout.stamped_lines`); only changed rows and lines
+        the writer would lay out differently are re-serialised one by one."""
         if not changed and stamp is None:
             yield b"\n"
             yield block.data

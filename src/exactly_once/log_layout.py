@@ -19,8 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,8 +26,6 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from .sink_log import ENTRY_SCHEMA, REQUIRED_KEYS
-
-logger = logging.getLogger(__name__)
 
 NEWLINE = pa.scalar(b"\n", pa.binary())
 EMPTY = pa.scalar(b"", pa.binary())
@@ -85,13 +81,14 @@ def _in_layout(lines: pa.BinaryArray, prefixes: pa.BinaryArray, table: pa.Table)
 def stamped_lines(
     lines: pa.BinaryArray, table: pa.Table, batch_id: int, layout: pa.BooleanArray | None = None
 ) -> tuple[pa.BinaryArray, pa.BooleanArray]:
-    """(each line of a delta file as a compact file holds it, ``"\n"`` first; which rows the caller must
+    """(each line of a delta file as a compact file holds it, ``"\\n"`` first; which rows the caller must
     re-serialise one by one). ``table`` holds the lines' parsed entries, ``layout`` which lines are in the
     layout (from :func:`parse_lines`; checked here when not given). A line in the layout gets
     ``,"batchId":N`` after its action, column-wise; any other line (extra keys such as a commit record,
     a ``batchId`` of its own, another layout) is marked.
 
-    Example: ``stamped_lines(lines, *parse_lines(data, n), 7)[0]`` -> ``[b'\n{"path":...,"action":"add","batchId":7}', ...]``.
+    Example: ``stamped_lines(lines, *parse_lines(data, n), 7)[0]``
+    -> ``[b'\\n{"path":...,"action":"add","batchId":7}', ...]``.
     """
     suffix = pa.scalar(f',"batchId":{batch_id}}}'.encode(), pa.binary())
     if layout is None:
@@ -138,8 +135,8 @@ def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[
 def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.BooleanArray]:
     """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, whether each line is exactly
     its entry written back, i.e. in the layout). Every field must be its key and a value written as the
-    writer writes it: numbers without a sign or a leading zero, a path and an action without a quote (the block has no backslash: no
-    escapes), an ASCII action. ``quotes``: the quotes in the block, when these are all its lines; if every
+    writer writes it: numbers without a sign or a leading zero, a path and an action without a quote
+    (the block has no backslash: no escapes), an ASCII action. ``quotes``: the quotes in the block, when these are all its lines; if every
     line has the layout's 18 and no more, no path or action holds one. ArrowInvalid for a number that does
     not parse (or does not fit 64 bits) and a field that is not valid UTF-8."""
     checks = []
@@ -157,7 +154,8 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
         digits = pc.if_else(checks[-1], digits, _ZERO)  # another key here: not in the layout, parsed as 0
         # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
         # a sign or a leading zero is not how the writer writes a size or a time
-        odd = pc.or_(pc.starts_with(digits, "-"), pc.and_(pc.starts_with(digits, "0"), pc.greater(pc.binary_length(digits), 1)))
+        padded = pc.and_(pc.starts_with(digits, "0"), pc.greater(pc.binary_length(digits), 1))
+        odd = pc.or_(pc.starts_with(digits, "-"), padded)
         checks.append(pc.invert(odd))
         return pc.cast(_text(digits), pa.int64())
 
