@@ -289,15 +289,26 @@ class LogFiles:
                     logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", batch_id, exc)
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
-        checksum = Checksum()
-        tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id, checksum)]
+        checksum, tables = Checksum(), []
+        made = None  # a large compact file without a copy: its copy, encoded on a thread as blocks are parsed
+        try:
+            for block in self.blocks(path, batch_id, checksum):
+                tables.append(self.parse_block(block, path, batch_id))
+                if made is None and sidecar is None and is_compact_path(path) and checksum.size >= COPY_MIN_BYTES:
+                    made = SidecarWriter()
+                    for table in tables:
+                        made.write(table)
+                elif made is not None:
+                    made.write(tables[-1])
+        except BaseException:
+            if made is not None:
+                made.discard()
+            raise
+        if made is not None:
+            self.keep_copy(path, batch_id, made, checksum)
         table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
         if not is_compact_path(path):
             table = stamp_batch_id(table, batch_id)
-        elif sidecar is None and checksum.size >= COPY_MIN_BYTES:
-            copy = SidecarWriter()
-            copy.write(table)
-            self.keep_copy(path, batch_id, copy, checksum)
         return table if columns is None else table.select(columns)
 
     def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
