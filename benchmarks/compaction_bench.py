@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ class CompactionResults:
     ours_peak_growth_mb: Stat = field(default_factory=Stat)
     ours_peak_mb: Stat = field(default_factory=Stat)
     ours_json_seconds: Stat = field(default_factory=Stat)  # once, with no columnar copy of the previous compact file
+    floor_seconds: Stat = field(default_factory=Stat)  # byte copy of the files the compaction reads
     spark_seconds: Stat = field(default_factory=Stat)
     spark_heap_mb: Stat = field(default_factory=Stat)
     spark_available: bool = True
@@ -204,6 +206,8 @@ def run(spark, root: str, repeats: int) -> CompactionResults:
         results.spark_note = "FileStreamSinkLog not found in this Spark: Spark's compaction not measured"
     counts = {}
     for rep in range(repeats):
+        _cleanup(root, batch)
+        results.floor_seconds.add(byte_copy_floor(root, batch))
         order = ["ours", "spark"] if rep % 2 == 0 else ["spark", "ours"]
         for who in order:
             _cleanup(root, batch)
@@ -244,3 +248,122 @@ def run(spark, root: str, repeats: int) -> CompactionResults:
 
 if __name__ == "__main__":
     child(sys.argv[1], int(sys.argv[2]))
+
+
+# -- log shapes: compaction and planning of logs this package did not write ----------------------------
+
+SHAPES = {
+    "deltas": "nine delta files (Spark's sink), no compact file yet",
+    "spark_compact": "Spark's compact file without a columnar copy, then nine small deltas",
+}
+
+
+@dataclass
+class ShapeResults:
+    """One log shape of ``entries`` entries, all in the layout Spark's sink writes: our compaction and
+    Spark's of the same log, against the byte-copy floor (read the files the compaction reads, write
+    them as one file, fsync) measured in the same run; for ``spark_compact`` also planning."""
+
+    shape: str
+    entries: int = 0
+    batch: int = 0
+    floor_seconds: Stat = field(default_factory=Stat)
+    ours_seconds: Stat = field(default_factory=Stat)
+    spark_seconds: Stat = field(default_factory=Stat)
+    plan_first_seconds: Stat = field(default_factory=Stat)  # no columnar copy: parses the JSON, stores one
+    plan_copy_seconds: Stat = field(default_factory=Stat)  # later plans, from the copy the first one stored
+
+
+def _spark_log_file(path: str, root: str, batch: int, count: int) -> None:
+    """A log file of ``count`` entries, byte for byte as Spark's ``FileStreamSinkLog`` writes them."""
+    prefix = f"file://{root}/part-"
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("v1")
+        for start in range(0, count, 100_000):
+            fh.write("".join(
+                f'\n{{"path":"{prefix}{k:05d}-{batch:08d}-5f2c1a9e-7c4b-4d0e-9a61-{k:012d}.c000.snappy.parquet",'
+                f'"size":{4096 + k % 997},"isDir":false,"modificationTime":{1_700_000_000_000 + k},'
+                '"blockReplication":1,"blockSize":134217728,"action":"add"}'
+                for k in range(start, min(count, start + 100_000))
+            ))
+
+
+def synth_shape(root: str, shape: str, entries: int) -> int:
+    """Write the log of ``shape`` under ``root``; returns the compaction batch that comes next."""
+    meta = os.path.join(root, "_spark_metadata")
+    os.makedirs(meta)
+    if shape == "deltas":
+        for batch in range(9):
+            _spark_log_file(os.path.join(meta, str(batch)), root, batch, entries // 9)
+        return 9
+    _spark_log_file(os.path.join(meta, "9.compact"), root, 9, entries)
+    for batch in range(10, 19):
+        _spark_log_file(os.path.join(meta, str(batch)), root, batch, NEW_FILES)
+    return 19
+
+
+def byte_copy_floor(root: str, batch: int) -> float:
+    """Seconds to read the log files compaction ``batch`` reads (the newest compact file before it and the
+    deltas after that) and write them as one file, fsync'd like a commit."""
+    meta = os.path.join(root, "_spark_metadata")
+    ids = {n: int(n.split(".")[0]) for n in os.listdir(meta) if n.split(".")[0].isdigit() and not n.endswith(".parquet")}
+    start = max((b for n, b in ids.items() if n.endswith(".compact") and b < batch), default=0)
+    names = [n for n, b in ids.items() if start <= b < batch]
+    target = os.path.join(meta, "floor.tmp")
+    started = time.perf_counter()
+    with open(target, "wb") as out:
+        for name in names:
+            with open(os.path.join(meta, name), "rb") as fh:
+                while chunk := fh.read(1 << 24):
+                    out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    seconds = time.perf_counter() - started
+    os.remove(target)
+    return seconds
+
+
+def run_shapes(spark, work: str, entries: int, repeats: int) -> list[ShapeResults]:
+    """Each shape: floor, ours (fresh subprocess) and Spark's compaction, interleaved; then, on the
+    Spark-written compact file, planning without a copy and with the copy the first reader stores."""
+    from exactly_once import committed_files
+
+    from .common import timed
+
+    log_cls, status_cls = _spark_log_class(spark)
+    results = []
+    for shape in SHAPES:
+        root = os.path.join(work, f"shape-{shape}")
+        batch = synth_shape(root, shape, entries)
+        result = ShapeResults(shape, entries + (9 * NEW_FILES if shape == "spark_compact" else 0), batch)
+        for rep in range(repeats):
+            order = ["floor", "ours", "spark"] if rep % 2 == 0 else ["spark", "ours", "floor"]
+            for who in order:
+                _cleanup(root, batch)
+                if who == "floor":
+                    result.floor_seconds.add(byte_copy_floor(root, batch))
+                elif who == "ours":
+                    result.ours_seconds.add(_ours(root, batch)["seconds"])
+                elif log_cls is not None:
+                    seconds, _, ok = spark_add(spark, log_cls, status_cls, root, batch)
+                    if not ok:
+                        raise RuntimeError(f"Spark's compaction of batch {batch} was refused")
+                    result.spark_seconds.add(seconds)
+            logger.info("shape %s: floor %.2fs, ours %.2fs, spark %s", shape, result.floor_seconds.values[-1],
+                        result.ours_seconds.values[-1], result.spark_seconds.values[-1:] or "n/a")
+        _cleanup(root, batch)
+        if shape == "spark_compact":
+            copy = os.path.join(root, "_spark_metadata", "9.compact.parquet")
+            for rep in range(repeats):
+                if os.path.exists(copy):
+                    os.remove(copy)
+                seconds, count = timed(lambda: len(committed_files(root)))
+                result.plan_first_seconds.add(seconds)
+                if not os.path.exists(copy) or count != entries + 9 * NEW_FILES:
+                    raise RuntimeError(f"planning {root}: {count} files, copy stored: {os.path.exists(copy)}")
+                result.plan_copy_seconds.add(timed(lambda: len(committed_files(root)))[0])
+            logger.info("shape %s planning: first (no copy) %.2fs, with the stored copy %.2fs", shape,
+                        result.plan_first_seconds.median, result.plan_copy_seconds.median)
+        shutil.rmtree(root, ignore_errors=True)
+        results.append(result)
+    return results

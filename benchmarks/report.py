@@ -18,11 +18,22 @@ NAMES = {
 }
 
 
+SHAPE_LABELS = {
+    "deltas": "nine delta files, no compact file (Spark's sink)",
+    "spark_compact": "Spark's compact file, no columnar copy, + nine deltas",
+}
+
+
 def _x(stat: Stat) -> str:
     """A ratio as ``0.42x (0.40-0.45)``."""
     if not stat.values:
         return "n/a"
     return f"{stat.median:.2f}x ({stat.low:.2f}-{stat.high:.2f})"
+
+
+def _over(stat: Stat, reference: Stat) -> str:
+    """``stat`` as a multiple of ``reference``, repeat by repeat (``1.9x (1.7-2.2)``; > 1 = slower)."""
+    return _x(ratio_stat(reference, stat, False))
 
 
 def _per_repeat(sink, kind: str, key: str) -> Stat:
@@ -103,6 +114,17 @@ def headline(ctx: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             )
         else:
             rows.append((f"Compaction of {comp.entries_before:,} entries", comp.ours_seconds.fmt(), "not measured", "n/a", comp.spark_note))
+    for shape in ctx.get("shapes", []):
+        label = f"Compaction of {shape.entries:,} entries, {shape.shape.replace('_', ' ')}"
+        rows.append((f"{label}, time vs byte-copy floor", shape.ours_seconds.fmt(), shape.floor_seconds.fmt(),
+                     _over(shape.ours_seconds, shape.floor_seconds), "ours/floor time; goal <= 4x"))
+        if shape.spark_seconds.values:
+            rows.append((f"{label}, time vs Spark", shape.ours_seconds.fmt(), shape.spark_seconds.fmt(),
+                         _x(ratio_stat(shape.ours_seconds, shape.spark_seconds, False)), "theirs/ours time; goal >= 10x"))
+        if shape.plan_first_seconds.values:
+            rows.append((f"Planning {shape.entries:,} files of Spark's compact file: first (no copy) vs with the copy",
+                         shape.plan_first_seconds.fmt(), shape.plan_copy_seconds.fmt(),
+                         _over(shape.plan_first_seconds, shape.plan_copy_seconds), "first/later time; goal <= 1.5x"))
     read = ctx.get("read")
     if read:
         for mode, label in (("table", "to a pyarrow Table"), ("count", "row count")):
@@ -164,6 +186,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
     comp = ctx.get("compaction")
     if comp:
         _compaction_section(w, comp)
+    if ctx.get("shapes"):
+        _shapes_section(w, ctx["shapes"])
     read = ctx.get("read")
     if read:
         _read_section(w, read)
@@ -372,9 +396,36 @@ def _compaction_section(w, comp) -> None:
     else:
         w(f"| time | {comp.ours_seconds.fmt()} | not measured: {comp.spark_note} | n/a |")
     w(f"| absolute peak RSS of our process | {comp.ours_peak_mb.fmt('MB', 3)} | | |")
+    if comp.floor_seconds.values:
+        w(f"| byte-copy floor (read the files compaction reads, write them as one, fsync) | "
+          f"{comp.floor_seconds.fmt()} | | ours {_over(comp.ours_seconds, comp.floor_seconds)} the floor |")
     if comp.ours_json_seconds.values:
         w(f"| time without the previous compact file's columnar copy (first compaction after an upgrade, or over "
           f"Spark's compact file; measured once) | {comp.ours_json_seconds.fmt()} | | |")
+    w("")
+
+
+def _shapes_section(w, shapes) -> None:
+    w("## 4b. Compaction and planning by log shape\n")
+    w(
+        "Logs in the exact layout Spark's file sink writes, which this package did not write (no columnar "
+        "copy, no `batchId`): compaction by ours (`MetadataLog.add` in a fresh subprocess) and by Spark "
+        "(`FileStreamSinkLog.add`) of the same log, and the byte-copy floor (read the files the compaction "
+        "reads, write them as one file, fsync) measured in the same run, interleaved. Planning: "
+        "`committed_files` on the Spark-written compact file without a copy (the first reader parses the "
+        "JSON and stores a copy), then with the copy it stored.\n"
+    )
+    w("| shape | entries | floor | ours | ours / floor | Spark | Spark / ours |\n|---|---|---|---|---|---|---|")
+    for shape in shapes:
+        spark = shape.spark_seconds.fmt() if shape.spark_seconds.values else "not measured"
+        vs = _x(ratio_stat(shape.ours_seconds, shape.spark_seconds, False)) if shape.spark_seconds.values else "n/a"
+        w(f"| {SHAPE_LABELS.get(shape.shape, shape.shape)} | {shape.entries:,} | {shape.floor_seconds.fmt()} | "
+          f"{shape.ours_seconds.fmt()} | {_over(shape.ours_seconds, shape.floor_seconds)} | {spark} | {vs} |")
+    for shape in shapes:
+        if shape.plan_first_seconds.values:
+            w(f"\nPlanning {shape.entries:,} files: first read without a copy {shape.plan_first_seconds.fmt()}, "
+              f"later reads from the stored copy {shape.plan_copy_seconds.fmt()} "
+              f"({_over(shape.plan_first_seconds, shape.plan_copy_seconds)}).")
     w("")
 
 

@@ -8,7 +8,8 @@ Usage (from the repository root)::
 
 Sections: 1 sink throughput/latency/cost split vs Spark's file sink; 2 the no-Spark ceilings (pyarrow,
 delta-rs); 3 reader planning vs Spark and delta-rs as history grows; 4 compaction of ~1M entries vs
-Spark's FileStreamSinkLog; 5 end-to-end read vs Spark and delta-rs. One SparkSession (local[2]) for
+Spark's FileStreamSinkLog; 4b ("shapes") compaction and planning of Spark-written logs of 1M entries
+against the byte-copy floor and Spark; 5 end-to-end read vs Spark and delta-rs. One SparkSession (local[2]) for
 the whole run; temporary data under a temp dir, removed at the end.
 """
 
@@ -31,7 +32,7 @@ from .synth import make_template
 logger = logging.getLogger("benchmarks")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ("sink", "planning", "compaction", "read")
+SECTIONS = ("sink", "planning", "compaction", "shapes", "read")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="planning histories as BATCHESxFILES,... (default 1000x1,10000x1,100000x1,100000x10); "
         "the last one is also compacted",
     )
+    p.add_argument("--shape-entries", type=int, help="entries of each log shape (default 1,000,000, quick 100,000)")
     p.add_argument("--tmpdir", help="where sink input/output go (default: the system temp dir, on disk)")
     p.add_argument(
         "--meta-tmpdir",
@@ -64,9 +66,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
-        defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10"}
+        defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
+                    "shape_entries": 100_000}
     else:
-        defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10"}
+        defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
+                    "shape_entries": 1_000_000}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -138,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         if "compaction" in args.sections:
             os.sync()
             ctx["compaction"] = compaction_bench.run(spark, ctx["planning"].histories[-1].root, args.repeats)
+        if "shapes" in args.sections:
+            os.sync()
+            ctx["shapes"] = compaction_bench.run_shapes(spark, meta, args.shape_entries, args.repeats)
         if "read" in args.sections:
             s = ctx["sink"]
             os.sync()

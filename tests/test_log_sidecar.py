@@ -167,3 +167,23 @@ def test_compaction_over_a_damaged_copy_uses_the_json(tmp_path, caplog):
     assert _sizes(tmp_path) == expected
     listing = log.list_names()
     assert log.read_sidecar(listing.sidecars[8], listing[8], 8).table().equals(log.read_table(listing[8], 8))
+
+
+def test_a_reader_stores_a_copy_of_a_large_compact_file_without_one(tmp_path):
+    """A compact file Spark's sink wrote has no columnar copy: the first reader that parses a large one
+    stores a copy (equal to the JSON), and the next readers answer from it."""
+    meta = tmp_path / LOG
+    meta.mkdir()
+    line = ('{{"path":"file://{root}/s-{k}.parquet","size":{size},"isDir":false,"modificationTime":1,'
+            '"blockReplication":1,"blockSize":33554432,"action":"add"}}')
+    lines = [line.format(root=tmp_path, k=k, size=100_000 + k) for k in range(25_000)]
+    (meta / "9.compact").write_text("v1\n" + "\n".join(lines))  # 5 MB, in the layout Spark writes
+    (meta / "10").write_text("v1\n" + line.format(root=tmp_path, k="new", size=7))
+    expected = {**{f"s-{k}.parquet": 100_000 + k for k in range(25_000)}, "s-new.parquet": 7}
+    assert _sizes(tmp_path) == expected
+    assert (meta / "9.compact.parquet").exists()
+    log = MetadataLog(str(tmp_path), cleanup=False)
+    assert log.check() == []  # the copy holds the JSON's entries
+    raw = (meta / "9.compact").read_bytes()
+    (meta / "9.compact").write_bytes(raw.replace(b'"size":100005,', b'"size":100009,'))  # same length
+    assert _sizes(tmp_path)["s-5.parquet"] == 100_005  # answered from the copy

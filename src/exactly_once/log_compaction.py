@@ -7,10 +7,12 @@ batches are deleted (Spark's rule).
 
 Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
 records that :func:`~exactly_once.sink_log.records_to_keep` does not keep) from the previous compact
-file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block with
-``pyarrow.json`` (:meth:`LogFiles.parse_block`). Pass two copies the blocks as bytes (only dropped lines
-cost Python work), checks them against the copy's CRC-32, and writes the new compact file's columnar
-copy alongside. Memory stays bounded by one block plus the compressed copy.
+file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block
+(:meth:`LogFiles.parse_block`, column-wise) and making the copy in memory. Pass two copies the blocks as
+bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.log_layout.stamped_lines`;
+only dropped or rewritten lines, and lines in another layout, cost Python work), checks a compact file's
+bytes against its copy's CRC-32, and writes the new compact file's columnar copy alongside. Memory stays
+bounded by one block plus the compressed copies (and the entries of the deltas).
 
 Example::
 
@@ -34,8 +36,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ExactlyOnceError, LogError, MissingLogFileError
+from .errors import LogError, MissingLogFileError
 from .failpoints import failpoint
+from .log_layout import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
 from .sink_log import (
@@ -156,6 +159,7 @@ class _SourcePlan:
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
     table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+    layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
 
     def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
         """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
@@ -248,7 +252,12 @@ def _without(table: pa.Table, rows: Iterable[int], offset: int = 0) -> pa.Table:
             mask[row - offset] = 0
     if all(mask):
         return table
-    return table.filter(pa.Array.from_buffers(pa.uint8(), table.num_rows, [None, pa.py_buffer(mask)]).cast(pa.bool_()))
+    return table.filter(_mask(mask))
+
+
+def _mask(flags: bytearray) -> pa.BooleanArray:
+    """A boolean array of ``flags`` (one byte, 0 or 1, per row)."""
+    return pa.Array.from_buffers(pa.uint8(), len(flags), [None, pa.py_buffer(flags)]).cast(pa.bool_())
 
 
 class CompactibleLog(LogFiles):
@@ -418,10 +427,7 @@ class CompactibleLog(LogFiles):
             copy.discard()
         else:
             failpoint("sidecar")
-            try:
-                self._put_copy(path, copy, written)
-            except (OSError, ExactlyOnceError) as exc:
-                logger.warning("%s: could not write the columnar copy of batch %d (%s); readers parse the JSON", self, batch_id, exc)
+            self.keep_copy(path, batch_id, copy, written)
         return ok
 
     def write_columnar_copy(self, batch_id: int) -> str:
@@ -436,33 +442,49 @@ class CompactibleLog(LogFiles):
         copy = SidecarWriter()
         for block in self.blocks(path, batch_id, checksum):
             copy.write(self.parse_block(block, path, batch_id))
-        return self._put_copy(path, copy, checksum)
-
-    def _put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> str:
-        """Store the columnar copy of compact file ``path``, whose bytes ``checksum`` saw; returns its path."""
-        target = sidecar_path(path)
-        self.storage.put(target, copy.finish(path.rsplit("/", 1)[-1], checksum.size, checksum.crc))
-        return target
+        self.put_copy(path, copy, checksum)
+        return sidecar_path(path)
 
     def _plan(self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
         """Pass one over one source (see :meth:`_SourcePlan.scan`), from its columnar copy when there is one,
-        else from its JSON (validated block by block)."""
+        else from its JSON (validated block by block); a compact file without a copy gets one, in memory,
+        that pass two carries over (and checks against the bytes it copies, as any copy)."""
         compact = is_compact_path(path)
         sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
         plan = _SourcePlan(sidecar=sidecar)
         parsed: list[pa.Table] = []
         expired_upto = -1
-        blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path) if sidecar else (
-            (b.first_line - 2, self.parse_block(b, path, source)) for b in self.blocks(path, source)
-        )
-        for offset, table in blocks:
-            if not compact:
-                table = stamp_batch_id(table, source)
-                parsed.append(table)
-            expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+        checksum, made = Checksum(), SidecarWriter() if compact and sidecar is None else None
+        if sidecar:
+            blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
+        else:
+            blocks = (
+                (b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source, checksum)
+            )
+        try:
+            for offset, table in blocks:
+                if not compact:
+                    table = stamp_batch_id(table, source)
+                    parsed.append(table)
+                elif made is not None:
+                    made.write(table)
+                expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+        except BaseException:
+            if made is not None:
+                made.discard()
+            raise
+        if made is not None:  # pass two copies the bytes and carries the entries over from this copy
+            plan.sidecar = made.finish_copy(path.rsplit("/", 1)[-1], checksum)
         if not compact:
             plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
         return plan, expired_upto
+
+    def _parse_source(self, block: Block, path: str, source: int, plan: _SourcePlan) -> pa.Table:
+        """One block of a source, parsed; which of its lines are in the writer's layout goes to ``plan``
+        (pass two stamps those column-wise)."""
+        table, layout = self.parse_block_layout(block, path, source)
+        plan.layouts.append(layout)
+        return table
 
     def _compact_chunks(
         self,
@@ -495,12 +517,11 @@ class CompactibleLog(LogFiles):
             checksum = Checksum() if plan.sidecar else None
             if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
                 copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite))
-            for block in self.blocks(path, source, checksum):
+            for index, block in enumerate(self.blocks(path, source, checksum)):
                 offset = block.first_line - 2
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
-                yield from self._copy_block(block, offset, here, drop, rewrite, stamp)
-                if stamp is None and plan.sidecar is None:  # a compact file without a columnar copy
-                    copy.write(_apply(self.parse_block(block, path, source), drop, rewrite, self.storage, offset))
+                layout = plan.layouts[index] if stamp is not None else None
+                yield from self._copy_block(block, offset, here, drop, rewrite, stamp, plan.table, layout)
             if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
                 raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
             if plan.table is not None:
@@ -522,29 +543,47 @@ class CompactibleLog(LogFiles):
             yield _apply(group, drop, rewrite, self.storage, start)
 
     def _copy_block(
-        self, block: Block, offset: int, changed: list[int], drop: set[int], rewrite: dict[int, str], stamp: int | None
+        self,
+        block: Block,
+        offset: int,
+        changed: list[int],
+        drop: set[int],
+        rewrite: dict[int, str],
+        stamp: int | None,
+        table: pa.Table | None,
+        layout: pa.BooleanArray | None,
     ) -> Iterator[bytes]:
         """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
-        else its lines with ``changed`` rows dropped or rewritten (lines of a delta file all get their
-        ``batchId`` stamped)."""
+        else its lines with ``changed`` rows dropped or rewritten. Lines of a delta file (``table``: their
+        parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId``
+        stamped, column-wise (:func:`~exactly_once.log_layout.stamped_lines`); only changed rows and lines
+        the writer would lay out differently are re-serialised one by one."""
         if not changed and stamp is None:
             yield b"\n"
             yield block.data
             return
-        lines = block.split()
-        out = []
-        for index, line in enumerate(lines):
-            row = offset + index
-            if row in drop:
-                continue
-            if row in rewrite:
-                entry = _rewritten(LogEntry.from_json(line.decode("utf-8"), stamp), rewrite[row], self.storage)
-                out.append(entry.to_json().encode())
-            elif stamp is not None:
-                out.append(LogEntry.from_json(line.decode("utf-8"), stamp).to_json().encode())
-            else:
-                out.append(line)
-        yield b"".join(b"\n" + line for line in out)
+        lines = split_lines(block.data)
+        if stamp is None:
+            out, redo = pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None
+        else:
+            assert table is not None
+            out, redo = stamped_lines(lines, table.slice(offset, block.lines), stamp, layout)
+        rows = {row - offset for row in changed}
+        if redo is not None and redo.true_count:
+            rows.update(pc.indices_nonzero(redo).to_pylist())
+        if rows:
+            redone, mask = [], bytearray(len(lines))
+            for row in sorted(rows):
+                mask[row] = 1
+                if offset + row in drop:
+                    redone.append(b"")  # an empty value adds no bytes to the block
+                    continue
+                entry = LogEntry.from_json(lines[row].as_py().decode("utf-8"), stamp)
+                if offset + row in rewrite:
+                    entry = _rewritten(entry, rewrite[offset + row], self.storage)
+                redone.append(b"\n" + entry.to_json().encode())
+            out = pc.replace_with_mask(out, _mask(mask), pa.array(redone, pa.binary()))
+        yield joined(out)
 
     def _marker(self, batch_id: int, expired_upto: int, now: int) -> LogEntry:
         """The entry (skipped by Spark, like a commit record) saying that retention dropped entries of

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from .errors import CorruptLogError, LogPathError, UnsupportedLogVersionError
-from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, decode_sidecar
+from .errors import CorruptLogError, ExactlyOnceError, LogPathError, UnsupportedLogVersionError
+from .log_layout import parse_lines
+from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
 from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from .storage import FileInfo, Storage
 
@@ -35,6 +36,8 @@ VERSION = 1
 METADATA_DIR = "_spark_metadata"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
+# A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
+COPY_MIN_BYTES = 1 << 22
 _PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 
 
@@ -64,6 +67,14 @@ def stamp_batch_id(table: pa.Table, batch_id: int) -> pa.Table:
         return table
     index = table.schema.get_field_index(BATCH_KEY)
     return table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+
+
+class _CopyNotStored(Exception):
+    """Storing a columnar copy failed (the cause says why); ``sidecar`` is the copy."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        super().__init__("the columnar copy could not be stored")
+        self.sidecar = sidecar
 
 
 class Listing(dict[int, str]):
@@ -212,11 +223,14 @@ class LogFiles:
             if checksum:
                 checksum.update(header)
             number, carry = 2, b""
-            while chunk := fh.read(_BLOCK):
+            chunk = fh.read(_BLOCK)
+            while chunk:
                 if checksum:
                     checksum.update(chunk)
                 data = carry + chunk if carry else chunk
-                cut = data.rfind(b"\n")
+                chunk = fh.read(_BLOCK)
+                # the last block ends with the file (one block for a small file), less a trailing newline
+                cut = data.rfind(b"\n") if chunk or data.endswith(b"\n") else len(data)
                 if cut < 0:
                     carry = data
                     continue
@@ -228,9 +242,18 @@ class LogFiles:
                 yield Block(memoryview(carry), number, carry.count(b"\n") + 1)
 
     def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
-        """Validate and parse one block of lines column-wise (a line pyarrow skips, a missing key or a
-        wrong type fails a check on the whole block); a block that fails is parsed again line by line,
-        which raises CorruptLogError naming the exact line."""
+        """The entries of one block of lines, validated (see :meth:`parse_block_layout`)."""
+        return self.parse_block_layout(block, path, batch_id)[0]
+
+    def parse_block_layout(self, block: Block, path: str, batch_id: int) -> tuple[pa.Table, pa.BooleanArray | None]:
+        """Validate and parse one block of lines column-wise: lines in the writer's layout as fields
+        (:func:`~exactly_once.log_layout.parse_lines`), else with ``pyarrow.json`` (a line pyarrow skips, a
+        missing key or a wrong type fails a check on the whole block); a block that fails is parsed again
+        line by line, which raises CorruptLogError naming the exact line. Returns (entries, which lines
+        are in the layout, or None when the JSON parser read the block)."""
+        parsed = parse_lines(block.data, block.lines)
+        if parsed is not None:
+            return parsed
         try:
             table = pa_json.read_json(pa.BufferReader(pa.py_buffer(block.data)), parse_options=_PARSE)
             table.validate(full=True)  # pyarrow.json does not check the encoding of strings
@@ -241,8 +264,8 @@ class LogFiles:
             or table.num_rows != block.lines
             or any(table.column(key).null_count for key in REQUIRED_KEYS)
         ):
-            return self._parse_lines(block, path, batch_id)
-        return table
+            return self._parse_lines(block, path, batch_id), None
+        return table, None
 
     def _parse_lines(self, block: Block, path: str, batch_id: int) -> pa.Table:
         entries = []
@@ -288,11 +311,52 @@ class LogFiles:
                     logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", batch_id, exc)
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
-        tables = [self.parse_block(block, path, batch_id) for block in self.blocks(path, batch_id)]
+        checksum, tables = Checksum(), []
+        made = None  # a large compact file without a copy: its copy, encoded on a thread as blocks are parsed
+        try:
+            for block in self.blocks(path, batch_id, checksum):
+                tables.append(self.parse_block(block, path, batch_id))
+                if made is None and sidecar is None and is_compact_path(path) and checksum.size >= COPY_MIN_BYTES:
+                    made = SidecarWriter()
+                    for table in tables:
+                        made.write(table)
+                elif made is not None:
+                    made.write(tables[-1])
+        except BaseException:
+            if made is not None:
+                made.discard()
+            raise
+        if made is not None:
+            self.keep_copy(path, batch_id, made, checksum)
         table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
         if not is_compact_path(path):
             table = stamp_batch_id(table, batch_id)
         return table if columns is None else table.select(columns)
+
+    def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+        """Store the columnar copy of compact file ``path`` (whose bytes ``checksum`` saw) from the
+        entries written to ``copy``, atomically (a concurrent reader sees no copy or all of it); returns it."""
+        sidecar = copy.finish_copy(path.rsplit("/", 1)[-1], checksum)
+        try:
+            self.storage.put(sidecar_path(path), sidecar.data)
+        except (OSError, ExactlyOnceError) as exc:
+            raise _CopyNotStored(sidecar) from exc
+        return sidecar
+
+    def keep_copy(self, path: str, batch_id: int, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+        """As :meth:`put_copy`, where a copy is a help, not a duty: after a compaction, or for a compact file
+        that has none (written by Spark's sink or an older version), so that readers and the next
+        compaction read it instead of the JSON. A failure to store it (a read-only reader, say) is logged;
+        the copy is returned either way."""
+        try:
+            sidecar = self.put_copy(path, copy, checksum)
+        except _CopyNotStored as exc:
+            logger.warning(
+                "could not store a columnar copy of log batch %d (%s): readers parse the JSON", batch_id, exc.__cause__
+            )
+            return exc.sidecar
+        logger.info("wrote the columnar copy of log batch %d (%d bytes of JSON)", batch_id, checksum.size)
+        return sidecar
 
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""

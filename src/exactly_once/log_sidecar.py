@@ -150,6 +150,10 @@ class SidecarWriter:
         self._writer.close()
         return self._sink.getvalue().to_pybytes()
 
+    def finish_copy(self, source: str, checksum: Checksum) -> Sidecar:
+        """:meth:`finish`, as the side-car of ``source`` whose bytes ``checksum`` saw."""
+        return Sidecar(self.finish(source, checksum.size, checksum.crc), source, checksum.size, checksum.crc)
+
     def discard(self) -> None:
         """Stop encoding (the compact file was not written)."""
         self._encoder.shutdown(cancel_futures=True)
