@@ -39,17 +39,21 @@ class Kind:
 
     name: str
     arrow: pa.DataType
-    values: st.SearchStrategy
+    values: st.SearchStrategy = field(repr=False)
     partitionable: bool = True  # Spark can partition by it
 
 
+_WIDE = decimal.Context(prec=80)
+
+
 def _decimal(precision: int, scale: int) -> Kind:
-    top = decimal.Decimal(10) ** (precision - scale) - decimal.Decimal(1).scaleb(-scale)
-    edges = [top, -top, decimal.Decimal(0), decimal.Decimal(1).scaleb(-scale)]
+    step = decimal.Decimal(1).scaleb(-scale)
+    top = _WIDE.subtract(_WIDE.power(10, precision - scale), step)  # all nines: the precision in full
+    edges = [top, _WIDE.minus(top), decimal.Decimal(0), step]
     values = st.one_of(
         st.sampled_from(edges),
-        st.decimals(min_value=-top, max_value=top, places=scale, allow_nan=False, allow_infinity=False),
-    ).map(lambda d: d.quantize(decimal.Decimal(1).scaleb(-scale)))
+        st.decimals(min_value=_WIDE.minus(top), max_value=top, places=scale, allow_nan=False, allow_infinity=False),
+    ).map(lambda d: d.quantize(step, context=_WIDE))
     return Kind(f"decimal({precision},{scale})", pa.decimal128(precision, scale), values)
 
 

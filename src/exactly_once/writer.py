@@ -271,13 +271,15 @@ _STATUS_ARROW_SCHEMA = pa.schema(
 )
 
 
-def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: write this task's rows, yield one status row per file written."""
+def write_task(spec: WriteSpec, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: write this task's rows (their columns renamed back to ``names``), yield
+    one status row per file written."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     task = context.partitionId() if context else 0
-    statuses = write_rows(spec, (pa.Table.from_batches([batch]) for batch in batches), task)
+    tables = (pa.Table.from_arrays(batch.columns, names=names) for batch in batches)
+    statuses = write_rows(spec, tables, task)
     yield pa.RecordBatch.from_pylist([dataclasses.asdict(s) for s in statuses], schema=_STATUS_ARROW_SCHEMA)
 
 
@@ -295,4 +297,8 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     """
     if spec.partition_by:
         df = df.sortWithinPartitions(*(f"`{c.replace('`', '``')}`" for c in spec.partition_by))
-    return df.mapInArrow(functools.partial(write_task, spec), STATUS_SCHEMA).collect()
+    # mapInArrow resolves every column by its name, which fails for a name holding a dot ("a.b" is read as
+    # field b of column a): it gets positional names, the task puts the real ones back.
+    names = df.columns
+    df = df.toDF(*(f"c{i}" for i in range(len(names))))
+    return df.mapInArrow(functools.partial(write_task, spec, names), STATUS_SCHEMA).collect()
