@@ -102,6 +102,17 @@ def _streamed(spark, root: str, schema, checkpoint: str) -> pa.Table:
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
+def _failure(run) -> str | None:
+    """None if ``run()`` succeeds, else the error: its first line and the root causes Spark or Python name."""
+    try:
+        run()
+    except Exception as exc:  # noqa: BLE001 - any failure is compared below
+        lines = str(exc).splitlines()
+        causes = [line.strip() for line in lines if line.startswith("Caused by") or "exactly_once.errors." in line]
+        return "\n".join([type(exc).__name__ + ": " + (lines[0] if lines else ""), *causes[-3:]])
+    return None
+
+
 def check_stream(spark, case: StreamCase, workdir: Path) -> None:
     """Write ``case`` with Spark's sink and with ParquetSink; assert every reader agrees with Spark's."""
     before = spark.conf.get("spark.sql.session.timeZone")
@@ -125,10 +136,22 @@ def _check_stream(spark, case: StreamCase, workdir: Path) -> None:
     options = {"compression": case.compression}
     if case.max_records_per_file:
         options["maxRecordsPerFile"] = str(case.max_records_per_file)
-    run_available_now(stream(), str(workdir / "ck-spark"), path=theirs, partitionBy=partition_by, **options)
+    spark_failure = _failure(lambda: run_available_now(
+        stream(), str(workdir / "ck-spark"), path=theirs, partitionBy=partition_by, **options
+    ))
     sink = ParquetSink(ours, partition_by=partition_by, compression=case.compression,
                        max_records_per_file=case.max_records_per_file, writer=case.writer)
-    run_available_now(stream(), str(workdir / "ck-ours"), sink)
+    our_failure = _failure(lambda: run_available_now(stream(), str(workdir / "ck-ours"), sink))
+    if spark_failure is not None:
+        # Spark's sink refuses the stream: ours must refuse it too, with a typed error, after whole batches only.
+        assert our_failure is not None, f"Spark's sink failed ({spark_failure}) but ParquetSink wrote the stream"
+        assert "exactly_once.errors." in our_failure or our_failure.split(":")[0] in spark_failure, our_failure
+        committed = sorted(read_committed(ours, columns=["id"]).column("id").to_pylist()) if os.path.exists(
+            os.path.join(ours, "_spark_metadata")) else []
+        prefixes = [sorted(r["id"] for rows in case.batches[:n] for r in rows) for n in range(len(case.batches) + 1)]
+        assert committed in prefixes, f"after the failure the committed rows {committed} are not whole batches"
+        return
+    assert our_failure is None, f"ParquetSink failed where Spark's sink wrote the stream: {our_failure}"
 
     input_ids = sorted(r["id"] for rows in case.batches for r in rows)
     committed_ids = sorted(read_committed(ours, columns=["id"]).column("id").to_pylist())
