@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from pyspark.sql import functions as F
 
-from exactly_once import ParquetSink, committed_files, read_committed
+from exactly_once import ParquetSink, Storage, committed_files, read_committed
 from tests.spark_util import run_available_now
-from tests.strategies import ATOMIC, StreamCase, stream_cases
+from tests.strategies import ATOMIC, MAX_TS, MIN_TS, StreamCase, stream_cases
 
 DEFAULT_EXAMPLES = 8
 KIND = {k.name: k for k in ATOMIC}
@@ -227,6 +227,13 @@ REGRESSIONS = {
     # mapInArrow resolves `a.b` as field b of a column a); Spark's sink writes it
     "dotted-name-arrow": _case({"a.b": "long"}, [[{"a.b": 1}, {"a.b": None}]], writer="arrow"),
     "dotted-name-spark": _case({"a.b": "long"}, [[{"a.b": 1}]], writer="spark"),
+    # found by the generator: a timestamp partition value whose local time lies in year 0 (0001-01-01T00:00Z
+    # in a zone west of UTC) failed the Arrow writer with OverflowError and read back as a string; Spark
+    # writes `0000-12-31 19%3A03%3A58` and reads it as a timestamp. Year 10000 (+10000-01-01) east of UTC.
+    "year-zero-timestamp-arrow": _case({"t": "timestamp"}, [[{"t": MIN_TS}, {"t": MAX_TS}]],
+                                       time_zone="America/New_York", writer="arrow"),
+    "year-10000-timestamp-arrow": _case({"t": "timestamp"}, [[{"t": MIN_TS}, {"t": MAX_TS}]],
+                                        time_zone="Pacific/Kiritimati", writer="arrow"),
     "signed-zero-arrow": _case({"p": "float"}, [[{"p": -0.0}, {"p": 0.0}]], writer="arrow"),
     # issue 20 item 8: read_committed(spark=) on a root holding glob characters
     "glob-root": _case({"p": "string"}, [[{"p": "a"}]], root="o[1]{x}", writer="arrow"),
@@ -236,3 +243,13 @@ REGRESSIONS = {
 @pytest.mark.parametrize("name", list(REGRESSIONS))
 def test_regression_streams(spark, tmp_path: Path, name: str) -> None:
     check_stream(spark, REGRESSIONS[name], tmp_path)
+
+
+def test_log_uris_are_hadoop_uris(spark, tmp_path: Path) -> None:
+    """The URI written into the log for a path is the one Hadoop's ``Path.toUri().toString()`` gives, for
+    every class of character (the generator found unassigned code points encoded where Hadoop keeps them)."""
+    names = ["\U0004bc9d", "\u200b", "\ue000", "\u00a0", "\u2028", "\x85", "\x7f", "ü", "😀", " ", "%", "#", "[", "\n"]
+    storage = Storage(str(tmp_path))
+    for name in names:
+        path = storage.join(f"k={name}x", "part-0.parquet")
+        assert storage.to_uri(path) == spark._jvm.org.apache.hadoop.fs.Path(f"file://{path}").toUri().toString(), name

@@ -206,6 +206,14 @@ def _run_starts(keys: pa.Table) -> list[int]:
     return [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
 
 
+def _utc(value: pa.Scalar) -> pa.Scalar:
+    """A zoned timestamp as UTC (the same instant): Python holds every instant Spark does in UTC, not in
+    every zone (0001-01-01T00:00Z is in year 0 in New York)."""
+    if pa.types.is_timestamp(value.type) and value.type.tz is not None:
+        return value.cast(pa.timestamp(value.type.unit, "UTC"))
+    return value
+
+
 def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterator[tuple[str, pa.Table]]:
     """(relative ``k=v`` directory, rows without the partition columns) per distinct partition value."""
     if not columns:
@@ -218,7 +226,8 @@ def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterato
     starts = _run_starts(keys)
     for start, end in zip(starts, starts[1:] + [table.num_rows]):
         first = ordered.slice(start, 1)
-        values = [(c, partition_value_str(first.column(c)[0].as_py(), first.schema.field(c).type, time_zone)) for c in columns]
+        values = [(c, partition_value_str(_utc(first.column(c)[0]).as_py(), first.schema.field(c).type, time_zone))
+                  for c in columns]
         yield partition_dir(values), data.slice(start, end - start)
 
 
