@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from exactly_once import ParquetSink, Storage, committed_files, read_committed
 from tests.spark_util import run_available_now
 from tests.strategies import ATOMIC, MAX_TS, MIN_TS, StreamCase, stream_cases
 
-DEFAULT_EXAMPLES = 8
+DEFAULT_EXAMPLES = 6
 KIND = {k.name: k for k in ATOMIC}
 
 
@@ -108,7 +109,7 @@ def _failure(run) -> str | None:
         run()
     except Exception as exc:  # noqa: BLE001 - any failure is compared below
         lines = str(exc).splitlines()
-        causes = [line.strip() for line in lines if line.startswith("Caused by") or "exactly_once.errors." in line]
+        causes = [line.strip() for line in lines if re.match(r"^(Caused by: )?[\w.]+(Error|Exception)\b", line)]
         return "\n".join([type(exc).__name__ + ": " + (lines[0] if lines else ""), *causes[-3:]])
     return None
 

@@ -311,7 +311,7 @@ def test_log_model(request: pytest.FixtureRequest, tmp_path, backend_name: str, 
     if fuzz_minutes:
         config = settings(max_examples=50, stateful_step_count=40, derandomize=False, **SETTINGS)
     else:
-        examples, steps = (12, 15) if backend_name == "local" else (2, 10)
+        examples, steps = (8, 15) if backend_name == "local" else (2, 10)
         config = settings(max_examples=examples, stateful_step_count=steps, derandomize=True,
                           phases=[Phase.explicit, Phase.generate], **SETTINGS)
     deadline = time.monotonic() + 60 * fuzz_minutes
