@@ -225,7 +225,7 @@ def _kind(raw: str) -> tuple[str, int]:
     text = unescape_path_name(raw)
     if _TIMESTAMP.match(text) and _timestamp_value(text):
         return "timestamp", 0
-    if _DATE.match(raw) and _timestamp_value(raw):
+    if _DATE.match(raw) and (_timestamp_value(raw) or (0,))[0]:  # a date in year 0 cannot be held in Python
         return "date", 0
     return ("null" if raw == DEFAULT_PARTITION_NAME else "string"), 0
 
