@@ -21,6 +21,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="run the long random-kill soak")
+    parser.addoption(
+        "--fuzz-minutes", type=float, default=0.0,
+        help="keep the property-based tests drawing new random examples for this many minutes each",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,6 +43,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 SLOW_MODULES = {"test_crash", "test_backend_crash", "test_chain_crash"}
+
+
+@pytest.fixture(scope="session")
+def fuzz_minutes(request: pytest.FixtureRequest) -> float:
+    """``--fuzz-minutes``: 0 for the default run (a fixed seed, few examples)."""
+    return request.config.getoption("--fuzz-minutes")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@
 * The driver is SIGKILLed (with its JVM and Python workers) at every failpoint of the write path, then
   restarted from the same checkpoint: every input row is committed exactly once, the checkpoint and
   the log agree batch by batch, and what a reader sees at the kill point is whole batches only.
-* A soak kills the driver at random moments (3 kills; 10 with ``--soak``).
+* A soak kills the driver at random moments during a partitioned stream, on each writer path (2 kills
+  each; 10 with ``--soak``), and Spark's own reader checks every row is there once.
 * An executor task attempt writes its files and then fails; Spark retries it.
 * Two queries race for one output; a reader reads in a loop while batches, compactions and log
   cleanups happen.
@@ -211,13 +212,15 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
 
 
 @pytest.mark.soak
-def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """Kill the child's process group after a random delay, again and again, then let it finish."""
-    kills_wanted = 10 if request.config.getoption("--soak") else 3
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest, writer: str) -> None:
+    """Kill the child's process group after a random delay, again and again, then let it finish: a long
+    partitioned stream on each writer path, checked at the end by Spark's own reader (every row once)."""
+    kills_wanted = 10 if request.config.getoption("--soak") else 2
     seed = int(os.environ.get("CRASH_SOAK_SEED") or random.SystemRandom().randrange(2**32))
     rng = random.Random(seed)
     rows, per_round = 20, 4
-    config = child_config(tmp_path)
+    config = child_config(tmp_path, sink=dict(SINK, writer=writer, partition_by=["file"], max_records_per_file=7))
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     ids: list[int] = []
     history: list[str] = []

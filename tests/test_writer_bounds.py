@@ -85,7 +85,7 @@ def test_local_data_files_and_new_directories_are_fsynced_before_statuses(tmp_pa
     root = tmp_path / "out"
     spec = WriteSpec(Storage(str(root)), ("a", "b"), "snappy", 2)
     table = pa.table({"id": list(range(6)), "a": ["x", "x", "x", "y", "y", "y"], "b": [1, 1, 1, 2, 2, None]})
-    statuses = next(write_task(spec, iter(table.to_batches())))
+    statuses = next(write_task(spec, table.column_names, iter(table.to_batches())))
     synced_when_reported = set(synced)
     paths = statuses.column("path").to_pylist()
     assert len(paths) == 4  # a=x/b=1 rolls over at 2 rows, a=y/b=2, a=y/b=null

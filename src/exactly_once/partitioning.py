@@ -102,9 +102,31 @@ def _zone(name: str) -> _dt.tzinfo:
     return _dt.UTC if name in ("Z", "UTC") else zoneinfo.ZoneInfo(name)
 
 
-def _timestamp_str(value: _dt.datetime) -> str:
-    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+# The Gregorian calendar repeats every 400 years (146097 days): a local time in year 0 or 10000, which
+# Python's datetime cannot hold, is handled 400 years later or earlier.
+_ERA = _dt.timedelta(days=146097)
+
+
+def _year_str(year: int) -> str:
+    """A year as Spark prints it (java.time's YEAR, 4 digits, sign beyond): 0000, 9999, +10000, -0001."""
+    return f"+{year}" if year > 9999 else f"{year:05d}" if year < 0 else f"{year:04d}"
+
+
+def _timestamp_str(value: _dt.datetime, years: int = 0) -> str:
+    """``value`` (``years`` added to its year) as ``yyyy-MM-dd HH:mm:ss[.fraction]``."""
+    text = f"{_year_str(value.year + years)}-{value.month:02d}-{value.day:02d} {value:%H:%M:%S}"
     return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+
+
+def _local_timestamp_str(value: _dt.datetime, zone: _dt.tzinfo) -> str:
+    """The instant ``value`` as local time in ``zone``, also where that local time lies in year 0 or 10000
+    (0001-01-01T00:00Z in New York is 0000-12-31 19:03:58, as Spark prints it)."""
+    try:
+        return _timestamp_str(value.astimezone(zone))
+    except OverflowError:
+        shift = 400 if value.year < 5000 else -400
+        moved = value + _ERA if shift > 0 else value - _ERA
+        return _timestamp_str(moved.astimezone(zone), -shift)
 
 
 def partition_value_str(value: Any, typ: pa.DataType, time_zone: str = "UTC") -> str | None:
@@ -128,9 +150,7 @@ def partition_value_str(value: Any, typ: pa.DataType, time_zone: str = "UTC") ->
     if pa.types.is_decimal(typ):
         return format(value, "f")
     if pa.types.is_timestamp(typ):
-        if typ.tz is not None:
-            value = value.astimezone(_zone(time_zone))
-        return _timestamp_str(value)
+        return _local_timestamp_str(value, _zone(time_zone)) if typ.tz is not None else _timestamp_str(value)
     if pa.types.is_date(typ):
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     if pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
@@ -183,7 +203,7 @@ def _timestamp_value(text: str) -> tuple[int, ...] | None:
     fraction = match.groups()[6] if len(match.groups()) > 6 else None
     fields.append(int(fraction[1]) * 100_000 if fraction else 0)
     try:
-        _dt.datetime(*fields)
+        _dt.datetime(fields[0] or 400, *fields[1:])  # year 0 is valid where year 400 is (see _ERA)
     except ValueError:
         return None
     return tuple(fields)
@@ -205,7 +225,7 @@ def _kind(raw: str) -> tuple[str, int]:
     text = unescape_path_name(raw)
     if _TIMESTAMP.match(text) and _timestamp_value(text):
         return "timestamp", 0
-    if _DATE.match(raw) and _timestamp_value(raw):
+    if _DATE.match(raw) and (_timestamp_value(raw) or (0,))[0]:  # a date in year 0 cannot be held in Python
         return "date", 0
     return ("null" if raw == DEFAULT_PARTITION_NAME else "string"), 0
 
@@ -272,6 +292,8 @@ def convert_partition_value(raw: str, typ: pa.DataType) -> Any:
     if pa.types.is_date(typ):
         return _dt.date(*_timestamp_value(text)[:3])
     if pa.types.is_timestamp(typ):
-        local = _dt.datetime(*_timestamp_value(text), tzinfo=_zone(typ.tz))
-        return local.astimezone(_dt.UTC)
+        year, *fields = _timestamp_value(text)
+        if year:
+            return _dt.datetime(year, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC)
+        return _dt.datetime(400, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC) - _ERA  # year 0
     return text

@@ -30,6 +30,7 @@ import re
 import sys
 import threading
 import time
+import unicodedata
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Iterator
@@ -169,12 +170,16 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
+def _java_uri_other(c: str) -> bool:
+    """A non-ASCII character ``java.net.URI`` leaves as it is: neither ``Character.isSpaceChar`` (Unicode
+    categories Zs, Zl, Zp) nor ``Character.isISOControl`` (U+0080-U+009F); unassigned, format and
+    private-use characters included."""
+    return ord(c) > 0x9F and unicodedata.category(c) not in ("Zs", "Zl", "Zp")
+
+
 def _quote_path(path: str) -> str:
     """Percent-encode a path the way Hadoop's ``Path.toUri().toString()`` does."""
-    return "".join(
-        c if c in _URI_SAFE or (ord(c) > 127 and c.isprintable() and not c.isspace()) else quote(c, safe="")
-        for c in path
-    )
+    return "".join(c if c in _URI_SAFE or _java_uri_other(c) else quote(c, safe="") for c in path)
 
 
 def _to_epoch_ms(value: Any) -> int:

@@ -208,6 +208,14 @@ def _run_starts(keys: pa.Table) -> list[int]:
     return [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
 
 
+def _utc(value: pa.Scalar) -> pa.Scalar:
+    """A zoned timestamp as UTC (the same instant): Python holds every instant Spark does in UTC, not in
+    every zone (0001-01-01T00:00Z is in year 0 in New York)."""
+    if pa.types.is_timestamp(value.type) and value.type.tz is not None:
+        return value.cast(pa.timestamp(value.type.unit, "UTC"))
+    return value
+
+
 def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterator[tuple[str, pa.Table]]:
     """(relative ``k=v`` directory, rows without the partition columns) per distinct partition value."""
     if not columns:
@@ -220,7 +228,8 @@ def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterato
     starts = _run_starts(keys)
     for start, end in zip(starts, starts[1:] + [table.num_rows]):
         first = ordered.slice(start, 1)
-        values = [(c, partition_value_str(first.column(c)[0].as_py(), first.schema.field(c).type, time_zone)) for c in columns]
+        values = [(c, partition_value_str(_utc(first.column(c)[0]).as_py(), first.schema.field(c).type, time_zone))
+                  for c in columns]
         yield partition_dir(values), data.slice(start, end - start)
 
 
@@ -273,13 +282,15 @@ _STATUS_ARROW_SCHEMA = pa.schema(
 )
 
 
-def write_task(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: write this task's rows, yield one status row per file written."""
+def write_task(spec: WriteSpec, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: write this task's rows (their columns renamed back to ``names``), yield
+    one status row per file written."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     task = context.partitionId() if context else 0
-    statuses = write_rows(spec, (pa.Table.from_batches([batch]) for batch in batches), task)
+    tables = (pa.Table.from_arrays(batch.columns, names=names) for batch in batches)
+    statuses = write_rows(spec, tables, task)
     yield pa.RecordBatch.from_pylist([dataclasses.asdict(s) for s in statuses], schema=_STATUS_ARROW_SCHEMA)
 
 
@@ -297,4 +308,8 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     """
     if spec.partition_by:
         df = df.sortWithinPartitions(*(f"`{c.replace('`', '``')}`" for c in spec.partition_by))
-    return df.mapInArrow(functools.partial(write_task, spec), STATUS_SCHEMA).collect()
+    # mapInArrow resolves every column by its name, which fails for a name holding a dot ("a.b" is read as
+    # field b of column a): it gets positional names, the task puts the real ones back.
+    names = df.columns
+    df = df.toDF(*(f"c{i}" for i in range(len(names))))
+    return df.mapInArrow(functools.partial(write_task, spec, names), STATUS_SCHEMA).collect()

@@ -1,0 +1,320 @@
+"""A model of the log: a Hypothesis state machine drives ``write_batch`` and ``MetadataLog`` (no Spark) through
+appends of two writers, replays, compaction at any interval, retention, cleanup, racing writers, crashes at
+the failpoints of the write and commit path (raised in-process; the next call is the restart) against a
+plain in-memory model of what is committed. After every step every reader agrees with the model:
+``read_committed``, ``committed_files`` with ``as_of_batch`` and ``batches``, and ``exactly-once verify``;
+and Spark's ``FileStreamSinkLog`` rules hold: a batch is ``N.compact`` exactly when ``(N + 1) % interval ==
+0``, a compact file holds every live file as of its batch, cleanup deletes only what Spark's rule allows
+and never breaks the chain of the newest batch.
+
+Runs on local disk and on S3 (moto); ``--fuzz-minutes`` runs many more and longer sequences.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from exactly_once import LogEntry, MetadataLog, committed_files, read_committed, write_batch
+from exactly_once import failpoints
+from exactly_once.cli import OPTIONS_ENV, main as cli_main
+from exactly_once.errors import MissingLogFileError, SnapshotExpiredError
+from exactly_once.log_files import is_compact_path
+from exactly_once.storage import Storage
+from exactly_once.writer import WriteSpec, write_rows
+from tests.conftest import make_backend
+
+APPS = ["app-a", "app-b"]
+DAY_MS = 24 * 3600 * 1000
+# failpoint -> committed when it fires? (None: the point is not on this call's path, the call commits)
+CRASHES = ["before_write", "before_commit", "commit_publish", "after_commit", "compaction", "sidecar"]
+
+
+@contextlib.contextmanager
+def crash_at(name: str | None) -> Iterator[None]:
+    """Make failpoint ``name`` raise on its first hit in this process (the model's crash), then disarm it."""
+    if name is None:
+        yield
+        return
+    saved = failpoints._ACTIVE, dict(failpoints._HITS)
+    failpoints._ACTIVE = {name: ("raise", 1)}
+    failpoints._HITS.clear()
+    try:
+        yield
+    finally:
+        failpoints._ACTIVE = saved[0]
+        failpoints._HITS.clear()
+        failpoints._HITS.update(saved[1])
+
+
+def verify(url: str, storage_options: dict) -> dict:
+    """``exactly-once verify URL --json`` in-process (storage options through the environment)."""
+    out = io.StringIO()
+    before = os.environ.get(OPTIONS_ENV)
+    os.environ[OPTIONS_ENV] = json.dumps(storage_options)
+    try:
+        with contextlib.redirect_stdout(out):
+            code = cli_main(["verify", url, "--json"])
+    finally:
+        if before is None:
+            os.environ.pop(OPTIONS_ENV)
+        else:
+            os.environ[OPTIONS_ENV] = before
+    result = json.loads(out.getvalue())
+    assert (code == 0) == result["ok"], result
+    return result
+
+
+class LogModel(RuleBasedStateMachine):
+    """Subclassed per backend with ``new_root`` (a fresh, empty output URL and its storage options)."""
+
+    new_root = None  # set by make_machine
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url, self.options = type(self).new_root()
+        self.storage = Storage(self.url, self.options)
+        self.interval = 10
+        self.partitioned = False
+        self.history: list[frozenset[str]] = []  # live relative paths as of each log batch
+        self.added: dict[str, int] = {}  # relative path -> the log batch that committed it
+        self.rows: dict[str, list[int]] = {}  # relative path -> its row ids
+        self.versions: dict[str, int] = {}  # app -> newest committed version
+        self.next_id = 0
+        self.cleaned = False  # log files were deleted: older snapshots may be gone
+        self.retained_upto = -1  # newest compaction batch that applied retention
+        self.old: set[str] = set()  # files logged 30 days ago (retention drops them)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    @property
+    def latest(self) -> int:
+        return len(self.history) - 1
+
+    def live(self) -> frozenset[str]:
+        return self.history[-1] if self.history else frozenset()
+
+    def table(self, n: int) -> pa.Table:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        return pa.table({"id": pa.array(ids, pa.int64()), "k": [f"v{i % 2}/{i % 3}" for i in ids]})
+
+    def relative(self, path: str) -> str:
+        return path[len(self.storage.root) + 1:] if path.startswith(self.storage.root + "/") else path
+
+    def ids_in(self, relative: str) -> list[int]:
+        """The row ids of a data file, from the file itself."""
+        path = self.storage.join(relative)
+        return pq.read_table(path, columns=["id"], filesystem=self.storage.arrow_filesystem()).column("id").to_pylist()
+
+    def commit(self, files: dict[str, list[int]], dropped: frozenset[str] = frozenset()) -> None:
+        """The model's commit of the next log batch adding ``files`` (retention dropping ``dropped``)."""
+        batch = len(self.history)
+        for path, ids in files.items():
+            self.added[path] = batch
+            self.rows[path] = ids
+        self.history.append((self.live() | frozenset(files)) - dropped)
+
+    def is_compaction(self, batch: int) -> bool:
+        return (batch + 1) % self.interval == 0
+
+    # -- rules -------------------------------------------------------------------------------------
+
+    @initialize(interval=st.integers(1, 5), partitioned=st.booleans())
+    def setup(self, interval: int, partitioned: bool) -> None:
+        self.interval, self.partitioned = interval, partitioned
+
+    @rule(app=st.sampled_from(APPS), rows=st.integers(0, 3), step=st.integers(0, 2),
+          crash=st.none() | st.sampled_from(CRASHES))
+    def append(self, app: str, rows: int, step: int, crash: str | None) -> None:
+        """write_batch of the app's next version (step 1, 2), or a replay of its last one (step 0)."""
+        version = self.versions.get(app, -1) + step
+        if version < 0:
+            version = 0
+        replay = version <= self.versions.get(app, -1)
+        batch = len(self.history)
+        compaction = self.is_compaction(batch)
+        fires = not replay and (
+            crash in ("before_write", "before_commit", "commit_publish", "after_commit")
+            or (crash == "compaction" and compaction and batch > 0)
+            or (crash == "sidecar" and compaction)
+        )
+        commits = not replay and (not fires or crash in ("after_commit", "sidecar"))
+        before = {self.relative(i.path) for i in self.storage.find(self.url)} if fires else set()
+        with crash_at(crash):
+            try:
+                result = write_batch(self.url, self.table(rows), app_id=app, version=version,
+                                     partition_by=["k"] if self.partitioned else None,
+                                     storage_options=self.options, compact_interval=self.interval,
+                                     max_records_per_file=2)
+            except failpoints.FailpointError:
+                assert fires, f"failpoint {crash} fired where the model says it is not on the path"
+                result = None
+        if not fires:
+            assert result is not None and result.committed == commits, result
+            assert result.committed or result.log_batch_id is not None
+        if commits:
+            if result is not None:
+                assert result.log_batch_id == batch
+                files = {self.relative(p): [] for p in result.files}
+            else:  # crashed after the commit: the files are the ones new on storage since the call began
+                files = {p: [] for p in {self.relative(i.path) for i in self.storage.find(self.url)} - before
+                         if p.endswith(".parquet") and "/_" not in "/" + p}
+            self.commit({path: self.ids_in(path) for path in files})
+            self.versions[app] = version
+
+    @rule(old=st.booleans(), retention=st.booleans())
+    def raw_add(self, old: bool, retention: bool) -> None:
+        """MetadataLog.add of one file without a commit record (as Spark's sink writes), logged ``old`` (30
+        days ago) or now; a compaction with ``retention`` ("7d") drops the old entries, its own included."""
+        spec = WriteSpec(self.storage, ("k",) if self.partitioned else (), "snappy", None)
+        statuses = write_rows(spec, [self.table(1)])
+        now = int(time.time() * 1000)
+        mtime = now - 30 * DAY_MS if old else now
+        entries = [LogEntry(self.storage.to_uri(s.path), s.size, False, mtime) for s in statuses]
+        batch = len(self.history)
+        log = MetadataLog(self.url, self.options, compact_interval=self.interval,
+                          retention="7d" if retention else None, cleanup=False)
+        assert log.add(batch, entries)
+        files = {self.relative(s.path): [self.next_id - 1] for s in statuses}
+        if old:
+            self.old |= set(files)
+        dropped = frozenset()
+        if retention and self.is_compaction(batch):
+            dropped = frozenset(self.old & (self.live() | set(files)))
+            if dropped:
+                self.retained_upto = batch
+        self.commit(files, dropped)
+
+    @rule()
+    def race(self) -> None:
+        """Both apps append at once from two threads: each commits once, as two consecutive batches."""
+        tables = {app: self.table(1) for app in APPS}
+        results = {}
+
+        def run(app: str) -> None:
+            results[app] = write_batch(self.url, tables[app], app_id=app,
+                                       version=self.versions.get(app, -1) + 1,
+                                       partition_by=["k"] if self.partitioned else None,
+                                       storage_options=self.options, compact_interval=self.interval)
+
+        threads = [threading.Thread(target=run, args=(app,)) for app in APPS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(r.log_batch_id for r in results.values()) == [len(self.history), len(self.history) + 1]
+        for app, result in sorted(results.items(), key=lambda item: item[1].log_batch_id):
+            assert result.committed
+            self.commit({self.relative(p): self.ids_in(self.relative(p)) for p in result.files})
+            self.versions[app] = result.version
+
+    @precondition(lambda self: self.history)
+    @rule(retain=st.integers(1, 4))
+    def cleanup(self, retain: int) -> None:
+        """Spark's cleanup after the newest batch (no delay): only files Spark's rule lets go are deleted."""
+        log = MetadataLog(self.url, self.options, compact_interval=self.interval,
+                          min_batches_to_retain=retain, cleanup_delay=0)
+        min_batch = self.latest + 1 - retain
+        spark_threshold = min_batch - (min_batch % self.interval) - 1
+        names = log.list_names()
+        deleted = log.cleanup(self.latest)
+        gone = [b for b, p in names.items() if p in deleted]
+        assert all(b < spark_threshold for b in gone), (gone, spark_threshold)
+        if gone:
+            self.cleaned = True
+
+    # -- what every reader must agree on -----------------------------------------------------------
+
+    @invariant()
+    def readers_agree(self) -> None:
+        if not self.history and not self.storage.exists(f"{self.url}/_spark_metadata"):
+            return
+        live = self.live()
+        expected_ids = sorted(i for p in live for i in self.rows[p])
+        table = read_committed(self.url, storage_options=self.options)
+        got = sorted(table.column("id").to_pylist()) if table.num_rows else []
+        assert got == expected_ids
+        files = committed_files(self.url, storage_options=self.options)
+        assert {f.relative_path for f in files} == live
+        assert {f.relative_path: f.batch_id for f in files} == {p: self.added[p] for p in live} or any(
+            f.batch_id is None for f in files
+        )
+        result = verify(self.url, self.options)
+        assert result["ok"] and result["files"] == len(live) and result["latest_batch"] == (
+            self.latest if self.history else None
+        ), result
+
+    @invariant()
+    def older_snapshots(self) -> None:
+        """as_of_batch and batches= give the model's answer, or a typed error once log files are gone."""
+        if len(self.history) < 2:
+            return
+        for batch in sorted({0, self.latest // 2, self.latest - 1}):
+            try:
+                files = committed_files(self.url, storage_options=self.options, as_of_batch=batch)
+            except (SnapshotExpiredError, MissingLogFileError):
+                assert self.cleaned, f"as_of_batch={batch} refused although no log file was deleted"
+                continue
+            assert {f.relative_path for f in files} == self.history[batch], f"as_of_batch={batch}"
+        low, high = self.latest // 2, self.latest
+        try:
+            files = committed_files(self.url, storage_options=self.options, batches=(low, high))
+        except (SnapshotExpiredError, MissingLogFileError):
+            assert self.cleaned or self.retained_upto >= low
+        else:
+            assert {f.relative_path for f in files} == {p for p in self.live() if self.added[p] >= low}
+
+    @invariant()
+    def spark_log_rules(self) -> None:
+        """Names follow the interval; the newest compact file holds exactly the live files as of its batch."""
+        if not self.history:
+            return
+        log = MetadataLog(self.url, self.options, compact_interval=self.interval, cleanup=False)
+        names = log.list_names()
+        assert max(names) == self.latest
+        for batch, path in names.items():
+            assert is_compact_path(path) == self.is_compaction(batch), path
+        compacts = [b for b, p in names.items() if is_compact_path(p)]
+        if compacts:
+            newest = max(compacts)
+            held = {e.path for e in log.get(newest) if not e.is_dir}
+            assert held == {self.storage.to_uri(self.storage.join(p)) for p in self.history[newest]}, newest
+        assert log.check() == []
+
+
+SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.parametrize("backend_name", ["local", "moto"])
+def test_log_model(request: pytest.FixtureRequest, tmp_path, backend_name: str, fuzz_minutes: float) -> None:
+    """The state machine on one backend: a fixed seed and few short runs, unless ``--fuzz-minutes``."""
+
+    def new_root() -> tuple[str, dict]:
+        backend = make_backend(backend_name, request, tmp_path / uuid.uuid4().hex[:8])
+        return backend.url, backend.storage_options
+
+    machine = type(f"LogModel_{backend_name}", (LogModel,), {"new_root": staticmethod(new_root)})
+    if fuzz_minutes:
+        config = settings(max_examples=50, stateful_step_count=40, derandomize=False, **SETTINGS)
+    else:
+        examples, steps = (8, 15) if backend_name == "local" else (2, 10)
+        config = settings(max_examples=examples, stateful_step_count=steps, derandomize=True,
+                          phases=[Phase.explicit, Phase.generate], **SETTINGS)
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run_state_machine_as_test(machine, settings=config)
+    while time.monotonic() < deadline:
+        run_state_machine_as_test(machine, settings=config)
