@@ -40,6 +40,7 @@ from . import __version__
 from .errors import ExactlyOnceError, LogError, NotAnOutputError
 from .inflight import HIDDEN_DIR, Lease, leases, staging_dirs
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
+from .partitioning import is_data_file
 from .reader import CommittedFile, snapshot
 from .log_snapshot import read_chain
 from .chain import decide_write
@@ -345,17 +346,6 @@ def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
 
 
 # -- vacuum ----------------------------------------------------------------------------------------
-
-
-def is_data_file(relative_path: str) -> bool:
-    """Whether a root-relative path is a Parquet data file a reader would see: not hidden (no segment
-    starting with ``_`` or ``.``, like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``) and
-    named ``*.parquet`` (so a checkpoint or other files kept under the root are never vacuum's business).
-
-    Example: ``is_data_file("k=a/part-0.parquet") is True``, ``is_data_file("k=a/.part-0.parquet.crc") is False``.
-    """
-    hidden = any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
-    return not hidden and relative_path.endswith(".parquet")
 
 
 _CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
