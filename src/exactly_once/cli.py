@@ -877,7 +877,7 @@ def build_parser() -> argparse.ArgumentParser:
         "vacuum",
         _cmd_vacuum,
         "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
-        "(_x, .x) and other files are never touched",
+        "(_x, .x, as Spark hides them: _x=1/ is a partition directory) and other files are never touched",
     )
     vacuum.add_argument(
         "--older-than",
