@@ -367,7 +367,8 @@ def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path
         },
     )
 
-    child = run_child(tmp_path, config, state_dir=state, env={"SPARK_HOME": str(spark_home_for_local_cluster(tmp_path))})
+    spark_home = spark_home_for_local_cluster(tmp_path)
+    child = run_child(tmp_path, config, state_dir=state, env={"SPARK_HOME": str(spark_home)})
 
     assert_ok(child)
     assert (state / "task_commit.1").exists(), "no task commit halted its executor"

@@ -101,7 +101,7 @@ def _writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
     """``df`` ordered so that Spark's writer never goes back to a partition directory it has closed.
 
     Spark's writer sorts by the partition columns, where ``0.0`` equals ``-0.0`` and every NaN equals
-    every other, but starts a new file, named after the task alone, whenever the value's bits change: a
+    every other, but starts a new file, named after the job and task only, whenever the bits change: a
     task holding ``0.0, -0.0, 0.0`` would reopen ``d=0.0/part-00000-<job>.c000`` and fail
     (``FileAlreadyExistsException``). So float and double partition columns get NaNs of one bit pattern
     (they all print ``NaN``: same directory, and partition values are not stored in the files) and a
@@ -112,7 +112,8 @@ def _writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
     from pyspark.sql.types import DoubleType, FloatType
 
     quoted = {c: f"`{c.replace('`', '``')}`" for c in partition_by}
-    floats = {c: df.schema[c].dataType for c in partition_by if isinstance(df.schema[c].dataType, (FloatType, DoubleType))}
+    types = {c: df.schema[c].dataType for c in partition_by}
+    floats = {c: t for c, t in types.items() if isinstance(t, (FloatType, DoubleType))}
     if not floats:
         return df
     df = df.withColumns({c: F.nanvl(F.col(quoted[c]), F.lit(float("nan")).cast(t)) for c, t in floats.items()})
