@@ -5,7 +5,8 @@ session time zone with a trimmed fraction, doubles as Java prints them: ``1.0E20
 :func:`partition_dir` escapes it (``ExternalCatalogUtils.escapePathName``; null and ``""`` go to
 ``__HIVE_DEFAULT_PARTITION__``). Reading: :func:`parse_partition_path` and :func:`infer_partition_types`
 (``PartitioningUtils.inferPartitionColumnValue`` + ``resolveTypeConflicts``), so a reader gets the same
-columns, types and values as ``spark.read.parquet``.
+columns, types and values as ``spark.read.parquet``. Listing: :func:`is_hidden` and :func:`is_data_file`
+(``HadoopFSUtils.shouldFilterOutPathName``), the one rule of what a listing skips.
 
 Example::
 
