@@ -16,6 +16,7 @@ conf), ``max_files_per_trigger`` (1), ``sink`` (ParquetSink keyword arguments), 
 to make Spark speculate; every task attempt leaves a marker in ``attempts_dir``), ``task_failpoint``
 (rows pass through a ``mapInArrow`` that hits the ``task_write`` failpoint inside every task after its
 first rows went on: the way to fail a task of the Spark writer path, whose writing runs in the JVM),
+``attempt_bucket`` (adds a column ``bucket``: ``id % 3`` in a task's first attempt, 0 in its retries),
 and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
 ``started`` (touched just before the query starts). ``connect``: run the query through a Spark Connect
@@ -78,6 +79,18 @@ def _task_failpoint(batches):  # runs in a Python worker
             failpoint("task_write")
 
 
+def _attempt_bucket(batches):  # runs in a Python worker
+    """Add ``bucket``: ``id % 3`` in a task's first attempt, 0 in its retries (a partition value that is
+    not deterministic, like one from ``rand()``: a retry writes other files than the attempt it replaces)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    first = TaskContext.get().attemptNumber() == 0
+    for batch in batches:
+        bucket = pa.array([i % 3 if first else 0 for i in batch.column(0).to_pylist()], pa.int64())
+        yield pa.RecordBatch.from_arrays([*batch.columns, bucket], names=[*batch.schema.names, "bucket"])
+
+
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     # Before the JVM starts: the JVM and its Python workers inherit this, so a kill from inside an
@@ -136,6 +149,8 @@ def run_query(spark, config: dict) -> int:
         )
     if config.get("task_failpoint"):
         stream = stream.mapInArrow(_task_failpoint, stream.schema)
+    if config.get("attempt_bucket"):
+        stream = stream.mapInArrow(_attempt_bucket, f"{SCHEMA}, bucket LONG")
     sink = ParquetSink(config["out"], **config.get("sink", {}))
 
     def write_batch(df, batch_id: int) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+import pyspark
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -64,3 +67,14 @@ def write_input_files(directory: str, batches: list[list[dict]]) -> None:
         with open(path, "w") as fh:
             fh.write("\n".join(json.dumps(r) for r in rows))
         os.utime(path, (start + i, start + i))
+
+
+def spark_home_for_local_cluster(tmp_path: Path) -> Path:
+    """A ``SPARK_HOME`` for a ``local-cluster[...]`` driver: pyspark's own files, linked into a directory of
+    the test's, since executors of ``local-cluster`` work (and would write a relative path) in
+    ``$SPARK_HOME/work``, which must not be the installed package."""
+    home = tmp_path / "spark-home"
+    home.mkdir()
+    for entry in Path(pyspark.__file__).parent.iterdir():
+        (home / entry.name).symlink_to(entry)
+    return home

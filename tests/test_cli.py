@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed
+from exactly_once.partitioning import is_data_file
 from tests.spark_util import run_available_now
 
 CLI = [sys.executable, "-m", "exactly_once"]
@@ -60,8 +61,7 @@ def our_sink(out: Path) -> ParquetSink:
 
 def data_files(out: Path) -> set[str]:
     """The visible Parquet files under ``out`` (what vacuum may touch)."""
-    visible = (p for p in out.rglob("*.parquet") if not any(s[0] in "_." for s in p.relative_to(out).parts))
-    return {str(p) for p in visible}
+    return {str(p) for p in out.rglob("*.parquet") if is_data_file(p.relative_to(out).as_posix())}
 
 
 def age(*paths: Path) -> None:
@@ -262,6 +262,28 @@ def test_vacuum_deletes_only_old_orphans(ours: Path) -> None:
     assert data_files(ours) == committed | {str(young)}
     assert read_committed(str(ours)).num_rows == ROWS
     assert cli("verify", ours).returncode == 0
+
+
+def test_vacuum_cleans_partition_directories_starting_with_underscore(spark, tmp_path: Path) -> None:
+    """Delta's "partition column name starting with underscore" case: an orphan in ``_x=1/`` is deleted
+    (Spark's rule: a name with ``=`` is a partition directory); files under hidden ``_x/``, ``_tmp/``, ``.t/`` stay."""
+    out = tmp_path / "out"
+    ParquetSink(str(out), partition_by=["_x"], writer="arrow")(spark.createDataFrame([(1, 1), (2, 2)], "id long, _x long"), 0)
+    committed = data_files(out)
+    assert {Path(p).parent.name for p in committed} == {"_x=1", "_x=2"}
+    orphan = out / "_x=1" / "part-00007-0rphan.c000.snappy.parquet"
+    hidden = [out / "_x" / "part-0.parquet", out / "_tmp" / "_x=1" / "part-0.parquet", out / ".t" / "part-0.parquet"]
+    for path in [orphan, *hidden]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(sorted(committed)[0], path)
+    age(orphan, *hidden, *map(Path, committed))
+
+    code, data = cli_json("vacuum", out, "--older-than", "1h")
+    assert code == 0
+    assert [f["path"] for f in data["files"]] == [str(orphan)]
+    assert not orphan.exists() and all(p.exists() for p in hidden)
+    assert data_files(out) == committed
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [1, 2]
 
 
 def test_vacuum_refuses_when_the_log_cannot_be_read(ours: Path) -> None:

@@ -27,11 +27,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyspark
 import pytest
 
 from exactly_once import MetadataLog, ParquetSink, read_committed
 from exactly_once.errors import CommitConflictError, ForeignQueryError
 from exactly_once.sink_log import CommitRecord, attribute
+from tests.spark_util import spark_home_for_local_cluster
 from tests.crash_util import (
     SCHEMA,
     assert_checkpoint_and_log_agree,
@@ -336,6 +338,48 @@ def test_task_attempt_fails_inside_spark_writer(spark, tmp_path: Path) -> None:
     assert parquet_on_disk(out) == committed_paths(out)
     assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
     assert sum(p["rows"] for p in child.progress()) == len(ids)
+
+
+def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path) -> None:
+    """Spark writer path on ``local-cluster[2,1,1024]`` (executors are JVMs of their own): the first task
+    attempt to commit halts its executor right after its task commit, before reporting success
+    (``tests/java/HaltAfterTaskCommit.java``, Spark's commit protocol otherwise). Spark retries the task on
+    a live executor, and the retry writes other files: its ``bucket`` partition value is not deterministic.
+    Only the files of the attempts Spark accepted are published (a task commit is one rename, algorithm 1):
+    every row exactly once in both readers. With algorithm 2 the dead attempt's files, moved into staging
+    at its task commit, were published too (its rows twice)."""
+    classes = tmp_path / "classes"
+    jars = Path(pyspark.__file__).parent / "jars"
+    java = Path(__file__).parent / "java" / "HaltAfterTaskCommit.java"
+    subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(classes), str(java)], check=True)
+    rows = 12
+    ids = write_inputs(tmp_path / "in", range(2), rows)
+    state, out = tmp_path / "failpoints", tmp_path / "out"
+    config = child_config(
+        tmp_path,
+        master="local-cluster[2,1,1024]",
+        max_files_per_trigger=2,
+        attempt_bucket=True,
+        sink=dict(SINK, writer="spark", partition_by=["bucket"]),
+        conf={
+            "spark.sql.files.maxPartitionBytes": "1048576",  # one input file per task
+            "spark.sql.sources.commitProtocolClass": "HaltAfterTaskCommit",
+            "spark.driver.extraClassPath": str(classes),
+            "spark.executor.extraClassPath": str(classes),
+            "spark.executorEnv.EXACTLY_ONCE_FAILPOINT_STATE": str(state),
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",  # short-lived JVMs
+        },
+    )
+
+    spark_home = spark_home_for_local_cluster(tmp_path)
+    child = run_child(tmp_path, config, state_dir=state, env={"SPARK_HOME": str(spark_home)})
+
+    assert_ok(child)
+    assert (state / "task_commit.1").exists(), "no task commit halted its executor"
+    buckets = {Path(p).parent.name for p in committed_paths(out)}
+    assert "bucket=0" in buckets and buckets <= {"bucket=0", "bucket=1", "bucket=2"}, buckets
+    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert [p["rows"] for p in child.progress()] == [len(ids)]
 
 
 # -- races -----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from exactly_once import ParquetSink, committed_files, read_committed
-from exactly_once.partitioning import infer_partition_types, java_double_str
+from exactly_once.partitioning import infer_partition_types, is_data_file, is_hidden, java_double_str
 from tests.spark_util import run_available_now, write_input_files
 
 ZONE = "America/New_York"
@@ -83,9 +84,11 @@ _COLUMNS = {  # SQL expressions over the JSON input
 }
 
 
-def _both_outputs(spark, tmp_path: Path, batches: list[list[dict]], schema: str, partition_by: list[str]) -> tuple[str, str]:
-    """The same stream (id plus the ``partition_by`` columns, typed) written by ParquetSink and by Spark's
-    own file sink."""
+def _both_outputs(
+    spark, tmp_path: Path, batches: list[list[dict]], schema: str, partition_by: list[str], writer: str = "arrow"
+) -> tuple[str, str]:
+    """The same stream (id plus the ``partition_by`` columns, typed) written by ParquetSink (on the
+    ``writer`` path) and by Spark's own file sink."""
     src = str(tmp_path / "in")
     write_input_files(src, batches)
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "spark")
@@ -94,7 +97,7 @@ def _both_outputs(spark, tmp_path: Path, batches: list[list[dict]], schema: str,
         raw = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src)
         return raw.selectExpr("id", *(f"{_COLUMNS[c]} as {c}" for c in partition_by))
 
-    run_available_now(stream(), str(tmp_path / "ck-ours"), ParquetSink(ours, partition_by=partition_by, writer="arrow"))
+    run_available_now(stream(), str(tmp_path / "ck-ours"), ParquetSink(ours, partition_by=partition_by, writer=writer))
     run_available_now(stream(), str(tmp_path / "ck-spark"), path=theirs, partitionBy=partition_by)
     return ours, theirs
 
@@ -212,6 +215,43 @@ def test_inference_and_widening_match_spark_reader(ny_spark, tmp_path: Path) -> 
         assert infer_partition_types({"x": values}, ZONE)["x"] == _arrow_type(spark_type), values
 
 
+def test_signed_zeros_in_one_task_on_the_spark_writer_path(spark, tmp_path: Path) -> None:
+    """A double partition column holding 0.0 and -0.0 interleaved in one task (batch 0 of MIXED): Spark's
+    batch writer alone fails (it reopens ``d=0.0/part-00000-<job>.c000``); the Spark writer path commits
+    every batch, each row in the directory Spark's own file sink puts it (``d=0.0`` and ``d=-0.0``)."""
+    ours, theirs = _both_outputs(spark, tmp_path, MIXED, INPUT_SCHEMA, ["d"], writer="spark")
+    placed = _placement(ours)
+    assert placed == _placement(theirs)
+    assert {placed[i] for i in (2, 4, 12)} == {"d=0.0"} and {placed[i] for i in (3, 5, 11)} == {"d=-0.0"}
+
+
+def _zeros_and_nans(batches):  # runs in a Python worker
+    """Give each row of ``id`` a double ``d`` and a float ``f`` cycling through 0.0, -0.0 and NaNs of two
+    bit patterns (Python's and the one x86 gives 0/0), the way mixed sources can."""
+    nans = [struct.unpack("<d", struct.pack("<Q", bits))[0] for bits in (0x7FF8000000000000, 0xFFF8000000000000)]
+    cycle = [0.0, -0.0, nans[0], 0.0, nans[1], -0.0, 1.5]
+    for batch in batches:
+        values = [cycle[i % len(cycle)] for i in batch.column(0).to_pylist()]
+        floats = [cycle[(i // 2) % len(cycle)] for i in batch.column(0).to_pylist()]
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(0), pa.array(values, pa.float64()), pa.array(floats, pa.float32())], names=["id", "d", "f"]
+        )
+
+
+def test_signed_zeros_and_nan_bits_on_both_writer_paths(spark, tmp_path: Path) -> None:
+    """Double and float partition columns with 0.0, -0.0 and NaNs of two bit patterns in one task: both
+    writer paths commit every row once, in the same ``d=.../f=...`` directories (``NaN`` one directory)."""
+    df = spark.range(28).coalesce(1).mapInArrow(_zeros_and_nans, "id long, d double, f float")
+    placements = {}
+    for writer in ("spark", "arrow"):
+        out = str(tmp_path / writer)
+        ParquetSink(out, partition_by=["d", "f"], writer=writer)(df, 0)
+        placements[writer] = _placement(out)
+        assert sorted(placements[writer]) == list(range(28))
+    assert placements["spark"] == placements["arrow"]
+    assert {d.split("/")[0] for d in placements["spark"].values()} == {"d=0.0", "d=-0.0", "d=NaN", "d=1.5"}
+
+
 def test_java_double_strings() -> None:
     """Doubles and floats as Java's Double.toString / Float.toString print them (Spark's cast to string)."""
     assert [java_double_str(v) for v in (1e20, 2.5, 0.0, -0.0, 1e-5, 1e7, 9999999.0, 0.001, 1e-3 * 0.999)] == [
@@ -222,3 +262,15 @@ def test_java_double_strings() -> None:
     ]
     as_float = pa.array([0.1, 1e10, 3.4e38, 123456.79], pa.float32()).to_pylist()
     assert [java_double_str(v, single=True) for v in as_float] == ["0.1", "1.0E10", "3.4E38", "123456.79"]
+
+
+def test_hidden_names_follow_spark() -> None:
+    """Spark's listing rule (HadoopFSUtils.shouldFilterOutPathName): ``_`` hides a name unless it holds
+    ``=`` (a partition directory), ``.`` and ``._COPYING_`` always hide; one rule for every listing."""
+    visible = ["k=a", "_k=a", "__HIVE_DEFAULT_PARTITION__=x", "part-0.parquet", "_=1"]
+    hidden = ["_spark_metadata", "_exactly_once", "_temporary", "_SUCCESS", ".part-0.parquet.crc", ".k=a", "x._COPYING_"]
+    assert [is_hidden(n) for n in visible] == [False] * len(visible)
+    assert [is_hidden(n) for n in hidden] == [True] * len(hidden)
+    assert is_data_file("_k=a/_j=b/part-0.parquet") and is_data_file("part-0.parquet")
+    assert not is_data_file("_k=a/.part-0.parquet") and not is_data_file("_k=a/part-0.json")
+    assert not is_data_file("_exactly_once/staging/ab12/_k=a/part-0.parquet")

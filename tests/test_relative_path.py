@@ -11,10 +11,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pyspark
-
 from exactly_once import MetadataLog
 from exactly_once.storage import Storage
+from tests.spark_util import spark_home_for_local_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 FILES, ROWS = 2, 40
@@ -39,21 +38,10 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _spark_home(tmp_path: Path) -> Path:
-    """pyspark's own files, in a directory of the test's: executors of ``local-cluster`` work (and would
-    write a relative path) in ``$SPARK_HOME/work``, which must not be the installed package."""
-    home = tmp_path / "spark-home"
-    home.mkdir()
-    package = Path(pyspark.__file__).parent
-    for entry in package.iterdir():
-        (home / entry.name).symlink_to(entry)
-    return home
-
-
 def test_relative_output_path_on_local_cluster(tmp_path):
     driver_dir = tmp_path / "driver"
     driver_dir.mkdir()
-    spark_home = _spark_home(tmp_path)
+    spark_home = spark_home_for_local_cluster(tmp_path)
     env = dict(
         os.environ,
         SPARK_HOME=str(spark_home),

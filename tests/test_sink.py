@@ -322,3 +322,42 @@ def test_writer_option_picks_the_path_per_store(tmp_path):
     forced = ParquetSink("memory://eo-writer-test/out", writer="spark")
     with pytest.raises(ValueError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
         forced._spark_writes(forced.log.storage)
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_partition_column_starting_with_underscore_keeps_every_row(spark, tmp_path, writer):
+    """``_k=a/`` is a partition directory, not a hidden one (Spark's rule: a name with ``=``): both writer
+    paths publish and commit its files, both readers see every row, staging is left empty."""
+    out = tmp_path / "out"
+    df = spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, _k string")
+    ParquetSink(str(out), partition_by=["_k"], writer=writer)(df, 0)
+    paths = [f.relative_path for f in committed_files(str(out))]
+    assert paths and all(p.startswith(("_k=a/", "_k=b/")) for p in paths), paths
+    table = read_committed(str(out))
+    assert sorted(zip(table.column("id").to_pylist(), table.column("_k").to_pylist())) == [
+        (i, "ab"[i % 2]) for i in range(10)
+    ]
+    assert sorted((r.id, r._k) for r in spark.read.parquet(str(out)).collect()) == [(i, "ab"[i % 2]) for i in range(10)]
+    assert not list((out / "_exactly_once").rglob("*.parquet"))
+
+
+def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
+    """Spark writer path: a staged file the job did not write (here: one more copy of a staged file) makes
+    the files hold more rows than the job wrote; publishing refuses before renaming anything and the
+    batch is not committed."""
+    from exactly_once.inflight import InFlightBatch
+    from exactly_once.spark_writer import publish, write_staged
+    from exactly_once.storage import Storage
+
+    out = tmp_path / "out"
+    storage = Storage(str(out))
+    batch = InFlightBatch.begin(storage, 0, "c0ffee", None, 0)
+    df = spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, k string").coalesce(1)
+    written = write_staged(df, batch, partition_by=("k",), compression="snappy", max_records_per_file=None)
+    assert written == 10
+    staged = sorted(Path(batch.staging).rglob("*.parquet"))
+    shutil.copyfile(staged[0], staged[0].with_name("part-99999-stray.c000.snappy.parquet"))
+    with pytest.raises(errors.RowCountMismatchError, match=r"log batch 0 of .*wrote 10 rows but the 3 data file\(s\)"):
+        publish(batch, written)
+    assert not [p for p in out.rglob("*.parquet") if "_exactly_once" not in p.parts]
+    assert MetadataLog(str(out)).latest_batch_id() is None

@@ -40,8 +40,9 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import ExactlyOnceError, LogError, NotAnOutputError
-from .inflight import CLOCK_SLACK_MS, HIDDEN_DIR, Lease, is_data_file, leases, staging_dirs
+from .inflight import CLOCK_SLACK_MS, HIDDEN_DIR, Lease, leases, staging_dirs
 from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
+from .partitioning import is_data_file
 from .reader import CommittedFile, snapshot
 from .log_snapshot import read_chain
 from .chain import app_commits, decide_write
@@ -372,7 +373,7 @@ class VacuumPlan:
 def find_orphans(
     url: str, storage_options: Mapping[str, Any], older_than_ms: int, include_before_log: bool = False
 ) -> VacuumPlan:
-    """Data files (:func:`~exactly_once.inflight.is_data_file`) under ``url`` that no entry of the latest
+    """Data files (:func:`~exactly_once.partitioning.is_data_file`) under ``url`` that no entry of the latest
     snapshot references. Refuses (raises) if any log file is unreadable. Files older than the log's first
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
@@ -903,7 +904,7 @@ def build_parser() -> argparse.ArgumentParser:
         "vacuum",
         _cmd_vacuum,
         "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
-        "(_x, .x) and other files are never touched",
+        "(_x, .x, as Spark hides them: _x=1/ is a partition directory) and other files are never touched",
     )
     vacuum.add_argument(
         "--older-than",

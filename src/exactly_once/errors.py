@@ -94,3 +94,7 @@ class OutsideRootError(ExactlyOnceError):
 
 class SnapshotError(ExactlyOnceError):
     """A consistent snapshot of the log could not be read (too many concurrent cleanups)."""
+
+
+class RowCountMismatchError(ExactlyOnceError):
+    """The data files found for a batch hold a different number of rows than its write job wrote."""

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import ExistingDataError
+from .partitioning import is_data_file
 from .storage import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
@@ -42,17 +43,6 @@ LEASES = "leases"
 STAGING = "staging"
 _APP_KEY = "writeBatch"  # in a lease's body: taken by write_batch
 CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
-
-
-def is_data_file(relative_path: str) -> bool:
-    """Whether a root-relative path is a Parquet data file a reader would see: not hidden (no segment
-    starting with ``_`` or ``.``, like ``_spark_metadata``, ``_SUCCESS`` or ``.part-0.parquet.crc``) and
-    named ``*.parquet`` (so a checkpoint or other files kept under the root are never vacuum's business).
-
-    Example: ``is_data_file("k=a/part-0.parquet") is True``, ``is_data_file("k=a/.part-0.parquet.crc") is False``.
-    """
-    hidden = any(segment.startswith(("_", ".")) for segment in relative_path.split("/"))
-    return not hidden and relative_path.endswith(".parquet")
 
 
 @dataclass(frozen=True)

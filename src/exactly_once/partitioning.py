@@ -5,7 +5,8 @@ session time zone with a trimmed fraction, doubles as Java prints them: ``1.0E20
 :func:`partition_dir` escapes it (``ExternalCatalogUtils.escapePathName``; null and ``""`` go to
 ``__HIVE_DEFAULT_PARTITION__``). Reading: :func:`parse_partition_path` and :func:`infer_partition_types`
 (``PartitioningUtils.inferPartitionColumnValue`` + ``resolveTypeConflicts``), so a reader gets the same
-columns, types and values as ``spark.read.parquet``.
+columns, types and values as ``spark.read.parquet``. Listing: :func:`is_hidden` and :func:`is_data_file`
+(``HadoopFSUtils.shouldFilterOutPathName``), the one rule of what a listing skips.
 
 Example::
 
@@ -169,6 +170,31 @@ def partition_dir(pairs: Iterable[tuple[str, str | None]]) -> str:
 
 
 # -- reading -------------------------------------------------------------------------------------
+
+
+def is_hidden(name: str) -> bool:
+    """Whether Spark's file listing skips a file or directory named ``name`` (one path segment): Spark's
+    ``HadoopFSUtils.shouldFilterOutPathName`` / ``PartitioningAwareFileIndex.isDataPath``. A name starting
+    with ``.`` or ending in ``._COPYING_`` is hidden; one starting with ``_`` is hidden unless it holds
+    ``=``: ``_k=a`` is a partition directory, ``_spark_metadata`` and ``_temporary`` are not. (Spark also
+    lists ``_metadata`` and ``_common_metadata``, Parquet summary files that are never data files here.)
+
+    Example: ``[is_hidden(n) for n in ("_k=a", "_SUCCESS", ".part-0.parquet.crc", "k=a")]``
+    -> ``[False, True, True, False]``.
+    """
+    return name.startswith(".") or name.endswith("._COPYING_") or (name.startswith("_") and "=" not in name)
+
+
+def is_data_file(relative_path: str) -> bool:
+    """Whether a path relative to an output root (or a staging directory) is a Parquet data file Spark's
+    reader would list: no :func:`is_hidden` segment, named ``*.parquet`` (so a checkpoint or other files
+    kept under the root are never data). The one rule of every listing: publishing a staged batch and
+    ``vacuum``.
+
+    Example: ``is_data_file("_k=a/part-0.parquet") is True``,
+    ``is_data_file("_exactly_once/staging/ab12/k=a/part-0.parquet") is False``.
+    """
+    return relative_path.endswith(".parquet") and not any(map(is_hidden, relative_path.split("/")))
 
 
 def parse_partition_path(relative_path: str) -> list[tuple[str, str]]:

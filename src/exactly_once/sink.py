@@ -222,12 +222,12 @@ class ParquetSink:
         batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
         try:
             if spark_writes:
-                write_staged(
+                written = write_staged(
                     df, batch, partition_by=self.partition_by, compression=self.compression,
                     max_records_per_file=self.max_records_per_file,
                 )
                 publishing = time.monotonic()
-                statuses = publish(storage, batch.staging)
+                statuses = publish(batch, written)
                 progress.publish_seconds = time.monotonic() - publishing
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
