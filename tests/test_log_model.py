@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from exactly_once import LogEntry, MetadataLog, committed_files, read_committed, write_batch
 from exactly_once import failpoints
 from exactly_once.cli import OPTIONS_ENV, main as cli_main
-from exactly_once.errors import MissingLogFileError, SnapshotExpiredError
+from exactly_once.errors import MissingLogFileError, SnapshotExpiredError, StaleVersionError
 from exactly_once.log_files import is_compact_path
 from exactly_once.storage import Storage
 from exactly_once.writer import WriteSpec, write_rows
@@ -78,6 +78,18 @@ def verify(url: str, storage_options: dict) -> dict:
     return result
 
 
+def spark_derived_interval(default: int, compact_batch: int) -> int:
+    """Spark's ``CompactibleFileStreamLog.deriveCompactInterval``: the interval a writer infers when a single
+    compact file is left (after a cleanup with ``min_batches_to_retain`` below the interval): the first
+    divisor of ``compact_batch + 1`` from ``default`` up to half of it, else ``compact_batch + 1``."""
+    n = compact_batch + 1
+    if n <= default:
+        return n
+    if default < n // 2:
+        return next((i for i in range(default, n // 2 + 1) if n % i == 0), n)
+    return n
+
+
 class LogModel(RuleBasedStateMachine):
     """Subclassed per backend with ``new_root`` (a fresh, empty output URL and its storage options)."""
 
@@ -87,12 +99,15 @@ class LogModel(RuleBasedStateMachine):
         super().__init__()
         self.url, self.options = type(self).new_root()
         self.storage = Storage(self.url, self.options)
-        self.interval = 10
+        self.interval = 10  # the writers' compact_interval (Spark's default for inferring it)
+        self.current = 10  # the interval in effect: what a writer infers from the compact files left
+        self.compacts: set[int] = set()  # batches written as compact files, not cleaned up
         self.partitioned = False
         self.history: list[frozenset[str]] = []  # live relative paths as of each log batch
         self.added: dict[str, int] = {}  # relative path -> the log batch that committed it
         self.rows: dict[str, list[int]] = {}  # relative path -> its row ids
         self.versions: dict[str, int] = {}  # app -> newest committed version
+        self.data: dict[tuple[str, int], pa.Table] = {}  # (app, committed version) -> the rows it wrote
         self.next_id = 0
         self.cleaned = False  # log files were deleted: older snapshots may be gone
         self.retained_upto = -1  # newest compaction batch that applied retention
@@ -127,24 +142,35 @@ class LogModel(RuleBasedStateMachine):
             self.added[path] = batch
             self.rows[path] = ids
         self.history.append((self.live() | frozenset(files)) - dropped)
+        if self.is_compaction(batch):
+            self.compacts.add(batch)
 
     def is_compaction(self, batch: int) -> bool:
-        return (batch + 1) % self.interval == 0
+        return (batch + 1) % self.current == 0
 
     # -- rules -------------------------------------------------------------------------------------
 
     @initialize(interval=st.integers(1, 5), partitioned=st.booleans())
     def setup(self, interval: int, partitioned: bool) -> None:
-        self.interval, self.partitioned = interval, partitioned
+        self.interval = self.current = interval
+        self.partitioned = partitioned
 
     @rule(app=st.sampled_from(APPS), rows=st.integers(0, 3), step=st.integers(0, 2),
-          crash=st.none() | st.sampled_from(CRASHES))
-    def append(self, app: str, rows: int, step: int, crash: str | None) -> None:
-        """write_batch of the app's next version (step 1, 2), or a replay of its last one (step 0)."""
+          crash=st.none() | st.sampled_from(CRASHES), changed=st.booleans())
+    def append(self, app: str, rows: int, step: int, crash: str | None, changed: bool) -> None:
+        """write_batch of the app's next version (step 1, 2), or a replay of its last one (step 0): with the
+        rows that version wrote (a retry, skipped), or ``changed`` rows (StaleVersionError, nothing written)."""
         version = self.versions.get(app, -1) + step
         if version < 0:
             version = 0
         replay = version <= self.versions.get(app, -1)
+        if replay and changed:
+            with pytest.raises(StaleVersionError, match=f"version {version}"):
+                write_batch(self.url, self.table(max(rows, 1)), app_id=app, version=version,
+                            partition_by=["k"] if self.partitioned else None, storage_options=self.options,
+                            compact_interval=self.interval)
+            return
+        table = self.data[app, version] if replay else self.table(rows)
         batch = len(self.history)
         compaction = self.is_compaction(batch)
         fires = not replay and (
@@ -156,7 +182,7 @@ class LogModel(RuleBasedStateMachine):
         before = {self.relative(i.path) for i in self.storage.find(self.url)} if fires else set()
         with crash_at(crash):
             try:
-                result = write_batch(self.url, self.table(rows), app_id=app, version=version,
+                result = write_batch(self.url, table, app_id=app, version=version,
                                      partition_by=["k"] if self.partitioned else None,
                                      storage_options=self.options, compact_interval=self.interval,
                                      max_records_per_file=2)
@@ -175,6 +201,7 @@ class LogModel(RuleBasedStateMachine):
                          if p.endswith(".parquet") and "/_" not in "/" + p}
             self.commit({path: self.ids_in(path) for path in files})
             self.versions[app] = version
+            self.data[app, version] = table
 
     @rule(old=st.booleans(), retention=st.booleans())
     def raw_add(self, old: bool, retention: bool) -> None:
@@ -221,6 +248,7 @@ class LogModel(RuleBasedStateMachine):
             assert result.committed
             self.commit({self.relative(p): self.ids_in(self.relative(p)) for p in result.files})
             self.versions[app] = result.version
+            self.data[app, result.version] = tables[app]
 
     @precondition(lambda self: self.history)
     @rule(retain=st.integers(1, 4))
@@ -229,13 +257,16 @@ class LogModel(RuleBasedStateMachine):
         log = MetadataLog(self.url, self.options, compact_interval=self.interval,
                           min_batches_to_retain=retain, cleanup_delay=0)
         min_batch = self.latest + 1 - retain
-        spark_threshold = min_batch - (min_batch % self.interval) - 1
+        spark_threshold = min_batch - (min_batch % self.current) - 1
         names = log.list_names()
         deleted = log.cleanup(self.latest)
         gone = [b for b, p in names.items() if p in deleted]
         assert all(b < spark_threshold for b in gone), (gone, spark_threshold)
         if gone:
             self.cleaned = True
+        self.compacts -= set(gone)
+        if len(self.compacts) == 1:  # as in Spark, the next writer derives the interval from the one left
+            self.current = spark_derived_interval(self.interval, min(self.compacts))
 
     # -- what every reader must agree on -----------------------------------------------------------
 
@@ -287,7 +318,7 @@ class LogModel(RuleBasedStateMachine):
         names = log.list_names()
         assert max(names) == self.latest
         for batch, path in names.items():
-            assert is_compact_path(path) == self.is_compaction(batch), path
+            assert is_compact_path(path) == (batch in self.compacts), path
         compacts = [b for b, p in names.items() if is_compact_path(p)]
         if compacts:
             newest = max(compacts)
