@@ -247,10 +247,9 @@ def test_regression_streams(spark, tmp_path: Path, name: str) -> None:
     check_stream(spark, REGRESSIONS[name], tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="open defect, found by the generator, not fixed yet: Spark on JDK 17 names "
-                   "the float 33554472.0 `3.3554472E7` (FloatingDecimal, not the shortest form; JDK 19+ prints the "
-                   "shortest, `3.355447E7`, as we do), so the row lands in another directory than with Spark's sink")
 def test_float_partition_named_as_this_jdk_does(spark, tmp_path: Path) -> None:
+    """Spark on JDK 17 names the float 33554472.0 ``3.3554472E7`` (not the shortest ``3.355447E7``): the
+    Arrow path takes directory names from Spark's own cast, so the row lands where Spark's sink puts it."""
     check_stream(spark, _case({"Up": "float"}, [[{"Up": 33554472.0}]], writer="arrow"), tmp_path)
 
 

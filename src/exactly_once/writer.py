@@ -297,7 +297,8 @@ def write_task(spec: WriteSpec, names: list[str], batches: Iterator[pa.RecordBat
 def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     """Write one batch on the executors; one status row (``STATUS_SCHEMA``) per file written.
 
-    Each task's rows are first sorted by the partition columns (within the task, no shuffle), as Spark's
+    The partition columns are replaced by Spark's cast of them to string (the directory names), then each
+    task's rows are sorted by them (within the task, no shuffle), as Spark's
     own writer does, so a task finishes one directory before the next and open files stay bounded.
 
     Example::
@@ -307,7 +308,16 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
         1000
     """
     if spec.partition_by:
-        df = df.sortWithinPartitions(*(f"`{c.replace('`', '``')}`" for c in spec.partition_by))
+        from pyspark.sql import functions as F
+
+        # Directory names are Spark's own cast to string in the session time zone, as its sink computes them
+        # (FileFormatDataWriter's partitionPathExpression), so they match it on any JDK; the task groups the
+        # rows by these strings and never writes partition columns into the files.
+        quoted = {c: f"`{c.replace('`', '``')}`" for c in df.columns}
+        df = df.select(
+            *(F.col(quoted[c]).cast("string").alias(c) if c in spec.partition_by else F.col(quoted[c]) for c in df.columns)
+        )
+        df = df.sortWithinPartitions(*(quoted[c] for c in spec.partition_by))
     # mapInArrow resolves every column by its name, which fails for a name holding a dot ("a.b" is read as
     # field b of column a): it gets positional names, the task puts the real ones back.
     names = df.columns
