@@ -22,7 +22,7 @@ import exactly_once.sink as sink_module
 from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed, write_batch
 from exactly_once.cli import main as cli_main
 from exactly_once.errors import ExistingDataError, MissingDataFileError
-from exactly_once.inflight import HIDDEN_DIR, InFlightBatch
+from exactly_once.inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
 from exactly_once.storage import Storage
 from tests.crash_util import parquet_on_disk, vacuum
 
@@ -148,6 +148,27 @@ def test_existing_dataset_is_refused_and_vacuum_keeps_it(spark, tmp_path):
         assert cli_main(["vacuum", str(out), "--older-than", "0s", "--include-files-before-log", "--json"]) == 0
     assert [f["path"] for f in json.loads(stdout.getvalue())["files"]] == [str(dataset)] and not dataset.exists()
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(40))
+
+
+def test_existing_data_check_does_not_refuse_what_a_concurrent_writer_just_committed(tmp_path):
+    """The race CI hit with two write_batch apps on moto: app b read an empty log; app a then committed its
+    version 0 and deleted its lease; b's existing-data check found a's files, older than every lease (none), and
+    refused with ExistingDataError. The check now reads the log after the leases: a batch committed since the
+    caller's read settles it. Files a failed writer deleted after the listing are not reported either."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"id": [1, 2]}), app_id="a", version=0)
+    (data,) = parquet_on_disk(out)
+    os.utime(data, (time.time() - 3600, time.time() - 3600))  # older than any lease b could see
+    storage = Storage(str(out))
+    refuse_existing_data(storage, "write_batch of version 0 of app 'b'")  # a's commit settled it
+    write_batch(str(out), pa.table({"id": [3]}), app_id="b", version=0)
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [1, 2, 3]
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    pq.write_table(pa.table({"id": [-1]}), foreign / "part-0.parquet")
+    with pytest.raises(ExistingDataError):
+        refuse_existing_data(Storage(str(foreign)), "write_batch of version 0 of app 'b'")
 
 
 def test_spark_path_fsyncs_published_files_and_directories_before_the_commit(spark, tmp_path, monkeypatch):

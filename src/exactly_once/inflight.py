@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import ExistingDataError
+from .log_files import METADATA_DIR, parse_batch_name
 from .partitioning import is_data_file
 from .storage import FileInfo, Storage
 
@@ -145,9 +146,14 @@ def staging_dirs(storage: Storage) -> list[FileInfo]:
 
 
 def refuse_existing_data(storage: Storage, what: str) -> None:
-    """Before the first commit to ``storage`` (its log holds no batch): ExistingDataError if the directory
-    holds Parquet data files that no write in flight wrote (older than every lease): a dataset the output
-    would be created over, whose files every reader would then hide.
+    """Before the first commit to ``storage`` (its log held no batch when the caller read it): ExistingDataError
+    if the directory holds Parquet data files that no write in flight wrote (older than every lease): a dataset
+    the output would be created over, whose files every reader would then hide.
+
+    Race-free against concurrent writers by the order ``vacuum`` uses: data files first, then the leases, then the
+    log. A writer creates its lease before its first file and deletes it only after its commit (or after
+    deleting its files), so a listed file whose lease is gone by the time the leases are read was committed (the
+    log now holds a batch, and whoever committed it ran this check) or deleted (it no longer exists).
 
     Example: ``refuse_existing_data(Storage("/data/events"), "ParquetSink('/data/events')")``.
     """
@@ -158,7 +164,11 @@ def refuse_existing_data(storage: Storage, what: str) -> None:
         return
     found = [i for i in listed if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
     started = min((lease.started_ms for lease in leases(storage)), default=None)
-    existing = sorted(i.path for i in found if started is None or i.mtime_ms < started - CLOCK_SLACK_MS)
+    older = sorted(i.path for i in found if started is None or i.mtime_ms < started - CLOCK_SLACK_MS)
+    if not older or _log_has_batch(storage):
+        return
+    gone = set(storage.missing(older))
+    existing = [path for path in older if path not in gone]
     if existing:
         raise ExistingDataError(
             f"{what}: {storage.display(storage.root)} has no committed batch but already holds {len(existing)} "
@@ -167,3 +177,8 @@ def refuse_existing_data(storage: Storage, what: str) -> None:
             "invisible to readers, and `exactly-once vacuum` keeps them unless --include-files-before-log). If they are "
             "what a failed first batch left, delete them. Nothing was written."
         )
+
+
+def _log_has_batch(storage: Storage) -> bool:
+    """Whether the log under ``storage`` holds a batch file now (a concurrent writer committed one)."""
+    return any(parse_batch_name(path) is not None for path in storage.ls_names(storage.join(METADATA_DIR)))
