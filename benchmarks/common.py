@@ -117,13 +117,13 @@ def versions() -> dict[str, str]:
     import pyarrow
     import pyspark
 
-    import exactly_once
+    import parquet_sink
 
     out = {
         "python": sys.version.split()[0],
         "pyspark": pyspark.__version__,
         "pyarrow": pyarrow.__version__,
-        "exactly_once": exactly_once.__version__,
+        "parquet_sink": parquet_sink.__version__,
     }
     try:
         import deltalake
@@ -139,7 +139,7 @@ def versions() -> dict[str, str]:
                               timeout=30).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=repo, capture_output=True,
                                text=True, timeout=30).stdout.strip()
-        out["exactly_once"] += f" (git {head}{', src/ modified' if dirty else ''})" if head else ""
+        out["parquet_sink"] += f" (git {head}{', src/ modified' if dirty else ''})" if head else ""
     except (OSError, subprocess.SubprocessError):
         pass
     try:
@@ -173,7 +173,7 @@ def make_session(driver_memory: str = "4g"):
 
     session = (
         SparkSession.builder.master("local[2]")
-        .appName("exactly-once-benchmarks")
+        .appName("parquet-sink-benchmarks")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")

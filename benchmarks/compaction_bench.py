@@ -49,8 +49,8 @@ class CompactionResults:
 
 
 def _entries(root: str, batch: int):
-    from exactly_once.metadata_log import CommitRecord, LogEntry
-    from exactly_once.storage import Storage
+    from parquet_sink.log.metadata_log import CommitRecord, LogEntry
+    from parquet_sink.storage.filesystem import Storage
 
     storage = Storage(root)
     now = int(time.time() * 1000)
@@ -67,7 +67,7 @@ def child(root: str, batch: int) -> None:
     import gc
     import resource
 
-    from exactly_once import MetadataLog
+    from parquet_sink import MetadataLog
 
     entries = _entries(root, batch)
     log = MetadataLog(root)
@@ -186,7 +186,7 @@ def _ours(root: str, batch: int) -> dict:
 
 
 def run(spark, root: str, repeats: int) -> CompactionResults:
-    from exactly_once import MetadataLog
+    from parquet_sink import MetadataLog
 
     log = MetadataLog(root, cleanup=False)
     latest = log.latest_batch_id()
@@ -326,7 +326,7 @@ def byte_copy_floor(root: str, batch: int) -> float:
 def run_shapes(spark, work: str, entries: int, repeats: int) -> list[ShapeResults]:
     """Each shape: floor, ours (fresh subprocess) and Spark's compaction, interleaved; then, on the
     Spark-written compact file, planning without a copy and with the copy the first reader stores."""
-    from exactly_once import committed_files
+    from parquet_sink import committed_files
 
     from .common import timed
 

@@ -2,7 +2,7 @@
 
 On one synthesized history per size (see :mod:`benchmarks.synth`), with every data file present:
 
-* ours: ``len(exactly_once.committed_files(root))``;
+* ours: ``len(parquet_sink.committed_files(root))``;
 * Spark: ``spark.read.parquet(root)`` (log read, file index, partition and schema inference from one
   footer) and the length of ``_jdf.inputFiles()`` (kept in the JVM: a Python list of a million paths
   would be built one py4j call at a time and measure py4j, not Spark);
@@ -29,7 +29,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from exactly_once import committed_files
+from parquet_sink import committed_files
 
 from .common import Stat, timed
 from .synth import History, Template, build_history

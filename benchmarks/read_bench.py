@@ -17,7 +17,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from exactly_once import committed_dataset, read_committed
+from parquet_sink import committed_dataset, read_committed
 
 from .common import Stat, timed
 

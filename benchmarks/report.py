@@ -143,7 +143,7 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
     m, v = ctx["machine"], ctx["versions"]
     out: list[str] = []
     w = out.append
-    w("# Benchmarks: exactly_once vs Spark's file sink and delta-rs\n")
+    w("# Benchmarks: parquet_sink vs Spark's file sink and delta-rs\n")
     if args.quick:
         w("**QUICK RUN (`--quick`): tiny sizes for smoke testing; the figures mean nothing.**\n")
     w(
@@ -162,7 +162,7 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
     w(f"| cores | {m['cores']} |")
     w(f"| RAM | {m['ram']} |")
     w(f"| OS | {m['os']} |")
-    for key in ("python", "pyspark", "pyarrow", "deltalake", "exactly_once", "java"):
+    for key in ("python", "pyspark", "pyarrow", "deltalake", "parquet_sink", "java"):
         w(f"| {key} | {v.get(key, 'n/a')} |")
     w(f"| Spark | local[2], driver heap {args.driver_memory}, UI off, 2 shuffle partitions, one session for the run |")
     w(
@@ -544,7 +544,7 @@ def analysis(ctx: dict[str, Any]) -> list[str]:
 
 
 def summary(ctx: dict[str, Any], md_path: str, png_path: str) -> str:
-    lines = [f"exactly_once benchmarks: {ctx['runtime'] / 60:.1f} min, results in {md_path} and {png_path}"]
+    lines = [f"parquet_sink benchmarks: {ctx['runtime'] / 60:.1f} min, results in {md_path} and {png_path}"]
     for comparison, ours, theirs, ratio, _ in headline(ctx):
         lines.append(f"  {comparison}: {ratio}   (ours {ours}; theirs {theirs})")
     return "\n".join(lines)
@@ -630,7 +630,7 @@ def write_chart(ctx: dict[str, Any], path: str) -> None:
             if not ax.has_data():
                 ax.set_axis_off()
     quick = " (QUICK RUN: sizes too small to mean anything)" if ctx["args"].quick else ""
-    fig.suptitle(f"exactly_once vs Spark file sink and delta-rs - medians with min-max of {ctx['args'].repeats} repeats{quick}")
+    fig.suptitle(f"parquet_sink vs Spark file sink and delta-rs - medians with min-max of {ctx['args'].repeats} repeats{quick}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

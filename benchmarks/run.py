@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if "compaction" in args.sections and "planning" not in args.sections:
         p.error("the compaction section compacts the largest planning history: include 'planning'")
     if args.out_dir is None:
-        args.out_dir = os.path.join(tempfile.gettempdir(), "exactly_once_bench_quick") if args.quick else HERE
+        args.out_dir = os.path.join(tempfile.gettempdir(), "parquet_sink_bench_quick") if args.quick else HERE
     return args
 
 
@@ -104,7 +104,7 @@ def _meta_dir(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
-    for noisy in ("py4j", "exactly_once"):
+    for noisy in ("py4j", "parquet_sink"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     started = time.monotonic()
     work = tempfile.mkdtemp(prefix="eo-bench-", dir=args.tmpdir)

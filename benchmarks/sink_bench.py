@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exactly_once import ParquetSink
+from parquet_sink import ParquetSink
 
 from .common import Stat, percentile
 

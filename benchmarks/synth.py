@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exactly_once.metadata_log import METADATA_DIR, CommitRecord, LogEntry, MetadataLog
-from exactly_once.storage import Storage
+from parquet_sink.log.metadata_log import METADATA_DIR, CommitRecord, LogEntry, MetadataLog
+from parquet_sink.storage.filesystem import Storage
 
 logger = logging.getLogger("benchmarks.synth")
 

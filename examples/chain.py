@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from exactly_once import committed_version, iter_batches, read_committed, write_batch
+from parquet_sink import committed_version, iter_batches, read_committed, write_batch
 
 APP_ID = "orders-by-region"
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", help="where to put the two outputs (default: a temporary directory)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="exactly-once-chain-"))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="parquet-sink-chain-"))
     source, output = str(workdir / "orders"), str(workdir / "orders_by_region")
 
     for batch in range(3):
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     per_batch = totals.groupby("source_batch")["orders"].sum()
     assert (per_batch == 100).all() and sorted(per_batch.index) == list(range(5)), per_batch
     print(f"every order counted once: {int(totals['orders'].sum())} orders over {len(per_batch)} source batches")
-    print(f"committed version of {APP_ID}: {committed_version(output, APP_ID)}; see `exactly-once ls {output}`")
+    print(f"committed version of {APP_ID}: {committed_version(output, APP_ID)}; see `parquet-sink ls {output}`")
 
 
 if __name__ == "__main__":

@@ -26,19 +26,19 @@ FILES, ROWS_PER_FILE, KILL_AT_BATCH = 12, 500, 5
 
 def run_query(workdir: Path) -> None:
     """The streaming job (runs in a child process): JSON files -> ParquetSink, one file per batch."""
-    from exactly_once import ParquetSink
+    from parquet_sink import ParquetSink
     from tests.spark_util import make_session, run_available_now
 
     logging.basicConfig(level=logging.INFO, format="  [job] %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    spark = make_session(app="exactly-once-demo")
+    spark = make_session(app="parquet-sink-demo")
     stream = spark.readStream.schema("id long, region string, amount double").option("maxFilesPerTrigger", 1)
     sink = ParquetSink(str(workdir / "out"), partition_by=["region"], compact_interval=4)
     run_available_now(stream.json(str(workdir / "in")), str(workdir / "checkpoint"), sink)
 
 
 def _child(workdir: Path, failpoints: str) -> int:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, EXACTLY_ONCE_FAILPOINTS=failpoints)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PARQUET_SINK_FAILPOINTS=failpoints)
     cmd = [sys.executable, "-m", "examples.demo", "--workdir", str(workdir), "--child"]
     return subprocess.run(cmd, env=env, start_new_session=True, cwd=Path(__file__).parent.parent).returncode
 
@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="exactly-once-demo-"))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="parquet-sink-demo-"))
     if args.child:
         run_query(workdir)
         return 0
@@ -66,7 +66,7 @@ def main() -> int:
     print(f"2. starting the streaming job; it will be SIGKILLed right after committing batch {KILL_AT_BATCH - 1}")
     code = _child(workdir, f"after_commit=kill@{KILL_AT_BATCH}")
     print(f"   job exited with {code} ({'SIGKILL' if code == -signal.SIGKILL else 'not killed!'})")
-    from exactly_once import MetadataLog, read_committed
+    from parquet_sink import MetadataLog, read_committed
 
     out = str(workdir / "out")
     committed = MetadataLog(out).latest_batch_id()
@@ -87,7 +87,7 @@ def main() -> int:
     unexpected = sorted(set(ids) - expected)
     from tests.spark_util import make_session
 
-    spark = make_session(app="exactly-once-demo-check")
+    spark = make_session(app="parquet-sink-demo-check")
     spark_rows = spark.read.parquet(out).count()
     spark.stop()
     print("4. proof")
@@ -96,7 +96,7 @@ def main() -> int:
     print(f"   rows in spark.read.parquet:     {spark_rows}")
     print(f"   duplicated / missing / unknown: {len(duplicated)} / {len(missing)} / {len(unexpected)}")
     ok = code == 0 and table.num_rows == len(expected) == spark_rows and not (duplicated or missing or unexpected)
-    print(json.dumps({"exactly_once": ok, "workdir": str(workdir)}))
+    print(json.dumps({"parquet_sink": ok, "workdir": str(workdir)}))
     return 0 if ok else 1
 
 

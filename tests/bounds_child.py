@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from exactly_once import ParquetSink
+from parquet_sink import ParquetSink
 from tests.spark_util import make_session, run_available_now
 
 

@@ -50,7 +50,7 @@ def writer_rows(app_index: int, version: int, rows: int) -> pa.Table:
 
 
 def _write(config: dict, data: pa.Table, version: int) -> None:
-    from exactly_once import write_batch
+    from parquet_sink import write_batch
 
     result = write_batch(
         config["out"],
@@ -66,8 +66,8 @@ def _write(config: dict, data: pa.Table, version: int) -> None:
 
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
-    os.environ["EXACTLY_ONCE_KILL_PGID"] = str(os.getpgid(0))
-    from exactly_once import committed_version, iter_batches
+    os.environ["PARQUET_SINK_KILL_PGID"] = str(os.getpgid(0))
+    from parquet_sink import committed_version, iter_batches
 
     Path(config["started"]).touch()
     try:

@@ -2,10 +2,10 @@
 
 Usage: ``python tests/crash_child.py CONFIG.json``. The parent starts it with ``start_new_session=True``
 so the child leads its own process group; before Spark starts the child exports
-``EXACTLY_ONCE_KILL_PGID=<its pgid>``, which the JVM and the Python workers inherit, so a failpoint
+``PARQUET_SINK_KILL_PGID=<its pgid>``, which the JVM and the Python workers inherit, so a failpoint
 ``kill`` fired anywhere (driver or executor task) SIGKILLs the driver, the JVM and every worker at once,
 like a machine dying. Failpoints come from the environment the parent gives
-(``EXACTLY_ONCE_FAILPOINTS``, ``EXACTLY_ONCE_FAILPOINT_STATE``).
+(``PARQUET_SINK_FAILPOINTS``, ``PARQUET_SINK_FAILPOINT_STATE``).
 
 The query: a JSON file source over ``input`` (schema ``id LONG, file LONG, name STRING``) with
 ``maxFilesPerTrigger``, ``foreachBatch(ParquetSink(out, **sink))``, ``trigger(availableNow=True)``.
@@ -69,7 +69,7 @@ def _slow_attempt(partition: int, seconds: float, attempts_dir: str, batches):  
 
 def _task_failpoint(batches):  # runs in a Python worker
     """Pass rows through; after the first rows of this task went on to the writer, hit ``task_write``."""
-    from exactly_once.failpoints import failpoint
+    from parquet_sink.failpoints import failpoint
 
     hit = False
     for batch in batches:
@@ -95,7 +95,7 @@ def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     # Before the JVM starts: the JVM and its Python workers inherit this, so a kill from inside an
     # executor task takes the whole driver down too.
-    os.environ["EXACTLY_ONCE_KILL_PGID"] = str(os.getpgid(0))
+    os.environ["PARQUET_SINK_KILL_PGID"] = str(os.getpgid(0))
     os.environ["PYSPARK_PYTHON"] = sys.executable
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -133,7 +133,7 @@ def run_query(spark, config: dict) -> int:
     restarts a killed query with it on the test session's driver (``crash_util.run_in_process``)."""
     import functools
 
-    from exactly_once import ParquetSink
+    from parquet_sink import ParquetSink
 
     began = time.time()
     stream = (

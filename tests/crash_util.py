@@ -26,8 +26,8 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exactly_once import MetadataLog, read_committed
-from exactly_once.sink_log import CommitRecord, attribute
+from parquet_sink import MetadataLog, read_committed
+from parquet_sink.log.entry import CommitRecord, attribute
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -155,14 +155,14 @@ def start_child(
     workdir, name, config = _new_run(workdir, config, "child")
     config_path = workdir / f"{name}.json"
     config_path.write_text(json.dumps(config))
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("EXACTLY_ONCE_")}
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("PARQUET_SINK_")}
     child_env["PYSPARK_PYTHON"] = sys.executable
     child_env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     if failpoints:
-        child_env["EXACTLY_ONCE_FAILPOINTS"] = failpoints
+        child_env["PARQUET_SINK_FAILPOINTS"] = failpoints
     if state_dir is not None:
-        child_env["EXACTLY_ONCE_FAILPOINT_STATE"] = str(state_dir)
+        child_env["PARQUET_SINK_FAILPOINT_STATE"] = str(state_dir)
     child_env.update(env or {})
     with open(workdir / f"{name}.log", "wb") as log:
         proc = subprocess.Popen(
@@ -196,7 +196,7 @@ def run_in_process(spark: Any, workdir: str | Path, config: dict[str, Any]) -> R
     run = Run(workdir, name)
     handler = logging.FileHandler(run.log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    package_logger = logging.getLogger("exactly_once")
+    package_logger = logging.getLogger("parquet_sink")
     level = package_logger.level
     package_logger.addHandler(handler)
     package_logger.setLevel(logging.INFO)
@@ -309,7 +309,7 @@ def source_batches(checkpoint: str | Path) -> dict[int, set[int]]:
 
 def parquet_on_disk(out: str | Path) -> set[str]:
     """Every data file a directory reader would see under the output (outside hidden ``_x``/``.x``
-    directories such as ``_spark_metadata`` and the sink's ``_exactly_once`` staging), committed or not."""
+    directories such as ``_spark_metadata`` and the sink's ``_parquet_sink`` staging), committed or not."""
     found = set()
     for dirpath, dirnames, filenames in os.walk(out):
         dirnames[:] = [d for d in dirnames if not d.startswith(("_", "."))]
@@ -405,7 +405,7 @@ def assert_checkpoint_and_log_agree(out: str | Path, checkpoint: str | Path, row
     return Agreement(latest, records)
 
 
-def assert_exactly_once(
+def assert_parquet_sink(
     spark: Any, out: str | Path, checkpoint: str | Path, expected: Iterable[int], rows: int
 ) -> Agreement:
     """Every expected row exactly once through read_committed and spark.read.parquet, and the checkpoint
@@ -435,11 +435,11 @@ def staged_files(out: str | Path) -> list[str]:
 
 
 def vacuum(out: str | Path) -> dict[str, Any]:
-    """Run ``exactly-once vacuum OUT --older-than 0s --json`` in-process; its JSON answer."""
+    """Run ``parquet-sink vacuum OUT --older-than 0s --json`` in-process; its JSON answer."""
     import contextlib
     import io
 
-    from exactly_once.cli import main
+    from parquet_sink.cli.commands import main
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

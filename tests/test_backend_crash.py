@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import MetadataLog, committed_files
+from parquet_sink import MetadataLog, committed_files
 from tests.conftest import make_backend
 from tests.crash_util import (
     assert_ok,

@@ -1,6 +1,6 @@
 """Bad input: damaged `_spark_metadata` logs, missing files, and bad data in the stream.
 
-Every damaged log gives a typed error from :mod:`exactly_once.errors` that names the file and the batch,
+Every damaged log gives a typed error from :mod:`parquet_sink.errors` that names the file and the batch,
 through ``MetadataLog.all_files``, ``MetadataLog.check``, ``read_committed`` and the sink, never a hang,
 and the writer never compacts a damaged log into a new commit. Bad data (a column changing type, a new
 column, null and odd partition values) either fails the batch with nothing committed or round-trips
@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once import LogEntry, MetadataLog, ParquetSink, committed_files, read_committed, write_batch
-from exactly_once.cli import main
-from exactly_once.errors import (
+from parquet_sink import LogEntry, MetadataLog, ParquetSink, committed_files, read_committed, write_batch
+from parquet_sink.cli.commands import main
+from parquet_sink.errors import (
     CorruptLogError,
-    ExactlyOnceError,
+    ParquetSinkError,
     LogPathError,
     MissingDataFileError,
     MissingLogFileError,
@@ -159,7 +159,7 @@ def test_writer_does_not_compact_a_damaged_log(tmp_path: Path, target: str, kind
     log = MetadataLog(str(out), compact_interval=3, cleanup=False)
 
     entry = LogEntry(log.storage.to_uri(str(out / "part-new.parquet")), 10)
-    exc = raises(lambda: log.add(8, [entry]), ExactlyOnceError)
+    exc = raises(lambda: log.add(8, [entry]), ParquetSinkError)
     assert_names(exc, path, batch)
     assert not (out / "_spark_metadata" / "8.compact").exists(), "a damaged log was compacted into batch 8"
 
@@ -219,7 +219,7 @@ def test_empty_log_reads_as_no_rows(tmp_path: Path) -> None:
     assert bounded(lambda: read_committed(str(out))).num_rows == 0
     try:
         table = bounded(lambda: read_committed(str(out), columns=["id"]))
-    except ExactlyOnceError:
+    except ParquetSinkError:
         return
     assert table.num_rows == 0
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from exactly_once import MetadataLog, committed_version, read_committed, write_batch
-from exactly_once.sink_log import CommitRecord, attribute
+from parquet_sink import MetadataLog, committed_version, read_committed, write_batch
+from parquet_sink.log.entry import CommitRecord, attribute
 from tests.crash_util import (
     assert_group_gone,
     assert_ok,
@@ -75,7 +75,7 @@ def _assert_spark_agrees(spark, out: str) -> None:
     ("failpoint", "committed_before_kill"),
     [("before_write", 0), ("task_write", 0), ("before_commit", 0), ("commit_publish", 0), ("after_commit", 1)],
 )
-def test_job_killed_at_each_point_then_rerun_is_exactly_once(spark, tmp_path, failpoint, committed_before_kill):
+def test_job_killed_at_each_point_then_rerun_is_parquet_sink(spark, tmp_path, failpoint, committed_before_kill):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     source = _make_source(src, 4)
     work = tmp_path / "children"

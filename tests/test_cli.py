@@ -1,4 +1,4 @@
-"""The ``exactly-once`` command line, driven as a user would: subprocesses on outputs written by a real
+"""The ``parquet-sink`` command line, driven as a user would: subprocesses on outputs written by a real
 streaming query with our sink and with Spark's own parquet sink, intact and broken."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed
-from exactly_once.partitioning import is_data_file
+from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed
+from parquet_sink.partitioning import is_data_file
 from tests.spark_util import run_available_now
 
-CLI = [sys.executable, "-m", "exactly_once"]
-SCRIPT = Path(sys.executable).with_name("exactly-once")  # the installed console script
+CLI = [sys.executable, "-m", "parquet_sink"]
+SCRIPT = Path(sys.executable).with_name("parquet-sink")  # the installed console script
 BATCHES = 7  # source file i holds i + 1 rows; one file per micro-batch
 ROWS = sum(range(1, BATCHES + 1))
 TWO_HOURS_AGO = time.time() - 2 * 3600

@@ -1,5 +1,5 @@
 """Storage options for the command line without putting secrets on it: from the environment
-(``EXACTLY_ONCE_STORAGE_OPTIONS``, JSON) and from a file (``--storage-options-file``), with documented
+(``PARQUET_SINK_STORAGE_OPTIONS``, JSON) and from a file (``--storage-options-file``), with documented
 precedence (environment < file < ``--storage-option``), against a real S3 output on moto."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import MetadataLog
-from exactly_once.cli import OPTIONS_ENV, _options, build_parser
+from parquet_sink import MetadataLog
+from parquet_sink.cli.commands import OPTIONS_ENV, _options, build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ def _cli(*args: object, env: dict[str, str] | None = None) -> subprocess.Complet
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
     environment.pop(OPTIONS_ENV, None)
     environment.update(env or {})
-    command = [sys.executable, "-m", "exactly_once", *map(str, args)]
+    command = [sys.executable, "-m", "parquet_sink", *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
 
 

@@ -6,7 +6,7 @@ differently (spaces, key order, escapes), commit records of several queries (kep
 retention (dropped entries, records kept as entries of their own, a marker), and a compact file Spark
 wrote (no copy), one of ours with its copy and one of ours whose copy was deleted.
 
-Regenerate a golden file only for a deliberate format change: ``EXACTLY_ONCE_GOLDEN=write pytest ...``.
+Regenerate a golden file only for a deliberate format change: ``PARQUET_SINK_GOLDEN=write pytest ...``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import log_compaction
-from exactly_once.metadata_log import CommitRecord, LogEntry, MetadataLog
-from exactly_once.storage import Storage
+from parquet_sink.log import compaction as log_compaction
+from parquet_sink.log.metadata_log import CommitRecord, LogEntry, MetadataLog
+from parquet_sink.storage.filesystem import Storage
 
 GOLDEN = Path(__file__).parent / "golden"
 ROOT = "@ROOT@"  # the output root in the recorded files
@@ -126,7 +126,7 @@ def test_compact_file_is_byte_identical_to_the_recorded_output(tmp_path, monkeyp
     assert log.add(batch, _ours(root, batch, "q1", 20, 2, NOW_MS, -1))
     written = (root / "_spark_metadata" / f"{batch}.compact").read_bytes().replace(f"file://{root}".encode(), ROOT.encode())
     golden = GOLDEN / f"{shape}.compact"
-    if os.environ.get("EXACTLY_ONCE_GOLDEN") == "write":
+    if os.environ.get("PARQUET_SINK_GOLDEN") == "write":
         GOLDEN.mkdir(exist_ok=True)
         golden.write_bytes(written)
     expected = golden.read_bytes()
@@ -139,7 +139,7 @@ def _json_table(data: bytes):
     import pyarrow as pa
     import pyarrow.json as pa_json
 
-    from exactly_once.sink_log import ENTRY_SCHEMA
+    from parquet_sink.log.entry import ENTRY_SCHEMA
 
     options = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
     return pa_json.read_json(pa.BufferReader(data), parse_options=options)
@@ -148,7 +148,7 @@ def _json_table(data: bytes):
 def test_lines_read_as_fields_give_the_json_parsers_entries(tmp_path):
     """Lines in the writer's layout are read as fields, the others (a few in a block) by the JSON parser:
     the entries are the JSON parser's, row for row, and only lines in the layout are marked so."""
-    from exactly_once.log_layout import parse_lines
+    from parquet_sink.log.lines import parse_lines
 
     root = tmp_path / "out"
     spark = [_spark_line(root, f"s-{k},comma.parquet" if k == 5 else f"s-{k}.parquet", k, NOW_MS + k) for k in range(60)]
@@ -179,7 +179,7 @@ def test_lines_read_as_fields_give_the_json_parsers_entries(tmp_path):
     ],
 )
 def test_a_corrupt_line_among_lines_in_the_layout_names_its_line(tmp_path, bad):
-    from exactly_once.errors import CorruptLogError
+    from parquet_sink.errors import CorruptLogError
 
     root = tmp_path / "out"
     good = [_spark_line(root, f"s-{k}.parquet", k, NOW_MS) for k in range(50)]

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from exactly_once import MetadataLog, ParquetSink, read_committed
-from exactly_once.cli import main as cli_main
-from exactly_once.errors import QueryIdentityError
-from exactly_once.sink import CommitRecord, checkpoint_query_id
-from exactly_once.sink_log import attribute
+from parquet_sink import MetadataLog, ParquetSink, read_committed
+from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.errors import QueryIdentityError
+from parquet_sink.write.sink import CommitRecord, checkpoint_query_id
+from parquet_sink.log.entry import attribute
 from tests.connect_util import SERVER_CONF
 from tests.crash_util import (
-    assert_exactly_once,
+    assert_parquet_sink,
     assert_ok,
     assert_sigkilled,
     committed_paths,
@@ -264,7 +264,7 @@ def test_connect_driver_killed_in_commit_window(connect_spark, tmp_path: Path, m
     assert_ok(restarted)
     first = restarted.progress()[0]
     assert first["batch_id"] == case.commit_latest + 1 and first["skipped"] is case.replay_skipped, first
-    agreement = assert_exactly_once(connect_spark, out, ckpt, ids, ROWS)
+    agreement = assert_parquet_sink(connect_spark, out, ckpt, ids, ROWS)
     query_id = json.loads((ckpt / "metadata").read_text())["id"]
     assert {r["queryId"] for r in agreement.commit_records.values()} == {query_id}
     assert not (left & committed_paths(out)), "an uncommitted file of the killed attempt got committed"

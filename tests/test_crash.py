@@ -30,15 +30,15 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from exactly_once import MetadataLog, ParquetSink, read_committed
-from exactly_once.errors import CommitConflictError, ForeignQueryError
-from exactly_once.sink_log import CommitRecord, attribute
+from parquet_sink import MetadataLog, ParquetSink, read_committed
+from parquet_sink.errors import CommitConflictError, ForeignQueryError
+from parquet_sink.log.entry import CommitRecord, attribute
 from tests.spark_util import spark_home_for_local_cluster
 from tests.crash_util import (
     SCHEMA,
     assert_checkpoint_and_log_agree,
     assert_committed_prefix,
-    assert_exactly_once,
+    assert_parquet_sink,
     assert_group_gone,
     assert_ok,
     assert_same_ids,
@@ -196,7 +196,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     first = restarted.progress()[0]
     assert first["batch_id"] == case.commit_latest + 1, restarted.progress()
     assert first["skipped"] is case.replay_skipped, f"replayed batch {first}"
-    assert_exactly_once(spark, out, ckpt, ids, ROWS)
+    assert_parquet_sink(spark, out, ckpt, ids, ROWS)
     assert left <= parquet_on_disk(out), "uncommitted files are left for vacuum, not deleted or committed"
     assert not (left & committed_paths(out)), "an uncommitted file of the killed attempt got committed"
 
@@ -207,7 +207,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     for hidden in ("leases", "staging"):
         directory = out / "_exactly_once" / hidden
         assert not directory.exists() or not any(directory.iterdir()), f"{hidden}: {list(directory.iterdir())}"
-    assert_exactly_once(spark, out, ckpt, ids, ROWS)
+    assert_parquet_sink(spark, out, ckpt, ids, ROWS)
 
 
 # -- random kills ----------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest,
     final = run_child(tmp_path, config)
     assert_ok(final)
     try:
-        assert_exactly_once(spark, out, ckpt, ids, rows)
+        assert_parquet_sink(spark, out, ckpt, ids, rows)
     except AssertionError as exc:
         raise AssertionError(f"seed {seed} (CRASH_SOAK_SEED), kills: {history}: {exc}") from exc
 
@@ -315,7 +315,7 @@ def test_task_attempt_fails_after_writing_files(spark, tmp_path: Path) -> None:
     assert orphan_ids and len(orphan_ids) % 7 == 0 and set(orphan_ids) <= set(ids), orphan_ids
     # A reader listing the directory would see these rows twice; the log-based readers do not.
     assert len(ids_of_files(parquet_on_disk(out))) == len(ids) + len(orphan_ids)
-    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert_parquet_sink(spark, out, tmp_path / "ckpt", ids, rows)
     assert sum(p["rows"] for p in child.progress()) == len(ids)
 
 
@@ -336,7 +336,7 @@ def test_task_attempt_fails_inside_spark_writer(spark, tmp_path: Path) -> None:
     assert len(list(state.glob("task_write.*"))) == 2 * batches + 1, "every task once, plus one retried attempt"
     assert not orphans(out), "a failed attempt's files were published"
     assert parquet_on_disk(out) == committed_paths(out)
-    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert_parquet_sink(spark, out, tmp_path / "ckpt", ids, rows)
     assert sum(p["rows"] for p in child.progress()) == len(ids)
 
 
@@ -366,7 +366,7 @@ def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path
             "spark.sql.sources.commitProtocolClass": "HaltAfterTaskCommit",
             "spark.driver.extraClassPath": str(classes),
             "spark.executor.extraClassPath": str(classes),
-            "spark.executorEnv.EXACTLY_ONCE_FAILPOINT_STATE": str(state),
+            "spark.executorEnv.PARQUET_SINK_FAILPOINT_STATE": str(state),
             "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",  # short-lived JVMs
         },
     )
@@ -378,7 +378,7 @@ def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path
     assert (state / "task_commit.1").exists(), "no task commit halted its executor"
     buckets = {Path(p).parent.name for p in committed_paths(out)}
     assert "bucket=0" in buckets and buckets <= {"bucket=0", "bucket=1", "bucket=2"}, buckets
-    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert_parquet_sink(spark, out, tmp_path / "ckpt", ids, rows)
     assert [p["rows"] for p in child.progress()] == [len(ids)]
 
 
@@ -496,7 +496,7 @@ def test_reader_in_a_loop_sees_only_whole_batches(spark, tmp_path: Path, monkeyp
     listing the log, before opening its first log file, until the writer is 7 batches further: by then
     cleanup has deleted the files that read listed, so the reader must notice and re-read a newer
     snapshot (the race the cleanup delay usually hides)."""
-    from exactly_once.storage import Storage
+    from parquet_sink.storage.filesystem import Storage
 
     rows, files = 10, 24
     ids = write_inputs(tmp_path / "in", range(files), rows)
@@ -537,7 +537,7 @@ def test_reader_in_a_loop_sees_only_whole_batches(spark, tmp_path: Path, monkeyp
                 return
 
     monkeypatch.setattr(Storage, "open", open_maybe_paused)
-    caplog.set_level(logging.DEBUG, logger="exactly_once.log_snapshot")  # the snapshot reader retries
+    caplog.set_level(logging.DEBUG, logger="parquet_sink.log.snapshot")  # the snapshot reader retries
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
     sink = ParquetSink(str(out), compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
@@ -555,14 +555,14 @@ def test_reader_in_a_loop_sees_only_whole_batches(spark, tmp_path: Path, monkeyp
     assert pause["paused"] >= 1 and retries, "no read raced a cleanup: the retry path was not exercised"
     names = log_files(out)
     assert "0" not in names and "2.compact" not in names and "23.compact" in names, names  # cleanup ran
-    assert_exactly_once(spark, out, tmp_path / "ckpt", ids, rows)
+    assert_parquet_sink(spark, out, tmp_path / "ckpt", ids, rows)
 
 
 def test_log_reader_opened_before_the_first_compaction(tmp_path: Path) -> None:
     """A MetadataLog (a reader's, default compact_interval 10) first used while the log has no compact
     file yet must still read the log after the writer (compact_interval 3) compacted and cleaned up.
     This is what a read_committed that retries after a cleanup race does with its MetadataLog."""
-    from exactly_once import LogEntry
+    from parquet_sink import LogEntry
 
     out = tmp_path / "out"
     writer = MetadataLog(str(out), compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")

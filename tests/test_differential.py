@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from pyspark.sql import functions as F
 
-from exactly_once import ParquetSink, Storage, committed_files, read_committed
+from parquet_sink import ParquetSink, Storage, committed_files, read_committed
 from tests.spark_util import run_available_now
 from tests.strategies import ATOMIC, MAX_TS, MIN_TS, StreamCase, stream_cases
 
@@ -147,7 +147,7 @@ def _check_stream(spark, case: StreamCase, workdir: Path) -> None:
     if spark_failure is not None:
         # Spark's sink refuses the stream: ours must refuse it too, with a typed error, after whole batches only.
         assert our_failure is not None, f"Spark's sink failed ({spark_failure}) but ParquetSink wrote the stream"
-        assert "exactly_once.errors." in our_failure or our_failure.split(":")[0] in spark_failure, our_failure
+        assert "parquet_sink.errors." in our_failure or our_failure.split(":")[0] in spark_failure, our_failure
         committed = sorted(read_committed(ours, columns=["id"]).column("id").to_pylist()) if os.path.exists(
             os.path.join(ours, "_spark_metadata")) else []
         prefixes = [sorted(r["id"] for rows in case.batches[:n] for r in rows) for n in range(len(case.batches) + 1)]

@@ -1,7 +1,7 @@
 """Batches in flight against a concurrent vacuum, durability of published files, and what vacuum cleans.
 
-The hook: ``exactly_once.sink.failpoint`` is wrapped so that, at ``before_commit`` (every file of the batch
-written, the log not yet), the test does what a concurrent process would: run ``exactly-once vacuum`` with
+The hook: ``parquet_sink.write.sink.failpoint`` is wrapped so that, at ``before_commit`` (every file of the batch
+written, the log not yet), the test does what a concurrent process would: run ``parquet-sink vacuum`` with
 an aggressive threshold, or delete a file of the batch.
 """
 
@@ -18,12 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import exactly_once.sink as sink_module
-from exactly_once import MetadataLog, ParquetSink, committed_files, read_committed, write_batch
-from exactly_once.cli import main as cli_main
-from exactly_once.errors import ExistingDataError, MissingDataFileError
-from exactly_once.inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
-from exactly_once.storage import Storage
+import parquet_sink.write.sink as sink_module
+from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed, write_batch
+from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.errors import ExistingDataError, MissingDataFileError
+from parquet_sink.write.inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
+from parquet_sink.storage.filesystem import Storage
 from tests.crash_util import parquet_on_disk, vacuum
 
 WRITERS = ["spark", "arrow"]

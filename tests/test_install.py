@@ -1,8 +1,8 @@
-"""What `pip install "exactly-once[...]"` brings is enough to run: the `spark` extra installs what the sink's
+"""What `pip install "parquet-sink[...]"` brings is enough to run: the `spark` extra installs what the sink's
 mapInArrow needs, the floors admit no release without exclusive create, and a missing package is a typed
 error when the sink is built, not a failed batch 0 on a cluster.
 
-(The full proof, a fresh venv with only `exactly-once[spark]` running `examples/demo.py`, takes minutes and
+(The full proof, a fresh venv with only `parquet-sink[spark]` running `examples/demo.py`, takes minutes and
 downloads pyspark; it was run by hand for the change and its timing is in the README's install section.)"""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from exactly_once.storage import _EXCLUSIVE_CREATE_SINCE
+from parquet_sink.storage.filesystem import _EXCLUSIVE_CREATE_SINCE
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -66,8 +66,8 @@ def test_sink_without_pandas_is_refused_when_built(tmp_path):
                 if name.split(".")[0] == "pandas":
                     raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         sys.meta_path.insert(0, NoPandas())
-        from exactly_once import ParquetSink
-        from exactly_once.errors import MissingDependencyError
+        from parquet_sink import ParquetSink
+        from parquet_sink.errors import MissingDependencyError
         try:
             ParquetSink({str(tmp_path / "out")!r})
         except MissingDependencyError as exc:
@@ -80,11 +80,11 @@ def test_sink_without_pandas_is_refused_when_built(tmp_path):
     result = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("refused:"), result.stdout
-    assert "Pandas" in result.stdout and 'pip install "exactly-once[spark]"' in result.stdout
+    assert "Pandas" in result.stdout and 'pip install "parquet-sink[spark]"' in result.stdout
     assert not (tmp_path / "out").exists()
 
 
 def test_sink_with_the_spark_extra_is_built(tmp_path):
-    from exactly_once import ParquetSink
+    from parquet_sink import ParquetSink
 
     assert ParquetSink(str(tmp_path / "out")).path == str(tmp_path / "out")

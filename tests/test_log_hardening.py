@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from exactly_once import MetadataLog, ParquetSink, committed_files, errors, read_committed
-from exactly_once.cli import main as cli_main
-from exactly_once.metadata_log import CommitRecord, LogEntry
-from exactly_once.sink_log import attribute, records_to_keep
-from exactly_once.storage import Storage
+from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
+from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.log.metadata_log import CommitRecord, LogEntry
+from parquet_sink.log.entry import attribute, records_to_keep
+from parquet_sink.storage.filesystem import Storage
 
 
 def _entry(root: str, name: str, mtime: int = 1, size: int = 10) -> LogEntry:

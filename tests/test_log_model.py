@@ -2,7 +2,7 @@
 appends of two writers, replays, compaction at any interval, retention, cleanup, racing writers, crashes at
 the failpoints of the write and commit path (raised in-process; the next call is the restart) against a
 plain in-memory model of what is committed. After every step every reader agrees with the model:
-``read_committed``, ``committed_files`` with ``as_of_batch`` and ``batches``, and ``exactly-once verify``;
+``read_committed``, ``committed_files`` with ``as_of_batch`` and ``batches``, and ``parquet-sink verify``;
 and Spark's ``FileStreamSinkLog`` rules hold: a batch is ``N.compact`` exactly when ``(N + 1) % interval ==
 0``, a compact file holds every live file as of its batch, cleanup deletes only what Spark's rule allows
 and never breaks the chain of the newest batch.
@@ -28,13 +28,13 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from exactly_once import LogEntry, MetadataLog, committed_files, read_committed, write_batch
-from exactly_once import failpoints
-from exactly_once.cli import OPTIONS_ENV, main as cli_main
-from exactly_once.errors import MissingLogFileError, SnapshotExpiredError, StaleVersionError
-from exactly_once.log_files import is_compact_path
-from exactly_once.storage import Storage
-from exactly_once.writer import WriteSpec, write_rows
+from parquet_sink import LogEntry, MetadataLog, committed_files, read_committed, write_batch
+from parquet_sink import failpoints
+from parquet_sink.cli.commands import OPTIONS_ENV, main as cli_main
+from parquet_sink.errors import MissingLogFileError, SnapshotExpiredError, StaleVersionError
+from parquet_sink.log.files import is_compact_path
+from parquet_sink.storage.filesystem import Storage
+from parquet_sink.write.parquet_files import WriteSpec, write_rows
 from tests.conftest import make_backend
 
 APPS = ["app-a", "app-b"]
@@ -61,7 +61,7 @@ def crash_at(name: str | None) -> Iterator[None]:
 
 
 def verify(url: str, storage_options: dict) -> dict:
-    """``exactly-once verify URL --json`` in-process (storage options through the environment)."""
+    """``parquet-sink verify URL --json`` in-process (storage options through the environment)."""
     out = io.StringIO()
     before = os.environ.get(OPTIONS_ENV)
     os.environ[OPTIONS_ENV] = json.dumps(storage_options)

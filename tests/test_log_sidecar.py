@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from exactly_once import committed_files, errors
-from exactly_once.cli import read_output
-from exactly_once.metadata_log import LogEntry, MetadataLog
+from parquet_sink import committed_files, errors
+from parquet_sink.cli.commands import read_output
+from parquet_sink.log.metadata_log import LogEntry, MetadataLog
 
 LOG = "_spark_metadata"
 
@@ -55,7 +55,7 @@ def test_readers_use_the_copy_and_verify_reports_a_mismatch(tmp_path):
     assert b'"size":5001,' in raw
     compact.write_bytes(raw.replace(b'"size":5001,', b'"size":5009,'))
     assert _sizes(tmp_path)["b5-0.parquet"] == 5001
-    shown = read_output(str(tmp_path), {})  # what `exactly-once ls` / `show` print
+    shown = read_output(str(tmp_path), {})  # what `parquet-sink ls` / `show` print
     assert {e.path.rsplit("/", 1)[-1]: e.size for b in shown.batches.values() for e in b.data_files} == _expected(6)
     problems = [str(p) for p in log.check()]
     assert len(problems) == 1 and "5.compact.parquet" in problems[0] and "write_columnar_copy(5)" in problems[0]
@@ -75,7 +75,7 @@ def test_stale_damaged_or_missing_copies_fall_back_to_the_json(tmp_path, caplog)
     expected = _expected(9)
     # stale: the copy of another compact file
     (meta / "8.compact.parquet").write_bytes((meta / "5.compact.parquet").read_bytes())
-    with caplog.at_level(logging.WARNING, logger="exactly_once.log_files"):
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.log.files"):
         assert _sizes(tmp_path) == expected
     assert "8.compact.parquet" in caplog.text and "reading" in caplog.text
     assert any("8.compact.parquet" in str(p) for p in log.check())
@@ -159,7 +159,7 @@ def test_compaction_over_a_damaged_copy_uses_the_json(tmp_path, caplog):
     flipped = bytearray(copy.read_bytes())
     flipped[len(flipped) // 3] ^= 0xFF
     copy.write_bytes(bytes(flipped))
-    with caplog.at_level(logging.WARNING, logger="exactly_once.log_compaction"):
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.log.compaction"):
         for b in range(6, 9):
             log.add(b, [LogEntry(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1)])
     assert "compacting batch 8 from the JSON" in caplog.text

@@ -17,9 +17,9 @@ import pytest
 
 from fsspec.implementations.memory import MemoryFileSystem
 
-from exactly_once import errors
-from exactly_once.log_snapshot import read_snapshot
-from exactly_once.metadata_log import LogEntry, MetadataLog, derive_compact_interval, parse_duration_ms
+from parquet_sink import errors
+from parquet_sink.log.snapshot import read_snapshot
+from parquet_sink.log.metadata_log import LogEntry, MetadataLog, derive_compact_interval, parse_duration_ms
 from tests.spark_util import run_available_now
 
 SPARK_KEYS = ["path", "size", "isDir", "modificationTime", "blockReplication", "blockSize", "action"]
@@ -336,7 +336,7 @@ def test_corrupt_log_files_raise_typed_errors(tmp_path, kind):
     log = MetadataLog(str(tmp_path))
     with pytest.raises(error) as info:
         log.all_files()
-    assert isinstance(info.value, errors.ExactlyOnceError)
+    assert isinstance(info.value, errors.ParquetSinkError)
     assert str(log_dir / "1") in str(info.value) and "batch 1" in str(info.value) and needle in str(info.value)
     assert [type(p) for p in log.check()] == [error]
     assert log.all_files(0)[0].path == "file:///o/a.parquet"  # the good batch before it still reads

@@ -15,11 +15,11 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from exactly_once import committed_files, read_committed, write_batch
-from exactly_once.cli import main
-from exactly_once.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
-from exactly_once.python_writer import data_fingerprint
-from exactly_once.storage import Storage
+from parquet_sink import committed_files, read_committed, write_batch
+from parquet_sink.cli.commands import main
+from parquet_sink.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
+from parquet_sink.write.appends import data_fingerprint
+from parquet_sink.storage.filesystem import Storage
 from tests.conftest import make_backend
 from tests.servers import stripping_proxy
 
@@ -85,7 +85,7 @@ def test_large_log_write_stays_exclusive_on_s3(request, tmp_path, moto_server):
 def _write_elsewhere(url: str, options: dict, rows: list[int], version: int) -> None:
     """write_batch in another process (its own filesystem instances, its own caches)."""
     code = (
-        "import json, sys, pyarrow as pa; from exactly_once import write_batch; "
+        "import json, sys, pyarrow as pa; from parquet_sink import write_batch; "
         "url, options, rows, version = json.loads(sys.argv[1]); "
         "write_batch(url, pa.table({'p': ['a'] * len(rows), 'n': rows}), app_id='other', version=version, "
         "partition_by=['p'], storage_options=options)"
@@ -138,7 +138,7 @@ def test_ls_rows_reports_a_damaged_file_without_a_traceback(tmp_path, capsys, ca
     captured = capsys.readouterr()
     rows = {b["batch"]: b["rows"] for b in json.loads(captured.out)["batches"]}
     assert rows == {0: 2, 1: None}
-    assert "Parquet file size is 0 bytes; run `exactly-once verify`" in caplog.text
+    assert "Parquet file size is 0 bytes; run `parquet-sink verify`" in caplog.text
 
 
 @pytest.mark.parametrize(

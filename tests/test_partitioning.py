@@ -17,8 +17,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from exactly_once import ParquetSink, committed_files, read_committed
-from exactly_once.partitioning import infer_partition_types, is_data_file, is_hidden, java_double_str
+from parquet_sink import ParquetSink, committed_files, read_committed
+from parquet_sink.partitioning import infer_partition_types, is_data_file, is_hidden, java_double_str
 from tests.spark_util import run_available_now, write_input_files
 
 ZONE = "America/New_York"

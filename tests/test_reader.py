@@ -15,10 +15,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once import MetadataLog, committed_dataset, committed_files, errors, read_committed, write_batch
-from exactly_once.metadata_log import LogEntry
-from exactly_once.reader import _unreadable, snapshot
-from exactly_once.storage import Storage
+from parquet_sink import MetadataLog, committed_dataset, committed_files, errors, read_committed, write_batch
+from parquet_sink.log.metadata_log import LogEntry
+from parquet_sink.read.reader import _unreadable, snapshot
+from parquet_sink.storage.filesystem import Storage
 from tests.spark_util import run_available_now, write_input_files
 
 CATS = ["a b", "c:d", "x%y", "é/ü"]

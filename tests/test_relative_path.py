@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from exactly_once import MetadataLog
-from exactly_once.storage import Storage
+from parquet_sink import MetadataLog
+from parquet_sink.storage.filesystem import Storage
 from tests.spark_util import spark_home_for_local_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ FILES, ROWS = 2, 40
 _CHILD = textwrap.dedent(
     f"""
     import json
-    from exactly_once import ParquetSink, read_committed
+    from parquet_sink import ParquetSink, read_committed
     from tests.spark_util import make_session, run_available_now, write_input_files
 
     spark = make_session(master="local-cluster[2,1,1024]")

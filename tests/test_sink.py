@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from exactly_once import MetadataLog, ParquetSink, committed_files, errors, read_committed
-from exactly_once.sink import CommitRecord, decide_batch
+from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
+from parquet_sink.write.sink import CommitRecord, decide_batch
 from tests.spark_util import run_available_now, write_input_files
 
 SCHEMA = "id long, cat string, v double"
@@ -123,7 +123,7 @@ def test_replayed_batch_is_skipped(spark, tmp_path, caplog):
     # Crash after the sink committed batch 2 but before Spark recorded it: Spark re-runs batch 2.
     _forget_commit(ckpt, 2)
     sink = ParquetSink(out)
-    with caplog.at_level("INFO", logger="exactly_once.sink"):
+    with caplog.at_level("INFO", logger="parquet_sink.write.sink"):
         run_available_now(_stream(spark, src), ckpt, sink)
     assert sink.last_progress.skipped and sink.last_progress.batch_id == 2
     assert "skipping batch 2" in caplog.text
@@ -345,9 +345,9 @@ def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_pa
     """Spark writer path: a staged file the job did not write (here: one more copy of a staged file) makes
     the files hold more rows than the job wrote; publishing refuses before renaming anything and the
     batch is not committed."""
-    from exactly_once.inflight import InFlightBatch
-    from exactly_once.spark_writer import publish, write_staged
-    from exactly_once.storage import Storage
+    from parquet_sink.write.inflight import InFlightBatch
+    from parquet_sink.write.spark_staging import publish, write_staged
+    from parquet_sink.storage.filesystem import Storage
 
     out = tmp_path / "out"
     storage = Storage(str(out))

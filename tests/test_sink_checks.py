@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once import MetadataLog, ParquetSink, read_committed
-from exactly_once.metadata_log import parse_duration_ms
+from parquet_sink import MetadataLog, ParquetSink, read_committed
+from parquet_sink.log.metadata_log import parse_duration_ms
 
 BAD_PARAMETERS = {
     "compact_interval=0": ({"compact_interval": 0}, "compact_interval must be a positive integer"),

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once.errors import StorageError
-from exactly_once.storage import Storage
+from parquet_sink.errors import StorageError
+from parquet_sink.storage.filesystem import Storage
 
 REPO = Path(__file__).resolve().parent.parent
 CREDENTIALS = "credentials"
@@ -27,8 +27,8 @@ CREDENTIALS = "credentials"
 _CHILD = textwrap.dedent(
     """
     import json, sys
-    from exactly_once.errors import StorageError
-    from exactly_once.storage import Storage
+    from parquet_sink.errors import StorageError
+    from parquet_sink.storage.filesystem import Storage
     url, options, payload_size = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     setup = sys.argv[4] if len(sys.argv) > 4 else ""
     storage = Storage(url, options)
@@ -95,7 +95,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
     """
     import json, os, sys
     import pyarrow as pa
-    from exactly_once import MetadataLog, read_committed, write_batch
+    from parquet_sink import MetadataLog, read_committed, write_batch
     out = sys.argv[1]
     write_batch(out, pa.table({"blob": [b"fits"]}), app_id="a", version=0)
     try:

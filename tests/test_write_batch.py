@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from exactly_once import (
+from parquet_sink import (
     MetadataLog,
     ParquetSink,
     committed_version,
@@ -27,11 +27,11 @@ from exactly_once import (
     read_committed,
     write_batch,
 )
-from exactly_once.chain import decide_write
-from exactly_once.cli import main as cli_main
-from exactly_once.inflight import HIDDEN_DIR, LEASES
-from exactly_once.sink import decide_batch
-from exactly_once.sink_log import CommitRecord, attribute
+from parquet_sink.read.chain import decide_write
+from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.write.inflight import HIDDEN_DIR, LEASES
+from parquet_sink.write.sink import decide_batch
+from parquet_sink.log.entry import CommitRecord, attribute
 from tests.chain_child import writer_rows
 from tests.crash_util import (
     assert_ok,

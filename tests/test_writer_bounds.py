@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once import committed_files, read_committed
+from parquet_sink import committed_files, read_committed
 from tests.conftest import make_backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,8 +71,8 @@ def test_local_data_files_and_new_directories_are_fsynced_before_statuses(tmp_pa
     observed, not replaced: each call still reaches the disk.)"""
     import pyarrow as pa
 
-    from exactly_once.storage import Storage
-    from exactly_once.writer import WriteSpec, write_task
+    from parquet_sink.storage.filesystem import Storage
+    from parquet_sink.write.parquet_files import WriteSpec, write_task
 
     synced: list[str] = []
     real_fsync = os.fsync

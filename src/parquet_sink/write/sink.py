@@ -1,10 +1,10 @@
 """``ParquetSink``: the exactly-once ``foreachBatch`` sink (the counterpart of Spark's ``FileStreamSink``).
 
 Per micro-batch: decide from the log whether the batch is new, a replay, or another query's; check the
-schema; take the batch's lease (:mod:`exactly_once.inflight`); write Parquet, either with Spark's own
+schema; take the batch's lease (:mod:`parquet_sink.write.inflight`); write Parquet, either with Spark's own
 writer into a hidden staging directory and an atomic rename of each file into place
-(:mod:`exactly_once.spark_writer`, stores with atomic renames) or with pyarrow on the executors
-(:mod:`exactly_once.writer`); then commit every file of the batch at once with :meth:`MetadataLog.add`
+(:mod:`parquet_sink.write.spark_staging`, stores with atomic renames) or with pyarrow on the executors
+(:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
 (atomic, exclusive) and drop the lease. A batch is visible to readers exactly
 when its log file exists.
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from .dependencies import require_sink_dependencies
-from .errors import (
+from ..errors import (
     CommitConflictError,
     ForeignQueryError,
     LogError,
@@ -37,16 +37,16 @@ from .errors import (
     QueryIdentityError,
     SchemaMismatchError,
 )
-from .failpoints import failpoint
+from ..failpoints import failpoint
 from .inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
-from .log_snapshot import data_files, read_chain
-from .log_compaction import check_log_parameters, check_positive_int
-from .metadata_log import LogEntry, MetadataLog
-from .schema_check import read_committed_schema, schema_problems
-from .sink_log import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
-from .spark_writer import publish, write_staged
-from .storage import Storage
-from .writer import WriteSpec, parquet_codec, write_files
+from ..log.snapshot import data_files, read_chain
+from ..log.compaction import check_log_parameters, check_positive_int
+from ..log.metadata_log import LogEntry, MetadataLog
+from .schema import read_committed_schema, schema_problems
+from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
+from .spark_staging import publish, write_staged
+from ..storage.filesystem import Storage
+from .parquet_files import WriteSpec, parquet_codec, write_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -81,7 +81,7 @@ class _OutputState:
 
 class ParquetSink:
     """Exactly-once Parquet output for ``df.writeStream.foreachBatch``, readable by Spark's own
-    ``spark.read.parquet(path)`` and by :func:`exactly_once.read_committed`.
+    ``spark.read.parquet(path)`` and by :func:`parquet_sink.read_committed`.
 
     Args:
         path: output directory, any fsspec URL (local path, ``abfs://container/dir``, ``s3://bucket/dir``).
@@ -323,7 +323,7 @@ class ParquetSink:
                 f"batch {batch_id} of query {query_id} could not be committed to "
                 f"{self.log.display(self.log.log_dir)} as log batch {target}: another writer committed it "
                 "first. Two streaming queries are writing this output at once; stop one of them (its data "
-                "files of this batch are not committed and `exactly-once vacuum` removes them)."
+                "files of this batch are not committed and `parquet-sink vacuum` removes them)."
             )
 
     # -- decisions ---------------------------------------------------------------------------------
@@ -447,7 +447,7 @@ def decide_batch(
     ``latest`` (-1 when empty) and the last commit record of each query: ``("commit", log batch)``,
     ``("skip", log batch holding it)``, ``("foreign", None)`` (ForeignQueryError: the log belongs to
     another query) or ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log).
-    ``append`` is ``on_foreign_query="append"``. Pure, so ``exactly-once doctor`` predicts with it.
+    ``append`` is ``on_foreign_query="append"``. Pure, so ``parquet-sink doctor`` predicts with it.
 
     Example::
 

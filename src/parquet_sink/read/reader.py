@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
-from .log_snapshot import (
+from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
+from ..log.snapshot import (
     LogSnapshot,
     batch_ids_known,
     data_files,
@@ -35,10 +35,10 @@ from .log_snapshot import (
     require_batch,
     resolve_paths,
 )
-from .metadata_log import METADATA_DIR, MetadataLog
-from .partitioning import convert_partition_value, infer_partition_types, parse_partition_path
-from .sink_log import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
-from .storage import Storage
+from ..log.metadata_log import METADATA_DIR, MetadataLog
+from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
+from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
+from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -345,7 +345,7 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
             return DamagedDataFileError(
                 f"{where} cannot be read: the log says it has {f.size} bytes, storage holds {size} "
                 f"({type(exc).__name__}: {exc}). It was truncated or replaced outside the sink; run "
-                f"`exactly-once verify {snap.storage.display(snap.storage.root)}` to list every damaged file, "
+                f"`parquet-sink verify {snap.storage.display(snap.storage.root)}` to list every damaged file, "
                 "then restore them from backup."
             )
     return exc

@@ -3,16 +3,16 @@
 Switched on from the environment, so a child process (and its Spark Python workers, which inherit the
 environment) can be told where to die::
 
-    EXACTLY_ONCE_FAILPOINTS="before_commit=kill,task_write=raise@1"
+    PARQUET_SINK_FAILPOINTS="before_commit=kill,task_write=raise@1"
 
 ``name=action[@N]``: trigger on the N-th hit (default 1). Actions:
 
-* ``kill``: SIGKILL the process group in ``EXACTLY_ONCE_KILL_PGID`` (default: this process's group), i.e.
+* ``kill``: SIGKILL the process group in ``PARQUET_SINK_KILL_PGID`` (default: this process's group), i.e.
   the driver, its JVM and its workers, like a machine dying.
 * ``raise``: raise :class:`FailpointError` (a task failure Spark retries, or a driver error).
 * ``stop``: SIGSTOP this process (the parent test resumes it with SIGCONT), to stage a race at this point.
 
-Hits are counted per process, or across processes when ``EXACTLY_ONCE_FAILPOINT_STATE`` names a
+Hits are counted per process, or across processes when ``PARQUET_SINK_FAILPOINT_STATE`` names a
 directory (each hit claims a ticket file there), so ``raise@1`` fails only the first task attempt of
 all attempts, in whichever worker it runs.
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 import os
 import signal
 
-ENV = "EXACTLY_ONCE_FAILPOINTS"
-STATE_ENV = "EXACTLY_ONCE_FAILPOINT_STATE"
-KILL_PGID_ENV = "EXACTLY_ONCE_KILL_PGID"
+ENV = "PARQUET_SINK_FAILPOINTS"
+STATE_ENV = "PARQUET_SINK_FAILPOINT_STATE"
+KILL_PGID_ENV = "PARQUET_SINK_KILL_PGID"
 
 
 class FailpointError(RuntimeError):

@@ -11,7 +11,7 @@ The sink creates the lease before the batch's Spark job and deletes it after the
 directory with it). ``vacuum`` lists the data files first, then the leases, then the log: a file it listed
 either belongs to a committed batch by the time the log is read, or to a batch whose lease already existed
 when the leases were read. A sink's lease is *live* while its log batch is newer than the log's latest
-batch; :func:`~exactly_once.write_batch` takes one lease for the whole call (it may lose commit races and
+batch; :func:`~parquet_sink.write_batch` takes one lease for the whole call (it may lose commit races and
 commit as a later log batch), live until the log holds a commit of its app at its version or a later one.
 ``vacuum`` keeps every unreferenced file not older than a live lease, and deletes the leases (and staging
 directories) of dead ones: those of a killed driver, whose restart committed the batch again under new names.
@@ -32,10 +32,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import ExistingDataError
-from .log_files import METADATA_DIR, parse_batch_name
-from .partitioning import is_data_file
-from .storage import FileInfo, Storage
+from ..errors import ExistingDataError
+from ..log.files import METADATA_DIR, parse_batch_name
+from ..partitioning import is_data_file
+from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def refuse_existing_data(storage: Storage, what: str) -> None:
             f"{what}: {storage.display(storage.root)} has no committed batch but already holds {len(existing)} "
             f"Parquet file(s), e.g. {storage.display(existing[0])}. Every reader of the output would hide them. "
             "Write to a new or empty directory; pass allow_existing_files=True to write here anyway (those files stay "
-            "invisible to readers, and `exactly-once vacuum` keeps them unless --include-files-before-log). If they are "
+            "invisible to readers, and `parquet-sink vacuum` keeps them unless --include-files-before-log). If they are "
             "what a failed first batch left, delete them. Nothing was written."
         )
 

@@ -1,4 +1,4 @@
-"""The file writer: one Spark task (or one :func:`exactly_once.write_batch` call) writes its rows as
+"""The file writer: one Spark task (or one :func:`parquet_sink.write_batch` call) writes its rows as
 Parquet files, straight to their final names through the storage layer, and returns one status per file
 (:func:`write_rows`, the one piece of code both call).
 
@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .failpoints import failpoint
-from .partitioning import partition_dir, partition_value_str
-from .storage import Storage
+from ..failpoints import failpoint
+from ..partitioning import partition_dir, partition_value_str
+from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -246,7 +246,7 @@ class FileStatus:
 def write_rows(spec: WriteSpec, tables: Iterable[pa.Table], task: int = 0) -> list[FileStatus]:
     """Write rows as one task's Parquet files (Spark's names, ``k=v/`` directories, bounded open files),
     fsync them on local disk and return their statuses. The one file writer of the package: a Spark task
-    (:func:`write_task`) and :func:`exactly_once.write_batch` both call it.
+    (:func:`write_task`) and :func:`parquet_sink.write_batch` both call it.
 
     Failpoint ``task_write`` fires after the first file is complete.
 

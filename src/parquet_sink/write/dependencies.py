@@ -11,9 +11,9 @@ Example::
 
 from __future__ import annotations
 
-from .errors import MissingDependencyError
+from ..errors import MissingDependencyError
 
-_INSTALL_HINT = 'pip install "exactly-once[spark]"'
+_INSTALL_HINT = 'pip install "parquet-sink[spark]"'
 
 
 def require_sink_dependencies() -> None:
@@ -22,7 +22,7 @@ def require_sink_dependencies() -> None:
 
     Example::
 
-        >>> require_sink_dependencies()  # nothing happens when `exactly-once[spark]` is installed
+        >>> require_sink_dependencies()  # nothing happens when `parquet-sink[spark]` is installed
     """
     try:
         from pyspark.sql.pandas.utils import require_minimum_pandas_version, require_minimum_pyarrow_version

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from .errors import RowCountMismatchError
-from .failpoints import failpoint
+from ..errors import RowCountMismatchError
+from ..failpoints import failpoint
 from .inflight import InFlightBatch
-from .partitioning import is_data_file
-from .storage import Storage
+from ..partitioning import is_data_file
+from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -85,7 +85,7 @@ def write_staged(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    observation = Observation(f"exactly_once_{batch.commit_id}")
+    observation = Observation(f"parquet_sink_{batch.commit_id}")
     df = _writer_order(df.observe(observation, F.count(F.lit(1)).alias("rows")), partition_by)
     writer = df.write.mode("error").options(**_COMMITTER_OPTIONS).option("compression", compression)
     if max_records_per_file:
@@ -154,7 +154,7 @@ def publish(batch: InFlightBatch, written_rows: int) -> list[PublishedFile]:
                 f"{written_rows} rows but the {len(staged)} data file(s) in {storage.display(staging)} hold "
                 f"{sum(rows)}; nothing was published or committed. Something else wrote into or deleted from "
                 "the staging directory, or a file there is not a data file; Spark retries the batch when the "
-                "query restarts (`exactly-once vacuum` removes the staging directory)."
+                "query restarts (`parquet-sink vacuum` removes the staging directory)."
             )
         targets = []
         directories = {storage.root}

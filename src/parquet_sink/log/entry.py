@@ -11,7 +11,7 @@ data entry as extra keys, or, for a batch without files, on an entry of its own 
 (``isDir: true``, size 0, pointing at the log directory). It makes replays idempotent per query, tells a
 second query apart from a replay, and makes every commit payload unique (for lost-acknowledgement
 read-back on object stores). Delta files keep every record and leave ``batchId`` to the file name;
-compaction stamps ``batchId`` on every entry and keeps only the records decisions and ``exactly-once ls``
+compaction stamps ``batchId`` on every entry and keeps only the records decisions and ``parquet-sink ls``
 need (:func:`records_to_keep`), stripping the others' keys from their data entries.
 
 Example::
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from .storage import Storage
+    from ..storage.filesystem import Storage
 
 DEFAULT_BLOCK_SIZE = 33554432
 QUERY_ID_KEY = "queryId"
@@ -232,7 +232,7 @@ class CommitRecord:
         cls, log_batch_id: int, query_id: str | None, query_batch_id: int, fingerprint: str | None = None
     ) -> CommitRecord:
         """A record with a fresh random commit id (64 bits: unique per attempt), followed by ``-`` and the
-        ``fingerprint`` of the batch's data when given (:func:`exactly_once.write_batch` gives one).
+        ``fingerprint`` of the batch's data when given (:func:`parquet_sink.write_batch` gives one).
 
         Example: ``CommitRecord.new(7, "daily-job", 41, "5e0d...").commit_id`` -> ``'9f1c0a7e5b3d2c41-5e0d...'``.
         """
@@ -322,8 +322,8 @@ def records_to_keep(records: Sequence[CommitRecord]) -> set[int]:
 
     A *run* is a stretch of consecutive log batches committed by one query. Kept: the first and the last
     record of every run, and every record carrying a data fingerprint (the check of a version written
-    again by :func:`~exactly_once.write_batch` compares it). So the newest record of each query (what
-    :func:`~exactly_once.sink.decide_batch` needs) stays, and every batch still in the log can be
+    again by :func:`~parquet_sink.write_batch` compares it). So the newest record of each query (what
+    :func:`~parquet_sink.write.sink.decide_batch` needs) stays, and every batch still in the log can be
     attributed to its query and query batch (:func:`attribute`).
 
     Example::

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 
-class ExactlyOnceError(Exception):
-    """Base class of every error raised by exactly_once."""
+class ParquetSinkError(Exception):
+    """Base class of every error raised by parquet_sink."""
 
 
-class StorageError(ExactlyOnceError):
+class StorageError(ParquetSinkError):
     """A storage backend failed or cannot give the guarantees exactly-once needs."""
 
 
@@ -15,11 +15,11 @@ class UnsafeStorageError(StorageError):
     """The store does not honour exclusive create (put-if-absent), so commits could be lost."""
 
 
-class MissingDependencyError(ExactlyOnceError, ImportError):
+class MissingDependencyError(ParquetSinkError, ImportError):
     """A package the sink needs at run time (pyspark, or pandas/pyarrow for ``mapInArrow``) is missing or too old."""
 
 
-class LogError(ExactlyOnceError):
+class LogError(ParquetSinkError):
     """Base class for problems with the `_spark_metadata` log."""
 
 
@@ -47,54 +47,54 @@ class NotAnOutputError(LogError):
     """The path has no `_spark_metadata` log, so committed data cannot be told apart."""
 
 
-class CommitConflictError(ExactlyOnceError):
+class CommitConflictError(ParquetSinkError):
     """Another writer committed the same batch id first (two queries writing one output)."""
 
 
-class ForeignQueryError(ExactlyOnceError):
+class ForeignQueryError(ParquetSinkError):
     """The output's log holds batches of another streaming query (a new checkpoint on an old output)."""
 
 
-class QueryIdentityError(ExactlyOnceError):
+class QueryIdentityError(ParquetSinkError):
     """The sink cannot tell which streaming query it serves (Spark Connect without ``checkpoint_location``),
     or the checkpoint it was given belongs to another query."""
 
 
-class OutputResetError(ExactlyOnceError):
+class OutputResetError(ParquetSinkError):
     """The checkpoint is ahead of the output log: batches Spark considers done are not in the log."""
 
 
-class StaleVersionError(ExactlyOnceError):
+class StaleVersionError(ParquetSinkError):
     """``write_batch`` got different data under a version its app already committed (or went past)."""
 
 
-class SchemaMismatchError(ExactlyOnceError):
+class SchemaMismatchError(ParquetSinkError):
     """A batch's schema is incompatible with the data already committed."""
 
 
-class PartitionValueError(ExactlyOnceError):
+class PartitionValueError(ParquetSinkError):
     """A partition column holds a value that cannot be written as a `k=v` directory."""
 
 
-class ExistingDataError(ExactlyOnceError):
+class ExistingDataError(ParquetSinkError):
     """The output directory already holds Parquet files but no committed batch (a dataset, not an output)."""
 
 
-class MissingDataFileError(ExactlyOnceError):
+class MissingDataFileError(ParquetSinkError):
     """A committed data file is missing from storage."""
 
 
-class DamagedDataFileError(ExactlyOnceError):
+class DamagedDataFileError(ParquetSinkError):
     """A committed data file cannot be read and its size differs from the one the log recorded."""
 
 
-class OutsideRootError(ExactlyOnceError):
+class OutsideRootError(ParquetSinkError):
     """A log entry points outside the output root (refused unless allowed explicitly)."""
 
 
-class SnapshotError(ExactlyOnceError):
+class SnapshotError(ParquetSinkError):
     """A consistent snapshot of the log could not be read (too many concurrent cleanups)."""
 
 
-class RowCountMismatchError(ExactlyOnceError):
+class RowCountMismatchError(ParquetSinkError):
     """The data files found for a batch hold a different number of rows than its write job wrote."""

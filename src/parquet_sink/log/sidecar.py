@@ -11,7 +11,7 @@ and the JSON stays the source of truth:
   side-car, damaged, stale) falls back to parsing the JSON;
 * compaction plans from the side-car, then checks it against the CRC-32 of the compact file's bytes as it
   copies them: a mismatch aborts that attempt (nothing published) and the compaction runs from the JSON;
-* ``exactly-once verify`` compares every side-car with its compact file entry by entry.
+* ``parquet-sink verify`` compares every side-car with its compact file entry by entry.
 
 Example::
 
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .sink_log import ENTRY_SCHEMA
+from .entry import ENTRY_SCHEMA
 
 logger = logging.getLogger(__name__)
 

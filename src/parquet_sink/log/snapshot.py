@@ -3,7 +3,7 @@ of Spark's ``FileStreamSinkLog.allFiles`` as ``MetadataLogFileIndex`` uses it).
 
 One names-only listing of ``_spark_metadata`` per snapshot; the newest compact file (its columnar copy,
 see :mod:`.log_sidecar`, when it has a valid one) and the deltas after it are parsed in bulk
-(:meth:`~exactly_once.log_files.LogFiles.read_table`). Log paths (Hadoop URIs) are
+(:meth:`~parquet_sink.log.files.LogFiles.read_table`). Log paths (Hadoop URIs) are
 resolved to fsspec paths under the output root column-wise (:func:`resolve_paths`); only unusual values
 (percent-escapes, a relocated output, another scheme) take per-entry Python.
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
-from .log_compaction import CompactibleLog, infer_interval
-from .log_files import Listing
-from .log_sidecar import snapshot_pool
-from .sink_log import BATCH_KEY, ENTRY_SCHEMA
-from .storage import Storage
+from ..errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
+from .compaction import CompactibleLog, infer_interval
+from .files import Listing
+from .sidecar import snapshot_pool
+from .entry import BATCH_KEY, ENTRY_SCHEMA
+from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ _MAX_SLICES = 256  # data_files: past this many skipped rows, one filtered copy 
 @dataclass(frozen=True)
 class LogSnapshot:
     """The log as one listing saw it, and the entries of the snapshot at its ``latest`` batch (``table``,
-    with the columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA`)."""
+    with the columns of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA`)."""
 
     listing: Listing
     latest: int | None
@@ -125,7 +125,7 @@ class _Resolver:
             raise OutsideRootError(
                 f"batch {batch_id} of {self.storage.display(self.storage.root)} lists {uri}, whose path climbs "
                 "out of its directory with '..': Spark and the sink never write such a path, so the log was "
-                "edited or damaged. Nothing outside the root was read; run `exactly-once verify` and restore "
+                "edited or damaged. Nothing outside the root was read; run `parquet-sink verify` and restore "
                 "the log file of that batch from backup."
             )
         if path.startswith(self.prefix):

@@ -2,7 +2,7 @@
 committed batches of a source after a given batch id, each as Arrow with its batch id.
 
 An application's commit is the sink's commit record read as an ``(app_id, version)`` pair: a streaming
-query's records are ``(query id, query batch id)``, a :func:`exactly_once.write_batch` call's are
+query's records are ``(query id, query batch id)``, a :func:`parquet_sink.write_batch` call's are
 ``(app_id, version)``, one format for both. A downstream job is then a short loop::
 
     >>> done = committed_version("/data/daily", "daily-job")          # None: nothing committed yet
@@ -18,10 +18,10 @@ from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
-from .log_snapshot import read_snapshot
-from .metadata_log import MetadataLog
+from ..log.snapshot import read_snapshot
+from ..log.metadata_log import MetadataLog
 from .reader import read_committed, snapshot
-from .sink_log import CommitRecord, attribute, records_of
+from ..log.entry import CommitRecord, attribute, records_of
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +46,10 @@ def app_commits(records: Sequence[CommitRecord]) -> dict[str | None, CommitRecor
 def decide_write(
     latest: int, commits: Mapping[str | None, CommitRecord], app_id: str, version: int
 ) -> tuple[Literal["commit", "skip"], int]:
-    """What :func:`exactly_once.write_batch` does with ``(app_id, version)`` given the newest log batch
+    """What :func:`parquet_sink.write_batch` does with ``(app_id, version)`` given the newest log batch
     ``latest`` (-1 when empty) and each app's newest commit: ``("skip", log batch holding the app's newest
     commit)`` when that commit's version is >= ``version`` (Delta's txnAppId/txnVersion rule), else
-    ``("commit", latest + 1)``. Pure, so ``exactly-once doctor --app-id`` predicts with it.
+    ``("commit", latest + 1)``. Pure, so ``parquet-sink doctor --app-id`` predicts with it.
 
     Example::
 

@@ -1,6 +1,6 @@
-"""The ``exactly-once`` command line: see, check and clean a streaming file sink's output directory.
+"""The ``parquet-sink`` command line: see, check and clean a streaming file sink's output directory.
 
-Works on any fsspec URL; storage options (credentials) come from the ``EXACTLY_ONCE_STORAGE_OPTIONS``
+Works on any fsspec URL; storage options (credentials) come from the ``PARQUET_SINK_STORAGE_OPTIONS``
 environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--storage-option key=value``
 (repeatable), later ones winning key by key, and are never printed. Commands:
 
@@ -17,8 +17,8 @@ Every command takes ``--json`` for scripts. Errors are one line on stderr with e
 
 Example::
 
-    $ exactly-once ls s3://bucket/events --storage-option anon=false --json
-    $ exactly-once vacuum /data/events --older-than 7d --dry-run
+    $ parquet-sink ls s3://bucket/events --storage-option anon=false --json
+    $ parquet-sink vacuum /data/events --older-than 7d --dry-run
 """
 
 from __future__ import annotations
@@ -38,22 +38,22 @@ from typing import Any, TextIO, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
-from .errors import ExactlyOnceError, LogError, NotAnOutputError
-from .inflight import CLOCK_SLACK_MS, HIDDEN_DIR, Lease, leases, staging_dirs
-from .metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
-from .partitioning import is_data_file
-from .reader import CommittedFile, snapshot
-from .log_snapshot import read_chain
-from .chain import app_commits, decide_write
-from .sink import Action, checkpoint_query_id, decide_batch
-from .sink_log import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, attribute, records_of
-from .storage import FileInfo, Storage
+from .. import __version__
+from ..errors import ParquetSinkError, LogError, NotAnOutputError
+from ..write.inflight import CLOCK_SLACK_MS, HIDDEN_DIR, Lease, leases, staging_dirs
+from ..log.metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
+from ..partitioning import is_data_file
+from ..read.reader import CommittedFile, snapshot
+from ..log.snapshot import read_chain
+from ..read.chain import app_commits, decide_write
+from ..write.sink import Action, checkpoint_query_id, decide_batch
+from ..log.entry import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, attribute, records_of
+from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
-PROG = "exactly-once"
-OPTIONS_ENV = "EXACTLY_ONCE_STORAGE_OPTIONS"
+PROG = "parquet-sink"
+OPTIONS_ENV = "PARQUET_SINK_STORAGE_OPTIONS"
 OPTIONS_HELP = (
     f"Storage options (fsspec, e.g. credentials) come from three places, merged key by key; later ones win: "
     f"the environment variable {OPTIONS_ENV} (a JSON object), then --storage-options-file PATH (a JSON "
@@ -250,7 +250,7 @@ class RestartPlan:
 
 def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_id_only: bool = False) -> RestartPlan:
     """Predict a restart: Spark re-runs its newest batch when the checkpoint has offsets but no commit for
-    it, else starts the next one; the sink then decides as :func:`exactly_once.sink.decide_batch` says,
+    it, else starts the next one; the sink then decides as :func:`parquet_sink.write.sink.decide_batch` says,
     with the sink's identity rule: the query is the one in the checkpoint's ``metadata`` (a new query
     when there is none yet), or nobody with ``batch_id_only`` (the sink's ``allow_batch_id_only`` under
     Spark Connect without ``checkpoint_location``), which is reported as a warning.
@@ -321,7 +321,7 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
 
 def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
     """Predict ``write_batch(..., app_id=app_id, version=version)`` on the output, as
-    :func:`exactly_once.chain.decide_write` decides it: skip (the app committed this version or a newer
+    :func:`parquet_sink.read.chain.decide_write` decides it: skip (the app committed this version or a newer
     one) or commit as the next log batch.
 
     Example::
@@ -373,14 +373,14 @@ class VacuumPlan:
 def find_orphans(
     url: str, storage_options: Mapping[str, Any], older_than_ms: int, include_before_log: bool = False
 ) -> VacuumPlan:
-    """Data files (:func:`~exactly_once.partitioning.is_data_file`) under ``url`` that no entry of the latest
+    """Data files (:func:`~parquet_sink.partitioning.is_data_file`) under ``url`` that no entry of the latest
     snapshot references. Refuses (raises) if any log file is unreadable. Files older than the log's first
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
     the output was created over (``ParquetSink(allow_existing_files=True)``).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
-    (:mod:`exactly_once.inflight`), then the log. A listed file is then either committed in the log read
+    (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
     last, or written by a batch whose lease existed when the leases were read, and is kept.
 
     Example::
@@ -509,9 +509,9 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The storage options of a command, key by key from lowest to highest precedence: the
-    ``EXACTLY_ONCE_STORAGE_OPTIONS`` environment variable, ``--storage-options-file``, ``--storage-option``.
+    ``PARQUET_SINK_STORAGE_OPTIONS`` environment variable, ``--storage-options-file``, ``--storage-option``.
 
-    Example: with ``EXACTLY_ONCE_STORAGE_OPTIONS='{"account_name": "a", "anon": false}'`` and
+    Example: with ``PARQUET_SINK_STORAGE_OPTIONS='{"account_name": "a", "anon": false}'`` and
     ``--storage-option account_name=b``, the options are ``{"account_name": "b", "anon": False}``.
     """
     from_env: dict[str, Any] = {}
@@ -519,12 +519,12 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         try:
             from_env = json.loads(os.environ[OPTIONS_ENV])
         except ValueError as exc:  # the message names a position, never the (secret) text
-            raise ExactlyOnceError(
+            raise ParquetSinkError(
                 f"{OPTIONS_ENV} is not valid JSON ({exc}); set it to an object like "
                 '\'{"account_name": "acct", "account_key": "..."}\''
             ) from None
         if not isinstance(from_env, dict):
-            raise ExactlyOnceError(
+            raise ParquetSinkError(
                 f"{OPTIONS_ENV} must hold a JSON object of storage options, not a {type(from_env).__name__}"
             )
     return {**from_env, **(args.storage_options_file or {}), **dict(args.storage_option)}
@@ -631,7 +631,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     try:
         snap = snapshot(args.path, storage_options=_options(args), compact_interval=args.compact_interval)
         files, latest = list(snap.files), snap.latest_batch_id
-    except ExactlyOnceError as exc:
+    except ParquetSinkError as exc:
         if str(exc) not in problems:
             problems.append(str(exc))
         problems.append("the committed data files were not checked: no snapshot of the log could be read")
@@ -846,7 +846,7 @@ def _duration(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``exactly-once`` argument parser (one sub-command per operation).
+    """The ``parquet-sink`` argument parser (one sub-command per operation).
 
     Example::
 
@@ -956,15 +956,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.verbose:
-        logging.getLogger("exactly_once").setLevel(logging.DEBUG)
+        logging.getLogger("parquet_sink").setLevel(logging.DEBUG)
     try:
         code = args.run(args)
         sys.stdout.flush()
         return code
-    except BrokenPipeError:  # `exactly-once ls ... | head`: stop quietly
+    except BrokenPipeError:  # `parquet-sink ls ... | head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (ExactlyOnceError, OSError) as exc:
+    except (ParquetSinkError, OSError) as exc:
         logger.debug("details", exc_info=True)
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1

@@ -2,12 +2,12 @@
 
 The log is split as Spark's own code is:
 
-* :mod:`exactly_once.log_files` - the versioned log files: naming, listing, reading one file, atomic
+* :mod:`parquet_sink.log.files` - the versioned log files: naming, listing, reading one file, atomic
   create (``HDFSMetadataLog``);
-* :mod:`exactly_once.log_compaction` - compaction, the compact interval, retention and cleanup
+* :mod:`parquet_sink.log.compaction` - compaction, the compact interval, retention and cleanup
   (``CompactibleFileStreamLog``);
-* :mod:`exactly_once.sink_log` - the entry format and the sink's commit records (``FileStreamSinkLog``);
-* :mod:`exactly_once.log_snapshot` - the columnar snapshot reader the reader, the sink and the CLI use.
+* :mod:`parquet_sink.log.entry` - the entry format and the sink's commit records (``FileStreamSinkLog``);
+* :mod:`parquet_sink.log.snapshot` - the columnar snapshot reader the reader, the sink and the CLI use.
 
 :class:`MetadataLog` ties them together and adds the entry-object API (:meth:`MetadataLog.all_files`,
 :meth:`MetadataLog.get`, :meth:`MetadataLog.check`) for callers that want :class:`LogEntry` objects.
@@ -30,11 +30,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import CorruptLogError, LogError
-from .log_compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
-from .log_files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path, parse_batch_name
-from .sink_log import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
-from .storage import FileInfo, Storage
+from ..errors import CorruptLogError, LogError
+from .compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
+from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path, parse_batch_name
+from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
+from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class MetadataLog(CompactibleLog):
 
     def all_files(self, as_of_batch: int | None = None) -> list[LogEntry]:
         """Every live entry as of ``as_of_batch`` (default: newest) as :class:`LogEntry` objects; the same
-        set Spark's reader uses. Hot paths use :func:`~exactly_once.log_snapshot.read_snapshot` instead.
+        set Spark's reader uses. Hot paths use :func:`~parquet_sink.log.snapshot.read_snapshot` instead.
 
         Example: ``[e.path for e in log.all_files(3)]``.
         """

@@ -1,12 +1,12 @@
 """``write_batch``: exactly-once appends from plain Python (pyarrow, pandas, polars), without Spark.
 
-One call writes a table as Parquet files exactly as the Spark sink does (:func:`~exactly_once.writer.write_rows`:
+One call writes a table as Parquet files exactly as the Spark sink does (:func:`~parquet_sink.write.parquet_files.write_rows`:
 Spark's file names, ``k=v/`` directories, escaping) and commits them as the next log batch, with a commit
 record ``(app_id, version)`` (the sink's ``(query id, query batch id)``: one format). Delta's
 txnAppId/txnVersion rule makes retries idempotent: when the log already holds a commit of ``app_id`` with a
 version >= ``version``, nothing is written. Unlike Delta, the data are checked: each commit record carries a
 fingerprint of its data (:func:`data_fingerprint`), and a version written again with other data (an app
-whose state was reset) is refused with :class:`~exactly_once.errors.StaleVersionError` instead of being
+whose state was reset) is refused with :class:`~parquet_sink.errors.StaleVersionError` instead of being
 dropped without a word.
 
 Concurrency is optimistic: the commit is an exclusive create of the next log file
@@ -16,7 +16,7 @@ files as the following batch. Re-committing them is safe: the lost create publis
 acknowledgement is read back by the storage layer), so no log batch references them, and they are
 complete, fsynced files; rewriting them would only cost time. Files of an attempt that never commits (a
 crash, or a skip after a lost race) stay uncommitted: invisible to both readers, removed by
-``exactly-once vacuum``.
+``parquet-sink vacuum``.
 
 Example::
 
@@ -37,15 +37,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from .chain import app_commits, decide_write, version_record
-from .errors import CommitConflictError, MissingDataFileError, SchemaMismatchError, StaleVersionError
-from .failpoints import failpoint
+from ..read.chain import app_commits, decide_write, version_record
+from ..errors import CommitConflictError, MissingDataFileError, SchemaMismatchError, StaleVersionError
+from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data
-from .log_snapshot import data_files, read_snapshot
-from .metadata_log import LogEntry, MetadataLog
-from .schema_check import read_committed_schema, schema_problems
-from .sink_log import BATCH_KEY, CommitRecord, records_of
-from .writer import FileStatus, WriteSpec, codec_extension, write_rows
+from ..log.snapshot import data_files, read_snapshot
+from ..log.metadata_log import LogEntry, MetadataLog
+from .schema import read_committed_schema, schema_problems
+from ..log.entry import BATCH_KEY, CommitRecord, records_of
+from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -209,10 +209,10 @@ def write_batch(
         data: a pyarrow Table, RecordBatch, RecordBatchReader or iterable of RecordBatches, or a pandas or
             polars DataFrame. An empty one still commits the version (a batch with no files).
         partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
-        compression, max_records_per_file: as :class:`~exactly_once.ParquetSink`.
+        compression, max_records_per_file: as :class:`~parquet_sink.ParquetSink`.
         time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
         compact_interval: the log's compaction interval for a new log (an existing one's is inferred).
-        allow_existing_files: as :class:`~exactly_once.ParquetSink` (else ExistingDataError when the
+        allow_existing_files: as :class:`~parquet_sink.ParquetSink` (else ExistingDataError when the
             directory holds Parquet files but no committed batch).
 
     Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema,
@@ -300,7 +300,7 @@ def write_batch(
             logger.info("%s: log batch %d was committed by another writer; re-reading the log", what, log_batch)
         raise CommitConflictError(
             f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
-            f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`exactly-once vacuum` removes them); "
+            f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`parquet-sink vacuum` removes them); "
             "retry the call, with fewer writers appending at once."
         )
     finally:

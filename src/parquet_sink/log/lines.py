@@ -7,7 +7,7 @@ of MB/s here; this module reads lines in the exact layout as seven comma-separat
 reader, quoting off), checks each line against its entry written back (:func:`entry_prefixes`), and
 leaves every other line (other spacing or key order, escapes, extra keys, a comma in a path) to the JSON
 parser. The same rebuilt prefixes stamp ``batchId`` into a delta file's lines at compaction
-(:func:`stamped_lines`). Both give exactly what parsing and :meth:`~exactly_once.sink_log.LogEntry.to_json`
+(:func:`stamped_lines`). Both give exactly what parsing and :meth:`~parquet_sink.log.entry.LogEntry.to_json`
 give, line for line.
 
 Example::
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
-from .sink_log import ENTRY_SCHEMA, REQUIRED_KEYS
+from .entry import ENTRY_SCHEMA, REQUIRED_KEYS
 
 NEWLINE = pa.scalar(b"\n", pa.binary())
 EMPTY = pa.scalar(b"", pa.binary())
@@ -51,7 +51,7 @@ def _text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def entry_prefixes(table: pa.Table) -> pa.BinaryArray:
     """Each entry's line up to and including its action (no ``batchId``, no other key, no closing brace),
-    as :meth:`~exactly_once.sink_log.LogEntry.to_json` writes it when the path needs no escape and the
+    as :meth:`~parquet_sink.log.entry.LogEntry.to_json` writes it when the path needs no escape and the
     action is ASCII: a caller compares the result with the line itself before relying on it.
 
     Example: ``entry_prefixes(entries_table([LogEntry("p", 1)]))`` -> ``[b'{"path":"p","size":1,...,"action":"add"']``.

@@ -3,7 +3,7 @@ reading one file (as Arrow columns, or as entries) and atomic creation.
 
 File format: ``v1`` then one ``\\n{json}`` line per entry, no trailing newline. Batch ``N`` is the file
 ``N``, or ``N.compact`` for a compaction batch. Every I/O goes through
-:class:`~exactly_once.storage.Storage`.
+:class:`~parquet_sink.storage.filesystem.Storage`.
 
 Example::
 
@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from .errors import CorruptLogError, ExactlyOnceError, LogPathError, UnsupportedLogVersionError
-from .log_layout import parse_lines
-from .log_sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
-from .sink_log import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
-from .storage import FileInfo, Storage
+from ..errors import CorruptLogError, ParquetSinkError, LogPathError, UnsupportedLogVersionError
+from .lines import parse_lines
+from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
+from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
+from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class LogFiles:
     def _corrupt(self, path: str, batch_id: int, number: int, exc: Exception) -> CorruptLogError:
         return CorruptLogError(
             f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: {exc}. The file was "
-            "truncated or damaged; restore it from backup, or run `exactly-once verify` to see every problem."
+            "truncated or damaged; restore it from backup, or run `parquet-sink verify` to see every problem."
         )
 
     def check_header(self, header: bytes, path: str, batch_id: int) -> None:
@@ -210,8 +210,8 @@ class LogFiles:
         if int(version) > VERSION:
             raise UnsupportedLogVersionError(
                 f"unsupported log version v{version} in {self.display(path)} (batch {batch_id}): this "
-                f"exactly_once supports up to v{VERSION}. The log was written by a newer Spark or tool; upgrade "
-                "exactly_once to read it."
+                f"parquet_sink supports up to v{VERSION}. The log was written by a newer Spark or tool; upgrade "
+                "parquet_sink to read it."
             )
 
     def blocks(self, path: str, batch_id: int, checksum: Checksum | None = None) -> Iterator[Block]:
@@ -247,7 +247,7 @@ class LogFiles:
 
     def parse_block_layout(self, block: Block, path: str, batch_id: int) -> tuple[pa.Table, pa.BooleanArray | None]:
         """Validate and parse one block of lines column-wise: lines in the writer's layout as fields
-        (:func:`~exactly_once.log_layout.parse_lines`), else with ``pyarrow.json`` (a line pyarrow skips, a
+        (:func:`~parquet_sink.log.lines.parse_lines`), else with ``pyarrow.json`` (a line pyarrow skips, a
         missing key or a wrong type fails a check on the whole block); a block that fails is parsed again
         line by line, which raises CorruptLogError naming the exact line. Returns (entries, which lines
         are in the layout, or None when the JSON parser read the block)."""
@@ -297,7 +297,7 @@ class LogFiles:
     def read_table(
         self, path: str, batch_id: int, sidecar: str | None = None, columns: list[str] | None = None
     ) -> pa.Table:
-        """Every entry of one log file as columns of :data:`~exactly_once.sink_log.ENTRY_SCHEMA` (only
+        """Every entry of one log file as columns of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA` (only
         ``columns``, if given), validated. Entries of a delta file without ``batchId`` get the file's batch
         id. ``sidecar``: the compact file's columnar copy, used instead of parsing the JSON when it matches
         the file's size."""
@@ -339,7 +339,7 @@ class LogFiles:
         sidecar = copy.finish_copy(path.rsplit("/", 1)[-1], checksum)
         try:
             self.storage.put(sidecar_path(path), sidecar.data)
-        except (OSError, ExactlyOnceError) as exc:
+        except (OSError, ParquetSinkError) as exc:
             raise _CopyNotStored(sidecar) from exc
         return sidecar
 

@@ -42,8 +42,8 @@ import fsspec
 import pyarrow.fs
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import ExactlyOnceError, StorageError, UnsafeStorageError
-from .failpoints import FailpointError, failpoint
+from ..errors import ParquetSinkError, StorageError, UnsafeStorageError
+from ..failpoints import FailpointError, failpoint
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ _SECRET_PARAMS = re.compile(  # in URLs and connection strings
 _PROBE_LOCK = threading.Lock()
 
 
-_PASS_THROUGH = (FileNotFoundError, FileExistsError, ExactlyOnceError, FailpointError)
+_PASS_THROUGH = (FileNotFoundError, FileExistsError, ParquetSinkError, FailpointError)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -241,7 +241,7 @@ class Storage:
         except (ImportError, ValueError) as exc:
             raise StorageError(
                 f"cannot open storage for {self.url}: {exc}. Install the fsspec backend for this scheme "
-                "(e.g. `pip install exactly-once[azure]` or `[s3]`) and check storage_options."
+                "(e.g. `pip install parquet-sink[azure]` or `[s3]`) and check storage_options."
             ) from exc
         self.fs: fsspec.AbstractFileSystem = fs
         self.is_local = isinstance(fs, LocalFileSystem)
@@ -586,7 +586,7 @@ class Storage:
         with _PROBE_LOCK:
             if _PROBED.get(key):
                 return
-            probe = self.join("_spark_metadata", f".exactly-once-probe.{uuid.uuid4().hex}.tmp")
+            probe = self.join("_spark_metadata", f".parquet-sink-probe.{uuid.uuid4().hex}.tmp")
             try:
                 first = self._create_exclusive(probe, b"probe-1")
                 try:

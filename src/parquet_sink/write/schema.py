@@ -1,4 +1,4 @@
-"""The schema rule of an output, shared by the Spark sink and :func:`exactly_once.write_batch`: a batch may
+"""The schema rule of an output, shared by the Spark sink and :func:`parquet_sink.write_batch`: a batch may
 add new nullable columns; it may not drop a column, change a column's type or change the partition columns.
 
 The committed schema is read from one committed data file (the newest), found through the reader's path
@@ -15,9 +15,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .log_snapshot import full_paths, resolve_paths
-from .partitioning import parse_partition_path
-from .storage import Storage
+from ..log.snapshot import full_paths, resolve_paths
+from ..partitioning import parse_partition_path
+from ..storage.filesystem import Storage
 
 
 def _normalise(typ: pa.DataType) -> pa.DataType:

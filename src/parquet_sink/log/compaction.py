@@ -6,7 +6,7 @@ open the newest compact file and the deltas after it. After a commit, log files 
 batches are deleted (Spark's rule).
 
 Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
-records that :func:`~exactly_once.sink_log.records_to_keep` does not keep) from the previous compact
+records that :func:`~parquet_sink.log.entry.records_to_keep` does not keep) from the previous compact
 file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block
 (:meth:`LogFiles.parse_block`, column-wise) and making the copy in memory. Pass two copies the blocks as
 bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.log_layout.stamped_lines`;
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import LogError, MissingLogFileError
-from .failpoints import failpoint
-from .log_layout import EMPTY, NEWLINE, joined, split_lines, stamped_lines
-from .log_files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
-from .log_sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
-from .sink_log import (
+from ..errors import LogError, MissingLogFileError
+from ..failpoints import failpoint
+from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
+from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
+from .sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
+from .entry import (
     BATCH_KEY,
     COMMIT_ID_KEY,
     ENTRY_SCHEMA,
@@ -56,7 +56,7 @@ from .sink_log import (
     records_to_keep,
     without_record,
 )
-from .storage import Storage
+from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def _mask(flags: bytearray) -> pa.BooleanArray:
 class CompactibleLog(LogFiles):
     """A log with compaction, retention and cleanup; see the module docstring.
 
-    Args: as :class:`~exactly_once.metadata_log.MetadataLog`.
+    Args: as :class:`~parquet_sink.log.metadata_log.MetadataLog`.
 
     Example::
 
@@ -556,7 +556,7 @@ class CompactibleLog(LogFiles):
         """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
         else its lines with ``changed`` rows dropped or rewritten. Lines of a delta file (``table``: their
         parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId``
-        stamped, column-wise (:func:`~exactly_once.log_layout.stamped_lines`); only changed rows and lines
+        stamped, column-wise (:func:`~parquet_sink.log.lines.stamped_lines`); only changed rows and lines
         the writer would lay out differently are re-serialised one by one."""
         if not changed and stamp is None:
             yield b"\n"

@@ -1,0 +1,1 @@
+"""The ``parquet-sink`` command line."""
