@@ -15,10 +15,20 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import MetadataLog, committed_dataset, committed_files, errors, read_committed, write_batch
+from parquet_sink import (
+    MetadataLog,
+    committed_dataset,
+    committed_files,
+    committed_version,
+    errors,
+    iter_batches,
+    read_committed,
+    write_batch,
+)
 from parquet_sink.log.metadata_log import LogEntry
 from parquet_sink.read.reader import _unreadable, snapshot
 from parquet_sink.storage.filesystem import Storage
+from parquet_sink.write.inflight import InFlightBatch
 from tests.spark_util import run_available_now, write_input_files
 
 CATS = ["a b", "c:d", "x%y", "é/ü"]
@@ -184,6 +194,20 @@ def test_not_an_output(tmp_path):
     pq.write_table(pa.table({"id": [1]}), tmp_path / "x.parquet")
     with pytest.raises(errors.NotAnOutputError, match="_spark_metadata"):
         read_committed(str(tmp_path))
+
+
+def test_output_whose_first_batch_is_in_flight_has_no_committed_batch(tmp_path):
+    """A writer killed before its first commit leaves its lease and files, no log. Readers polling the output
+    (a chained job, a dashboard) see no committed batch, not NotAnOutputError (the chain crash test hit it when a
+    random kill came before the first commit); a path with no writer's trace stays NotAnOutputError."""
+    out = tmp_path / "out"
+    InFlightBatch.begin(Storage(str(out)), 0, "ab12", "q", 0)
+    pq.write_table(pa.table({"id": [1]}), out / "part-00000-ab12.c000.snappy.parquet")
+    assert read_committed(str(out)).num_rows == 0
+    assert len(committed_files(str(out))) == 0 and list(iter_batches(str(out))) == []
+    assert committed_version(str(out), "a") is None
+    write_batch(str(out), pa.table({"id": [2]}), app_id="a", version=0)
+    assert read_committed(str(out)).column("id").to_pylist() == [2]
 
 
 def test_reader_loop_during_commits_compactions_cleanups(tmp_path):

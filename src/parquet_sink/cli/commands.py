@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from .. import __version__
 from ..errors import ParquetSinkError, LogError, NotAnOutputError
 from ..write.inflight import CLOCK_SLACK_MS, HIDDEN_DIR, Lease, leases, staging_dirs
+from ..log.files import output_started
 from ..log.metadata_log import COMPACT_SUFFIX, METADATA_DIR, LogEntry, MetadataLog, parse_duration_ms
 from ..partitioning import is_data_file
 from ..read.reader import CommittedFile, snapshot
@@ -129,7 +130,7 @@ def read_output(
     log = MetadataLog(url, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     names = log.list_details()
     listing = names.infos
-    if must_exist and not listing and not storage.exists(log.log_dir):
+    if must_exist and not listing and not output_started(storage):
         raise NotAnOutputError(
             f"{storage.display(storage.root)} has no {METADATA_DIR} log: it is not the output of a streaming "
             "file sink (ParquetSink or Spark's writeStream.format('parquet')). Check the path."

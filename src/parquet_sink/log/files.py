@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 VERSION = 1
 METADATA_DIR = "_spark_metadata"
+# the writers' hidden area under an output root (leases, staging: parquet_sink.write.inflight); named before the
+# package's rename, kept so outputs written before it read the same
+HIDDEN_DIR = "_exactly_once"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
 # A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
@@ -52,6 +55,17 @@ def parse_batch_name(name: str) -> tuple[int, bool] | None:
     if not digits.isdigit() or not digits.isascii():
         return None
     return int(digits), compact
+
+
+def output_started(storage: Storage) -> bool:
+    """Whether ``storage``'s root is the output of a streaming file sink, committed or not yet: it holds the log
+    directory, or the hidden area where a writer of this package keeps a first batch in flight (or one that
+    failed). Readers answer "no committed batch" for those, and :class:`~parquet_sink.errors.NotAnOutputError` for
+    any other path (most likely a typo).
+
+    Example: ``output_started(Storage("/data/events"))`` -> ``True``.
+    """
+    return storage.exists(storage.join(METADATA_DIR)) or storage.exists(storage.join(HIDDEN_DIR))
 
 
 def is_compact_path(path: str) -> bool:

@@ -35,6 +35,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
+from ..log.files import output_started
 from ..log.metadata_log import METADATA_DIR, MetadataLog
 from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
@@ -235,7 +236,7 @@ def snapshot(
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     log_snap = read_snapshot(log, compact_interval, _LOG_COLUMNS)
     if log_snap.latest is None:
-        if not storage.exists(log.log_dir):
+        if not output_started(storage):
             raise NotAnOutputError(
                 f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told "
                 "apart from files of failed batches. Point at the output directory of a streaming file sink "

@@ -33,13 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ExistingDataError
-from ..log.files import METADATA_DIR, parse_batch_name
+from ..log.files import HIDDEN_DIR, METADATA_DIR, parse_batch_name
 from ..partitioning import is_data_file
 from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
-HIDDEN_DIR = "_exactly_once"
 LEASES = "leases"
 STAGING = "staging"
 _APP_KEY = "writeBatch"  # in a lease's body: taken by write_batch
