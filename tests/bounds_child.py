@@ -14,7 +14,7 @@ from tests.spark_util import make_session, run_available_now
 
 
 def main(config: dict) -> None:
-    spark = make_session(app="exactly-once-bounds")
+    spark = make_session(app="parquet-sink-bounds")
     try:
         stream = spark.readStream.schema("id LONG, k LONG").json(config["input"])
         sink = ParquetSink(config["url"], partition_by=["k"], storage_options=config["storage_options"])

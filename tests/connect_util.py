@@ -46,7 +46,7 @@ def serve(port_file: str) -> None:
     """Run the server until stdin closes; its port goes to ``port_file`` once it accepts clients."""
     from tests.spark_util import make_session
 
-    server = make_session(app="exactly-once-connect-server", **SERVER_CONF)
+    server = make_session(app="parquet-sink-connect-server", **SERVER_CONF)
     tmp = f"{port_file}.tmp"
     Path(tmp).write_text(str(server_port(server)))
     os.replace(tmp, port_file)

@@ -104,7 +104,7 @@ def main() -> int:
 
     builder = (
         SparkSession.builder.master(config.get("master", "local[2]"))
-        .appName("exactly-once-crash-child")
+        .appName("parquet-sink-crash-child")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")

@@ -439,7 +439,7 @@ def vacuum(out: str | Path) -> dict[str, Any]:
     import contextlib
     import io
 
-    from parquet_sink.cli.commands import main
+    from parquet_sink.cli.main import main
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

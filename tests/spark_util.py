@@ -15,7 +15,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def make_session(master: str = "local[2]", app: str = "exactly-once-tests", **conf: str) -> SparkSession:
+def make_session(master: str = "local[2]", app: str = "parquet-sink-tests", **conf: str) -> SparkSession:
     """A small local session: no UI, few shuffle partitions, quiet logs."""
     builder = (
         SparkSession.builder.master(master)

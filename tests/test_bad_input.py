@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from parquet_sink import LogEntry, MetadataLog, ParquetSink, committed_files, read_committed, write_batch
-from parquet_sink.cli.commands import main
+from parquet_sink.cli.main import main
 from parquet_sink.errors import (
     CorruptLogError,
     ParquetSinkError,

@@ -182,7 +182,7 @@ def test_show_lists_the_entries_of_one_batch(outputs: Outputs) -> None:
 
     missing = cli("show", outputs.ours, 42)
     assert missing.returncode == 1 and missing.stdout == ""
-    assert missing.stderr.startswith("exactly-once: error: batch 42 is not in the log")
+    assert missing.stderr.startswith("parquet-sink: error: batch 42 is not in the log")
     assert missing.stderr.count("\n") == 1
 
 
@@ -226,7 +226,7 @@ def test_truncated_log_is_a_clear_error_not_a_traceback(ours: Path) -> None:
     assert data["problems"][1:] == ["the committed data files were not checked: no snapshot of the log could be read"]
     for result in (cli("ls", ours), cli("show", ours, 5)):
         assert result.returncode == 1 and result.stdout == ""
-        assert result.stderr.startswith("exactly-once: error: Incomplete log file") and result.stderr.count("\n") == 1
+        assert result.stderr.startswith("parquet-sink: error: Incomplete log file") and result.stderr.count("\n") == 1
 
 
 # -- vacuum --------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_vacuum_refuses_when_the_log_cannot_be_read(ours: Path) -> None:
     before = data_files(ours)
     result = cli("vacuum", ours, "--older-than", "0s")
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.startswith(f"exactly-once: error: refusing to vacuum {ours}: its log cannot be read")
+    assert result.stderr.startswith(f"parquet-sink: error: refusing to vacuum {ours}: its log cannot be read")
     assert data_files(ours) == before
 
 
@@ -431,7 +431,7 @@ def test_usage_errors_and_secrets(outputs: Outputs, tmp_path: Path) -> None:
     assert not_output.returncode == 1 and "hunter2" not in not_output.stdout + not_output.stderr
     result = cli("ls", tmp_path, "--storage-option", "password=hunter2")
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "hunter2" not in result.stderr
-    assert result.stderr.startswith(f"exactly-once: error: {tmp_path} has no _spark_metadata log")
+    assert result.stderr.startswith(f"parquet-sink: error: {tmp_path} has no _spark_metadata log")
 
 
 def test_progress_counter_only_on_a_terminal(outputs: Outputs) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from parquet_sink import MetadataLog
-from parquet_sink.cli.commands import OPTIONS_ENV, _options, build_parser
+from parquet_sink.cli.main import build_parser
+from parquet_sink.cli.options import OPTIONS_ENV, storage_options
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,10 +82,10 @@ def test_precedence_environment_then_file_then_command_line(tmp_path, monkeypatc
         ["ls", "abfs://c/out", "--storage-options-file", str(path), "--storage-option", "sas_token=cli-token"]
     )
     expected = {"account_name": "from-file", "anon": True, "account_key": "env-key", "sas_token": "cli-token"}
-    assert _options(args) == expected
+    assert storage_options(args) == expected
     monkeypatch.delenv(OPTIONS_ENV)
     only_cli = build_parser().parse_args(["ls", "abfs://c/out", "--storage-option", "anon=true"])
-    assert _options(only_cli) == {"anon": True}
+    assert storage_options(only_cli) == {"anon": True}
 
 
 @pytest.mark.parametrize(

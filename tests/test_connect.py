@@ -21,7 +21,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from parquet_sink import MetadataLog, ParquetSink, read_committed
-from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.cli.main import main as cli_main
 from parquet_sink.errors import QueryIdentityError
 from parquet_sink.write.sink import CommitRecord, checkpoint_query_id
 from parquet_sink.log.entry import attribute

@@ -20,7 +20,7 @@ import pytest
 
 import parquet_sink.write.sink as sink_module
 from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed, write_batch
-from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.cli.main import main as cli_main
 from parquet_sink.errors import ExistingDataError, MissingDataFileError
 from parquet_sink.write.inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
 from parquet_sink.storage.filesystem import Storage

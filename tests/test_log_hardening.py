@@ -10,7 +10,7 @@ import time
 import pytest
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
-from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.cli.main import main as cli_main
 from parquet_sink.log.metadata_log import CommitRecord, LogEntry
 from parquet_sink.log.entry import attribute, records_to_keep
 from parquet_sink.storage.filesystem import Storage

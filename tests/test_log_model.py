@@ -30,7 +30,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from parquet_sink import LogEntry, MetadataLog, committed_files, read_committed, write_batch
 from parquet_sink import failpoints
-from parquet_sink.cli.commands import OPTIONS_ENV, main as cli_main
+from parquet_sink.cli.main import main as cli_main
+from parquet_sink.cli.options import OPTIONS_ENV
 from parquet_sink.errors import MissingLogFileError, SnapshotExpiredError, StaleVersionError
 from parquet_sink.log.files import is_compact_path
 from parquet_sink.storage.filesystem import Storage

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from parquet_sink import committed_files, errors
-from parquet_sink.cli.commands import read_output
+from parquet_sink.maintenance import read_output
 from parquet_sink.log.metadata_log import LogEntry, MetadataLog
 
 LOG = "_spark_metadata"

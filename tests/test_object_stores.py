@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from parquet_sink import committed_files, read_committed, write_batch
-from parquet_sink.cli.commands import main
+from parquet_sink.cli.main import main
 from parquet_sink.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
 from parquet_sink.write.appends import data_fingerprint
 from parquet_sink.storage.filesystem import Storage
@@ -126,7 +126,7 @@ def test_damaged_committed_file_is_a_typed_error(backend, cut):
     message = str(caught.value)
     found = size // 2 if cut == "truncated" else 0
     assert storage.display(path) in message and "batch 1" in message
-    assert f"log says it has {size} bytes, storage holds {found}" in message and "exactly-once verify" in message
+    assert f"log says it has {size} bytes, storage holds {found}" in message and "parquet-sink verify" in message
 
 
 def test_ls_rows_reports_a_damaged_file_without_a_traceback(tmp_path, capsys, caplog):

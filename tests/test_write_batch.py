@@ -28,7 +28,7 @@ from parquet_sink import (
     write_batch,
 )
 from parquet_sink.read.chain import decide_write
-from parquet_sink.cli.commands import main as cli_main
+from parquet_sink.cli.main import main as cli_main
 from parquet_sink.write.inflight import HIDDEN_DIR, LEASES
 from parquet_sink.write.sink import decide_batch
 from parquet_sink.log.entry import CommitRecord, attribute

@@ -5,9 +5,7 @@ Example::
     $ python -m parquet_sink ls /data/events
 """
 
-import sys
-
-from .cli.commands import main
+from .cli.main import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
