@@ -88,3 +88,39 @@ def test_sink_with_the_spark_extra_is_built(tmp_path):
     from parquet_sink import ParquetSink
 
     assert ParquetSink(str(tmp_path / "out")).path == str(tmp_path / "out")
+
+
+def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
+    """The wheel a user installs: named parquet-sink (the name exactly-once is another project's on the package
+    index), with LICENSE, py.typed, the console script, the version from ``parquet_sink.__version__``, and only
+    the extras users need (the suite's and benchmarks' needs are PEP 735 groups, not published). Installed with
+    --no-deps into a fresh venv, the CLI answers --version and --help: they need nothing but the standard library."""
+    import zipfile
+
+    from parquet_sink import __version__
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("parquet_sink-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    dist = f"parquet_sink-{__version__}.dist-info"
+    assert {"parquet_sink/py.typed", f"{dist}/licenses/LICENSE", "parquet_sink/cli/main.py"} <= set(names)
+    metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode()
+    fields = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line and not line.startswith(" ")]
+    assert ["Name", "parquet-sink"] in fields and ["Version", __version__] in fields
+    assert sorted(v for k, v in fields if k == "Provides-Extra") == ["azure", "connect", "s3", "spark"]
+    assert "Apache License" in zipfile.ZipFile(wheel).read(f"{dist}/licenses/LICENSE").decode()[:200]
+
+    venv = tmp_path / "venv"
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the checkout's src/ holds an egg-info
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=clean)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300, env=clean
+    )
+    script = str(venv / "bin" / "parquet-sink")
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"parquet-sink {__version__}"
+    usage = subprocess.run([script, "vacuum", "--help"], capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert usage.returncode == 0 and "--older-than" in usage.stdout

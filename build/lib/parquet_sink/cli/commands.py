@@ -1,0 +1,257 @@
+"""The command line's commands: each calls the library (:mod:`parquet_sink.maintenance`) and prints what it
+returns, as a table or (``--json``) for scripts. Imported only when a command runs (``--help`` stays fast)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import LogError
+from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
+from ..maintenance import Output, RestartPlan, count_rows, doctor, read_output, vacuum, verify
+from . import PROG
+from .options import storage_options
+from .output import emit, format_size, format_table, format_time, progress
+
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    """``ls PATH``: batches and the compaction and retention state."""
+    output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
+    rows = count_rows(output, progress) if args.rows else {}
+    compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
+    batches = [
+        {
+            "batch": b.batch_id,
+            "files": len(b.data_files),
+            "rows": rows.get(b.batch_id),
+            "bytes": sum(e.size for e in b.data_files),
+            "commit_time_ms": b.committed_ms,
+            "query_id": b.record.query_id if b.record else None,
+            "query_batch": b.record.query_batch_id if b.record else None,
+        }
+        for b in output.batches.values()
+    ]
+    data = {
+        "path": output.storage.display(output.storage.root),
+        "latest_batch": output.latest,
+        "compact_interval": output.log.compact_interval,
+        "compact_batches": compacts,
+        "oldest_batch": min(output.batches, default=None),
+        "oldest_log_file": min(output.listing, default=None),
+        "batches": batches,
+    }
+    headers = ["batch", "files"] + (["rows"] if args.rows else []) + ["bytes", "committed (UTC)", "query / app", "version"]
+    table = format_table(
+        headers,
+        [
+            [b["batch"], b["files"]] + ([b["rows"]] if args.rows else [])
+            + [format_size(b["bytes"]), format_time(b["commit_time_ms"]), b["query_id"], b["query_batch"]]
+            for b in batches
+        ],
+    )
+    if output.latest is None:
+        summary = f"{data['path']}: no batches committed yet"
+    else:
+        summary = (
+            f"{data['path']}: {len(batches)} batches, latest {output.latest}; compact interval "
+            f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest batch "
+            f"in log: {data['oldest_batch']}; oldest log file: {data['oldest_log_file']}"
+        )
+    emit(args, data, f"{table}\n{summary}" if batches else summary)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    """``show PATH BATCH``: the entries of one batch."""
+    output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
+    batch = output.batches.get(args.batch)
+    if batch is None:
+        present = f"{min(output.batches)}..{max(output.batches)}" if output.batches else "none"
+        raise LogError(
+            f"batch {args.batch} is not in the log of {output.storage.display(output.storage.root)} (batches "
+            f"present: {present}). Older batches written by Spark's own sink are part of their compact batch."
+        )
+    entries = [
+        {
+            "path": e.path,
+            "size": e.size,
+            "isDir": e.is_dir,
+            "modificationTime": e.modification_time,
+            "batchId": e.batch_id,
+        }
+        for e in batch.entries
+    ]
+    record = batch.record
+    data = {
+        "batch": batch.batch_id,
+        "query_id": record.query_id if record else None,
+        "query_batch": record.query_batch_id if record else None,
+        "commit_time_ms": batch.committed_ms,
+        "entries": entries,
+    }
+    header = (
+        f"batch {batch.batch_id}: {len(batch.data_files)} files, {format_size(sum(e.size for e in batch.data_files))}, "
+        f"committed {format_time(batch.committed_ms)} UTC"
+        + (f" by query {record.query_id} (its batch {record.query_batch_id})" if record else "")
+    )
+    table = format_table(
+        ["path", "size", "modificationTime", "batchId"],
+        [[e["path"], e["size"], e["modificationTime"], e["batchId"]] for e in entries],
+    )
+    emit(args, data, f"{header}\n{table}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
+    report = verify(args.path, storage_options(args), args.compact_interval, progress)
+    data = {
+        "path": report.path,
+        "ok": report.ok,
+        "latest_batch": report.latest_batch,
+        "files": report.files,
+        "bytes": report.bytes,
+        "problems": report.problems,
+    }
+    if report.problems:
+        text = f"{len(report.problems)} problem(s) in {report.path}:\n" + "\n".join(f"  - {p}" for p in report.problems)
+    elif report.latest_batch is None:
+        text = f"OK: {report.path}: no batches committed yet"
+    else:
+        text = (
+            f"OK: {report.path}: log intact up to batch {report.latest_batch}, {report.files} committed files "
+            f"({format_size(report.bytes)}) present with their logged sizes"
+        )
+    emit(args, data, text)
+    return 0 if report.ok else 1
+
+
+def _cmd_vacuum(args: argparse.Namespace) -> int:
+    """``vacuum PATH --older-than DURATION [--dry-run] [--include-files-before-log]``: delete orphan data
+    files, the empty directories that leaves, and the staging directories and leases of dead attempts."""
+    result = vacuum(
+        args.path, args.older_than, dry_run=args.dry_run, include_files_before_log=args.include_before_log,
+        storage_options=storage_options(args), progress=progress,
+    )
+    plan, removed_dirs = result.plan, result.removed_dirs
+    storage, orphans = plan.storage, plan.orphans
+    total = result.bytes
+    data = {
+        "path": storage.display(storage.root),
+        "dry_run": args.dry_run,
+        "older_than": args.older_than,
+        "files": [{"path": storage.display(i.path), "size": i.size, "modified_ms": i.mtime_ms} for i in orphans],
+        "bytes": total,
+        "younger_kept": len(plan.young),
+        "in_flight_kept": len(plan.in_flight),
+        "before_log_kept": len(plan.before_log),
+        "removed_dirs": [storage.display(d) for d in removed_dirs],
+        "dead_staging": [storage.display(d) for d in plan.dead_staging],
+        "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
+    }
+    verb = "would delete" if args.dry_run else "deleted"
+    lines = [f"{verb} {len(orphans)} orphan file(s), {format_size(total)}, older than {args.older_than}"]
+    lines += [f"  {storage.display(i.path)}  {format_size(i.size)}" for i in orphans]
+    if removed_dirs:
+        lines.append(f"removed {len(removed_dirs)} emptied director(y/ies)")
+    if plan.dead_staging or plan.dead_leases:
+        lines.append(
+            f"{verb} {len(plan.dead_staging)} staging director(y/ies) and {len(plan.dead_leases)} lease(s) of dead "
+            "attempts"
+        )
+    if plan.young:
+        lines.append(
+            f"kept {len(plan.young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
+            "batch being written now"
+        )
+    if plan.before_log:
+        lines.append(
+            f"kept {len(plan.before_log)} unreferenced file(s) older than the log's first commit: they may be data "
+            "the output was created over; --include-files-before-log deletes them too"
+        )
+    if plan.in_flight:
+        lines.append(
+            f"kept {len(plan.in_flight)} unreferenced file(s) of batches in flight ({len(plan.live_leases)} lease(s) "
+            f"under {HIDDEN_DIR}/leases; a lease ends with its batch's commit, or when a restarted query commits "
+            "that batch)"
+        )
+    emit(args, data, "\n".join(lines))
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output;
+    ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do."""
+    if (args.checkpoint is None) == (args.app_id is None) or (args.app_id is None) != (args.app_version is None):
+        print(
+            f"{PROG} doctor: error: give --checkpoint CKPT (a streaming query) or --app-id ID --version V "
+            "(a write_batch app), not both",
+            file=sys.stderr,
+        )
+        return 2
+    diagnosis = doctor(
+        args.path, checkpoint=args.checkpoint, app_id=args.app_id, version=args.app_version,
+        storage_options=storage_options(args), on_foreign_query=args.on_foreign_query,
+        batch_id_only=args.batch_id_only,
+    )
+    output, ckpt, plan = diagnosis.output, diagnosis.checkpoint, diagnosis.plan
+    if ckpt is None:
+        return _doctor_app(args, output, plan)
+    queries = output.queries()
+    data = {
+        "path": output.storage.display(output.storage.root),
+        "checkpoint": {"query_id": ckpt.query_id, "offsets": ckpt.offsets, "commits": ckpt.commits},
+        "log": {
+            "latest_batch": output.latest,
+            "queries": [
+                {"query_id": q, "log_batch": r.log_batch_id, "query_batch": r.query_batch_id}
+                for q, r in queries.items()
+            ],
+        },
+        "next_batch": plan.batch,
+        "replay": plan.replay,
+        "action": plan.action,
+        "log_batch": plan.log_batch,
+        "ok": plan.ok,
+        "message": plan.message,
+        "warnings": plan.warnings,
+    }
+    committers = "; ".join(
+        f"query {q} up to its batch {r.query_batch_id} (log batch {r.log_batch_id})" for q, r in queries.items()
+    )
+    if ckpt.query_id is None:
+        checkpoint = "checkpoint: none yet (a new query)"
+    else:
+        checkpoint = (
+            f"checkpoint: query {ckpt.query_id}, offsets up to batch {ckpt.offsets}, "
+            f"commits up to batch {ckpt.commits}"
+        )
+    if output.latest is None:
+        log = "output log: empty"
+    else:
+        committers = committers or "Spark's own file sink (no query ids)"
+        log = f"output log: newest batch {output.latest}, committed by {committers}"
+    lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
+    emit(args, data, "\n".join(lines))
+    return 0 if plan.ok else 1
+
+
+def _doctor_app(args: argparse.Namespace, output: Output, plan: RestartPlan) -> int:
+    own = output.queries().get(args.app_id)
+    data = {
+        "path": output.storage.display(output.storage.root),
+        "app_id": args.app_id,
+        "version": args.app_version,
+        "committed_version": None if own is None else own.query_batch_id,
+        "committed_log_batch": None if own is None else own.log_batch_id,
+        "latest_batch": output.latest,
+        "action": plan.action,
+        "log_batch": plan.log_batch,
+        "ok": plan.ok,
+        "message": plan.message,
+        "warnings": plan.warnings,
+    }
+    log = "output log: empty" if output.latest is None else f"output log: newest batch {output.latest}"
+    emit(args, data, "\n".join([log, plan.message] + [f"warning: {w}" for w in plan.warnings]))
+    return 0 if plan.ok else 1

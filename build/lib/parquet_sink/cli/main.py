@@ -1,0 +1,189 @@
+"""The ``parquet-sink`` command line: see, check and clean a streaming file sink's output directory.
+This module parses arguments and imports nothing heavy; :mod:`.commands` runs them.
+
+Works on any fsspec URL; storage options (credentials) come from the ``PARQUET_SINK_STORAGE_OPTIONS``
+environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--storage-option key=value``
+(repeatable), later ones winning key by key, and are never printed. Commands:
+
+* ``ls PATH``: committed batches (files, rows with ``--rows``, bytes, commit time, query or app id and its
+  batch id or version) and the log's compaction state.
+* ``show PATH BATCH``: the log entries of one batch.
+* ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
+* ``vacuum PATH --older-than 1h [--dry-run] [--include-files-before-log]``: delete Parquet data files no
+  committed batch references (files older than the log's first commit only when asked).
+* ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
+  ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
+
+Every command takes ``--json`` for scripts. Errors are one line on stderr with exit code 1 (2 for usage).
+
+Example::
+
+    $ parquet-sink ls s3://bucket/events --storage-option anon=false --json
+    $ parquet-sink vacuum /data/events --older-than 7d --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import ParquetSinkError
+from . import PROG
+from .options import OPTIONS_ENV, OPTIONS_HELP, parse_storage_option, read_options_file
+
+logger = logging.getLogger(__name__)
+
+
+def _duration(text: str) -> str:
+    from ..log.compaction import parse_duration_ms  # pyarrow: only when a command uses a duration
+
+    try:
+        parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``parquet-sink`` argument parser (one sub-command per operation).
+
+    Example::
+
+        >>> build_parser().parse_args(["ls", "/data/events", "--json"]).json
+        True
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        type=parse_storage_option,
+        action="append",
+        default=[],
+        help="fsspec storage option, repeatable; 'true'/'false', integers and JSON values ({...} or [...]) "
+        "are converted. Not for secrets: the command line is visible to other users and kept in shell "
+        f"history; use --storage-options-file or {OPTIONS_ENV}",
+    )
+    common.add_argument(
+        "--storage-options-file",
+        metavar="PATH",
+        type=read_options_file,
+        help='storage options as a JSON object in a file (e.g. {"account_name": "acct", "account_key": "..."}); '
+        "keep it readable by you only",
+    )
+    common.add_argument(
+        "--compact-interval",
+        metavar="N",
+        type=int,
+        help="the writer's log compaction interval, for an output whose log cannot tell it (normally inferred "
+        "from the log's files)",
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="See, check and clean the output directory of an exactly-once (or Spark) streaming file sink.",
+        epilog=OPTIONS_HELP,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=summary, description=summary, epilog=OPTIONS_HELP)
+        sub.add_argument("path", metavar="PATH", help="output directory (local path or fsspec URL)")
+        sub.set_defaults(run=f"_cmd_{name}")  # a function of .commands, imported when the command runs
+        return sub
+
+    ls = command("ls", "list committed batches and the log's compaction state")
+    ls.add_argument("--rows", action="store_true", help="count rows from the Parquet footers (reads every file)")
+    show = command("show", "show the log entries of one batch")
+    show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
+    command("verify", "check that committed files exist with their logged sizes and the log is intact")
+    vacuum = command(
+        "vacuum",
+        "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
+        "(_x, .x, as Spark hides them: _x=1/ is a partition directory) and other files are never touched",
+    )
+    vacuum.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        required=True,
+        type=_duration,
+        help="only files older than this (1h, 30m, 7d): younger ones may belong to a batch being written now",
+    )
+    vacuum.add_argument("--dry-run", action="store_true", help="list the files and their sizes, delete nothing")
+    vacuum.add_argument(
+        "--include-files-before-log",
+        dest="include_before_log",
+        action="store_true",
+        help="also delete unreferenced files older than the log's first commit (kept by default: they may be a "
+        "dataset the output was created over)",
+    )
+    doctor = command(
+        "doctor",
+        "explain what restarting a ParquetSink query from its checkpoint (or rerunning a write_batch app) will do",
+    )
+    doctor.add_argument("--checkpoint", metavar="CKPT", help="the query's checkpoint location")
+    doctor.add_argument("--app-id", metavar="ID", help="a write_batch app id (with --version)")
+    doctor.add_argument("--version", dest="app_version", metavar="V", type=int, help="the app version to rerun")
+    doctor.add_argument(
+        "--on-foreign-query",
+        choices=("error", "append"),
+        default="error",
+        help="the sink's on_foreign_query setting (default: error)",
+    )
+    doctor.add_argument(
+        "--batch-id-only",
+        action="store_true",
+        help="the sink runs with allow_batch_id_only=True and no checkpoint_location (Spark Connect): replays "
+        "are told apart by batch id only",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 1 error or problems found, 2 usage).
+
+    Example::
+
+        >>> main(["verify", "/data/events"])
+        OK: /data/events: log intact up to batch 57, 120 committed files (1.2 MiB) present with their logged sizes
+        0
+    """
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.verbose:
+        logging.getLogger("parquet_sink").setLevel(logging.DEBUG)
+    from . import commands  # the library: pyarrow, fsspec
+
+    try:
+        code = getattr(commands, args.run)(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # `parquet-sink ls ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (ParquetSinkError, OSError) as exc:
+        logger.debug("details", exc_info=True)
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+
+
+def run() -> None:
+    """The console script: :func:`main`, then exit without tearing down the interpreter. pyarrow's native thread
+    pools can abort a process that exits normally ("terminate called without an active exception", SIGABRT,
+    apache/arrow#34314; seen in CI after ``parquet-sink show`` reported an error): a command's work and output are
+    done and flushed by then, so nothing is lost by skipping the teardown.
+
+    Example: ``$ parquet-sink verify /data/events; echo $?`` -> ``0``.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+

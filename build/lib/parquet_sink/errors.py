@@ -1,0 +1,100 @@
+"""Typed errors. Every error names the path (and batch where there is one) and says what to do."""
+
+from __future__ import annotations
+
+
+class ParquetSinkError(Exception):
+    """Base class of every error raised by parquet_sink."""
+
+
+class StorageError(ParquetSinkError):
+    """A storage backend failed or cannot give the guarantees exactly-once needs."""
+
+
+class UnsafeStorageError(StorageError):
+    """The store does not honour exclusive create (put-if-absent), so commits could be lost."""
+
+
+class MissingDependencyError(ParquetSinkError, ImportError):
+    """A package the sink needs at run time (pyspark, or pandas/pyarrow for ``mapInArrow``) is missing or too old."""
+
+
+class LogError(ParquetSinkError):
+    """Base class for problems with the `_spark_metadata` log."""
+
+
+class CorruptLogError(LogError):
+    """A log file is empty, truncated, not UTF-8, not JSON, or misses required keys."""
+
+
+class UnsupportedLogVersionError(LogError):
+    """A log file was written by a newer log format than this version understands."""
+
+
+class MissingLogFileError(LogError):
+    """A log file the batch chain needs (a delta or a compact file) is missing."""
+
+
+class SnapshotExpiredError(LogError):
+    """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full."""
+
+
+class LogPathError(LogError):
+    """The `_spark_metadata` path exists but is not a directory, so the log cannot be listed."""
+
+
+class NotAnOutputError(LogError):
+    """The path has no `_spark_metadata` log, so committed data cannot be told apart."""
+
+
+class CommitConflictError(ParquetSinkError):
+    """Another writer committed the same batch id first (two queries writing one output)."""
+
+
+class ForeignQueryError(ParquetSinkError):
+    """The output's log holds batches of another streaming query (a new checkpoint on an old output)."""
+
+
+class QueryIdentityError(ParquetSinkError):
+    """The sink cannot tell which streaming query it serves (Spark Connect without ``checkpoint_location``),
+    or the checkpoint it was given belongs to another query."""
+
+
+class OutputResetError(ParquetSinkError):
+    """The checkpoint is ahead of the output log: batches Spark considers done are not in the log."""
+
+
+class StaleVersionError(ParquetSinkError):
+    """``write_batch`` got different data under a version its app already committed (or went past)."""
+
+
+class SchemaMismatchError(ParquetSinkError):
+    """A batch's schema is incompatible with the data already committed."""
+
+
+class PartitionValueError(ParquetSinkError):
+    """A partition column holds a value that cannot be written as a `k=v` directory."""
+
+
+class ExistingDataError(ParquetSinkError):
+    """The output directory already holds Parquet files but no committed batch (a dataset, not an output)."""
+
+
+class MissingDataFileError(ParquetSinkError):
+    """A committed data file is missing from storage."""
+
+
+class DamagedDataFileError(ParquetSinkError):
+    """A committed data file cannot be read and its size differs from the one the log recorded."""
+
+
+class OutsideRootError(ParquetSinkError):
+    """A log entry points outside the output root (refused unless allowed explicitly)."""
+
+
+class SnapshotError(ParquetSinkError):
+    """A consistent snapshot of the log could not be read (too many concurrent cleanups)."""
+
+
+class RowCountMismatchError(ParquetSinkError):
+    """The data files found for a batch hold a different number of rows than its write job wrote."""

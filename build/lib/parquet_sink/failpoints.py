@@ -1,0 +1,83 @@
+"""Named failpoints for crash tests: off by default, one dict lookup when off.
+
+Switched on from the environment, so a child process (and its Spark Python workers, which inherit the
+environment) can be told where to die::
+
+    PARQUET_SINK_FAILPOINTS="before_commit=kill,task_write=raise@1"
+
+``name=action[@N]``: trigger on the N-th hit (default 1). Actions:
+
+* ``kill``: SIGKILL the process group in ``PARQUET_SINK_KILL_PGID`` (default: this process's group), i.e.
+  the driver, its JVM and its workers, like a machine dying.
+* ``raise``: raise :class:`FailpointError` (a task failure Spark retries, or a driver error).
+* ``stop``: SIGSTOP this process (the parent test resumes it with SIGCONT), to stage a race at this point.
+
+Hits are counted per process, or across processes when ``PARQUET_SINK_FAILPOINT_STATE`` names a
+directory (each hit claims a ticket file there), so ``raise@1`` fails only the first task attempt of
+all attempts, in whichever worker it runs.
+
+Failpoints in the write path (see README, reliability section): ``before_write``, ``task_write``
+(inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
+into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
+place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
+``after_commit``, ``compaction``, ``sidecar`` (a compact file committed, its columnar copy not yet
+written), ``cleanup``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "PARQUET_SINK_FAILPOINTS"
+STATE_ENV = "PARQUET_SINK_FAILPOINT_STATE"
+KILL_PGID_ENV = "PARQUET_SINK_KILL_PGID"
+
+
+class FailpointError(RuntimeError):
+    """Raised by a failpoint whose action is ``raise``."""
+
+
+def _parse(spec: str) -> dict[str, tuple[str, int]]:
+    points = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, action = item.partition("=")
+        action, _, nth = action.partition("@")
+        if action not in ("kill", "raise", "stop"):
+            raise ValueError(f"{ENV}: unknown action {action!r} in {item!r} (use kill, raise or stop)")
+        points[name] = (action, int(nth or 1))
+    return points
+
+
+_ACTIVE = _parse(os.environ.get(ENV, ""))
+_HITS: dict[str, int] = {}
+
+
+def _hit_number(name: str) -> int:
+    state = os.environ.get(STATE_ENV)
+    if not state:
+        _HITS[name] = _HITS.get(name, 0) + 1
+        return _HITS[name]
+    os.makedirs(state, exist_ok=True)
+    ticket = 1
+    while True:
+        try:
+            os.close(os.open(os.path.join(state, f"{name}.{ticket}"), os.O_CREAT | os.O_EXCL))
+            return ticket
+        except FileExistsError:
+            ticket += 1
+
+
+def failpoint(name: str) -> None:
+    """Trigger the failpoint ``name`` if the environment switched it on."""
+    if not _ACTIVE or name not in _ACTIVE:
+        return
+    action, nth = _ACTIVE[name]
+    if _hit_number(name) != nth:
+        return
+    if action == "kill":
+        os.killpg(int(os.environ.get(KILL_PGID_ENV) or os.getpgid(0)), signal.SIGKILL)
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    raise FailpointError(f"failpoint {name} triggered")

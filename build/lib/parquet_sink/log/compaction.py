@@ -1,0 +1,638 @@
+"""Compaction, the compact interval and cleanup of the log (Spark's ``CompactibleFileStreamLog``).
+
+Every ``compact_interval`` batches, the batch's file is ``N.compact``: every live entry up to and
+including batch ``N`` (the previous compact file, the deltas after it, the new entries). Readers then
+open the newest compact file and the deltas after it. After a commit, log files older than the retained
+batches are deleted (Spark's rule).
+
+Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
+records that :func:`~parquet_sink.log.entry.records_to_keep` does not keep) from the previous compact
+file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block
+(:meth:`LogFiles.parse_block`, column-wise) and making the copy in memory. Pass two copies the blocks as
+bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.log_layout.stamped_lines`;
+only dropped or rewritten lines, and lines in another layout, cost Python work), checks a compact file's
+bytes against its copy's CRC-32, and writes the new compact file's columnar copy alongside. Memory stays
+bounded by one block plus the compressed copies (and the entries of the deltas).
+
+Example::
+
+    >>> log = CompactibleLog(Storage("/tmp/out"), compact_interval=10)
+    >>> log.add(9, [LogEntry("file:///tmp/out/part-9.parquet", 10)])   # writes 9.compact
+    True
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime as _dt
+import functools
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import LogError, MissingLogFileError
+from ..failpoints import failpoint
+from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
+from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
+from .sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
+from .entry import (
+    BATCH_KEY,
+    COMMIT_ID_KEY,
+    ENTRY_SCHEMA,
+    EXPIRED_KEY,
+    QUERY_BATCH_KEY,
+    QUERY_ID_KEY,
+    CommitRecord,
+    LogEntry,
+    entries_table,
+    entry_from_row,
+    records_of,
+    records_to_keep,
+    without_record,
+)
+from ..storage.filesystem import Storage
+
+logger = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value: str | int | float | _dt.timedelta) -> int:
+    """Spark's time strings (``"7d"``, ``"12h"``, ``"30m"``, ``"10s"``, ``"500ms"``; a bare number is ms).
+    ValueError for anything else, negative durations included.
+
+    Example: ``parse_duration_ms("7d") == 604_800_000``.
+    """
+    if isinstance(value, _dt.timedelta):
+        result = int(value.total_seconds() * 1000)
+    elif isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
+    elif isinstance(value, (int, float)):
+        result = int(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
+        result = int(match.group(1)) * _UNIT_MS[match.group(2)]
+    if result < 0:
+        raise ValueError(f"invalid duration {value!r}: it must not be negative")
+    return result
+
+
+def check_positive_int(name: str, value: object, hint: str) -> None:
+    """ValueError unless ``value`` is an integer >= 1 (``hint`` says what the parameter is for).
+
+    Example: ``check_positive_int("compact_interval", 0, "Spark's default is 10")`` raises ValueError.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
+
+
+def _check_duration_ms(name: str, value: object) -> int:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+    try:
+        return parse_duration_ms(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
+
+
+def check_log_parameters(
+    *, compact_interval: object, retention: object, min_batches_to_retain: object, cleanup_delay: object
+) -> tuple[int | None, int]:
+    """ValueError naming the first log parameter out of range (the log's and the sink's one rule);
+    returns (retention in ms or None, cleanup delay in ms).
+
+    Example: ``check_log_parameters(compact_interval=10, retention="7d", min_batches_to_retain=100,
+    cleanup_delay="10m") == (604_800_000, 600_000)``.
+    """
+    check_positive_int("compact_interval", compact_interval, "Spark's default is 10")
+    check_positive_int(
+        "min_batches_to_retain", min_batches_to_retain,
+        "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
+    )
+    retention_ms = None if retention is None else _check_duration_ms("retention", retention)
+    if retention_ms == 0:
+        raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
+    return retention_ms, _check_duration_ms("cleanup_delay", cleanup_delay)
+
+
+def derive_compact_interval(default_interval: int, latest_compact_batch_id: int) -> int:
+    """Spark's ``CompactibleFileStreamLog.deriveCompactInterval`` (one compact file left).
+
+    Example: ``derive_compact_interval(5, 11) == 6``.
+    """
+    n = latest_compact_batch_id + 1
+    if n <= default_interval:
+        return n
+    if default_interval < n // 2:
+        return next((i for i in range(default_interval, n // 2 + 1) if n % i == 0), n)
+    return n
+
+
+def infer_interval(default_interval: int, listing: Listing) -> int | None:
+    """The compact interval a log's compact files imply (Spark's rule), or None when there is none yet.
+
+    Example: ``infer_interval(10, {2: ".../2.compact", 5: ".../5.compact"}) == 3``.
+    """
+    compacts = sorted((b for b, path in listing.items() if is_compact_path(path)), reverse=True)
+    if len(compacts) >= 2:
+        return compacts[0] - compacts[1]
+    if compacts:
+        return derive_compact_interval(default_interval, compacts[0])
+    return None
+
+
+@dataclass
+class _SourcePlan:
+    """What pass one of a compaction learned about one source file (rows count from 0, in file order)."""
+
+    records: list[tuple[int, CommitRecord]] = field(default_factory=list)  # (row, record)
+    standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
+    drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
+    sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
+    table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+    layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
+
+    def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
+        """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
+        records, its older retention markers and, with a retention ``cutoff``, its expired data entries.
+        Returns the newest batch whose entries retention dropped (or a marker says were dropped), -1 if none;
+        ``source`` stands for entries of unknown batch (a compact file Spark wrote)."""
+        expired_upto = -1
+        has_record = pc.is_valid(table.column(COMMIT_ID_KEY))
+        rows = pc.indices_nonzero(has_record).to_pylist()
+        self.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
+        own = pc.and_(has_record, table.column("isDir"))
+        self.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
+        markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
+        self.drop.update(offset + row for row in markers)
+        if markers:
+            expired_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
+        if cutoff is not None:
+            old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
+            expired = pc.indices_nonzero(old).to_pylist()
+            self.drop.update(offset + row for row in expired)
+            if expired:
+                batches = table.column(BATCH_KEY).take(expired)
+                newest = pc.max(batches).as_py()
+                expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
+        return expired_upto
+
+    def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
+        """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
+        goes (its own entry) or loses its keys (on a data entry, ``"strip"``); a kept record on a data entry
+        that retention drops stays, as an entry of its own (``"standalone"``)."""
+        drop, rewrite = set(self.drop), {}
+        for row, record in self.records:
+            kept = record.log_batch_id in keep
+            if row in self.standalone:
+                if not kept:
+                    drop.add(row)
+            elif row in drop:
+                if kept:
+                    drop.discard(row)
+                    rewrite[row] = "standalone"
+            elif not kept:
+                rewrite[row] = "strip"
+        return drop, rewrite
+
+
+def _checked(groups: Iterator[tuple[int, pa.Table]], path: str) -> Iterator[tuple[int, pa.Table]]:
+    """A columnar copy's row groups; _StaleSidecar if one cannot be decoded."""
+    try:
+        yield from groups
+    except (pa.ArrowException, OSError) as exc:  # a page CRC-32 failed
+        raise _StaleSidecar(f"the columnar copy of {path} is damaged ({exc})") from exc
+
+
+def _rewritten(entry: LogEntry, how: str, storage: Storage) -> LogEntry:
+    """``entry`` without its commit record (``"strip"``), or its record as an entry of its own."""
+    if how == "strip":
+        return without_record(entry)
+    record = CommitRecord.from_entry(entry)
+    assert record is not None
+    return record.to_entry(storage, entry.modification_time)
+
+
+def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: Storage, offset: int = 0) -> pa.Table:
+    """``table`` (rows numbered from ``offset``) with ``rewrite`` applied and ``drop`` removed."""
+    local = sorted((row - offset, how) for row, how in rewrite.items() if 0 <= row - offset < table.num_rows)
+    if local:
+        pieces, start = [], 0
+        for row, how in local:
+            entry = entry_from_row(table.slice(row, 1).to_pylist()[0])
+            pieces += [table.slice(start, row - start), entries_table([_rewritten(entry, how, storage)])]
+            start = row + 1
+        table = pa.concat_tables([*pieces, table.slice(start)]).combine_chunks()
+    return _without(table, drop, offset)
+
+
+# What pass one reads of a columnar copy (everything but the paths and Spark's constant columns).
+_PLAN_COLUMNS = ["isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY]
+
+
+class _StaleSidecar(LogError):
+    """A columnar copy did not match the bytes of its compact file (always caught: compaction then reads
+    the JSON)."""
+
+
+def _without(table: pa.Table, rows: Iterable[int], offset: int = 0) -> pa.Table:
+    """``table`` without the rows ``rows`` (numbered from ``offset``; rows outside the table ignored)."""
+    mask = bytearray(b"\x01") * table.num_rows
+    for row in rows:
+        if 0 <= row - offset < table.num_rows:
+            mask[row - offset] = 0
+    if all(mask):
+        return table
+    return table.filter(_mask(mask))
+
+
+def _mask(flags: bytearray) -> pa.BooleanArray:
+    """A boolean array of ``flags`` (one byte, 0 or 1, per row)."""
+    return pa.Array.from_buffers(pa.uint8(), len(flags), [None, pa.py_buffer(flags)]).cast(pa.bool_())
+
+
+class CompactibleLog(LogFiles):
+    """A log with compaction, retention and cleanup; see the module docstring.
+
+    Args: as :class:`~parquet_sink.log.metadata_log.MetadataLog`.
+
+    Example::
+
+        >>> CompactibleLog(Storage("/tmp/out"), compact_interval=3).snapshot_batches(7, 3)
+        [5, 6, 7]
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        compact_interval: int = 10,
+        retention: str | int | _dt.timedelta | None = None,
+        min_batches_to_retain: int = 100,
+        cleanup_delay: str | int | _dt.timedelta = "10m",
+        cleanup: bool = True,
+    ) -> None:
+        self.retention_ms, self.cleanup_delay_ms = check_log_parameters(
+            compact_interval=compact_interval,
+            retention=retention,
+            min_batches_to_retain=min_batches_to_retain,
+            cleanup_delay=cleanup_delay,
+        )
+        super().__init__(storage)
+        self.default_compact_interval = compact_interval
+        self.min_batches_to_retain = min_batches_to_retain
+        self.cleanup_enabled = cleanup
+        self._interval: int | None = None
+        self._listing: Listing | None = None
+
+    # -- interval and chain ----------------------------------------------------------------------
+
+    def list_names(self) -> Listing:
+        """As :meth:`LogFiles.list_names`; the next :meth:`add` reuses this listing instead of listing again
+        (safe: the exclusive create refuses a batch someone else committed meanwhile)."""
+        self._listing = super().list_names()
+        return self._listing
+
+    def interval_for(self, listing: Listing) -> int:
+        """The compaction interval, inferred once from existing compact files like Spark does (the
+        default while there are none)."""
+        if self._interval is None:
+            inferred = infer_interval(self.default_compact_interval, listing)
+            if inferred is None:
+                return self.default_compact_interval  # nothing to infer from yet: ask again later
+            if inferred != self.default_compact_interval:
+                logger.info("%s: compact interval inferred as %d from existing compact files", self, inferred)
+            self._interval = inferred
+        return self._interval
+
+    @property
+    def compact_interval(self) -> int:
+        return self.interval_for(self.list_names() if self._interval is None else {})
+
+    def is_compaction_batch(self, batch_id: int, interval: int | None = None) -> bool:
+        return (batch_id + 1) % (interval or self.compact_interval) == 0
+
+    def batch_path(self, batch_id: int, interval: int | None = None) -> str:
+        """Where batch ``batch_id`` lives (``N`` or ``N.compact``) under ``interval`` (default: the log's)."""
+        return self.path_of(batch_id, self.is_compaction_batch(batch_id, interval))
+
+    def snapshot_batches(self, latest: int, interval: int | None = None) -> list[int]:
+        """The log files a reader at ``latest`` needs: the newest compact batch <= latest, then deltas."""
+        interval = interval or self.compact_interval
+        start = max(0, (latest + 1) // interval * interval - 1)
+        return list(range(start, latest + 1))
+
+    def chain(self, latest: int, listing: Listing, interval: int | None = None) -> list[tuple[int, str]]:
+        """(batch id, path) of the files a snapshot at ``latest`` reads, checked against ``listing``:
+        MissingLogFileError names the first one that is missing (or plain where a compact file belongs).
+
+        A log without any compact file (a writer with a larger interval that has not compacted yet) is
+        read as the plain deltas ``0..latest``, unless ``interval`` is given explicitly.
+        """
+        if interval is None and infer_interval(self.default_compact_interval, listing) is None:
+            if all(b in listing and not is_compact_path(listing[b]) for b in range(latest + 1)):
+                return [(b, listing[b]) for b in range(latest + 1)]
+        interval = interval or self.interval_for(listing)
+        files = []
+        for batch_id in self.snapshot_batches(latest, interval):
+            expected = self.batch_path(batch_id, interval)
+            if listing.get(batch_id) != expected:
+                raise MissingLogFileError(
+                    f"log file {self.display(expected)} (batch {batch_id}) is missing: the chain of batches up to "
+                    f"{latest} needs it. It was deleted or never written; restore it from backup. Data of "
+                    "this batch cannot be told apart from uncommitted files without it. If the output was "
+                    "written with another compact interval, pass compact_interval= to the reader."
+                )
+            files.append((batch_id, expected))
+        return files
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def add(self, batch_id: int, entries: Sequence[LogEntry]) -> bool:
+        """Atomically commit batch ``batch_id``. False if the batch (or a later one) already exists; never
+        overwrites. Batches form an unbroken chain from 0: adding past ``latest + 1`` raises LogError.
+
+        Entries of a compact file are stamped with ``batchId`` (a delta file's name says it). On a
+        compaction batch the compact file is streamed from the previous compact file and the deltas (bounded
+        memory, raw lines copied). After a commit, expired log files are cleaned up with Spark's rule.
+
+        Example: ``log.add(0, [LogEntry("file:///out/part-0.parquet", 392)])`` -> ``True``.
+        """
+        listing = self._listing if self._listing is not None else super().list_names()
+        if self._listing is not None and self.is_compaction_batch(batch_id, self.interval_for(listing)):
+            listing = super().list_names()  # compaction reads the files it lists: list them now
+        self._listing = None
+        latest = max(listing, default=-1)
+        if batch_id <= latest:
+            return False
+        if batch_id != latest + 1:
+            raise LogError(
+                f"cannot add batch {batch_id} to {self.display(self.log_dir)}: the next batch must be "
+                f"{latest + 1} (log batches form an unbroken chain). Commit batches in order."
+            )
+        stamped = [e if e.batch_id == batch_id else dataclasses.replace(e, batch_id=batch_id) for e in entries]
+        interval = self.interval_for(listing)
+        path = self.batch_path(batch_id, interval)
+        if self.is_compaction_batch(batch_id, interval):
+            started = time.monotonic()
+            sources = self._sources(batch_id, listing, interval)
+            try:
+                ok = self._write_compact(path, batch_id, sources, listing.sidecars, stamped)
+            except _StaleSidecar as exc:
+                logger.warning("%s: %s; compacting batch %d from the JSON log files instead", self, exc, batch_id)
+                ok = self._write_compact(path, batch_id, sources, {}, stamped)
+            logger.info("%s: compacted batch %d in %.3fs", self, batch_id, time.monotonic() - started)
+        else:
+            # a delta file's name says its batch: its lines carry no batchId (compaction stamps them)
+            lines = "".join("\n" + dataclasses.replace(e, batch_id=None).to_json() for e in stamped)
+            ok = self.storage.put_if_absent(path, ("v1" + lines).encode())
+        if ok:
+            listing[batch_id] = path
+            if self.cleanup_enabled:
+                self.cleanup(batch_id, listing)
+        return ok
+
+    def _sources(self, batch_id: int, listing: Listing, interval: int) -> list[tuple[int, str]]:
+        if batch_id == 0:
+            return []
+        try:
+            return self.chain(batch_id - 1, listing, interval)
+        except MissingLogFileError as exc:
+            raise MissingLogFileError(
+                f"cannot compact batch {batch_id}: {exc} Restore it before the query continues."
+            ) from exc
+
+    def _write_compact(
+        self, path: str, batch_id: int, sources: list[tuple[int, str]], sidecars: dict[int, str], entries: list[LogEntry]
+    ) -> bool:
+        """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.log_sidecar`).
+        A failure to write the copy is logged, not raised: the batch is committed, readers use the JSON."""
+        written = Checksum()
+        copy = SidecarWriter()
+        try:
+            ok = self.storage.put_if_absent(path, written.wrap(self._compact_chunks(batch_id, sources, sidecars, entries, copy)))
+        except BaseException:
+            copy.discard()
+            raise
+        if not ok:
+            copy.discard()
+        else:
+            failpoint("sidecar")
+            self.keep_copy(path, batch_id, copy, written)
+        return ok
+
+    def write_columnar_copy(self, batch_id: int) -> str:
+        """(Re)write the columnar copy of compact batch ``batch_id`` from its JSON (validated); returns its
+        path. Compaction writes the copy itself: this is for compact files written without one (by an older
+        version or by Spark's own sink), so readers of a big output stop parsing the JSON.
+
+        Example: ``MetadataLog("/data/events").write_columnar_copy(99)`` -> ``'/data/events/_spark_metadata/99.compact.parquet'``.
+        """
+        path = self.path_of(batch_id, True)
+        checksum = Checksum()
+        copy = SidecarWriter()
+        for block in self.blocks(path, batch_id, checksum):
+            copy.write(self.parse_block(block, path, batch_id))
+        self.put_copy(path, copy, checksum)
+        return sidecar_path(path)
+
+    def _plan(self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
+        """Pass one over one source (see :meth:`_SourcePlan.scan`), from its columnar copy when there is one,
+        else from its JSON (validated block by block); a compact file without a copy gets one, in memory,
+        that pass two carries over (and checks against the bytes it copies, as any copy)."""
+        compact = is_compact_path(path)
+        sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
+        plan = _SourcePlan(sidecar=sidecar)
+        parsed: list[pa.Table] = []
+        expired_upto = -1
+        checksum, made = Checksum(), SidecarWriter() if compact and sidecar is None else None
+        if sidecar:
+            blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
+        else:
+            blocks = (
+                (b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source, checksum)
+            )
+        try:
+            for offset, table in blocks:
+                if not compact:
+                    table = stamp_batch_id(table, source)
+                    parsed.append(table)
+                elif made is not None:
+                    made.write(table)
+                expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+        except BaseException:
+            if made is not None:
+                made.discard()
+            raise
+        if made is not None:  # pass two copies the bytes and carries the entries over from this copy
+            plan.sidecar = made.finish_copy(path.rsplit("/", 1)[-1], checksum)
+        if not compact:
+            plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
+        return plan, expired_upto
+
+    def _parse_source(self, block: Block, path: str, source: int, plan: _SourcePlan) -> pa.Table:
+        """One block of a source, parsed; which of its lines are in the writer's layout goes to ``plan``
+        (pass two stamps those column-wise)."""
+        table, layout = self.parse_block_layout(block, path, source)
+        plan.layouts.append(layout)
+        return table
+
+    def _compact_chunks(
+        self,
+        batch_id: int,
+        sources: list[tuple[int, str]],
+        sidecars: dict[int, str],
+        new_entries: list[LogEntry],
+        copy: SidecarWriter,
+    ) -> Iterator[bytes]:
+        """The compact file: pass one validates every source and plans what to drop, pass two copies
+        (and feeds the same entries to ``copy``). Raises _StaleSidecar, before the file is published,
+        when a columnar copy the plan came from does not match its compact file's bytes."""
+        now = int(time.time() * 1000)
+        cutoff = None if self.retention_ms is None else now - self.retention_ms
+        plans: list[_SourcePlan] = []
+        expired_upto = -1
+        for source, path in sources:
+            plan, expired = self._plan(source, path, sidecars, cutoff)
+            plans.append(plan)
+            expired_upto = max(expired_upto, expired)
+            failpoint("compaction")
+        new = _SourcePlan()
+        new.scan(entries_table(new_entries), 0, cutoff, batch_id)  # retention markers cover older batches only
+        keep = records_to_keep([record for plan in [*plans, new] for _, record in plan.records])
+        yield b"v1"
+        for (source, path), plan in zip(sources, plans):
+            drop, rewrite = plan.rewrites(keep)
+            changed = sorted(drop | set(rewrite))
+            stamp = None if is_compact_path(path) else source
+            checksum = Checksum() if plan.sidecar else None
+            if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
+                copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite))
+            for index, block in enumerate(self.blocks(path, source, checksum)):
+                offset = block.first_line - 2
+                here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
+                layout = plan.layouts[index] if stamp is not None else None
+                yield from self._copy_block(block, offset, here, drop, rewrite, stamp, plan.table, layout)
+            if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
+                raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
+            if plan.table is not None:
+                copy.write(_apply(plan.table, drop, rewrite, self.storage))
+        drop, rewrite = new.rewrites(keep)
+        kept_new = [
+            _rewritten(e, rewrite[row], self.storage) if row in rewrite else e
+            for row, e in enumerate(new_entries)
+            if row not in drop
+        ]
+        if expired_upto >= 0:
+            kept_new.append(self._marker(batch_id, expired_upto, now))
+        copy.write(entries_table(kept_new))
+        yield "".join("\n" + e.to_json() for e in kept_new).encode()
+
+    def _carried(self, sidecar: Sidecar, path: str, drop: set[int], rewrite: dict[int, str]) -> Iterator[pa.Table]:
+        """The previous compact file's entries for the new columnar copy, from its own copy, group by group."""
+        for start, group in _checked(sidecar.groups(), path):
+            yield _apply(group, drop, rewrite, self.storage, start)
+
+    def _copy_block(
+        self,
+        block: Block,
+        offset: int,
+        changed: list[int],
+        drop: set[int],
+        rewrite: dict[int, str],
+        stamp: int | None,
+        table: pa.Table | None,
+        layout: pa.BooleanArray | None,
+    ) -> Iterator[bytes]:
+        """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
+        else its lines with ``changed`` rows dropped or rewritten. Lines of a delta file (``table``: their
+        parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId``
+        stamped, column-wise (:func:`~parquet_sink.log.lines.stamped_lines`); only changed rows and lines
+        the writer would lay out differently are re-serialised one by one."""
+        if not changed and stamp is None:
+            yield b"\n"
+            yield block.data
+            return
+        lines = split_lines(block.data)
+        if stamp is None:
+            out, redo = pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None
+        else:
+            assert table is not None
+            out, redo = stamped_lines(lines, table.slice(offset, block.lines), stamp, layout)
+        rows = {row - offset for row in changed}
+        if redo is not None and redo.true_count:
+            rows.update(pc.indices_nonzero(redo).to_pylist())
+        if rows:
+            redone, mask = [], bytearray(len(lines))
+            for row in sorted(rows):
+                mask[row] = 1
+                if offset + row in drop:
+                    redone.append(b"")  # an empty value adds no bytes to the block
+                    continue
+                entry = LogEntry.from_json(lines[row].as_py().decode("utf-8"), stamp)
+                if offset + row in rewrite:
+                    entry = _rewritten(entry, rewrite[offset + row], self.storage)
+                redone.append(b"\n" + entry.to_json().encode())
+            out = pc.replace_with_mask(out, _mask(mask), pa.array(redone, pa.binary()))
+        yield joined(out)
+
+    def _marker(self, batch_id: int, expired_upto: int, now: int) -> LogEntry:
+        """The entry (skipped by Spark, like a commit record) saying that retention dropped entries of
+        batches up to ``expired_upto``: readers then refuse older snapshots they cannot answer in full."""
+        return LogEntry(self.storage.to_uri(self.log_dir), 0, True, now, 0, 0, "add", batch_id, {EXPIRED_KEY: expired_upto})
+
+    # -- cleanup ---------------------------------------------------------------------------------
+
+    def cleanup(self, current_batch_id: int, listing: Listing | None = None) -> list[str]:
+        """Delete expired log files after committing ``current_batch_id``, with Spark's rule
+        (``CompactibleFileStreamLog.deleteExpiredLog``): every log file below the compaction batch that
+        precedes batch ``current_batch_id + 1 - min_batches_to_retain``, once it is ``cleanup_delay`` old;
+        stale temporary files and orphaned columnar copies too. With ``min_batches_to_retain`` below the
+        compact interval that can leave one compact file (as Spark does): readers infer the interval from
+        each listing (:func:`infer_interval`). Returns the deleted paths. ``listing`` (from :meth:`add`) saves
+        a listing: the log directory is listed again (with modification times) only when there is something
+        to delete.
+
+        Example: ``log.cleanup(120)`` -> ``['/out/_spark_metadata/0', ...]``.
+        """
+        listing = listing if listing is not None else super().list_names()
+        interval = self.interval_for(listing)
+        min_batch_id = current_batch_id + 1 - self.min_batches_to_retain
+        if interval > min_batch_id:
+            return []
+        threshold = min_batch_id - (min_batch_id % interval) - 1
+        candidates = {p for b, p in listing.items() if b < threshold} | set(listing.temps)
+        candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
+        if not candidates:
+            return []
+        expired_before = int(time.time() * 1000) - self.cleanup_delay_ms
+        deleted = []
+        for info in self.storage.ls(self.log_dir):
+            if info.path not in candidates or info.mtime_ms > expired_before:
+                continue
+            self.storage.delete(info.path)
+            deleted.append(info.path)
+            failpoint("cleanup")
+        if deleted:
+            logger.info("%s: deleted %d expired log files below batch %d", self, len(deleted), threshold)
+        return deleted
+
+
+__all__ = [
+    "COMPACT_SUFFIX",
+    "CompactibleLog",
+    "check_log_parameters",
+    "check_positive_int",
+    "derive_compact_interval",
+    "infer_interval",
+    "parse_duration_ms",
+]

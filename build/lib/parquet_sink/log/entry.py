@@ -1,0 +1,372 @@
+"""The entry format of the file sink log (Spark's ``FileStreamSinkLog`` / ``SinkFileStatus``) and the
+sink's commit record.
+
+A log line is a JSON object with Spark's seven keys in Spark's order, then keys of ours that Spark
+ignores: ``batchId`` (so entries stay attributable after compaction) and, on a commit record, the
+streaming query id, the query's own batch id and a unique commit id (for a ``write_batch`` commit,
+followed by a fingerprint of its data).
+
+A *commit record* (the streaming query id, its batch id, a unique commit id) rides on the batch's first
+data entry as extra keys, or, for a batch without files, on an entry of its own that Spark skips
+(``isDir: true``, size 0, pointing at the log directory). It makes replays idempotent per query, tells a
+second query apart from a replay, and makes every commit payload unique (for lost-acknowledgement
+read-back on object stores). Delta files keep every record and leave ``batchId`` to the file name;
+compaction stamps ``batchId`` on every entry and keeps only the records decisions and ``parquet-sink ls``
+need (:func:`records_to_keep`), stripping the others' keys from their data entries.
+
+Example::
+
+    >>> LogEntry("file:///out/part-0.parquet", 392, batch_id=3).to_json()
+    '{"path":"file:///out/part-0.parquet","size":392,"isDir":false,...,"action":"add","batchId":3}'
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from ..storage.filesystem import Storage
+
+DEFAULT_BLOCK_SIZE = 33554432
+QUERY_ID_KEY = "queryId"
+QUERY_BATCH_KEY = "queryBatchId"
+COMMIT_ID_KEY = "commitId"
+BATCH_KEY = "batchId"
+EXPIRED_KEY = "expiredUpTo"  # on a retention marker: entries of batches up to this one may have been dropped
+_RECORD_KEYS = (QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY)
+
+_REQUIRED = (
+    ("path", str),
+    ("size", int),
+    ("isDir", bool),
+    ("modificationTime", int),
+    ("blockReplication", int),
+    ("blockSize", int),
+    ("action", str),
+)
+REQUIRED_KEYS = tuple(k for k, _ in _REQUIRED)
+_REQUIRED_SET = frozenset(REQUIRED_KEYS)
+
+# The columns the columnar reader keeps: Spark's seven keys, the batch id and the commit record's keys.
+ENTRY_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("isDir", pa.bool_()),
+        ("modificationTime", pa.int64()),
+        ("blockReplication", pa.int64()),
+        ("blockSize", pa.int64()),
+        ("action", pa.string()),
+        (BATCH_KEY, pa.int64()),
+        (QUERY_ID_KEY, pa.string()),
+        (QUERY_BATCH_KEY, pa.int64()),
+        (COMMIT_ID_KEY, pa.string()),
+        (EXPIRED_KEY, pa.int64()),
+    ]
+)
+
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+# A valid entry in the exact layout Spark and this package write (all seven keys, in order, typed, then
+# extra keys with scalar values such as batchId and the commit record's keys).
+CANONICAL = re.compile(
+    r'\{"path":' + _JSON_STRING + r',"size":-?\d+,"isDir":(?:true|false),"modificationTime":-?\d+,'
+    r'"blockReplication":-?\d+,"blockSize":-?\d+,"action":' + _JSON_STRING
+    + r'(?:,' + _JSON_STRING + r':(?:-?\d+|true|false|null|' + _JSON_STRING + r'))*\}$'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One line of the log: Spark's ``SinkFileStatus`` plus, after ``action``, keys of ours Spark ignores.
+
+    ``batch_id`` is written as ``"batchId"`` so entries stay attributable after compaction; entries read
+    from a Spark-written delta file get it from the file name. ``extra`` holds other keys (the sink's
+    commit record uses it).
+
+    Example::
+
+        >>> LogEntry.from_json('{"path":"file:///o/a","size":1,"isDir":false,"modificationTime":1,'
+        ...                    '"blockReplication":1,"blockSize":1,"action":"add"}', batch_id=4).batch_id
+        4
+    """
+
+    path: str
+    size: int
+    is_dir: bool = False
+    modification_time: int = 0
+    block_replication: int = 1
+    block_size: int = DEFAULT_BLOCK_SIZE
+    action: str = "add"
+    batch_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> str:
+        """One log line, keys in Spark's order, compact separators."""
+        line = (
+            f'{{"path":{json.dumps(self.path, ensure_ascii=False)},"size":{self.size},'
+            f'"isDir":{"true" if self.is_dir else "false"},"modificationTime":{self.modification_time},'
+            f'"blockReplication":{self.block_replication},"blockSize":{self.block_size},'
+            f'"action":{json.dumps(self.action)}'
+        )
+        if self.batch_id is not None:
+            line += f',"batchId":{self.batch_id}'
+        for key, value in self.extra.items():
+            line += f",{json.dumps(key)}:{json.dumps(value, ensure_ascii=False, separators=(',', ':'))}"
+        return line + "}"
+
+    @classmethod
+    def from_json(cls, line: str, batch_id: int | None = None) -> LogEntry:
+        """Parse one log line; ValueError (with the reason) if it is not a valid entry."""
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise ValueError("entry is not a JSON object")
+        for key, typ in _REQUIRED:
+            value = obj.get(key)
+            if value is None:
+                raise ValueError(f"missing key {key!r}")
+            if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+                raise ValueError(f"key {key!r} has wrong type {type(value).__name__}")
+        logged_batch = obj.pop(BATCH_KEY, None)
+        extra = {k: v for k, v in obj.items() if k not in _REQUIRED_SET}
+        return cls(
+            obj["path"],
+            obj["size"],
+            obj["isDir"],
+            obj["modificationTime"],
+            obj["blockReplication"],
+            obj["blockSize"],
+            obj["action"],
+            logged_batch if isinstance(logged_batch, int) and not isinstance(logged_batch, bool) else batch_id,
+            extra,
+        )
+
+    def to_row(self) -> dict[str, Any]:
+        """The entry as a row of :data:`ENTRY_SCHEMA`; ValueError if a commit record key has a wrong type."""
+        extra = self.extra
+        row: dict[str, Any] = {
+            "path": self.path,
+            "size": self.size,
+            "isDir": self.is_dir,
+            "modificationTime": self.modification_time,
+            "blockReplication": self.block_replication,
+            "blockSize": self.block_size,
+            "action": self.action,
+            BATCH_KEY: self.batch_id,
+            QUERY_ID_KEY: None,
+            QUERY_BATCH_KEY: None,
+            COMMIT_ID_KEY: None,
+            EXPIRED_KEY: None,
+        }
+        expired = extra.get(EXPIRED_KEY)
+        if expired is not None:
+            if not isinstance(expired, int) or isinstance(expired, bool):
+                raise ValueError(f"key {EXPIRED_KEY!r} is not an integer")
+            row[EXPIRED_KEY] = expired
+        if COMMIT_ID_KEY in extra:
+            query_batch = extra.get(QUERY_BATCH_KEY)  # absent: the same as the log batch id
+            if query_batch is not None and (not isinstance(query_batch, int) or isinstance(query_batch, bool)):
+                raise ValueError(f"commit record key {QUERY_BATCH_KEY!r} is not an integer")
+            query_id = extra.get(QUERY_ID_KEY)
+            row[QUERY_ID_KEY] = None if query_id is None else str(query_id)
+            row[QUERY_BATCH_KEY] = query_batch
+            row[COMMIT_ID_KEY] = str(extra[COMMIT_ID_KEY])
+        return row
+
+
+def entry_from_row(row: dict[str, Any]) -> LogEntry:
+    """The entry of a row of :data:`ENTRY_SCHEMA` (the inverse of :meth:`LogEntry.to_row`).
+
+    Example: ``entry_from_row(LogEntry("file:///o/a", 1).to_row()) == LogEntry("file:///o/a", 1)``.
+    """
+    extra: dict[str, Any] = {}
+    if row[COMMIT_ID_KEY] is not None:
+        extra = {QUERY_ID_KEY: row[QUERY_ID_KEY], QUERY_BATCH_KEY: row[QUERY_BATCH_KEY], COMMIT_ID_KEY: row[COMMIT_ID_KEY]}
+        if extra[QUERY_BATCH_KEY] is None:
+            del extra[QUERY_BATCH_KEY]
+    if row[EXPIRED_KEY] is not None:
+        extra[EXPIRED_KEY] = row[EXPIRED_KEY]
+    return LogEntry(
+        row["path"], row["size"], row["isDir"], row["modificationTime"], row["blockReplication"],
+        row["blockSize"], row["action"], row[BATCH_KEY], extra,
+    )
+
+
+def entries_table(entries: Iterable[LogEntry]) -> pa.Table:
+    """Entries as a table of :data:`ENTRY_SCHEMA` (ValueError if one cannot be represented).
+
+    Example: ``entries_table([LogEntry("file:///o/a", 1)]).num_rows == 1``.
+    """
+    try:
+        return pa.Table.from_pylist([e.to_row() for e in entries], schema=ENTRY_SCHEMA)
+    except (OverflowError, pa.ArrowException) as exc:
+        raise ValueError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """Who committed a log batch: the streaming query id and that query's own batch id.
+
+    Example::
+
+        >>> record = CommitRecord(7, "6abb5a0d-...", 7, "9f1c...")
+        >>> CommitRecord.from_entry(record.to_entry(storage, now_ms=0)) == record
+        True
+    """
+
+    log_batch_id: int
+    query_id: str | None
+    query_batch_id: int
+    commit_id: str
+
+    @classmethod
+    def new(
+        cls, log_batch_id: int, query_id: str | None, query_batch_id: int, fingerprint: str | None = None
+    ) -> CommitRecord:
+        """A record with a fresh random commit id (64 bits: unique per attempt), followed by ``-`` and the
+        ``fingerprint`` of the batch's data when given (:func:`parquet_sink.write_batch` gives one).
+
+        Example: ``CommitRecord.new(7, "daily-job", 41, "5e0d...").commit_id`` -> ``'9f1c0a7e5b3d2c41-5e0d...'``.
+        """
+        token = secrets.token_hex(8)
+        return cls(log_batch_id, query_id, query_batch_id, f"{token}-{fingerprint}" if fingerprint else token)
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The fingerprint of the batch's data carried in the commit id, None when it carries none (a
+        streaming batch, a record inferred inside a run, a commit of an older release).
+
+        Example: ``CommitRecord(0, "job", 0, "9f1c0a7e5b3d2c41-5e0d").fingerprint`` -> ``'5e0d'``.
+        """
+        return self.commit_id.partition("-")[2] or None
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        """The record as extra keys of an entry (``queryBatchId`` only when it differs from the log batch id)."""
+        if self.query_batch_id == self.log_batch_id:
+            return {QUERY_ID_KEY: self.query_id, COMMIT_ID_KEY: self.commit_id}
+        return {QUERY_ID_KEY: self.query_id, QUERY_BATCH_KEY: self.query_batch_id, COMMIT_ID_KEY: self.commit_id}
+
+    def log_entries(self, storage: Storage, now_ms: int, data: Sequence[LogEntry]) -> list[LogEntry]:
+        """The entries of a batch committing ``data`` with this record: the record's keys on the first data
+        entry, or on an entry of its own (:meth:`to_entry`) for a batch without files.
+
+        Example: ``record.log_entries(storage, now, [LogEntry("file:///o/a.parquet", 10)])[0].extra["commitId"]``.
+        """
+        if not data:
+            return [self.to_entry(storage, now_ms)]
+        first = data[0]
+        return [dataclasses.replace(first, extra={**first.extra, **self.keys}), *data[1:]]
+
+    def to_entry(self, storage: Storage, now_ms: int) -> LogEntry:
+        """An entry of its own carrying this record (``isDir``, size 0, pointing at the log directory)."""
+        return LogEntry(
+            storage.to_uri(storage.join("_spark_metadata")),
+            0,
+            True,
+            now_ms,
+            0,
+            0,
+            "add",
+            self.log_batch_id,
+            self.keys,
+        )
+
+    @classmethod
+    def from_entry(cls, entry: LogEntry) -> CommitRecord | None:
+        """The record carried by ``entry``, or None for an entry without one (or a Spark-written log)."""
+        if COMMIT_ID_KEY not in entry.extra or entry.batch_id is None:
+            return None
+        extra = entry.extra
+        query_batch = extra.get(QUERY_BATCH_KEY, entry.batch_id)
+        return cls(entry.batch_id, extra.get(QUERY_ID_KEY), int(query_batch), str(extra[COMMIT_ID_KEY]))
+
+
+def records_of(table: pa.Table) -> list[CommitRecord]:
+    """The commit records in a table of :data:`ENTRY_SCHEMA`, in log order (only their rows become
+    Python objects).
+
+    Example: ``[r.log_batch_id for r in records_of(snapshot_table)]`` -> ``[0, 41]``.
+    """
+    mask = pa.compute.and_(pa.compute.is_valid(table.column(COMMIT_ID_KEY)), pa.compute.is_valid(table.column(BATCH_KEY)))
+    rows = table.filter(mask).select([BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY]).to_pylist()
+    return [
+        CommitRecord(r[BATCH_KEY], r[QUERY_ID_KEY], r[BATCH_KEY] if r[QUERY_BATCH_KEY] is None else r[QUERY_BATCH_KEY], r[COMMIT_ID_KEY])
+        for r in rows
+    ]
+
+
+def without_record(entry: LogEntry) -> LogEntry:
+    """``entry`` without commit record keys (a data entry whose record compaction no longer keeps).
+
+    Example: ``without_record(record.log_entries(st, 0, [e])[0]) == e``.
+    """
+    return dataclasses.replace(entry, extra={k: v for k, v in entry.extra.items() if k not in _RECORD_KEYS})
+
+
+def _same_run(a: CommitRecord, b: CommitRecord) -> bool:
+    """Whether ``b`` continues ``a``'s run: the same query, log and query batch ids advancing together."""
+    return a.query_id == b.query_id and b.log_batch_id - a.log_batch_id == b.query_batch_id - a.query_batch_id
+
+
+def records_to_keep(records: Sequence[CommitRecord]) -> set[int]:
+    """The log batch ids whose commit record a compact file keeps (the others repeat what these say).
+
+    A *run* is a stretch of consecutive log batches committed by one query. Kept: the first and the last
+    record of every run, and every record carrying a data fingerprint (the check of a version written
+    again by :func:`~parquet_sink.write_batch` compares it). So the newest record of each query (what
+    :func:`~parquet_sink.write.sink.decide_batch` needs) stays, and every batch still in the log can be
+    attributed to its query and query batch (:func:`attribute`).
+
+    Example::
+
+        >>> sorted(records_to_keep([CommitRecord(b, "q", b, str(b)) for b in range(5)]))
+        [0, 4]
+    """
+    keep: set[int] = set()
+    previous: CommitRecord | None = None
+    for record in records:
+        if record.fingerprint:
+            keep.add(record.log_batch_id)
+        if previous is None or record.log_batch_id != previous.log_batch_id + 1 or not _same_run(previous, record):
+            keep.add(record.log_batch_id)
+            if previous is not None:
+                keep.add(previous.log_batch_id)
+        previous = record
+    if previous is not None:
+        keep.add(previous.log_batch_id)
+    return keep
+
+
+def attribute(records: Sequence[CommitRecord], batch_ids: Iterable[int]) -> dict[int, CommitRecord]:
+    """The commit record of each batch in ``batch_ids``: its own, or inferred inside its run from the
+    run's first and last record (a compact file keeps only :func:`records_to_keep`). Batches outside every
+    run (committed by Spark's own sink) are left out. Inferred records have an empty ``commit_id``.
+
+    Example::
+
+        >>> attribute([CommitRecord(0, "q", 0, "a"), CommitRecord(4, "q", 4, "b")], [2])[2].query_batch_id
+        2
+    """
+    ordered = sorted(records, key=lambda r: r.log_batch_id)
+    starts = [r.log_batch_id for r in ordered]
+    result: dict[int, CommitRecord] = {}
+    for batch_id in batch_ids:
+        index = bisect.bisect_right(starts, batch_id) - 1
+        if index < 0:
+            continue
+        before = ordered[index]
+        if before.log_batch_id == batch_id:
+            result[batch_id] = before
+        elif index + 1 < len(ordered) and _same_run(before, ordered[index + 1]):
+            offset = batch_id - before.log_batch_id
+            result[batch_id] = CommitRecord(batch_id, before.query_id, before.query_batch_id + offset, "")
+    return result

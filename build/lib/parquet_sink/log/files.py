@@ -1,0 +1,383 @@
+"""The versioned log files under ``_spark_metadata`` (Spark's ``HDFSMetadataLog``): naming, listing,
+reading one file (as Arrow columns, or as entries) and atomic creation.
+
+File format: ``v1`` then one ``\\n{json}`` line per entry, no trailing newline. Batch ``N`` is the file
+``N``, or ``N.compact`` for a compaction batch. Every I/O goes through
+:class:`~parquet_sink.storage.filesystem.Storage`.
+
+Example::
+
+    >>> files = LogFiles(Storage("/tmp/out"))
+    >>> files.list_names()
+    {0: '/tmp/out/_spark_metadata/0', 9: '/tmp/out/_spark_metadata/9.compact'}
+    >>> files.read_table(files.list_names()[9], 9).num_rows
+    20
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from ..errors import CorruptLogError, ParquetSinkError, LogPathError, UnsupportedLogVersionError
+from .lines import parse_lines
+from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
+from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
+from ..storage.filesystem import FileInfo, Storage
+
+logger = logging.getLogger(__name__)
+
+VERSION = 1
+METADATA_DIR = "_spark_metadata"
+# the writers' hidden area under an output root (leases, staging: parquet_sink.write.inflight); named before the
+# package's rename, kept so outputs written before it read the same
+HIDDEN_DIR = "_exactly_once"
+COMPACT_SUFFIX = ".compact"
+_BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
+# A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
+COPY_MIN_BYTES = 1 << 22
+_PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
+
+
+def parse_batch_name(name: str) -> tuple[int, bool] | None:
+    """``"12"`` -> (12, False), ``"19.compact"`` -> (19, True); anything else (temp, crc) -> None.
+
+    Example: ``parse_batch_name("/o/_spark_metadata/19.compact") == (19, True)``.
+    """
+    base = name.rsplit("/", 1)[-1]
+    compact = base.endswith(COMPACT_SUFFIX)
+    digits = base[: -len(COMPACT_SUFFIX)] if compact else base
+    if not digits.isdigit() or not digits.isascii():
+        return None
+    return int(digits), compact
+
+
+def output_started(storage: Storage) -> bool:
+    """Whether ``storage``'s root is the output of a streaming file sink, committed or not yet: it holds the log
+    directory, or the hidden area where a writer of this package keeps a first batch in flight (or one that
+    failed). Readers answer "no committed batch" for those, and :class:`~parquet_sink.errors.NotAnOutputError` for
+    any other path (most likely a typo).
+
+    Example: ``output_started(Storage("/data/events"))`` -> ``True``.
+    """
+    return storage.exists(storage.join(METADATA_DIR)) or storage.exists(storage.join(HIDDEN_DIR))
+
+
+def is_compact_path(path: str) -> bool:
+    return path.endswith(COMPACT_SUFFIX)
+
+
+def stamp_batch_id(table: pa.Table, batch_id: int) -> pa.Table:
+    """A delta file's entries with their ``batchId`` (the file's name says it; its lines may not).
+
+    Example: ``stamp_batch_id(files.read_table(path, 7), 7).column("batchId")`` -> ``[7, 7]``.
+    """
+    if not table.column(BATCH_KEY).null_count:
+        return table
+    index = table.schema.get_field_index(BATCH_KEY)
+    return table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+
+
+class _CopyNotStored(Exception):
+    """Storing a columnar copy failed (the cause says why); ``sidecar`` is the copy."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        super().__init__("the columnar copy could not be stored")
+        self.sidecar = sidecar
+
+
+class Listing(dict[int, str]):
+    """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw,
+    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.log_sidecar`),
+    ``infos`` each batch file's size and modification time (only from a listing that stats files)."""
+
+    def __init__(
+        self,
+        files: dict[int, str] | None = None,
+        temps: list[str] | None = None,
+        sidecars: dict[int, str] | None = None,
+    ) -> None:
+        super().__init__(files or {})
+        self.temps = temps or []
+        self.sidecars = sidecars or {}
+        self.infos: dict[int, FileInfo] = {}
+
+    def add(self, path: str) -> int | None:
+        """File ``path`` of the log directory under what it is; returns its batch id if it is a batch file."""
+        parsed = parse_batch_name(path)
+        if parsed:
+            self[parsed[0]] = path
+            return parsed[0]
+        if path.endswith(".tmp"):
+            self.temps.append(path)
+        elif path.endswith(COMPACT_SUFFIX + SIDECAR_SUFFIX):
+            parsed = parse_batch_name(path[: -len(SIDECAR_SUFFIX)])
+            if parsed:
+                self.sidecars[parsed[0]] = path
+        return None
+
+
+@dataclass(frozen=True)
+class Block:
+    """Whole lines of one log file: ``data`` (lines joined by ``\\n``), the number of the first line
+    (the header is line 1) and how many lines it holds."""
+
+    data: memoryview
+    first_line: int
+    lines: int
+
+    def split(self) -> list[bytes]:
+        """The lines, as bytes."""
+        return bytes(self.data).split(b"\n")
+
+
+class LogFiles:
+    """The log directory of one output: one file per batch.
+
+    Example::
+
+        >>> LogFiles(Storage("s3://bucket/out")).log_dir
+        'bucket/out/_spark_metadata'
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.log_dir = storage.join(METADATA_DIR)
+
+    def display(self, path: str) -> str:
+        return self.storage.display(path)
+
+    def path_of(self, batch_id: int, compact: bool) -> str:
+        """The file of batch ``batch_id`` (``N`` or ``N.compact``)."""
+        return self.storage.join(METADATA_DIR, f"{batch_id}{COMPACT_SUFFIX if compact else ''}")
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    def list_names(self) -> Listing:
+        """Batch id -> log file path, from one fresh names-only listing (no per-file stat)."""
+        found = Listing()
+        names = self.storage.ls_names(self.log_dir)
+        if not names or names == [self.log_dir]:
+            self._require_directory()
+        for path in names:
+            found.add(path)
+        return found
+
+    def list_details(self) -> Listing:
+        """As :meth:`list_names`, from one listing that also stats every file (``Listing.infos``)."""
+        found = Listing()
+        infos = self.storage.ls(self.log_dir)
+        if not infos or [i.path for i in infos] == [self.log_dir]:
+            self._require_directory()
+        for info in infos:
+            batch_id = None if info.is_dir else found.add(info.path)
+            if batch_id is not None:
+                found.infos[batch_id] = info
+        return found
+
+    def _require_directory(self) -> None:
+        """LogPathError if the log path exists but is not a directory (an empty listing is then no log at
+        all, not an empty one: readers would show nothing and ``vacuum`` would take every file for an orphan).
+        Called only when a listing came back empty (or named the log path itself, as object stores do for a
+        file): one stat for a new output."""
+        try:
+            info = self.storage.info(self.log_dir)
+        except FileNotFoundError:
+            return
+        if not info.is_dir:
+            raise LogPathError(
+                f"{self.display(self.log_dir)} is a file, not the log directory: the committed batches of "
+                f"{self.display(self.storage.root)} cannot be read. Something overwrote the log; restore the "
+                f"{METADATA_DIR} directory from backup (or move the file away if this is not a streaming sink's output)."
+            )
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _corrupt(self, path: str, batch_id: int, number: int, exc: Exception) -> CorruptLogError:
+        return CorruptLogError(
+            f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: {exc}. The file was "
+            "truncated or damaged; restore it from backup, or run `parquet-sink verify` to see every problem."
+        )
+
+    def check_header(self, header: bytes, path: str, batch_id: int) -> None:
+        """Raise CorruptLogError for an empty file or a header that is not ``v<n>``, and
+        UnsupportedLogVersionError for a newer version."""
+        if not header:
+            raise CorruptLogError(
+                f"Incomplete log file {self.display(path)} (batch {batch_id}): the file is empty. It was "
+                "truncated or written by a writer that crashed; restore it from backup or delete it and "
+                "replay the batch from the query's checkpoint."
+            )
+        text = header.rstrip(b"\n")
+        version = text[1:].decode("ascii", "replace")
+        if not text.startswith(b"v") or not version.isdigit() or int(version) == 0:  # Spark: v0 is malformed
+            raise CorruptLogError(
+                f"malformed log file {self.display(path)} (batch {batch_id}): header {text[:20]!r} is not "
+                "'v<version>' with a version >= 1. The file is not a Spark metadata log file or is damaged; "
+                "restore it from backup."
+            )
+        if int(version) > VERSION:
+            raise UnsupportedLogVersionError(
+                f"unsupported log version v{version} in {self.display(path)} (batch {batch_id}): this "
+                f"parquet_sink supports up to v{VERSION}. The log was written by a newer Spark or tool; upgrade "
+                "parquet_sink to read it."
+            )
+
+    def blocks(self, path: str, batch_id: int, checksum: Checksum | None = None) -> Iterator[Block]:
+        """The body of one log file (after the header) in blocks of whole lines. FileNotFoundError if the
+        file does not exist. ``checksum`` sees every byte of the file as it is read."""
+        with self.storage.open(path, "rb") as fh:
+            header = fh.readline()
+            self.check_header(header, path, batch_id)
+            if checksum:
+                checksum.update(header)
+            number, carry = 2, b""
+            chunk = fh.read(_BLOCK)
+            while chunk:
+                if checksum:
+                    checksum.update(chunk)
+                data = carry + chunk if carry else chunk
+                chunk = fh.read(_BLOCK)
+                # the last block ends with the file (one block for a small file), less a trailing newline
+                cut = data.rfind(b"\n") if chunk or data.endswith(b"\n") else len(data)
+                if cut < 0:
+                    carry = data
+                    continue
+                lines = data.count(b"\n", 0, cut) + 1
+                yield Block(memoryview(data)[:cut], number, lines)  # no copy of the block
+                number += lines
+                carry = data[cut + 1 :]
+            if carry:
+                yield Block(memoryview(carry), number, carry.count(b"\n") + 1)
+
+    def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
+        """The entries of one block of lines, validated (see :meth:`parse_block_layout`)."""
+        return self.parse_block_layout(block, path, batch_id)[0]
+
+    def parse_block_layout(self, block: Block, path: str, batch_id: int) -> tuple[pa.Table, pa.BooleanArray | None]:
+        """Validate and parse one block of lines column-wise: lines in the writer's layout as fields
+        (:func:`~parquet_sink.log.lines.parse_lines`), else with ``pyarrow.json`` (a line pyarrow skips, a
+        missing key or a wrong type fails a check on the whole block); a block that fails is parsed again
+        line by line, which raises CorruptLogError naming the exact line. Returns (entries, which lines
+        are in the layout, or None when the JSON parser read the block)."""
+        parsed = parse_lines(block.data, block.lines)
+        if parsed is not None:
+            return parsed
+        try:
+            table = pa_json.read_json(pa.BufferReader(pa.py_buffer(block.data)), parse_options=_PARSE)
+            table.validate(full=True)  # pyarrow.json does not check the encoding of strings
+        except pa.ArrowInvalid:
+            table = None
+        if (
+            table is None
+            or table.num_rows != block.lines
+            or any(table.column(key).null_count for key in REQUIRED_KEYS)
+        ):
+            return self._parse_lines(block, path, batch_id), None
+        return table, None
+
+    def _parse_lines(self, block: Block, path: str, batch_id: int) -> pa.Table:
+        entries = []
+        first_line = block.first_line
+        for number, raw in enumerate(block.split(), start=first_line):
+            try:
+                entries.append(LogEntry.from_json(raw.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise self._corrupt(path, batch_id, number, exc) from exc
+        try:
+            return entries_table(entries)
+        except ValueError as exc:
+            raise self._corrupt(path, batch_id, first_line, exc) from exc
+
+    def read_sidecar(self, sidecar: str, path: str, batch_id: int) -> Sidecar | None:
+        """The side-car ``sidecar`` of compact file ``path``, or None (logged) when it cannot be used:
+        unreadable, damaged, or describing another file. Sizes and checksums are the caller's to check."""
+        try:
+            return decode_sidecar(self.storage.read_bytes(sidecar), path.rsplit("/", 1)[-1])
+        except FileNotFoundError:
+            return None
+        except (pa.ArrowException, ValueError, KeyError, OSError) as exc:
+            logger.warning(
+                "ignoring the columnar copy %s of log batch %d (%s): reading %s instead",
+                self.display(sidecar), batch_id, exc, self.display(path),
+            )
+            return None
+
+    def read_table(
+        self, path: str, batch_id: int, sidecar: str | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
+        """Every entry of one log file as columns of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA` (only
+        ``columns``, if given), validated. Entries of a delta file without ``batchId`` get the file's batch
+        id. ``sidecar``: the compact file's columnar copy, used instead of parsing the JSON when it matches
+        the file's size."""
+        if sidecar is not None:
+            copy = self.read_sidecar(sidecar, path, batch_id)
+            if copy is not None and copy.size == self.storage.info(path).size:
+                self.check_header(self.storage.read_bytes(path, 0, 16).split(b"\n", 1)[0], path, batch_id)
+                try:
+                    return copy.table(columns)
+                except (pa.ArrowException, OSError) as exc:  # damaged inside: a page CRC-32 failed
+                    logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", batch_id, exc)
+            if copy is not None:
+                logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
+        checksum, tables = Checksum(), []
+        made = None  # a large compact file without a copy: its copy, encoded on a thread as blocks are parsed
+        try:
+            for block in self.blocks(path, batch_id, checksum):
+                tables.append(self.parse_block(block, path, batch_id))
+                if made is None and sidecar is None and is_compact_path(path) and checksum.size >= COPY_MIN_BYTES:
+                    made = SidecarWriter()
+                    for table in tables:
+                        made.write(table)
+                elif made is not None:
+                    made.write(tables[-1])
+        except BaseException:
+            if made is not None:
+                made.discard()
+            raise
+        if made is not None:
+            self.keep_copy(path, batch_id, made, checksum)
+        table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
+        if not is_compact_path(path):
+            table = stamp_batch_id(table, batch_id)
+        return table if columns is None else table.select(columns)
+
+    def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+        """Store the columnar copy of compact file ``path`` (whose bytes ``checksum`` saw) from the
+        entries written to ``copy``, atomically (a concurrent reader sees no copy or all of it); returns it."""
+        sidecar = copy.finish_copy(path.rsplit("/", 1)[-1], checksum)
+        try:
+            self.storage.put(sidecar_path(path), sidecar.data)
+        except (OSError, ParquetSinkError) as exc:
+            raise _CopyNotStored(sidecar) from exc
+        return sidecar
+
+    def keep_copy(self, path: str, batch_id: int, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+        """As :meth:`put_copy`, where a copy is a help, not a duty: after a compaction, or for a compact file
+        that has none (written by Spark's sink or an older version), so that readers and the next
+        compaction read it instead of the JSON. A failure to store it (a read-only reader, say) is logged;
+        the copy is returned either way."""
+        try:
+            sidecar = self.put_copy(path, copy, checksum)
+        except _CopyNotStored as exc:
+            logger.warning(
+                "could not store a columnar copy of log batch %d (%s): readers parse the JSON", batch_id, exc.__cause__
+            )
+            return exc.sidecar
+        logger.info("wrote the columnar copy of log batch %d (%d bytes of JSON)", batch_id, checksum.size)
+        return sidecar
+
+    def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
+        """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
+        owner = None if is_compact_path(path) else batch_id
+        for block in self.blocks(path, batch_id):
+            for number, raw in enumerate(block.split(), start=block.first_line):
+                try:
+                    yield LogEntry.from_json(raw.decode("utf-8"), owner)
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise self._corrupt(path, batch_id, number, exc) from exc

@@ -1,0 +1,240 @@
+"""Log lines in the one layout Spark's ``FileStreamSinkLog`` (json4s) and this package write, read and
+written column-wise: ``{"path":"P","size":S,"isDir":B,"modificationTime":M,"blockReplication":R,
+"blockSize":Z,"action":"A"}`` (this package adds ``batchId`` and, on a commit record, its keys).
+
+A log of a million files is a quarter of a gigabyte of such lines. A JSON parser reads them at a few tens
+of MB/s here; this module reads lines in the exact layout as seven comma-separated fields (Arrow's CSV
+reader, quoting off), checks each line against its entry written back (:func:`entry_prefixes`), and
+leaves every other line (other spacing or key order, escapes, extra keys, a comma in a path) to the JSON
+parser. The same rebuilt prefixes stamp ``batchId`` into a delta file's lines at compaction
+(:func:`stamped_lines`). Both give exactly what parsing and :meth:`~parquet_sink.log.entry.LogEntry.to_json`
+give, line for line.
+
+Example::
+
+    >>> parse_lines(b'{"path":"file:///o/a","size":1,"isDir":false,"modificationTime":1,'
+    ...             b'"blockReplication":1,"blockSize":1,"action":"add"}', 1).column("size")
+    [[1]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+
+from .entry import ENTRY_SCHEMA, REQUIRED_KEYS
+
+NEWLINE = pa.scalar(b"\n", pa.binary())
+EMPTY = pa.scalar(b"", pa.binary())
+_NAMES = [f"f{i}" for i in range(7)]  # the seven comma-separated fields of a line in the layout
+_CONVERT = pa_csv.ConvertOptions(column_types={name: pa.binary() for name in _NAMES}, strings_can_be_null=False)
+_JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
+_MAX_OTHERS = 8  # past one line in this many in another layout, the JSON parser reads the whole block
+_BACKSLASH = 92
+_ZERO = pa.scalar(b"0", pa.binary())
+_QUOTE = 34
+_LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
+
+
+def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
+
+
+def _text(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return pc.cast(_array(column), pa.string())
+
+
+def entry_prefixes(table: pa.Table) -> pa.BinaryArray:
+    """Each entry's line up to and including its action (no ``batchId``, no other key, no closing brace),
+    as :meth:`~parquet_sink.log.entry.LogEntry.to_json` writes it when the path needs no escape and the
+    action is ASCII: a caller compares the result with the line itself before relying on it.
+
+    Example: ``entry_prefixes(entries_table([LogEntry("p", 1)]))`` -> ``[b'{"path":"p","size":1,...,"action":"add"']``.
+    """
+    return pc.binary_join_element_wise(
+        '{"path":"', _text(table.column("path")),
+        '","size":', _text(table.column("size")),
+        ',"isDir":', pc.if_else(_array(table.column("isDir")), "true", "false"),
+        ',"modificationTime":', _text(table.column("modificationTime")),
+        ',"blockReplication":', _text(table.column("blockReplication")),
+        ',"blockSize":', _text(table.column("blockSize")),
+        ',"action":"', _text(table.column("action")), '"',
+        "",
+    ).view(pa.binary())
+
+
+def _in_layout(lines: pa.BinaryArray, prefixes: pa.BinaryArray, table: pa.Table) -> pa.BooleanArray:
+    """Whether each line is exactly its entry written back. A path or an action holding a quote could
+    make a broken line look rebuilt, so they must hold none; a path holding a backslash (an escape) or a
+    control character never equals its JSON; an action must be ASCII (the writer escapes the rest)."""
+    same = pc.equal(lines, pc.binary_join_element_wise(prefixes, pa.scalar(b"}", pa.binary()), EMPTY))
+    path, action = _array(table.column("path")), _array(table.column("action"))
+    clean = pc.and_(pc.invert(pc.match_substring(path, '"')), pc.invert(pc.match_substring(action, '"')))
+    return pc.fill_null(pc.and_(pc.and_(same, clean), pc.string_is_ascii(action)), False)
+
+
+def stamped_lines(
+    lines: pa.BinaryArray, table: pa.Table, batch_id: int, layout: pa.BooleanArray | None = None
+) -> tuple[pa.BinaryArray, pa.BooleanArray]:
+    """(each line of a delta file as a compact file holds it, ``"\\n"`` first; which rows the caller must
+    re-serialise one by one). ``table`` holds the lines' parsed entries, ``layout`` which lines are in the
+    layout (from :func:`parse_lines`; checked here when not given). A line in the layout gets
+    ``,"batchId":N`` after its action, column-wise; any other line (extra keys such as a commit record,
+    a ``batchId`` of its own, another layout) is marked.
+
+    Example: ``stamped_lines(lines, *parse_lines(data, n), 7)[0]``
+    -> ``[b'\\n{"path":...,"action":"add","batchId":7}', ...]``.
+    """
+    suffix = pa.scalar(f',"batchId":{batch_id}}}'.encode(), pa.binary())
+    if layout is None:
+        prefixes = entry_prefixes(table)
+        layout = _in_layout(lines, prefixes, table)
+    else:
+        prefixes = pc.binary_slice(lines, 0, -1)  # the line is its entry written back: drop the brace
+    return pc.binary_join_element_wise(NEWLINE, prefixes, suffix, EMPTY), pc.invert(layout)
+
+
+def split_lines(data: bytes | memoryview) -> pa.BinaryArray:
+    """The lines of a block (joined by ``\\n``), as a binary array."""
+    return pc.split_pattern(pa.array([data], pa.binary()), "\n").values
+
+
+def joined(values: pa.BinaryArray) -> pa.Buffer:
+    """The bytes of every value of ``values``, concatenated (no copy)."""
+    _, offsets, data = values.buffers()
+    bounds = memoryview(offsets).cast("i")  # the int32 offsets of a binary array
+    return data[bounds[values.offset] : bounds[values.offset + len(values)]]
+
+
+def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[int]] | None:
+    """The seven comma-separated fields of every line that has seven, and the (0-based) lines that do not."""
+    others: list[int] = []
+
+    def other(row: pa_csv.InvalidRow) -> str:
+        others.append(-1 if row.number is None else row.number - 1)
+        return "skip"
+
+    table = pa_csv.read_csv(
+        pa.BufferReader(pa.py_buffer(data)),
+        read_options=pa_csv.ReadOptions(column_names=_NAMES, use_threads=False, block_size=max(len(data) + 1, 1 << 20)),
+        parse_options=pa_csv.ParseOptions(
+            delimiter=",", quote_char=False, escape_char=False, double_quote=False, invalid_row_handler=other
+        ),
+        convert_options=_CONVERT,
+    )
+    if -1 in others or table.num_rows + len(others) != lines:  # empty lines are skipped silently
+        return None
+    return [_array(column) for column in table.columns], others
+
+
+def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.BooleanArray]:
+    """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, whether each line is exactly
+    its entry written back, i.e. in the layout). Every field must be its key and a value written as the
+    writer writes it: numbers without a sign or a leading zero, a path and an action without a quote
+    (the block has no backslash: no escapes), an ASCII action. ``quotes``: the quotes in the block, when these are all its lines; if every
+    line has the layout's 18 and no more, no path or action holds one. ArrowInvalid for a number that does
+    not parse (or does not fit 64 bits) and a field that is not valid UTF-8."""
+    checks = []
+
+    def value(index: int, prefix: bytes, suffix: bytes = b"") -> pa.Array:
+        field = fields[index]
+        checks.append(pc.starts_with(field, prefix.decode()))
+        if suffix:  # and the two do not overlap
+            checks.append(pc.ends_with(field, suffix.decode()))
+            checks.append(pc.greater_equal(pc.binary_length(field), len(prefix) + len(suffix)))
+        return pc.binary_slice(field, len(prefix), -len(suffix) if suffix else 2**31 - 1)
+
+    def number(index: int, key: str) -> pa.Array:
+        digits = value(index, f'"{key}":'.encode())
+        digits = pc.if_else(checks[-1], digits, _ZERO)  # another key here: not in the layout, parsed as 0
+        # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
+        # a sign or a leading zero is not how the writer writes a size or a time
+        padded = pc.and_(pc.starts_with(digits, "0"), pc.greater(pc.binary_length(digits), 1))
+        odd = pc.or_(pc.starts_with(digits, "-"), padded)
+        checks.append(pc.invert(odd))
+        return pc.cast(_text(digits), pa.int64())
+
+    n = len(fields[0])
+    path = _text(value(0, b'{"path":"', b'"'))
+    action = _text(value(6, b'"action":"', b'"}'))
+    columns = {
+        "path": path,
+        "size": number(1, "size"),
+        "isDir": pc.equal(fields[2], pa.scalar(b'"isDir":true', pa.binary())),
+        "modificationTime": number(3, "modificationTime"),
+        "blockReplication": number(4, "blockReplication"),
+        "blockSize": number(5, "blockSize"),
+        "action": action,
+    }
+    checks += [
+        pc.or_(columns["isDir"], pc.equal(fields[2], pa.scalar(b'"isDir":false', pa.binary()))),
+        pc.string_is_ascii(action),
+    ]
+    layout = checks[0]
+    for check in checks[1:]:
+        layout = pc.and_(layout, check)
+    if quotes != _LAYOUT_QUOTES * n or layout.false_count:
+        layout = pc.and_(layout, pc.invert(pc.or_(pc.match_substring(path, '"'), pc.match_substring(action, '"'))))
+    arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), pc.fill_null(layout, False)
+
+
+def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.BooleanArray] | None:
+    """(the entries of ``lines`` log lines (``data``, joined by ``\n``) as :data:`ENTRY_SCHEMA`, the
+    same table a JSON parser gives; whether each line is in the layout), or None when this block is for
+    the JSON parser and its line-by-line errors (an escape or a control character in it, many lines in
+    another layout, a line that does not parse). Lines in the layout are read as fields; the few others
+    by the JSON parser.
+
+    Example: ``parse_lines(block.data, block.lines)[0].num_rows == block.lines``.
+    """
+    buffer = np.frombuffer(data, np.uint8)
+    if np.count_nonzero(buffer < 32) != lines - 1 or np.count_nonzero(buffer == _BACKSLASH):
+        return None  # a control character (corrupt) or an escape: the JSON parser handles those
+    try:
+        found = _fields(data, lines)
+        if found is None:
+            return None
+        fields, others = found
+        table, good = _entries(fields, None if others else int(np.count_nonzero(buffer == _QUOTE)))
+    except pa.ArrowInvalid:
+        return None
+    if not others and good.false_count == 0:
+        return table, good
+    skipped = set(others)
+    csv_lines = [row for row in range(lines) if row not in skipped] if others else range(lines)
+    bad = sorted({*others, *(csv_lines[i] for i in pc.indices_nonzero(pc.invert(good)).to_pylist())})
+    if len(bad) * _MAX_OTHERS > lines:
+        return None
+    merged = _merged(table.filter(good), bad, split_lines(data))
+    if merged is None:
+        return None
+    layout = bytearray(b"\x01") * lines
+    for line in bad:
+        layout[line] = 0
+    return merged, pa.Array.from_buffers(pa.uint8(), lines, [None, pa.py_buffer(layout)]).cast(pa.bool_())
+
+
+def _merged(good: pa.Table, bad: list[int], lines: pa.BinaryArray) -> pa.Table | None:
+    """The block's entries: ``good`` (lines in the layout, in order) with the ``bad`` lines parsed by the
+    JSON parser in their places; None if one of those does not parse (the caller reports it)."""
+    subset = b"\n".join(lines.take(bad).to_pylist())
+    try:
+        parsed = pa_json.read_json(pa.BufferReader(subset), parse_options=_JSON)
+        parsed.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    if parsed.num_rows != len(bad) or any(parsed.column(key).null_count for key in REQUIRED_KEYS):
+        return None
+    pieces, taken, previous = [], 0, 0
+    for index, line in enumerate(bad):
+        pieces += [good.slice(taken, line - previous), parsed.slice(index, 1)]
+        taken += line - previous
+        previous = line + 1
+    pieces.append(good.slice(taken))
+    return pa.concat_tables(pieces)

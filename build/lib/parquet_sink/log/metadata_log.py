@@ -1,0 +1,198 @@
+"""The ``_spark_metadata`` log, byte-compatible with Spark's ``FileStreamSinkLog``: the public face.
+
+The log is split as Spark's own code is:
+
+* :mod:`parquet_sink.log.files` - the versioned log files: naming, listing, reading one file, atomic
+  create (``HDFSMetadataLog``);
+* :mod:`parquet_sink.log.compaction` - compaction, the compact interval, retention and cleanup
+  (``CompactibleFileStreamLog``);
+* :mod:`parquet_sink.log.entry` - the entry format and the sink's commit records (``FileStreamSinkLog``);
+* :mod:`parquet_sink.log.snapshot` - the columnar snapshot reader the reader, the sink and the CLI use.
+
+:class:`MetadataLog` ties them together and adds the entry-object API (:meth:`MetadataLog.all_files`,
+:meth:`MetadataLog.get`, :meth:`MetadataLog.check`) for callers that want :class:`LogEntry` objects.
+
+Example::
+
+    >>> log = MetadataLog("/tmp/out")
+    >>> log.add(0, [LogEntry("file:///tmp/out/part-0.parquet", size=392, modification_time=1)])
+    True
+    >>> [e.path for e in log.all_files()]
+    ['file:///tmp/out/part-0.parquet']
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import CorruptLogError, LogError
+from .compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
+from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path, parse_batch_name
+from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
+from ..storage.filesystem import FileInfo, Storage
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "COMPACT_SUFFIX",
+    "DEFAULT_BLOCK_SIZE",
+    "METADATA_DIR",
+    "VERSION",
+    "CommitRecord",
+    "LogEntry",
+    "MetadataLog",
+    "derive_compact_interval",
+    "parse_duration_ms",
+]
+
+
+class MetadataLog(CompactibleLog):
+    """A Spark-compatible file sink log under ``<path>/_spark_metadata``.
+
+    Args:
+        path: the output directory (any fsspec URL).
+        storage_options: passed to fsspec (credentials etc.).
+        compact_interval: default compaction interval (>= 1); an existing log's interval is inferred from
+            its compact files exactly as Spark does.
+        retention: Spark's ``retention`` option (``"7d"``): entries whose modification time is older are
+            left out when a compact file is written.
+        min_batches_to_retain / cleanup_delay: Spark's rule for deleting expired log files after a commit
+            (``spark.sql.streaming.minBatchesToRetain`` >= 1, ``fileCleanupDelayMs``). ``cleanup=False``
+            keeps all.
+
+    Invalid values raise ValueError here, before anything is written.
+
+    Example::
+
+        >>> log = MetadataLog("s3://bucket/out", {"anon": False}, compact_interval=10)
+        >>> log.latest_batch_id()
+        41
+    """
+
+    parse_batch_name = staticmethod(parse_batch_name)
+
+    def __init__(
+        self,
+        path: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        compact_interval: int = 10,
+        retention: str | int | _dt.timedelta | None = None,
+        min_batches_to_retain: int = 100,
+        cleanup_delay: str | int | _dt.timedelta = "10m",
+        cleanup: bool = True,
+        storage: Storage | None = None,
+    ) -> None:
+        super().__init__(
+            storage or Storage(path, storage_options),
+            compact_interval=compact_interval,
+            retention=retention,
+            min_batches_to_retain=min_batches_to_retain,
+            cleanup_delay=cleanup_delay,
+            cleanup=cleanup,
+        )
+
+    def __repr__(self) -> str:
+        return f"MetadataLog({self.storage.display(self.log_dir)!r})"
+
+    def list_batches(self) -> dict[int, FileInfo]:
+        """Batch id -> log file with its size and modification time (a listing that stats every file;
+        :meth:`list_names` is the cheap one)."""
+        return self.list_details().infos
+
+    def latest_batch_id(self) -> int | None:
+        """The newest committed batch id (from the listing, like Spark), or None for an empty log."""
+        return max(self.list_names(), default=None)
+
+    def read_file(self, path: str, batch_id: int) -> list[LogEntry]:
+        """All entries of one log file, validated."""
+        return list(self.iter_entries(path, batch_id))
+
+    def get(self, batch_id: int) -> list[LogEntry] | None:
+        """The entries written by batch ``batch_id`` (for a compact batch: the whole compact file),
+        or None if the batch is not in the log."""
+        path = self.list_names().get(batch_id)
+        return None if path is None else self.read_file(path, batch_id)
+
+    def iter_snapshot(self, latest: int | None = None) -> Iterator[LogEntry]:
+        """Stream every live entry as of batch ``latest`` (default: the newest): the newest compact file
+        up to it, then the deltas after it. Raises :class:`MissingLogFileError` on a gap in the chain."""
+        listing = self.list_names()
+        newest = max(listing, default=None)
+        if latest is None:
+            latest = newest
+            if latest is None:
+                return
+        elif latest not in listing and latest > (-1 if newest is None else newest):
+            raise LogError(
+                f"batch {latest} is not committed in {self.display(self.log_dir)}: the newest is "
+                f"{newest}. Ask for a committed batch."
+            )
+        for batch_id, path in self.chain(latest, listing):
+            yield from self.iter_entries(path, batch_id)
+
+    def all_files(self, as_of_batch: int | None = None) -> list[LogEntry]:
+        """Every live entry as of ``as_of_batch`` (default: newest) as :class:`LogEntry` objects; the same
+        set Spark's reader uses. Hot paths use :func:`~parquet_sink.log.snapshot.read_snapshot` instead.
+
+        Example: ``[e.path for e in log.all_files(3)]``.
+        """
+        return list(self.iter_snapshot(as_of_batch))
+
+    def check(self, interval: int | None = None) -> list[LogError]:
+        """Every problem in the log (each log file parsed, the batch chain checked), without raising.
+        ``interval``: the writer's compact interval, when the log cannot tell it.
+
+        Example: ``[str(p) for p in MetadataLog("/data/events").check()]`` -> ``[]``.
+        """
+        problems: list[LogError] = []
+        listing = self.list_names()
+        for batch_id, path in sorted(listing.items()):
+            sidecar = listing.sidecars.get(batch_id) if is_compact_path(path) else None
+            try:
+                if sidecar is None:
+                    for block in self.blocks(path, batch_id):
+                        self.parse_block(block, path, batch_id)
+                else:  # parsed whole once: the copy is compared with it
+                    problem = self._check_sidecar(batch_id, sidecar, path, self.read_table(path, batch_id))
+                    if problem:
+                        problems.append(problem)
+            except LogError as exc:
+                problems.append(exc)
+            except FileNotFoundError:
+                pass  # deleted by a concurrent cleanup
+        if listing:
+            try:
+                self.chain(max(listing), listing, interval)
+            except LogError as exc:
+                problems.append(exc)
+        return problems
+
+    def _check_sidecar(self, batch_id: int, sidecar: str, path: str, parsed: pa.Table) -> LogError | None:
+        """A CorruptLogError when the columnar copy ``sidecar`` of compact file ``path`` (whose entries are
+        ``parsed``) does not hold the same entries. A copy left behind by a deleted compact file is not
+        looked at: cleanup removes it."""
+        copy = self.read_sidecar(sidecar, path, batch_id)
+        try:
+            same = copy is not None and copy.table().equals(parsed)
+        except (pa.ArrowException, OSError):  # damaged: a page CRC-32 failed
+            same = False
+        if same:
+            return None
+        return CorruptLogError(
+            f"the columnar copy {self.display(sidecar)} of log batch {batch_id} does not hold the entries of "
+            f"{self.display(path)}: it is damaged or stale. Delete it (readers then parse the JSON) or rewrite it "
+            f"with MetadataLog(...).write_columnar_copy({batch_id})."
+        )
+
+    def validate(self) -> None:
+        """Raise the first problem :meth:`check` finds."""
+        problems = self.check()
+        if problems:
+            raise problems[0]
+

@@ -1,0 +1,219 @@
+"""The snapshot reader: every live entry of the log as of one batch, as Arrow columns (the counterpart
+of Spark's ``FileStreamSinkLog.allFiles`` as ``MetadataLogFileIndex`` uses it).
+
+One names-only listing of ``_spark_metadata`` per snapshot; the newest compact file (its columnar copy,
+see :mod:`.log_sidecar`, when it has a valid one) and the deltas after it are parsed in bulk
+(:meth:`~parquet_sink.log.files.LogFiles.read_table`). Log paths (Hadoop URIs) are
+resolved to fsspec paths under the output root column-wise (:func:`resolve_paths`); only unusual values
+(percent-escapes, a relocated output, another scheme) take per-entry Python.
+
+Example::
+
+    >>> snap = read_snapshot(MetadataLog("/data/events", cleanup=False))
+    >>> snap.latest, snap.table.num_rows
+    (57, 130)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
+from .compaction import CompactibleLog, infer_interval
+from .files import Listing
+from .sidecar import snapshot_pool
+from .entry import BATCH_KEY, ENTRY_SCHEMA
+from ..storage.filesystem import Storage
+
+logger = logging.getLogger(__name__)
+
+_ATTEMPTS = 20
+_MAX_SLICES = 256  # data_files: past this many skipped rows, one filtered copy beats many slices
+
+
+@dataclass(frozen=True)
+class LogSnapshot:
+    """The log as one listing saw it, and the entries of the snapshot at its ``latest`` batch (``table``,
+    with the columns of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA`)."""
+
+    listing: Listing
+    latest: int | None
+    table: pa.Table
+
+
+def read_chain(
+    log: CompactibleLog, batch: int, listing: Listing, interval: int | None = None, columns: list[str] | None = None
+) -> pa.Table:
+    """The entries of the snapshot at ``batch`` from the files ``listing`` holds (MissingLogFileError if one
+    of them is not there, FileNotFoundError if it vanished since the listing); only ``columns`` if given."""
+    chain = log.chain(batch, listing, interval)
+    tables = [log.read_table(path, batch_id, listing.sidecars.get(batch_id), columns) for batch_id, path in chain]
+    return pa.concat_tables(tables) if tables else _empty(columns)
+
+
+def _empty(columns: list[str] | None) -> pa.Table:
+    table = ENTRY_SCHEMA.empty_table()
+    return table if columns is None else table.select(columns)
+
+
+def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: list[str] | None = None) -> LogSnapshot:
+    """The latest snapshot of ``log``, retrying while a concurrent compaction or cleanup moves the log
+    (never mixing two states). ``interval``: the writer's compact interval when it cannot be inferred;
+    ``columns``: the entry columns to keep (all by default).
+
+    Example: ``read_snapshot(log).table.column("path")``.
+    """
+    last_error: Exception | None = None
+    for attempt in range(_ATTEMPTS):
+        listing = log.list_names()
+        latest = max(listing, default=None)
+        if latest is None:
+            return LogSnapshot(listing, None, _empty(columns))
+        # inferred from this listing, not cached: cleanup may leave one compact file, and the interval it
+        # suggests (Spark's deriveCompactInterval) may not hold for the next one
+        step = interval or infer_interval(log.default_compact_interval, listing)
+        try:
+            return LogSnapshot(listing, latest, read_chain(log, latest, listing, step, columns))
+        except (FileNotFoundError, MissingLogFileError) as exc:
+            last_error = exc
+            if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:
+                raise  # the log did not move: the file is really missing
+            logger.debug("log moved while reading batch %s (attempt %d): retrying", latest, attempt + 1)
+            time.sleep(0.01 * attempt)
+    raise SnapshotError(
+        f"could not read a consistent snapshot of {log.display(log.log_dir)} in {_ATTEMPTS} attempts: "
+        f"log files kept disappearing ({last_error}). Raise the writer's cleanup_delay."
+    )
+
+
+def require_batch(log: CompactibleLog, snap: LogSnapshot, batch: int, what: str) -> None:
+    """LogError unless ``batch`` is committed in ``snap``."""
+    if snap.latest is None or batch > snap.latest:
+        raise LogError(
+            f"{what}={batch} but {log.display(log.log_dir)} has only batches up to {snap.latest}; "
+            "ask for a committed batch."
+        )
+
+
+def _relative_segments(path: str) -> str:
+    """The root-relative part of a data file path: its name plus the ``k=v`` directories above it."""
+    parts = path.split("/")
+    start = len(parts) - 1
+    while start > 0 and "=" in parts[start - 1]:
+        start -= 1
+    return "/".join(parts[start:])
+
+
+class _Resolver:
+    """Per-entry resolution of the unusual paths: another URI form, a relocated (copied or moved)
+    output, a file outside the root."""
+
+    def __init__(self, storage: Storage, allow_outside_root: bool) -> None:
+        self.storage = storage
+        self.prefix = storage.root.rstrip("/") + "/"
+        self.allow_outside_root = allow_outside_root
+        self.relocated: dict[str, bool] = {}
+
+    def resolve(self, uri: str, batch_id: int | None) -> tuple[str, str]:
+        path = self.storage.from_uri(uri)
+        if ".." in path.split("/"):  # never resolved, even with allow_outside_root: Spark never writes one
+            raise OutsideRootError(
+                f"batch {batch_id} of {self.storage.display(self.storage.root)} lists {uri}, whose path climbs "
+                "out of its directory with '..': Spark and the sink never write such a path, so the log was "
+                "edited or damaged. Nothing outside the root was read; run `parquet-sink verify` and restore "
+                "the log file of that batch from backup."
+            )
+        if path.startswith(self.prefix):
+            return path, path[len(self.prefix) :]
+        relative = _relative_segments(path)
+        old_root = path[: len(path) - len(relative)]
+        if old_root not in self.relocated:
+            self.relocated[old_root] = self.storage.exists(self.prefix + relative)
+            if self.relocated[old_root]:
+                logger.info("output was relocated from %s: reading files under %s", old_root, self.prefix)
+        if self.relocated[old_root]:
+            return self.prefix + relative, relative
+        if self.allow_outside_root:
+            return path, relative
+        raise OutsideRootError(
+            f"batch {batch_id} of {self.storage.display(self.storage.root)} lists {uri}, which is outside the "
+            "output root and not found under it. If the output was moved, move its data files too; to read "
+            "files outside the root on purpose, pass allow_outside_root=True."
+        )
+
+
+def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
+    """Each string without its first ``length`` bytes (a byte slice, much faster than a code point slice;
+    rows that do not start with the prefix, where it may cut a character, are replaced by the caller)."""
+    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1, memory_pool=snapshot_pool()).view(pa.string())
+
+
+def resolve_paths(
+    storage: Storage, uris: pa.ChunkedArray, batch_ids: pa.ChunkedArray, allow_outside_root: bool
+) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """(root-relative path, path outside the root or null) of each log URI, chunk by chunk. URIs under
+    the root in the form Spark and the sink write, without percent-escapes or ``..``, are resolved
+    column-wise; the others one by one: a relocated output maps to the same relative path under the root, a
+    file outside the root is an OutsideRootError unless ``allow_outside_root``, a path with a ``..`` segment
+    (plain or percent-encoded) always is. :func:`full_paths` joins them.
+
+    Example::
+
+        >>> resolve_paths(Storage("/o"), pa.chunked_array([["file:///o/a.parquet"]]), pa.chunked_array([[0]]), False)
+        (['a.parquet'], [None])
+    """
+    root_prefix = storage.root.rstrip("/") + "/"
+    uri_prefix = storage.to_uri(root_prefix + "x")[:-1]
+    resolver = _Resolver(storage, allow_outside_root)
+    if [len(c) for c in uris.chunks] != [len(c) for c in batch_ids.chunks]:
+        uris, batch_ids = pa.chunked_array([uris.combine_chunks()]), pa.chunked_array([batch_ids.combine_chunks()])
+    relatives, outsides = [], []
+    for chunk, ids in zip(uris.chunks, batch_ids.chunks):
+        relative = _drop_prefix(chunk, len(uri_prefix.encode()))
+        plain = pc.and_(pc.invert(pc.match_substring(relative, "%")), pc.invert(pc.match_substring(relative, "..")))
+        unusual = pc.invert(pc.and_(pc.starts_with(chunk, uri_prefix), plain))
+        outside = pa.nulls(len(chunk), pa.string())
+        if pc.any(unusual).as_py():
+            rows = pc.indices_nonzero(unusual)
+            resolved = [resolver.resolve(u, b) for u, b in zip(chunk.take(rows).to_pylist(), ids.take(rows).to_pylist())]
+            relative = pc.replace_with_mask(relative, unusual, pa.array([r for _, r in resolved], pa.string()))
+            elsewhere = [None if p == root_prefix + r else p for p, r in resolved]
+            outside = pc.replace_with_mask(outside, unusual, pa.array(elsewhere, pa.string()))
+            logger.debug("%d of %d log paths resolved one by one", len(resolved), len(chunk))
+        relatives.append(relative)
+        outsides.append(outside)
+    return pa.chunked_array(relatives, pa.string()), pa.chunked_array(outsides, pa.string())
+
+
+def full_paths(storage: Storage, relative: pa.ChunkedArray, outside: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The fsspec path of each file from :func:`resolve_paths`' two columns.
+
+    Example: ``full_paths(Storage("/o"), ["a.parquet"], [None])`` -> ``['/o/a.parquet']``.
+    """
+    root_prefix = storage.root.rstrip("/") + "/"
+    joined = pc.binary_join_element_wise(root_prefix, relative, "")
+    return pc.coalesce(outside, joined) if outside.null_count < len(outside) else joined
+
+
+def data_files(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
+    """The entries a reader reads (Spark skips directories and empty files), only ``columns`` if given.
+    When few rows go (commit records), the result is zero-copy slices of ``table``."""
+    table = table if columns is None else table.select(columns + [c for c in ("isDir", "size") if c not in columns])
+    skip = pc.or_(table.column("isDir"), pc.less_equal(table.column("size"), 0))
+    skipped = pc.indices_nonzero(skip).to_pylist()
+    if len(skipped) > _MAX_SLICES:
+        kept = table.filter(pc.invert(skip))
+    else:
+        bounds = [-1, *skipped, table.num_rows]
+        kept = pa.concat_tables([table.slice(a + 1, b - a - 1) for a, b in zip(bounds, bounds[1:])])
+    return kept if columns is None else kept.select(columns)
+
+
+def batch_ids_known(table: pa.Table) -> bool:
+    """Whether every entry is attributed to a batch (a compact file Spark wrote has no batch ids)."""
+    return table.column(BATCH_KEY).null_count == 0

@@ -1,0 +1,217 @@
+"""``doctor``: what restarting a query from its checkpoint, or rerunning a ``write_batch`` app, will do to an
+output, predicted with the very decision functions the writers use (:func:`~parquet_sink.write.sink.decide_batch`,
+:func:`~parquet_sink.read.chain.decide_write`), so the prediction cannot drift from what happens.
+
+Spark's counterpart is the restart logic of ``MicroBatchExecution`` (re-run the newest batch whose offsets have no
+commit) meeting ``FileStreamSink.addBatch``'s "batch already committed: skip".
+
+Example::
+
+    >>> from parquet_sink.maintenance import doctor
+    >>> diagnosis = doctor("/data/events", checkpoint="/data/_checkpoints/events")
+    >>> diagnosis.plan.ok, diagnosis.plan.message
+    (True, 'Spark will re-run batch 6 ..., and the sink will skip it: already committed by this query as log batch 6. ...')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..read.chain import decide_write
+from ..storage.filesystem import Storage
+from ..write.sink import Action, checkpoint_query_id, decide_batch
+from .inspect import Output, read_output
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a restart reads from a Spark checkpoint: the query id and the newest offsets and commits."""
+
+    query_id: str | None  # None: no ``metadata`` yet, Spark gives the query a new id when it starts
+    offsets: int | None
+    commits: int | None
+
+    @classmethod
+    def read(cls, url: str, storage_options: Mapping[str, Any] | None = None) -> Checkpoint:
+        """Read ``metadata`` (as the sink's ``checkpoint_location`` does), ``offsets/`` and ``commits/``
+        (files named by batch id). ``url`` is any fsspec or Hadoop URL (``file:/``, ``s3a://``, ``abfss://``).
+
+        Example::
+
+            >>> Checkpoint.read("/data/_checkpoints/events")
+            Checkpoint(query_id='6abb5a0d-...', offsets=6, commits=5)
+        """
+        storage = Storage(url, dict(storage_options or {}))
+
+        def newest(directory: str) -> int | None:
+            names = (info.path.rsplit("/", 1)[-1] for info in storage.ls(storage.join(directory)))
+            return max((int(n) for n in names if n.isdigit() and n.isascii()), default=None)
+
+        return cls(checkpoint_query_id(url, dict(storage_options or {})), newest("offsets"), newest("commits"))
+
+
+@dataclass
+class RestartPlan:
+    """What a restart from a checkpoint will do to an output, in plain words."""
+
+    batch: int  # the first batch the sink will be called with
+    replay: bool  # Spark re-runs a batch it had started
+    action: Action
+    log_batch: int | None
+    message: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """The restart will go through and keep the output exactly-once (``doctor`` exits 0).
+
+        Example: ``RestartPlan(7, False, "commit", 7, "...").ok is True``.
+        """
+        return self.action in ("commit", "skip") and not self.warnings
+
+
+def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_id_only: bool = False) -> RestartPlan:
+    """Predict a restart: Spark re-runs its newest batch when the checkpoint has offsets but no commit for
+    it, else starts the next one; the sink then decides as :func:`parquet_sink.write.sink.decide_batch` says,
+    with the sink's identity rule: the query is the one in the checkpoint's ``metadata`` (a new query
+    when there is none yet), or nobody with ``batch_id_only`` (the sink's ``allow_batch_id_only`` under
+    Spark Connect without ``checkpoint_location``), which is reported as a warning.
+
+    Example::
+
+        >>> plan_restart(Checkpoint("q1", 6, 5), read_output("/data/events")).message
+        'Spark will re-run batch 6 ... the sink will skip it: already committed by this query as log batch 6. ...'
+    """
+    latest = -1 if output.latest is None else output.latest
+    queries = output.queries()
+    query_id = None if batch_id_only else ckpt.query_id or "<new query id>"  # Spark makes one at start
+    if ckpt.offsets is None:
+        batch, replay = 0, False
+        start = "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
+    elif ckpt.offsets != ckpt.commits:
+        batch, replay = ckpt.offsets, True
+        start = f"Spark will re-run batch {batch} (the checkpoint has its offsets but no commit)"
+    else:
+        batch, replay = ckpt.offsets + 1, False
+        start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
+    action, log_batch = decide_batch(latest, queries, query_id, batch, append)
+    if action == "commit":
+        message = f"{start}, and the sink will commit it as log batch {log_batch}."
+    elif action == "skip":
+        message = (
+            f"{start}, and the sink will skip it: already committed by this query as log batch {log_batch}. "
+            f"Spark then marks it done and continues with batch {batch + 1}."
+        )
+    elif action == "foreign":
+        taken = min(batch, latest)  # the batch the sink names as taken
+        owner = output.batches.get(taken)
+        by = "another writer (e.g. Spark's own file sink)"
+        if owner is not None and owner.record is not None:
+            by = f"query {owner.record.query_id or '(not recorded: written with allow_batch_id_only)'}"
+        message = (
+            f"{start}, but the sink will refuse it with ForeignQueryError: log batch {taken} is already taken "
+            f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "
+            "write to a new output path, or use ParquetSink(..., on_foreign_query='append') to append after "
+            f"log batch {latest}."
+        )
+    else:
+        log = f"whose newest batch is {latest}" if latest >= 0 else "which is empty"
+        message = (
+            f"{start}, but the sink will refuse it with OutputResetError: the checkpoint is ahead of the log, "
+            f"{log}, so batches {latest + 1}..{batch - 1} that Spark considers done "
+            "are missing (the output was deleted or reset). Fix: restore the output from backup, or start a "
+            "new checkpoint, or use ParquetSink(..., on_foreign_query='append') to append anyway."
+        )
+    plan = RestartPlan(batch, replay, action, log_batch, message)
+    if batch_id_only and latest >= 0:
+        plan.warnings.append(
+            "batch-id-only: the sink cannot tell this query from another one, so a new checkpoint on this "
+            f"output would have its batches up to {latest} skipped as replays (data loss). Pass "
+            "ParquetSink(..., checkpoint_location=<the query's checkpointLocation>) instead."
+        )
+    own = queries.get(query_id)
+    done = -1 if ckpt.offsets is None else ckpt.offsets
+    if own is not None and own.query_batch_id > done:
+        plan.warnings.append(
+            f"the log holds batches of this query up to its batch {own.query_batch_id} but the checkpoint only "
+            f"up to {done}: the checkpoint was restored from an older copy. Spark will plan new offsets for "
+            f"batches {done + 1}..{own.query_batch_id} and the sink will skip them as already committed, "
+            "which loses the data they now cover. Restore the newest checkpoint instead."
+        )
+    return plan
+
+
+def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
+    """Predict ``write_batch(..., app_id=app_id, version=version)`` on the output, as
+    :func:`parquet_sink.read.chain.decide_write` decides it: skip (the app committed this version or a newer
+    one) or commit as the next log batch.
+
+    Example::
+
+        >>> plan_app_write(read_output("/data/daily"), "daily-job", 41).message
+        'app daily-job committed up to version 41 (log batch 12): rerunning it at version 41 writes nothing ...'
+    """
+    latest = -1 if output.latest is None else output.latest
+    commits = output.queries()
+    action, log_batch = decide_write(latest, commits, app_id, version)
+    own = commits.get(app_id)
+    done = "has committed nothing here" if own is None else (
+        f"committed up to version {own.query_batch_id} (log batch {own.log_batch_id})"
+    )
+    if action == "skip":
+        message = (
+            f"app {app_id} {done}: rerunning it at version {version} writes nothing (write_batch returns "
+            "committed=False). Its next version to write is "
+            f"{own.query_batch_id + 1 if own is not None else 0} or later."
+        )
+    else:
+        message = (
+            f"app {app_id} {done}: rerunning it at version {version} writes its data and commits it as log "
+            f"batch {log_batch} (the following one if another writer commits first)."
+        )
+    return RestartPlan(version, False, action, log_batch, message)
+
+
+@dataclass
+class Diagnosis:
+    """:func:`doctor`'s answer: the output's log as read, the checkpoint (None for a ``write_batch`` app) and the plan."""
+
+    output: Output
+    checkpoint: Checkpoint | None
+    plan: RestartPlan
+
+
+def doctor(
+    path: str,
+    *,
+    checkpoint: str | None = None,
+    app_id: str | None = None,
+    version: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    on_foreign_query: Literal["error", "append"] = "error",
+    batch_id_only: bool = False,
+) -> Diagnosis:
+    """Predict a restart of the query whose checkpoint is ``checkpoint`` (``on_foreign_query`` and
+    ``batch_id_only`` as the sink is configured: ``allow_batch_id_only`` without ``checkpoint_location``), or a
+    rerun of ``write_batch(path, ..., app_id=app_id, version=version)``. Give one of the two. Reads only.
+
+    Example::
+
+        >>> doctor("/data/daily", app_id="daily-job", version=41).plan.action
+        'skip'
+    """
+    if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
+        raise ValueError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
+    output = read_output(path, storage_options, must_exist=False)
+    if app_id is not None:
+        assert version is not None
+        return Diagnosis(output, None, plan_app_write(output, app_id, version))
+    assert checkpoint is not None
+    ckpt = Checkpoint.read(checkpoint, storage_options)
+    plan = plan_restart(ckpt, output, append=on_foreign_query == "append", batch_id_only=batch_id_only)
+    return Diagnosis(output, ckpt, plan)
+
+
+__all__ = ["Checkpoint", "Diagnosis", "RestartPlan", "doctor", "plan_app_write", "plan_restart"]

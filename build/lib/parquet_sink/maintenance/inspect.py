@@ -1,0 +1,227 @@
+"""Reading an output for inspection: its log attributed to batches (who committed what, when), row counts
+from the footers, and :func:`verify`. What ``parquet-sink ls``, ``show`` and ``verify`` print, as a library.
+
+Spark has no counterpart: its ``FileStreamSinkLog`` is read only by ``MetadataLogFileIndex`` (the read side,
+:mod:`parquet_sink.read.reader`); this view adds who committed each batch (the sink's commit records) and checks
+the files against the log.
+
+Example::
+
+    >>> from parquet_sink.maintenance import read_output, verify
+    >>> out = read_output("/data/events")
+    >>> [(b.batch_id, len(b.data_files)) for b in out.batches.values()][:2]
+    [(0, 4), (1, 4)]
+    >>> verify("/data/events").ok
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import NotAnOutputError, ParquetSinkError
+from ..log.entry import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
+from ..log.files import METADATA_DIR, output_started
+from ..log.metadata_log import MetadataLog
+from ..log.snapshot import data_files, read_chain
+from ..read.reader import CommittedFile, snapshot
+from ..storage.filesystem import FileInfo, Storage
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Progress = Callable[[Sequence[T], str], Iterable[T]]  # (items, label) -> the items, maybe drawing a counter
+
+
+def _silent(items: Sequence[T], label: str) -> Iterable[T]:
+    return items
+
+
+@dataclass
+class Batch:
+    """One log batch as the CLI shows it: its entries (commit record apart) and who committed it."""
+
+    batch_id: int
+    entries: list[LogEntry] = field(default_factory=list)
+    # the entries a reader reads (:func:`~parquet_sink.log.snapshot.data_files`: Spark skips directories and
+    # empty files); ``sum(e.size for e in batch.data_files)`` is the batch's size
+    data_files: list[LogEntry] = field(default_factory=list)
+    record: CommitRecord | None = None
+    # the commit record's time, else the batch's log file's mtime, else its newest data file's mtime
+    committed_ms: int | None = None
+
+
+@dataclass
+class Output:
+    """The state of an output's log: the listing and the latest snapshot, attributed to batches."""
+
+    storage: Storage
+    log: MetadataLog
+    listing: dict[int, FileInfo]
+    latest: int | None
+    batches: dict[int, Batch]
+    compact_interval: int | None = None  # given explicitly, else inferred from the log
+    first_batch: int = 0  # the oldest log file the snapshot reads (a compact file, or batch 0)
+
+    def owner_batch(self, batch_id: int | None) -> int:
+        """The batch an entry belongs to: its ``batchId``, or the compact batch for an entry of a
+        compact file Spark wrote (which records no batch ids).
+
+        Example: with ``5.compact`` and ``6`` in the log, ``owner_batch(None) == 5``, ``owner_batch(3) == 3``.
+        """
+        return self.first_batch if batch_id is None else batch_id
+
+    def queries(self) -> dict[str | None, CommitRecord]:
+        """The newest commit record of each query id, as the sink keeps them.
+
+        Example: ``{"6abb5a0d-...": CommitRecord(log_batch_id=6, query_id="6abb5a0d-...", query_batch_id=6, ...)}``.
+        """
+        return {b.record.query_id: b.record for b in self.batches.values() if b.record is not None}
+
+
+def read_output(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    must_exist: bool = True,
+    compact_interval: int | None = None,
+) -> Output:
+    """Read the latest snapshot of the log at ``url`` and attribute its entries to batches.
+    ``compact_interval``: the writer's, when the log cannot tell it (normally inferred).
+
+    Example::
+
+        >>> out = read_output("/data/events")
+        >>> sorted(out.batches), out.latest
+        ([0, 1, 2], 2)
+    """
+    storage = Storage(url, dict(storage_options or {}))
+    log = MetadataLog(url, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
+    names = log.list_details()
+    listing = names.infos
+    if must_exist and not listing and not output_started(storage):
+        raise NotAnOutputError(
+            f"{storage.display(storage.root)} has no {METADATA_DIR} log: it is not the output of a streaming "
+            "file sink (ParquetSink or Spark's writeStream.format('parquet')). Check the path."
+        )
+    latest = max(listing, default=None)
+    output = Output(storage, log, listing, latest, {}, compact_interval)
+    if latest is None:
+        return output
+    table = read_chain(log, latest, names, compact_interval)
+    chain = log.chain(latest, names, compact_interval)
+    output.first_batch = chain[0][0]
+    batches = {b: Batch(b) for b, _ in chain}  # empty batches too
+    records = records_of(table)
+    for row in table.to_pylist():
+        batch_id = output.owner_batch(row[BATCH_KEY])
+        batch = batches.setdefault(batch_id, Batch(batch_id))
+        if row[COMMIT_ID_KEY] is not None and row["isDir"]:
+            batch.committed_ms = row["modificationTime"]
+        else:
+            batch.entries.append(entry_from_row(row))
+    for row in data_files(table).to_pylist():
+        batches[output.owner_batch(row[BATCH_KEY])].data_files.append(entry_from_row(row))
+    # A compact file keeps only the first and last commit record of each run: infer the others.
+    for batch_id, record in attribute(records, batches).items():
+        batches[batch_id].record = record
+    for batch in batches.values():
+        if batch.committed_ms is None and batch.batch_id in listing:
+            batch.committed_ms = listing[batch.batch_id].mtime_ms
+        elif batch.committed_ms is None and batch.data_files:  # compacted away: when its files were written
+            batch.committed_ms = max(e.modification_time for e in batch.data_files)
+    output.batches = dict(sorted(batches.items()))
+    return output
+
+
+def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | None]:
+    """Rows per batch from the Parquet footers (None for a batch with a file that cannot be read).
+    ``progress`` wraps the files as they are read (the CLI draws a counter with it).
+
+    Example::
+
+        >>> count_rows(read_output("/data/events"))
+        {0: 10, 1: 20}
+    """
+    storage = output.storage
+    snap = snapshot(  # resolves paths of a moved output
+        storage.url, storage_options=storage.storage_options, compact_interval=output.compact_interval
+    )
+    filesystem = storage.arrow_filesystem()
+    rows: dict[int, int | None] = {b: 0 for b in output.batches}
+    unreadable = set()
+    for f in progress(snap.files, "reading footers"):
+        batch_id = output.owner_batch(f.batch_id)
+        try:
+            rows[batch_id] = (rows.get(batch_id) or 0) + pq.read_metadata(f.path, filesystem=filesystem).num_rows
+        except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+            logger.warning(
+                "cannot read the footer of %s (batch %s, %d bytes in the log): %s; run `parquet-sink verify`",
+                storage.display(f.path), batch_id, f.size, exc,
+            )
+            unreadable.add(batch_id)
+    return rows | dict.fromkeys(unreadable)
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify` found: ``ok`` when the log is intact and every committed file is present with its
+    logged size; ``problems`` says what is wrong otherwise, one sentence each."""
+
+    path: str
+    latest_batch: int | None
+    files: int
+    bytes: int
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """No problem found. Example: ``verify("/data/events").ok is True``."""
+        return not self.problems
+
+
+def verify(
+    path: str,
+    storage_options: Mapping[str, Any] | None = None,
+    compact_interval: int | None = None,
+    progress: Progress = _silent,
+) -> VerifyReport:
+    """Check the output at ``path``: every log file readable and the chain of log files intact, every
+    committed data file present with the size the log records. Problems are reported, never raised.
+
+    Example::
+
+        >>> report = verify("s3://bucket/events", {"anon": False})
+        >>> report.ok, report.latest_batch, report.files
+        (True, 57, 120)
+    """
+    storage = Storage(path, dict(storage_options or {}))
+    log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
+    problems = [str(p) for p in log.check(compact_interval)]
+    files: list[CommittedFile] = []
+    latest = None
+    try:
+        snap = snapshot(path, storage_options=dict(storage_options or {}), compact_interval=compact_interval)
+        files, latest = list(snap.files), snap.latest_batch_id
+    except ParquetSinkError as exc:
+        if str(exc) not in problems:
+            problems.append(str(exc))
+        problems.append("the committed data files were not checked: no snapshot of the log could be read")
+    for f in progress(files, "verifying"):
+        where = f"committed file {storage.display(f.path)} (batch {f.batch_id})"
+        try:
+            size = storage.info(f.path).size
+        except FileNotFoundError:
+            problems.append(f"{where} is missing")
+            continue
+        if size != f.size:
+            problems.append(f"{where} has {size} bytes but the log says {f.size}")
+    return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems)
+
+
+__all__ = ["Batch", "Output", "VerifyReport", "count_rows", "read_output", "verify"]

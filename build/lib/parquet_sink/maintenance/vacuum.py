@@ -1,0 +1,199 @@
+"""``vacuum``: delete the data files no committed batch references (orphans of failed batches), the directories
+that leaves empty, and the leases and staging directories of dead attempts; as a library feature (the CLI only
+prints what :func:`vacuum` returns), like pyiceberg's ``table/maintenance`` orphan-file removal and Delta's
+``VACUUM``. Spark's file sink has none: its orphans stay forever.
+
+What is never deleted: hidden paths (``_x``, ``.x`` as Spark hides them; ``_x=1/`` is a partition directory), files
+that are not Parquet data files, files younger than ``older_than``, files of batches in flight (not older than a
+live lease, :mod:`parquet_sink.write.inflight`), and files older than the log's first commit unless asked (data the
+output may have been created over).
+
+Example::
+
+    >>> from parquet_sink.maintenance import vacuum
+    >>> result = vacuum("/data/events", older_than="7d", dry_run=True)
+    >>> [result.plan.storage.display(f.path) for f in result.plan.orphans]
+    ['/data/events/part-00003-....c000.snappy.parquet']
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LogError
+from ..log.compaction import parse_duration_ms
+from ..log.entry import CommitRecord
+from ..log.files import parse_batch_name
+from ..log.metadata_log import MetadataLog
+from ..partitioning import is_data_file
+from ..read.chain import app_commits
+from ..read.reader import snapshot
+from ..storage.filesystem import FileInfo, Storage
+from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
+from .inspect import Progress, _silent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VacuumPlan:
+    """What ``vacuum`` found: orphans old enough to delete, unreferenced files it keeps (younger than the
+    threshold, not older than a live lease: a batch in flight, or older than the log's first commit: data
+    the output may have been created over), and the hidden leftovers of dead attempts (leases of batches
+    the log has moved past, staging directories without a live lease)."""
+
+    storage: Storage
+    orphans: list[FileInfo]
+    young: list[FileInfo]
+    in_flight: list[FileInfo]
+    live_leases: list[Lease]
+    dead_leases: list[Lease]
+    dead_staging: list[str]
+    before_log: list[FileInfo] = field(default_factory=list)
+
+
+def find_orphans(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    older_than_ms: int = 0,
+    include_before_log: bool = False,
+) -> VacuumPlan:
+    """Data files (:func:`~parquet_sink.partitioning.is_data_file`) under ``url`` that no entry of the latest
+    snapshot references. Refuses (raises) if any log file is unreadable. Files older than the log's first
+    commit (older than every committed file and log file, by logged time and time on storage), or every
+    unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
+    the output was created over (``ParquetSink(allow_existing_files=True)``).
+
+    Order matters against a sink writing at the same time: the files are listed first, then the leases
+    (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
+    last, or written by a batch whose lease existed when the leases were read, and is kept.
+
+    Example::
+
+        >>> plan = find_orphans("/data/events", older_than_ms=parse_duration_ms("1h"))
+        >>> [plan.storage.display(f.path) for f in plan.orphans]
+        ['/data/events/part-00003-....c000.snappy.parquet']
+    """
+    storage = Storage(url, dict(storage_options or {}))
+    listed = sorted(storage.find(storage.root), key=lambda i: i.path)
+    staging = staging_dirs(storage)
+    found_leases = leases(storage)
+    log = MetadataLog(url, storage=storage, cleanup=False)
+    problems = log.check()
+    if problems:
+        raise LogError(
+            f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
+            f"cannot be told apart from orphans ({len(problems)} problem(s); run `parquet-sink verify`). "
+            f"First: {problems[0]}"
+        )
+    snap = snapshot(url, storage_options=dict(storage_options or {}))  # resolves paths of a moved output
+    committed = {f.path for f in snap.files}
+    records = []
+    log_files = log.log_dir + "/"  # and the log files themselves (a log of empty batches has no entries)
+    times = [
+        i.mtime_ms for i in listed if i.path in committed or (i.path.startswith(log_files) and parse_batch_name(i.path))
+    ]
+    if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
+        for entry in log.iter_snapshot(snap.latest_batch_id):
+            committed.add(storage.from_uri(entry.path))
+            records.append(CommitRecord.from_entry(entry))
+            times.append(entry.modification_time)
+    first_commit_ms = min(times, default=None) if snap.latest_batch_id is not None else None
+    latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
+    versions = {app: r.query_batch_id for app, r in app_commits([r for r in records if r is not None]).items()}
+    live = [lease for lease in found_leases if lease.is_live(latest, versions)]
+    dead = [lease for lease in found_leases if not lease.is_live(latest, versions)]
+    protected_from = min((lease.started_ms for lease in live), default=None)
+    live_staging = {lease.staging for lease in live}
+    cutoff = int(time.time() * 1000) - older_than_ms
+    prefix = storage.root.rstrip("/") + "/"
+    plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
+    for info in listed:
+        relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+        if not is_data_file(relative) or info.path in committed:
+            continue
+        if protected_from is not None and info.mtime_ms >= protected_from - CLOCK_SLACK_MS:
+            plan.in_flight.append(info)
+        elif not include_before_log and (first_commit_ms is None or info.mtime_ms < first_commit_ms):
+            plan.before_log.append(info)
+        else:
+            (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
+    return plan
+
+
+def remove_emptied_dirs(storage: Storage, deleted: Sequence[str]) -> list[str]:
+    """Remove the directories under the root that deleting ``deleted`` left empty, deepest first, up to
+    (not including) the root. A directory that still holds anything is kept (``rmdir`` is atomic).
+
+    Example: ``remove_emptied_dirs(storage, ["/data/events/k=a/part-0.parquet"])`` -> ``["/data/events/k=a"]``.
+    """
+    prefix = storage.root.rstrip("/") + "/"
+    candidates = set()
+    for path in deleted:
+        parent = posixpath.dirname(path)
+        while parent.startswith(prefix):
+            candidates.add(parent)
+            parent = posixpath.dirname(parent)
+    return [d for d in sorted(candidates, key=len, reverse=True) if storage.remove_empty_dir(d)]
+
+
+@dataclass
+class VacuumResult:
+    """What :func:`vacuum` did (or, with ``dry_run``, would do): the plan it followed and the emptied directories
+    it removed. ``plan.orphans`` are the files deleted; ``plan.young``, ``plan.in_flight`` and ``plan.before_log``
+    the unreferenced files kept, and why."""
+
+    plan: VacuumPlan
+    older_than: str
+    dry_run: bool
+    removed_dirs: list[str] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the orphans deleted (or to delete). Example: ``vacuum(p, "7d").bytes``."""
+        return sum(i.size for i in self.plan.orphans)
+
+
+def vacuum(
+    path: str,
+    older_than: str,
+    *,
+    dry_run: bool = False,
+    include_files_before_log: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    progress: Progress = _silent,
+) -> VacuumResult:
+    """Delete the orphan data files under ``path`` older than ``older_than`` (a duration: ``30m``, ``1h``,
+    ``7d``), then the directories that left empty (unless a batch is in flight) and the leases and staging
+    directories of dead attempts. ``dry_run``: delete nothing, report what would go. Refuses (LogError) when
+    the log cannot be read. Safe while writers run (see :func:`find_orphans`).
+
+    Example::
+
+        >>> result = vacuum("s3://bucket/events", "7d", storage_options={"anon": False})
+        >>> len(result.plan.orphans), result.bytes
+        (3, 52331)
+    """
+    plan = find_orphans(path, storage_options, parse_duration_ms(older_than), include_files_before_log)
+    result = VacuumResult(plan, older_than.strip(), dry_run)
+    if dry_run:
+        return result
+    storage = plan.storage
+    for info in progress(plan.orphans, "deleting"):
+        storage.delete(info.path)
+        logger.info("deleted orphan %s", storage.display(info.path))
+    for staging in plan.dead_staging:
+        storage.remove_tree(staging)
+    for lease in plan.dead_leases:
+        storage.delete(lease.path)
+    if not plan.live_leases:  # an in-flight batch may be about to write into an empty directory
+        result.removed_dirs = remove_emptied_dirs(storage, [i.path for i in plan.orphans])
+    return result
+
+
+__all__ = ["VacuumPlan", "VacuumResult", "find_orphans", "remove_emptied_dirs", "vacuum"]

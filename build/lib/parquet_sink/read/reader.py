@@ -1,0 +1,427 @@
+"""``read_committed``: read only what the log says is committed (the counterpart of Spark's
+``MetadataLogFileIndex``).
+
+The file list comes from the log alone (newest compact file plus the deltas after it), read as one
+snapshot pinned at the latest batch: a cleanup or compaction racing the read makes it retry, never mix
+two states. The data directory is never listed, so files of failed or in-flight batches are never seen.
+
+Example::
+
+    >>> table = read_committed("/data/events")                    # pyarrow.Table
+    >>> df = read_committed("/data/events", spark=spark)          # Spark DataFrame
+    >>> new = read_committed("/data/events", batches=(42, 57))    # only what batches 42..57 added
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
+from ..log.snapshot import (
+    LogSnapshot,
+    batch_ids_known,
+    data_files,
+    full_paths,
+    read_chain,
+    read_snapshot,
+    require_batch,
+    resolve_paths,
+)
+from ..log.files import output_started
+from ..log.metadata_log import METADATA_DIR, MetadataLog
+from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
+from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
+from ..storage.filesystem import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+# The log columns a reader needs (the snapshot of a big output holds only these).
+_LOG_COLUMNS = ["path", "size", "isDir", "modificationTime", BATCH_KEY, EXPIRED_KEY]
+
+
+@dataclass(frozen=True)
+class CommittedFile:
+    """One committed data file, resolved under the output root."""
+
+    path: str  # fsspec path, no protocol
+    relative_path: str  # relative to the root, e.g. "day=2024-01-01/part-00000-....parquet"
+    size: int
+    modification_time: int
+    batch_id: int | None  # None only for entries of a compact file written by Spark itself
+    partition: tuple[tuple[str, str], ...]  # (column, raw escaped value)
+
+
+class CommittedFiles(Sequence[CommittedFile]):
+    """The committed files of a snapshot: Arrow columns (``table``: relative_path, outside_path (null unless
+    the file is outside the root), size, modification_time, batch_id), seen as a sequence of
+    :class:`CommittedFile` built only when accessed; :meth:`paths` gives every path at once.
+
+    Example::
+
+        >>> files = committed_files("/data/events")
+        >>> len(files), files[0].relative_path, files.paths()[0].as_py()
+        (120, 'part-00000-....parquet', '/data/events/part-00000-....parquet')
+    """
+
+    def __init__(self, storage: Storage, table: pa.Table) -> None:
+        self.storage = storage
+        self.table = table
+        self._prefix = storage.root.rstrip("/") + "/"
+
+    def paths(self) -> pa.ChunkedArray:
+        """The fsspec path of every file (no protocol), as one Arrow column."""
+        return full_paths(self.storage, self.table.column("relative_path"), self.table.column("outside_path"))
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @overload
+    def __getitem__(self, index: int) -> CommittedFile: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[CommittedFile]: ...
+
+    def __getitem__(self, index: int | slice) -> CommittedFile | list[CommittedFile]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"committed file {index} out of range ({len(self)} files)")
+        return self._file(self.table.slice(index, 1).to_pylist()[0])
+
+    def __iter__(self) -> Iterator[CommittedFile]:
+        for batch in self.table.to_batches(max_chunksize=65536):
+            yield from map(self._file, batch.to_pylist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CommittedFiles):
+            return self.table.equals(other.table)
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CommittedFiles({len(self)} files)"
+
+    def _file(self, row: dict[str, Any]) -> CommittedFile:
+        relative = row["relative_path"]
+        partition = tuple(parse_partition_path(relative)) if "/" in relative else ()
+        return CommittedFile(
+            row["outside_path"] or self._prefix + relative,
+            relative,
+            row["size"],
+            row["modification_time"],
+            row["batch_id"],
+            partition,
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The committed files of an output as of one batch."""
+
+    storage: Storage
+    latest_batch_id: int | None
+    files: CommittedFiles
+
+
+def _expired_upto(table: pa.Table) -> int:
+    """The newest batch whose entries retention may have dropped from this snapshot (-1: none)."""
+    value = pc.max(table.column(EXPIRED_KEY)).as_py()
+    return -1 if value is None else value
+
+
+def _select(
+    log: MetadataLog, snap: LogSnapshot, as_of_batch: int | None, batches: tuple[int, int] | None, interval: int | None
+) -> pa.Table:
+    """The entries of the latest snapshot restricted to ``as_of_batch`` and/or the batch range ``batches``.
+
+    An older snapshot is read from its own log files while they exist (retention may have dropped entries
+    from newer compact files); else it is the latest one filtered by batch id, unless that cannot answer in
+    full (retention dropped entries of those batches, or Spark's compact files carry no batch ids), which
+    raises :class:`SnapshotExpiredError` naming the missing log file.
+    """
+    latest = snap.latest
+    assert latest is not None
+    if as_of_batch is not None:
+        require_batch(log, snap, as_of_batch, "as_of_batch")
+    high = latest if as_of_batch is None else as_of_batch
+    low = 0
+    if batches is not None:
+        low, high = batches[0], min(high, batches[1])
+    if low == 0 and high == latest:
+        return snap.table
+    upto = _snapshot_at(log, snap, high, low, interval)
+    if low == 0:
+        return upto
+    if batch_ids_known(upto):
+        ids = upto.column(BATCH_KEY)
+        return upto.filter(pc.greater_equal(ids, low))
+    before = _snapshot_at(log, snap, low - 1, low, interval)
+    return upto.filter(pc.invert(pc.is_in(upto.column("path"), before.column("path"))))
+
+
+def _snapshot_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, interval: int | None) -> pa.Table:
+    """The snapshot at ``batch`` (<= latest); ``low``: the first batch the caller needs in full."""
+    if batch == snap.latest:
+        return snap.table
+    try:
+        return read_chain(log, batch, snap.listing, interval, _LOG_COLUMNS)
+    except (MissingLogFileError, FileNotFoundError) as exc:
+        gone = exc
+    table = snap.table
+    expired = _expired_upto(table)
+    if batch_ids_known(table) and expired < low:
+        return table.filter(pc.less_equal(table.column(BATCH_KEY), batch))
+    reason = (
+        f"retention dropped entries of batches up to {expired} from newer compact files"
+        if expired >= low
+        else "the newer compact files written by Spark do not record which batch added each file"
+    )
+    raise SnapshotExpiredError(
+        f"the snapshot of {log.display(log.log_dir)} as of batch {batch} cannot be answered in full: {gone} "
+        f"and {reason}. Ask for a batch whose log files still exist (raise min_batches_to_retain or "
+        "cleanup_delay to keep more), or read the latest snapshot."
+    ) from gone
+
+
+class SnapshotOptions(TypedDict, total=False):
+    """Keyword options shared by :func:`snapshot`, :func:`committed_files`, :func:`committed_dataset` and
+    :func:`read_committed`."""
+
+    as_of_batch: int | None
+    batches: tuple[int, int] | None
+    storage_options: dict[str, Any] | None
+    allow_outside_root: bool
+    ignore_missing_files: bool
+    compact_interval: int | None
+
+
+def snapshot(
+    path: str,
+    *,
+    as_of_batch: int | None = None,
+    batches: tuple[int, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    allow_outside_root: bool = False,
+    ignore_missing_files: bool = False,
+    compact_interval: int | None = None,
+) -> Snapshot:
+    """The committed files of ``path`` with the storage that reads them (see :func:`committed_files`).
+
+    ``compact_interval``: the writer's compaction interval, for an output whose log cannot tell it
+    (normally inferred from the log's files).
+
+    Example::
+
+        >>> snap = snapshot("/data/events")
+        >>> snap.latest_batch_id, len(snap.files)
+        (57, 120)
+    """
+    if batches is not None and batches[0] > batches[1]:
+        raise ValueError(f"batches={batches}: the first batch must not be after the last")
+    storage = Storage(path, storage_options)
+    log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
+    log_snap = read_snapshot(log, compact_interval, _LOG_COLUMNS)
+    if log_snap.latest is None:
+        if not output_started(storage):
+            raise NotAnOutputError(
+                f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told "
+                "apart from files of failed batches. Point at the output directory of a streaming file sink "
+                "(ParquetSink or Spark's writeStream.format('parquet'))."
+            )
+        return Snapshot(storage, None, CommittedFiles(storage, _files_table(ENTRY_SCHEMA.empty_table(), storage, False)))
+    selected = _select(log, log_snap, as_of_batch, batches, compact_interval)
+    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
+    latest = log_snap.latest
+    del log_snap, selected  # the parsed log: only the columns above are kept
+    files = CommittedFiles(storage, _files_table(entries, storage, allow_outside_root))
+    del entries  # the logged URIs
+    if ignore_missing_files:
+        present = pa.array([storage.exists(p) for p in files.paths().to_pylist()], pa.bool_())
+        for gone in CommittedFiles(storage, files.table.filter(pc.invert(present))):
+            logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
+        files = CommittedFiles(storage, files.table.filter(present))
+    return Snapshot(storage, latest, files)
+
+
+def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool) -> pa.Table:
+    """The columns of :class:`CommittedFiles` from data file entries of the log."""
+    relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), allow_outside_root)
+    return pa.table(
+        {
+            "relative_path": relative,
+            "outside_path": outside,
+            "size": entries.column("size"),
+            "modification_time": entries.column("modificationTime"),
+            "batch_id": entries.column(BATCH_KEY),
+        }
+    )
+
+
+def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedFiles:
+    """The committed data files of the output at ``path``, from the log only (options as :func:`snapshot`).
+
+    A sequence of :class:`CommittedFile`, backed by Arrow columns (``.table``); objects are built only
+    for the files accessed. ``as_of_batch=N``: as after batch N. ``batches=(a, b)``: only the files
+    batches a..b committed.
+    Directories and zero-size entries are skipped like Spark does; entries outside the root are refused
+    unless ``allow_outside_root``; a relocated output is followed.
+
+    Example::
+
+        >>> [f.relative_path for f in committed_files("/data/events", batches=(3, 3))]
+        ['day=2024-01-01/part-00000-1f0c...c000.snappy.parquet']
+    """
+    return snapshot(path, **options).files
+
+
+def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
+    storage = snap.storage
+    table = snap.files.table
+    if not table.num_rows:
+        return ds.dataset([], schema=pa.schema([]))
+    paths = snap.files.paths().to_pylist()
+    relatives = table.column("relative_path")
+    partitions: list[tuple[tuple[str, str], ...]] = []
+    if pc.any(pc.match_substring(relatives, "/")).as_py():
+        partitions = [tuple(parse_partition_path(r)) for r in relatives.to_pylist()]
+    raw_values: dict[str, list[str]] = {}
+    for partition in partitions:
+        for column, raw in partition:
+            raw_values.setdefault(column, []).append(raw)
+    types = infer_partition_types(raw_values, time_zone)
+    filesystem = storage.arrow_filesystem()
+    try:
+        schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]
+    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+        raise _unreadable(snap, exc) from exc
+    data_schema = pa.unify_schemas(schemas, promote_options="permissive")
+    data_schema = pa.schema([f for f in data_schema if f.name not in types])
+    schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
+    expressions = []
+    for partition in partitions:
+        expr = ds.scalar(True)
+        for column, raw in partition:
+            value = convert_partition_value(raw, types[column])
+            field = ds.field(column)
+            expr = expr & (field.is_null() if value is None else field == pa.scalar(value, types[column]))
+        expressions.append(expr)
+    return ds.FileSystemDataset.from_paths(
+        paths,
+        schema=schema,
+        format=ds.ParquetFileFormat(),
+        filesystem=filesystem,
+        partitions=expressions or None,
+    )
+
+
+def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
+    """Turn a read failure into a typed error naming the committed file at fault and its batch: missing
+    from storage, or not of the size the log recorded (truncated, empty, replaced). The files the failure
+    names are checked first; ``exc`` itself if every file is present with its logged size."""
+    named = sorted(snap.files, key=lambda f: f.path not in str(exc))
+    for f in named:
+        where = f"committed file {snap.storage.display(f.path)} of batch {f.batch_id}"
+        try:
+            size = snap.storage.info(f.path).size
+        except FileNotFoundError:
+            return MissingDataFileError(
+                f"{where} is missing from storage. It was deleted outside the sink; restore it from backup, or "
+                "pass ignore_missing_files=True to read the rest (that data is then missing from the result)."
+            )
+        if size != f.size:
+            return DamagedDataFileError(
+                f"{where} cannot be read: the log says it has {f.size} bytes, storage holds {size} "
+                f"({type(exc).__name__}: {exc}). It was truncated or replaced outside the sink; run "
+                f"`parquet-sink verify {snap.storage.display(snap.storage.root)}` to list every damaged file, "
+                "then restore them from backup."
+            )
+    return exc
+
+
+def committed_dataset(path: str, *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]) -> ds.Dataset:
+    """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns
+    (options as :func:`snapshot`). Timestamp partition values are read in ``time_zone``, as Spark reads
+    them in its session time zone: pass the writer's ``spark.sql.session.timeZone``.
+
+    Example::
+
+        >>> dset = committed_dataset("/data/events")
+        >>> dset.to_table(filter=ds.field("day") == "2024-01-01").num_rows
+        1000
+    """
+    return _dataset_from(snapshot(path, **options), time_zone)
+
+
+def read_committed(
+    path: str,
+    *,
+    spark: SparkSession | None = None,
+    columns: Sequence[str] | None = None,
+    filter: Any = None,
+    time_zone: str = "UTC",
+    **options: Unpack[SnapshotOptions],
+) -> pa.Table | DataFrame:
+    """Read exactly the committed rows of a streaming file sink output.
+
+    Without ``spark``: a ``pyarrow.Table`` (``filter`` is a ``pyarrow.dataset`` expression; use
+    ``.to_pandas()`` / ``polars.from_arrow`` / duckdb on it, zero-copy). With ``spark=session``: a Spark
+    DataFrame over exactly the committed files (``filter`` is a Column or SQL string), partition columns
+    included, as ``spark.read.parquet(path)`` returns them (timestamp partition values in ``time_zone``,
+    where Spark uses its session time zone). ``options`` are those of :func:`snapshot`
+    (``as_of_batch``, ``batches``, ``storage_options``, ``allow_outside_root``, ``ignore_missing_files``,
+    ``compact_interval``).
+
+    Example::
+
+        >>> read_committed("/data/events", columns=["id"], filter=ds.field("day") == "2024-01-01")
+        pyarrow.Table ...
+        >>> read_committed("/data/events", spark=spark).count()
+        1000
+    """
+    snap = snapshot(path, **options)
+    if spark is not None:
+        return _spark_dataframe(spark, snap, columns, filter)
+    if not len(snap.files):  # nothing committed yet: no file tells the schema
+        return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
+    dataset = _dataset_from(snap, time_zone)
+    try:
+        return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
+    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+        raise _unreadable(snap, exc) from exc
+
+
+def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str] | None, filter: Any) -> DataFrame:
+    storage = snap.storage
+    if not len(snap.files):
+        df = spark.createDataFrame([], "struct<>")
+    else:
+        paths = [storage.to_hadoop_path(p) for p in snap.files.paths().to_pylist()]
+        try:
+            reader = spark.read.option("basePath", storage.to_hadoop_path(storage.root))
+            # The paths are file names, never glob patterns ('[', '{' in a directory name); mergeSchema: new
+            # nullable columns (allowed schema evolution) show, as in the Arrow reader.
+            reader = reader.option("__globPaths__", "false").option("mergeSchema", "true")
+            df = reader.parquet(*paths)
+        except Exception as exc:
+            if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+                raise _unreadable(snap, exc) from exc
+            raise
+    if filter is not None:
+        df = df.filter(filter)
+    if columns is not None:
+        df = df.select(*columns)
+    return df

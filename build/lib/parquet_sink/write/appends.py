@@ -1,0 +1,308 @@
+"""``write_batch``: exactly-once appends from plain Python (pyarrow, pandas, polars), without Spark.
+
+One call writes a table as Parquet files exactly as the Spark sink does (:func:`~parquet_sink.write.parquet_files.write_rows`:
+Spark's file names, ``k=v/`` directories, escaping) and commits them as the next log batch, with a commit
+record ``(app_id, version)`` (the sink's ``(query id, query batch id)``: one format). Delta's
+txnAppId/txnVersion rule makes retries idempotent: when the log already holds a commit of ``app_id`` with a
+version >= ``version``, nothing is written. Unlike Delta, the data are checked: each commit record carries a
+fingerprint of its data (:func:`data_fingerprint`), and a version written again with other data (an app
+whose state was reset) is refused with :class:`~parquet_sink.errors.StaleVersionError` instead of being
+dropped without a word.
+
+Concurrency is optimistic: the commit is an exclusive create of the next log file
+(:meth:`MetadataLog.add`). A writer that loses the race re-reads the log, re-checks its version (another
+run of the same app may have committed it: then it stops, skipped) and the schema, and commits the *same*
+files as the following batch. Re-committing them is safe: the lost create published nothing (a lost
+acknowledgement is read back by the storage layer), so no log batch references them, and they are
+complete, fsynced files; rewriting them would only cost time. Files of an attempt that never commits (a
+crash, or a skip after a lost race) stay uncommitted: invisible to both readers, removed by
+``parquet-sink vacuum``.
+
+Example::
+
+    >>> result = write_batch("/data/daily", table, app_id="daily-job", version=41, partition_by=["day"])
+    >>> result.committed, result.log_batch_id, result.rows
+    (True, 12, 1000)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ..read.chain import app_commits, decide_write, version_record
+from ..errors import CommitConflictError, MissingDataFileError, SchemaMismatchError, StaleVersionError
+from ..failpoints import failpoint
+from .inflight import InFlightBatch, refuse_existing_data
+from ..log.snapshot import data_files, read_snapshot
+from ..log.metadata_log import LogEntry, MetadataLog
+from .schema import read_committed_schema, schema_problems
+from ..log.entry import BATCH_KEY, CommitRecord, records_of
+from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
+
+logger = logging.getLogger(__name__)
+
+_MAX_ATTEMPTS = 100
+_FINGERPRINT_ROWS = 65536  # rows hashed at a time: bounded memory, independent of the table's chunking
+
+
+@dataclass
+class WriteResult:
+    """What :func:`write_batch` did.
+
+    ``committed``: False when skipped (the app already committed this version or a newer one);
+    ``log_batch_id``: the log batch that holds this write (or, when skipped, the app's newest commit);
+    ``committed_version``: the app's newest version in the log before the call (None: none);
+    ``files``: the data files committed (fsspec paths); ``conflicts``: commit races lost to other writers.
+    """
+
+    committed: bool
+    app_id: str
+    version: int
+    log_batch_id: int | None
+    committed_version: int | None
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+    bytes: int = 0
+    conflicts: int = 0
+
+
+def _as_table(data: Any) -> pa.Table:
+    """pyarrow Table / RecordBatch / RecordBatchReader / iterable of RecordBatches, pandas or polars
+    DataFrame -> pyarrow Table; nanosecond timestamps become microseconds (Spark's precision)."""
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    elif isinstance(data, pa.RecordBatchReader):
+        table = data.read_all()
+    elif type(data).__module__.startswith("pandas"):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    elif hasattr(data, "to_arrow"):  # polars
+        table = data.to_arrow()
+    elif isinstance(data, Iterable):
+        table = pa.Table.from_batches(list(data))
+    else:
+        raise TypeError(
+            f"write_batch: cannot write a {type(data).__name__}; pass a pyarrow Table or record batches, "
+            "a pandas or a polars DataFrame"
+        )
+    for index, column in enumerate(table.schema):
+        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+            target = pa.timestamp("us", column.type.tz)
+            try:
+                table = table.set_column(index, column.with_type(target), table.column(index).cast(target))
+            except pa.ArrowInvalid:
+                raise SchemaMismatchError(
+                    f"column {column.name!r} holds timestamps with nanoseconds, which Spark cannot read "
+                    "(it stores microseconds). Round them to microseconds before writing."
+                ) from None
+    return table
+
+
+def data_fingerprint(table: pa.Table) -> str:
+    """A fingerprint of a table's data as :func:`write_batch` writes it: the SHA-256 (first 128 bits, hex)
+    of the Arrow IPC encoding of its schema (schema metadata, such as pandas', left out) and of its rows in
+    windows of 65,536, so the same columns, types and values in the same order give the same fingerprint
+    however the table is chunked; file bytes (with their timestamps) play no part. Values under null slots
+    count, as in the IPC encoding: tables built the same way fingerprint the same.
+
+    Example: ``data_fingerprint(pa.table({"n": [1, 2]})) == data_fingerprint(pa.table({"n": [1, 2]}))``.
+    """
+    table = table.replace_schema_metadata(None)
+    digest = hashlib.sha256(table.schema.serialize().to_pybytes())
+    for start in range(0, table.num_rows, _FINGERPRINT_ROWS):
+        for batch in table.slice(start, _FINGERPRINT_ROWS).combine_chunks().to_batches():
+            digest.update(batch.serialize())
+    return digest.hexdigest()[:32]
+
+
+def _check_replay(
+    records: list[CommitRecord], app_id: str, version: int, fingerprint: str, newest: int, ignore_changed_data: bool,
+    output: str,
+) -> str:
+    """How a version the app already committed or went past (``newest``: its newest version) compares with
+    what the log says of it: ``"same"`` (a retry: same fingerprint) or ``"unknown"`` (its record carries
+    no fingerprint: a commit of an older release, or inferred inside a compacted run); different data, or
+    a version below ``newest`` that was never committed, raise StaleVersionError (``"changed"`` when
+    ``ignore_changed_data``)."""
+    record = version_record(records, app_id, version)
+    if record is not None and record.fingerprint in (fingerprint, None):
+        return "same" if record.fingerprint else "unknown"
+    if ignore_changed_data:
+        return "changed"
+    what = (
+        f"version {version} was committed (log batch {record.log_batch_id}) with other data"
+        if record is not None
+        else f"version {version} was never committed, and the app has gone past it"
+    )
+    raise StaleVersionError(
+        f"app {app_id!r} wrote version {version} to {output}, but its newest committed version is {newest} and {what}: "
+        "writing it would drop these rows without a word. If the app's state was reset (a lost checkpoint), "
+        f"write the new data as version {newest + 1} or later, or under a new app_id; if this is a retry whose "
+        "data legitimately differ (non-deterministic input), pass ignore_changed_data=True to skip it. Nothing "
+        "was committed."
+    )
+
+
+def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> None:
+    """SchemaMismatchError unless ``data`` (partition columns included) fits the committed data (``table``
+    is the log snapshot)."""
+    missing = [c for c in partition_by if c not in data.column_names]
+    if missing:
+        raise SchemaMismatchError(
+            f"{what}: partition columns {missing} are not in the data's columns {data.column_names}. "
+            "Fix partition_by or the data. Nothing was written."
+        )
+    files = data_files(table)
+    if not files.num_rows:
+        return
+    last = files.slice(files.num_rows - 1)
+    found = read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
+    if found is None:
+        return
+    data_schema = pa.schema([f for f in data.schema if f.name not in partition_by])
+    problems = schema_problems(found[0], found[1], data_schema, partition_by)
+    if problems:
+        raise SchemaMismatchError(
+            f"{what} is incompatible with the data committed to {log.display(log.storage.root)}: "
+            + "; ".join(problems)
+            + ". Nothing was committed. Only new nullable columns may be added; write incompatible data to a "
+            "new output path (or cast the columns back to the committed types)."
+        )
+
+
+def write_batch(
+    path: str,
+    data: Any,
+    *,
+    app_id: str,
+    version: int,
+    partition_by: Sequence[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    compression: str = "snappy",
+    max_records_per_file: int | None = None,
+    time_zone: str = "UTC",
+    compact_interval: int = 10,
+    allow_existing_files: bool = False,
+    ignore_changed_data: bool = False,
+) -> WriteResult:
+    """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
+
+    Writes Parquet files named and partitioned like the Spark sink's, then commits them as the next log
+    batch with the commit record ``(app_id, version)``. If the log already holds a commit of ``app_id``
+    with a version >= ``version``, nothing is written and ``committed`` is False: when the data are the
+    same as that version's (:func:`data_fingerprint`, recorded in each commit record), a retry. Other data
+    under a committed version, or a version below the newest that was never committed, raise
+    StaleVersionError, unless ``ignore_changed_data`` (then skipped, with a warning). Versions of one app
+    must increase (e.g. the source batch id a chained job consumed). Several apps may append to one output at
+    once: a lost commit race is retried as the following batch (see the module docstring).
+
+    Args:
+        data: a pyarrow Table, RecordBatch, RecordBatchReader or iterable of RecordBatches, or a pandas or
+            polars DataFrame. An empty one still commits the version (a batch with no files).
+        partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
+        compression, max_records_per_file: as :class:`~parquet_sink.ParquetSink`.
+        time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
+        compact_interval: the log's compaction interval for a new log (an existing one's is inferred).
+        allow_existing_files: as :class:`~parquet_sink.ParquetSink` (else ExistingDataError when the
+            directory holds Parquet files but no committed batch).
+
+    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema,
+    StaleVersionError (nothing written) as above, and CommitConflictError after many lost races in a row.
+
+    Example::
+
+        >>> import pandas as pd
+        >>> write_batch("/data/daily", pd.DataFrame({"day": ["2024-01-01"], "n": [3]}),
+        ...             app_id="daily-job", version=0, partition_by=["day"]).committed
+        True
+    """
+    if not isinstance(app_id, str) or not app_id:
+        raise ValueError(f"app_id must be a non-empty string, got {app_id!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"version must be an integer >= 0, got {version!r}")
+    codec_extension(compression)  # validate early
+    partition_by = tuple(partition_by or ())
+    log = MetadataLog(path, storage_options, compact_interval=compact_interval)
+    what = f"version {version} of app {app_id!r}"
+    statuses: list[FileStatus] | None = None
+    table = _as_table(data)
+    fingerprint = data_fingerprint(table)
+    lease: InFlightBatch | None = None
+    try:
+        for attempt in range(_MAX_ATTEMPTS):
+            snap = read_snapshot(log)
+            latest = -1 if snap.latest is None else snap.latest
+            records = records_of(snap.table)
+            commits = app_commits(records)
+            own = commits.get(app_id)
+            result = WriteResult(False, app_id, version, None, None if own is None else own.query_batch_id)
+            result.conflicts = attempt
+            action, log_batch = decide_write(latest, commits, app_id, version)
+            result.log_batch_id = log_batch
+            if action == "skip":
+                assert result.committed_version is not None
+                replay = _check_replay(
+                    records, app_id, version, fingerprint, result.committed_version, ignore_changed_data,
+                    log.display(log.storage.root),
+                )
+                logger.log(
+                    logging.INFO if replay == "same" else logging.WARNING,
+                    "%s: skipping %s: already committed version %s as log batch %d%s%s",
+                    log.display(log.storage.root), what, result.committed_version, log_batch,
+                    {"same": "", "unknown": " (its data cannot be compared: the log keeps no fingerprint of it)",
+                     "changed": " although its data differ (ignore_changed_data=True)"}[replay],
+                    "" if statuses is None else " (this attempt's files stay uncommitted)",
+                )
+                return result
+            if table.num_rows:
+                _check_schema(log, snap.table, table, partition_by, what)
+            if statuses is None:
+                if latest < 0 and not allow_existing_files:
+                    refuse_existing_data(log.storage, f"write_batch of {what}")
+                # the lease protects the files from `vacuum` until the app commits this version (whatever
+                # log batch that ends up as) or the call ends
+                lease = InFlightBatch.begin(log.storage, log_batch, secrets.token_hex(8), app_id, version, app=True)
+                failpoint("before_write")
+                spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
+                statuses = write_rows(spec, [table])
+                failpoint("before_commit")
+            record = CommitRecord.new(log_batch, app_id, version, fingerprint)
+            data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            entries = record.log_entries(log.storage, int(time.time() * 1000), data)
+            gone = log.storage.missing([s.path for s in statuses])
+            if gone:
+                raise MissingDataFileError(
+                    f"{what}: {len(gone)} data file(s) vanished before the commit as log batch {log_batch} of "
+                    f"{log.display(log.storage.root)}, e.g. {log.display(gone[0])}; nothing was committed. Something "
+                    "deleted uncommitted files (a vacuum with a short --older-than, or a manual clean-up); call "
+                    "write_batch again to rewrite them."
+                )
+            if log.add(log_batch, entries):
+                failpoint("after_commit")
+                result.committed = True
+                result.files = [s.path for s in statuses]
+                result.rows = sum(s.num_rows for s in statuses)
+                result.bytes = sum(s.size for s in statuses)
+                logger.info(
+                    "%s: committed %s as log batch %d: %d rows, %d files, %d bytes (%d lost races)",
+                    log.display(log.storage.root), what, log_batch, result.rows, len(statuses), result.bytes, attempt,
+                )
+                return result
+            logger.info("%s: log batch %d was committed by another writer; re-reading the log", what, log_batch)
+        raise CommitConflictError(
+            f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
+            f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`parquet-sink vacuum` removes them); "
+            "retry the call, with fewer writers appending at once."
+        )
+    finally:
+        if lease is not None:
+            lease.end(staged=False)

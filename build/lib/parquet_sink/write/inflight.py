@@ -1,0 +1,183 @@
+"""Batches in flight: the sink's hidden area under the output root, and the lease that protects a batch's
+files from ``vacuum`` until its commit.
+
+Layout (one hidden directory, ignored by Spark's readers, pyarrow datasets, :func:`read_committed` and
+``vacuum``'s data-file rules because its name starts with ``_``)::
+
+    <root>/_exactly_once/leases/<log batch>-<commit id>      a batch in flight (JSON: query, batch, times)
+    <root>/_exactly_once/staging/<commit id>/...             Spark writer path: where Spark writes the batch
+
+The sink creates the lease before the batch's Spark job and deletes it after the commit (and the staging
+directory with it). ``vacuum`` lists the data files first, then the leases, then the log: a file it listed
+either belongs to a committed batch by the time the log is read, or to a batch whose lease already existed
+when the leases were read. A sink's lease is *live* while its log batch is newer than the log's latest
+batch; :func:`~parquet_sink.write_batch` takes one lease for the whole call (it may lose commit races and
+commit as a later log batch), live until the log holds a commit of its app at its version or a later one.
+``vacuum`` keeps every unreferenced file not older than a live lease, and deletes the leases (and staging
+directories) of dead ones: those of a killed driver, whose restart committed the batch again under new names.
+
+Example::
+
+    >>> batch = InFlightBatch.begin(storage, log_batch_id=3, commit_id="ab12", query_id="q", batch_id=3)
+    >>> batch.staging                                   # where the Spark writer path writes
+    '/data/out/_exactly_once/staging/ab12'
+    >>> batch.end(staged=True)                          # after the commit
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import ExistingDataError
+from ..log.files import HIDDEN_DIR, METADATA_DIR, parse_batch_name
+from ..partitioning import is_data_file
+from ..storage.filesystem import FileInfo, Storage
+
+logger = logging.getLogger(__name__)
+
+LEASES = "leases"
+STAGING = "staging"
+_APP_KEY = "writeBatch"  # in a lease's body: taken by write_batch
+CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease found on storage: the log batch it protects and when it was taken (storage clock, ms)."""
+
+    path: str
+    log_batch_id: int
+    commit_id: str
+    started_ms: int
+    app: tuple[str, int] | None = None  # (app id, version) of a write_batch lease
+
+    def is_live(self, latest: int, app_versions: Mapping[str | None, int]) -> bool:
+        """Whether the lease still protects a write in flight, given the log's latest batch (-1: none) and
+        each app's newest committed version."""
+        if self.app is None:
+            return self.log_batch_id > latest
+        app_id, version = self.app
+        committed = app_versions.get(app_id)
+        return committed is None or committed < version
+
+    @property
+    def staging(self) -> str:
+        return self.path.rsplit("/", 2)[0] + f"/{STAGING}/{self.commit_id}"
+
+
+@dataclass(frozen=True)
+class InFlightBatch:
+    """One batch between the start of its write and the end of its commit."""
+
+    storage: Storage
+    log_batch_id: int
+    commit_id: str
+
+    @classmethod
+    def begin(
+        cls, storage: Storage, log_batch_id: int, commit_id: str, query_id: str | None, batch_id: int, app: bool = False
+    ) -> InFlightBatch:
+        """Take the lease (before any data file of the batch is written). ``app``: a write_batch lease, live
+        until ``query_id`` (the app id) commits version ``batch_id`` or a later one."""
+        batch = cls(storage, log_batch_id, commit_id)
+        body = {"queryId": query_id, "queryBatchId": batch_id, "logBatchId": log_batch_id, "startedMs": int(time.time() * 1000)}
+        if app:
+            body[_APP_KEY] = True
+        with storage.open(batch.lease_path, "wb") as fh:
+            fh.write(json.dumps(body).encode())
+        return batch
+
+    @property
+    def lease_path(self) -> str:
+        return self.storage.join(HIDDEN_DIR, LEASES, f"{self.log_batch_id}-{self.commit_id}")
+
+    @property
+    def staging(self) -> str:
+        return self.storage.join(HIDDEN_DIR, STAGING, self.commit_id)
+
+    def end(self, staged: bool) -> None:
+        """After the commit (or a failed write): drop the staging directory if ``staged``, then the lease."""
+        if staged:
+            self.storage.remove_tree(self.staging)
+        self.storage.delete(self.lease_path)
+
+
+def leases(storage: Storage) -> list[Lease]:
+    """Every lease under the output root, oldest first.
+
+    Example: ``[lease.log_batch_id for lease in leases(Storage("/data/out"))]`` -> ``[7]``.
+    """
+    found = []
+    for info in storage.ls(storage.join(HIDDEN_DIR, LEASES)):
+        batch, _, commit_id = info.path.rsplit("/", 1)[-1].partition("-")
+        if batch.isdigit() and commit_id and not info.is_dir:
+            try:
+                app = _app_of(storage.read_bytes(info.path))
+            except FileNotFoundError:  # ended since the listing
+                continue
+            found.append(Lease(info.path, int(batch), commit_id, info.mtime_ms, app))
+    return sorted(found, key=lambda lease: lease.started_ms)
+
+
+def _app_of(body: bytes) -> tuple[str, int] | None:
+    """(app id, version) of a write_batch lease's body; None for a sink's lease or a body being written (its
+    writer has written no data file yet)."""
+    try:
+        fields = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict) or fields.get(_APP_KEY) is not True:
+        return None
+    app_id, version = fields.get("queryId"), fields.get("queryBatchId")
+    return (app_id, version) if isinstance(app_id, str) and isinstance(version, int) else None
+
+
+def staging_dirs(storage: Storage) -> list[FileInfo]:
+    """Every staging directory (of live or dead attempts).
+
+    Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/ab12']``.
+    """
+    return [i for i in storage.ls(storage.join(HIDDEN_DIR, STAGING)) if i.is_dir]
+
+
+def refuse_existing_data(storage: Storage, what: str) -> None:
+    """Before the first commit to ``storage`` (its log held no batch when the caller read it): ExistingDataError
+    if the directory holds Parquet data files that no write in flight wrote (older than every lease): a dataset
+    the output would be created over, whose files every reader would then hide.
+
+    Race-free against concurrent writers by the order ``vacuum`` uses: data files first, then the leases, then the
+    log. A writer creates its lease before its first file and deletes it only after its commit (or after
+    deleting its files), so a listed file whose lease is gone by the time the leases are read was committed (the
+    log now holds a batch, and whoever committed it ran this check) or deleted (it no longer exists).
+
+    Example: ``refuse_existing_data(Storage("/data/events"), "ParquetSink('/data/events')")``.
+    """
+    prefix = storage.root.rstrip("/") + "/"
+    try:
+        listed = storage.find(storage.root)
+    except FileNotFoundError:  # a new output
+        return
+    found = [i for i in listed if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    started = min((lease.started_ms for lease in leases(storage)), default=None)
+    older = sorted(i.path for i in found if started is None or i.mtime_ms < started - CLOCK_SLACK_MS)
+    if not older or _log_has_batch(storage):
+        return
+    gone = set(storage.missing(older))
+    existing = [path for path in older if path not in gone]
+    if existing:
+        raise ExistingDataError(
+            f"{what}: {storage.display(storage.root)} has no committed batch but already holds {len(existing)} "
+            f"Parquet file(s), e.g. {storage.display(existing[0])}. Every reader of the output would hide them. "
+            "Write to a new or empty directory; pass allow_existing_files=True to write here anyway (those files stay "
+            "invisible to readers, and `parquet-sink vacuum` keeps them unless --include-files-before-log). If they are "
+            "what a failed first batch left, delete them. Nothing was written."
+        )
+
+
+def _log_has_batch(storage: Storage) -> bool:
+    """Whether the log under ``storage`` holds a batch file now (a concurrent writer committed one)."""
+    return any(parse_batch_name(path) is not None for path in storage.ls_names(storage.join(METADATA_DIR)))

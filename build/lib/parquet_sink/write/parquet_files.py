@@ -1,0 +1,325 @@
+"""The file writer: one Spark task (or one :func:`parquet_sink.write_batch` call) writes its rows as
+Parquet files, straight to their final names through the storage layer, and returns one status per file
+(:func:`write_rows`, the one piece of code both call).
+
+Runs inside ``DataFrame.mapInArrow``: no rows go through the driver. File names follow Spark
+(``part-<task:05d>-<uuid>.c<nnn>.<codec>.parquet``, under the root or Hive ``k=v/`` directories); the
+uuid is per task attempt, so a retried or speculative attempt never overwrites another attempt's file.
+Only the statuses of the attempt Spark accepted reach the driver, so a failed attempt's files are never
+committed.
+
+Bounded like Spark's writer: :func:`write_files` sorts each task's rows by the partition columns, so a
+task writes one partition directory after the other and keeps one file open at a time (at most
+``_MAX_OPEN_WRITERS`` in any case), whatever the number of partition values. On local disk the files and
+their directories are fsynced before the task reports them, so a committed file survives a power loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..failpoints import failpoint
+from ..partitioning import partition_dir, partition_value_str
+from ..storage.filesystem import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+
+STATUS_SCHEMA = "path string, size long, modification_time long, num_rows long"
+# Spark's Parquet codec names (ParquetOptions) that pyarrow can write, with the file-name extension
+# parquet-mr gives each (CompressionCodecName.getExtension). Every key is also a pyarrow codec name.
+_CODEC_EXT = {"none": "", "snappy": ".snappy", "gzip": ".gz", "brotli": ".br", "lz4_raw": ".lz4raw", "zstd": ".zstd"}
+_CODEC_ALIASES = {"uncompressed": "none"}
+_CODEC_REFUSED = {
+    "lzo": "pyarrow cannot write LZO",
+    "lz4": "Spark's 'lz4' is the Hadoop-framed LZ4 codec (.lz4hadoop files), which pyarrow cannot write; "
+    "use 'lz4_raw' (the same LZ4 compression without Hadoop framing, read by Spark 3.4 and later)",
+}
+_FLUSH_BYTES = 64 * 1024 * 1024
+
+
+def parquet_codec(compression: str) -> str:
+    """The canonical name of a Parquet codec Spark accepts (case-insensitive, ``uncompressed`` is
+    ``none``), which pyarrow writes too: ``"SNAPPY"`` -> ``"snappy"``. ValueError for a name Spark does
+    not know or a codec pyarrow cannot write.
+
+    Example: ``parquet_codec("uncompressed") == "none"``; ``parquet_codec("lzo")`` raises ValueError.
+    """
+    key = str(compression).lower()
+    key = _CODEC_ALIASES.get(key, key)
+    if key in _CODEC_REFUSED:
+        raise ValueError(f"compression {compression!r} is not supported: {_CODEC_REFUSED[key]}.")
+    if key not in _CODEC_EXT:
+        names = sorted([*_CODEC_EXT, *_CODEC_ALIASES])
+        raise ValueError(f"unknown Parquet compression {compression!r}; use one of {names}")
+    return key
+
+
+def codec_extension(compression: str) -> str:
+    """Spark's file-name extension for a Parquet codec: ``snappy`` -> ``.snappy``, ``none`` -> ``""``;
+    ValueError as :func:`parquet_codec`.
+
+    Example: ``codec_extension("lz4_raw") == ".lz4raw"``.
+    """
+    return _CODEC_EXT[parquet_codec(compression)]
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """Everything a task needs to write its part of one batch (pickled to the executors).
+
+    ``time_zone`` is the session's ``spark.sql.session.timeZone``: timestamp partition values are written
+    in it, as Spark's own writer does.
+    """
+
+    storage: Storage
+    partition_by: tuple[str, ...]
+    compression: str
+    max_records_per_file: int | None
+    time_zone: str = "UTC"
+
+
+class _FileWriter:
+    """Writes one partition directory's files for one task, rolling over at max_records_per_file."""
+
+    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], finished: list[tuple[str, int]]) -> None:
+        self.spec, self.next_path = spec, next_path
+        self.writer: pq.ParquetWriter | None = None
+        self.handle = None
+        self.path = ""
+        self.rows_in_file = 0
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
+        self.finished = finished  # (path, rows) of each closed file, shared by the task's writers
+
+    def write(self, table: pa.Table) -> None:
+        limit = self.spec.max_records_per_file
+        offset = 0
+        while offset < table.num_rows:
+            if self.writer is None:
+                self._open(table.schema)
+            room = table.num_rows - offset if not limit else min(limit - self.rows_in_file, table.num_rows - offset)
+            piece = table.slice(offset, room)
+            self.pending.extend(piece.to_batches())
+            self.pending_bytes += piece.nbytes
+            self.rows_in_file += room
+            offset += room
+            if self.pending_bytes >= _FLUSH_BYTES:
+                self.flush()
+            if limit and self.rows_in_file >= limit:
+                self.close()
+
+    def _open(self, schema: pa.Schema) -> None:
+        self.path = self.next_path()
+        self.handle = self.spec.storage.open(self.path, "wb")
+        self.writer = pq.ParquetWriter(self.handle, schema, compression=self.spec.compression)
+        self.rows_in_file = 0
+
+    def flush(self) -> None:
+        if self.pending and self.writer is not None:
+            with self.spec.storage.translating("writing", self.path):  # a full disk: StorageError, not OSError
+                self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=1 << 30)
+        self.pending, self.pending_bytes = [], 0
+
+    def close(self) -> None:
+        if self.writer is None:
+            return
+        self.flush()
+        with self.spec.storage.translating("writing", self.path):
+            self.writer.close()
+            self.handle.close()
+        self.finished.append((self.path, self.rows_in_file))
+        self.writer = self.handle = None
+
+
+# Open files per task. Sorted input needs one; a few more absorb values Spark's sort keeps together but
+# that are different directories (0.0 and -0.0, NaNs), without reopening files.
+_MAX_OPEN_WRITERS = 8
+
+
+class _TaskFiles:
+    """All files of one task: one :class:`_FileWriter` per partition directory, at most
+    ``_MAX_OPEN_WRITERS`` open (the least recently used is closed first; its directory gets a new file if
+    rows for it come again). Buffered rows are flushed when the task moves to another directory, so memory
+    holds one directory's buffer at a time."""
+
+    def __init__(self, spec: WriteSpec, task: int, token: str) -> None:
+        self.spec, self.task, self.token = spec, task, token
+        self.open: OrderedDict[str, _FileWriter] = OrderedDict()
+        self.counters: dict[str, int] = {}  # next file number per directory: names are never reused
+        self.finished: list[tuple[str, int]] = []
+
+    def _next_path(self, directory: str) -> str:
+        counter = self.counters.get(directory, 0)
+        self.counters[directory] = counter + 1
+        name = f"part-{self.task:05d}-{self.token}.c{counter:03d}{codec_extension(self.spec.compression)}.parquet"
+        return self.spec.storage.join(directory, name) if directory else self.spec.storage.join(name)
+
+    def write(self, directory: str, rows: pa.Table) -> None:
+        previous = next(reversed(self.open), None)
+        if previous is not None and previous != directory:
+            self.open[previous].flush()  # only the directory being written holds rows in memory
+        writer = self.open.get(directory)
+        if writer is None:
+            if len(self.open) >= _MAX_OPEN_WRITERS:
+                self.open.popitem(last=False)[1].close()
+            next_path = functools.partial(self._next_path, directory)
+            writer = self.open[directory] = _FileWriter(self.spec, next_path, self.finished)
+        self.open.move_to_end(directory)
+        writer.write(rows)
+
+    def close(self) -> None:
+        while self.open:
+            self.open.popitem(last=False)[1].close()
+
+
+def _group_keys(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """The partition columns as grouping keys: floats by their bits, since Spark writes 0.0 and -0.0 (and
+    each NaN) to separate directories while Arrow's sort compares them equal."""
+    keys = {}
+    for column in columns:
+        values = table.column(column).combine_chunks()
+        if pa.types.is_floating(values.type):
+            values = values.view({16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[values.type.bit_width])
+        keys[column] = values
+    return pa.table(keys)
+
+
+def _run_starts(keys: pa.Table) -> list[int]:
+    """Where each run of equal keys starts in sorted ``keys`` (nulls equal to nulls)."""
+    changed = pa.array([False] * (keys.num_rows - 1), pa.bool_())
+    for column in keys.columns:
+        values = column.combine_chunks()
+        before, after = values.slice(0, len(values) - 1), values.slice(1)
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(before, after), False), pc.xor(pc.is_null(before), pc.is_null(after))
+        )
+        changed = pc.or_(changed, differs)
+    return [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
+
+
+def _utc(value: pa.Scalar) -> pa.Scalar:
+    """A zoned timestamp as UTC (the same instant): Python holds every instant Spark does in UTC, not in
+    every zone (0001-01-01T00:00Z is in year 0 in New York)."""
+    if pa.types.is_timestamp(value.type) and value.type.tz is not None:
+        return value.cast(pa.timestamp(value.type.unit, "UTC"))
+    return value
+
+
+def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterator[tuple[str, pa.Table]]:
+    """(relative ``k=v`` directory, rows without the partition columns) per distinct partition value."""
+    if not columns:
+        yield "", table
+        return
+    keys = _group_keys(table, columns)
+    order = pc.sort_indices(keys, [(c, "ascending") for c in columns])
+    keys, ordered = keys.take(order), table.take(order)
+    data = ordered.drop_columns(list(columns))
+    starts = _run_starts(keys)
+    for start, end in zip(starts, starts[1:] + [table.num_rows]):
+        first = ordered.slice(start, 1)
+        values = [(c, partition_value_str(_utc(first.column(c)[0]).as_py(), first.schema.field(c).type, time_zone))
+                  for c in columns]
+        yield partition_dir(values), data.slice(start, end - start)
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    """One written data file: its fsspec path, size in bytes, modification time (ms) and row count."""
+
+    path: str
+    size: int
+    modification_time: int
+    num_rows: int
+
+
+def write_rows(spec: WriteSpec, tables: Iterable[pa.Table], task: int = 0) -> list[FileStatus]:
+    """Write rows as one task's Parquet files (Spark's names, ``k=v/`` directories, bounded open files),
+    fsync them on local disk and return their statuses. The one file writer of the package: a Spark task
+    (:func:`write_task`) and :func:`parquet_sink.write_batch` both call it.
+
+    Failpoint ``task_write`` fires after the first file is complete.
+
+    Example::
+
+        >>> spec = WriteSpec(Storage("/data/events"), ("day",), "snappy", None)
+        >>> [s.num_rows for s in write_rows(spec, [table])]
+        [600, 400]
+    """
+    files = _TaskFiles(spec, task, str(uuid.uuid4()))  # Spark's form: dashed uuid
+    failpoint_armed = True
+    for table in tables:
+        if table.num_rows == 0:
+            continue
+        for directory, rows in _split(table, spec.partition_by, spec.time_zone):
+            files.write(directory, rows)
+            if failpoint_armed and files.finished:
+                failpoint("task_write")
+                failpoint_armed = False
+    files.close()
+    if failpoint_armed and files.finished:
+        failpoint("task_write")
+    spec.storage.sync_files([path for path, _ in files.finished])
+    statuses = []
+    for path, rows in files.finished:
+        info = spec.storage.info(path)
+        statuses.append(FileStatus(path, info.size, info.mtime_ms, rows))
+    return statuses
+
+
+_STATUS_ARROW_SCHEMA = pa.schema(
+    [("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()), ("num_rows", pa.int64())]
+)
+
+
+def write_task(spec: WriteSpec, names: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: write this task's rows (their columns renamed back to ``names``), yield
+    one status row per file written."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task = context.partitionId() if context else 0
+    tables = (pa.Table.from_arrays(batch.columns, names=names) for batch in batches)
+    statuses = write_rows(spec, tables, task)
+    yield pa.RecordBatch.from_pylist([dataclasses.asdict(s) for s in statuses], schema=_STATUS_ARROW_SCHEMA)
+
+
+def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
+    """Write one batch on the executors; one status row (``STATUS_SCHEMA``) per file written.
+
+    The partition columns are replaced by Spark's cast of them to string (the directory names), then each
+    task's rows are sorted by them (within the task, no shuffle), as Spark's
+    own writer does, so a task finishes one directory before the next and open files stay bounded.
+
+    Example::
+
+        >>> spec = WriteSpec(Storage("/data/events"), ("day",), "snappy", None, "UTC")
+        >>> sum(s.num_rows for s in write_files(df, spec))
+        1000
+    """
+    if spec.partition_by:
+        from pyspark.sql import functions as F
+
+        # Directory names are Spark's own cast to string in the session time zone, as its sink computes them
+        # (FileFormatDataWriter's partitionPathExpression), so they match it on any JDK; the task groups the
+        # rows by these strings and never writes partition columns into the files.
+        quoted = {c: f"`{c.replace('`', '``')}`" for c in df.columns}
+        df = df.select(
+            *(F.col(quoted[c]).cast("string").alias(c) if c in spec.partition_by else F.col(quoted[c]) for c in df.columns)
+        )
+        df = df.sortWithinPartitions(*(quoted[c] for c in spec.partition_by))
+    # mapInArrow resolves every column by its name, which fails for a name holding a dot ("a.b" is read as
+    # field b of column a): it gets positional names, the task puts the real ones back.
+    names = df.columns
+    df = df.toDF(*(f"c{i}" for i in range(len(names))))
+    return df.mapInArrow(functools.partial(write_task, spec, names), STATUS_SCHEMA).collect()

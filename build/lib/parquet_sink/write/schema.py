@@ -1,0 +1,84 @@
+"""The schema rule of an output, shared by the Spark sink and :func:`parquet_sink.write_batch`: a batch may
+add new nullable columns; it may not drop a column, change a column's type or change the partition columns.
+
+The committed schema is read from one committed data file (the newest), found through the reader's path
+rule, so a copied or moved output still answers.
+
+Example::
+
+    >>> schema_problems(pa.schema([("id", pa.int64())]), (), pa.schema([("id", pa.string())]), ())
+    ["column 'id' changed type from int64 to string"]
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..log.snapshot import full_paths, resolve_paths
+from ..partitioning import parse_partition_path
+from ..storage.filesystem import Storage
+
+
+def _normalise(typ: pa.DataType) -> pa.DataType:
+    """``typ`` as far as the schema rule compares it, at every depth (struct fields, map keys and values,
+    list elements): time zones and timestamp units dropped (Spark's writer stores INT96, read back as ns;
+    Spark's own type is us), large/view and small variants alike, nested fields nullable."""
+    if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
+        return pa.string()
+    if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
+        return pa.binary()
+    if pa.types.is_timestamp(typ):
+        return pa.timestamp("us")
+    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
+        return pa.list_(_normalise(typ.value_type))
+    if pa.types.is_map(typ):
+        return pa.map_(_normalise(typ.key_type), _normalise(typ.item_type))
+    if pa.types.is_struct(typ):
+        return pa.struct([pa.field(f.name, _normalise(f.type)) for f in typ])
+    return typ
+
+
+def schema_problems(
+    committed: pa.Schema,
+    committed_partitions: tuple[str, ...] | None,
+    data_schema: pa.Schema,
+    partition_by: tuple[str, ...],
+) -> list[str]:
+    """What makes a batch with data columns ``data_schema`` (partition columns left out) and partition
+    columns ``partition_by`` incompatible with the committed data; empty when it may be committed.
+
+    Example: ``schema_problems(old, ("day",), new, ())`` -> ``["partition columns [] differ from ..."]``.
+    """
+    problems = []
+    if committed_partitions is not None and committed_partitions != partition_by:
+        problems.append(
+            f"partition columns {list(partition_by)} differ from the committed {list(committed_partitions)}"
+        )
+    new_fields = {f.name: f for f in data_schema}
+    for old in committed:
+        new = new_fields.get(old.name)
+        if new is None:
+            problems.append(f"column {old.name!r} ({old.type}) is missing")
+        elif _normalise(new.type) != _normalise(old.type):
+            problems.append(f"column {old.name!r} changed type from {old.type} to {new.type}")
+    added = [f for f in data_schema if f.name not in committed.names]
+    problems += [f"new column {f.name!r} is not nullable" for f in added if not f.nullable]
+    return problems
+
+
+def read_committed_schema(
+    storage: Storage, uri: pa.ChunkedArray, batch_id: pa.ChunkedArray
+) -> tuple[pa.Schema, tuple[str, ...]] | None:
+    """The data schema and partition columns of the committed file ``uri`` (as logged, one row) of batch
+    ``batch_id``; None if that file is missing (the reader and ``verify`` report that).
+
+    Example: ``read_committed_schema(storage, last.column("path"), last.column("batchId"))``.
+    """
+    relative, outside = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
+    try:
+        with storage.open(full_paths(storage, relative, outside)[0].as_py(), "rb") as fh:
+            schema = pq.read_schema(fh)
+    except FileNotFoundError:
+        return None
+    return schema, tuple(name for name, _ in parse_partition_path(relative[0].as_py()))

@@ -1,0 +1,534 @@
+"""``ParquetSink``: the exactly-once ``foreachBatch`` sink (the counterpart of Spark's ``FileStreamSink``).
+
+Per micro-batch: decide from the log whether the batch is new, a replay, or another query's; check the
+schema; take the batch's lease (:mod:`parquet_sink.write.inflight`); write Parquet, either with Spark's own
+writer into a hidden staging directory and an atomic rename of each file into place
+(:mod:`parquet_sink.write.spark_staging`, stores with atomic renames) or with pyarrow on the executors
+(:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
+(atomic, exclusive) and drop the lease. A batch is visible to readers exactly
+when its log file exists.
+
+Each commit carries one *commit record*: extra keys Spark ignores, on the batch's first data entry (on an
+entry of its own that Spark skips when the batch wrote no file), naming the streaming query, the query's
+own batch id and a unique commit id. It makes replays idempotent per query, lets a second query be told
+apart from a replay, and makes every commit payload unique (for lost-acknowledgement read-back on object
+stores).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from .dependencies import require_sink_dependencies
+from ..errors import (
+    CommitConflictError,
+    ForeignQueryError,
+    LogError,
+    MissingDataFileError,
+    MissingLogFileError,
+    OutputResetError,
+    QueryIdentityError,
+    SchemaMismatchError,
+)
+from ..failpoints import failpoint
+from .inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
+from ..log.snapshot import data_files, read_chain
+from ..log.compaction import check_log_parameters, check_positive_int
+from ..log.metadata_log import LogEntry, MetadataLog
+from .schema import read_committed_schema, schema_problems
+from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
+from .spark_staging import publish, write_staged
+from ..storage.filesystem import Storage
+from .parquet_files import WriteSpec, parquet_codec, write_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+@dataclass
+class BatchProgress:
+    """Figures of one ``foreachBatch`` call, also logged at INFO."""
+
+    batch_id: int
+    log_batch_id: int | None
+    query_id: str | None
+    skipped: bool = False
+    rows: int = 0
+    files: int = 0
+    bytes: int = 0
+    write_seconds: float = 0.0  # writing the batch's files, publishing included
+    publish_seconds: float = 0.0  # Spark writer path: footers, fsync and renames out of staging
+    commit_seconds: float = 0.0
+
+
+@dataclass
+class _OutputState:
+    """What the driver knows about the output: latest log batch, last commit per query, schema."""
+
+    latest: int  # -1 for an empty log
+    queries: dict[str | None, CommitRecord] = field(default_factory=dict)
+    schema: pa.Schema | None = None
+    partition_columns: tuple[str, ...] | None = None
+
+
+class ParquetSink:
+    """Exactly-once Parquet output for ``df.writeStream.foreachBatch``, readable by Spark's own
+    ``spark.read.parquet(path)`` and by :func:`parquet_sink.read_committed`.
+
+    Args:
+        path: output directory, any fsspec URL (local path, ``abfs://container/dir``, ``s3://bucket/dir``).
+        partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
+        compact_interval, retention: as Spark's file sink (``spark.sql.streaming.fileSink.log.compactInterval``
+            and the ``retention`` option).
+        storage_options: fsspec options (credentials); never logged or written to the log.
+        compression: Parquet codec, Spark's names: snappy, zstd, gzip, lz4_raw, brotli, none (or uncompressed);
+            files get Spark's extensions (``.snappy.parquet``). ``lzo`` and Spark's ``lz4`` (Hadoop-framed)
+            are refused: pyarrow cannot write them.
+        max_records_per_file: roll over to a new file after this many rows (Spark's ``maxRecordsPerFile``;
+            None for no limit).
+        on_foreign_query: what to do when another query's batches (a new checkpoint) are already in the
+            log: ``"error"`` (default) raises :class:`ForeignQueryError`; ``"append"`` commits this query's
+            batches after the latest log batch, staying idempotent across this query's restarts.
+        min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
+        writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer into a hidden staging
+            directory, then an atomic rename of each file into place (needs a store with atomic renames:
+            local disk); ``"arrow"``: pyarrow in ``mapInArrow`` tasks, straight to the final names (any
+            store); ``"auto"`` (default): ``"spark"`` where the store renames atomically, else ``"arrow"``.
+        checkpoint_location: the query's ``checkpointLocation`` (any fsspec or Hadoop URL, read with
+            ``storage_options``). The sink takes the query id from ``<checkpoint>/metadata``, which Spark
+            writes before batch 0; on classic PySpark it must equal the running query's id. Required under
+            Spark Connect, where the sink cannot see the query id otherwise.
+        allow_batch_id_only: under Spark Connect without ``checkpoint_location``, accept telling replays
+            apart by batch id only: a new checkpoint on an old output then has its first batches skipped as
+            replays (data loss). Without it the sink refuses with :class:`QueryIdentityError`.
+        allow_existing_files: write into a directory that holds Parquet files but no log yet (an existing
+            dataset, whose files every reader then hides). Without it the first batch refuses with
+            :class:`ExistingDataError`.
+
+    Raises:
+        ValueError: a parameter out of range (named in the message), at construction.
+
+    Example::
+
+        >>> sink = ParquetSink("/data/events", partition_by=["day"])
+        >>> query = (df.writeStream.foreachBatch(sink)
+        ...          .option("checkpointLocation", "/data/_checkpoints/events").start())
+        >>> sink.last_progress.rows
+        1000
+        >>> # Spark Connect: name the checkpoint, the query id is read from it
+        >>> sink = ParquetSink("/data/events", checkpoint_location="/data/_checkpoints/events")
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        partition_by: list[str] | tuple[str, ...] | None = None,
+        compact_interval: int = 10,
+        retention: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        compression: str = "snappy",
+        max_records_per_file: int | None = None,
+        on_foreign_query: Literal["error", "append"] = "error",
+        min_batches_to_retain: int = 100,
+        cleanup_delay: str = "10m",
+        checkpoint_location: str | None = None,
+        allow_batch_id_only: bool = False,
+        writer: Literal["auto", "spark", "arrow"] = "auto",
+        allow_existing_files: bool = False,
+    ) -> None:
+        require_sink_dependencies()
+        _check_parameters(
+            partition_by=partition_by,
+            compact_interval=compact_interval,
+            retention=retention,
+            max_records_per_file=max_records_per_file,
+            on_foreign_query=on_foreign_query,
+            min_batches_to_retain=min_batches_to_retain,
+            cleanup_delay=cleanup_delay,
+            checkpoint_location=checkpoint_location,
+            writer=writer,
+        )
+        self.path = path
+        self.partition_by = tuple(partition_by or ())
+        self.compact_interval = compact_interval
+        self.retention = retention
+        self.storage_options = dict(storage_options or {})
+        self.compression = parquet_codec(compression)
+        self.max_records_per_file = max_records_per_file
+        self.on_foreign_query = on_foreign_query
+        self.min_batches_to_retain = min_batches_to_retain
+        self.cleanup_delay = cleanup_delay
+        self.checkpoint_location = checkpoint_location
+        self.allow_batch_id_only = allow_batch_id_only
+        self.writer = writer
+        self.allow_existing_files = allow_existing_files
+        self.last_progress: BatchProgress | None = None
+        self._state: _OutputState | None = None
+        self._metadata_log: MetadataLog | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_state"] = state["_metadata_log"] = None  # driver caches, rebuilt on first use
+        return state
+
+    def __repr__(self) -> str:
+        return f"ParquetSink({self.path!r}, partition_by={list(self.partition_by)})"
+
+    @property
+    def log(self) -> MetadataLog:
+        if self._metadata_log is None:
+            self._metadata_log = MetadataLog(
+                self.path,
+                self.storage_options,
+                compact_interval=self.compact_interval,
+                retention=self.retention,
+                min_batches_to_retain=self.min_batches_to_retain,
+                cleanup_delay=self.cleanup_delay,
+            )
+        return self._metadata_log
+
+    # -- the foreachBatch entry point ---------------------------------------------------------------
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Write and commit one micro-batch (called by Spark with the batch DataFrame and its id)."""
+        query_id = self._query_id(df, batch_id)
+        state = self._refresh_state()
+        target = self._target_batch(state, query_id, batch_id)
+        progress = BatchProgress(batch_id, target, query_id, skipped=target is None)
+        if target is None:
+            logger.info(
+                "%s: skipping batch %d of query %s: already committed (log batch %d)",
+                self, batch_id, query_id, state.queries[query_id].log_batch_id,
+            )
+            self.last_progress = progress
+            return
+        self._check_schema(state, df, target)
+        failpoint("before_write")
+        started = time.monotonic()
+        record = CommitRecord.new(target, query_id, batch_id)
+        storage = self.log.storage
+        spark_writes = self._spark_writes(storage)
+        if state.latest < 0 and not self.allow_existing_files:
+            refuse_existing_data(storage, f"{self}, batch {batch_id}")
+        batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
+        try:
+            if spark_writes:
+                written = write_staged(
+                    df, batch, partition_by=self.partition_by, compression=self.compression,
+                    max_records_per_file=self.max_records_per_file,
+                )
+                publishing = time.monotonic()
+                statuses = publish(batch, written)
+                progress.publish_seconds = time.monotonic() - publishing
+            else:
+                time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+                spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
+                statuses = write_files(df, spec)
+            progress.write_seconds = time.monotonic() - started
+            failpoint("before_commit")
+
+            started = time.monotonic()
+            self._check_present(storage, [s.path for s in statuses], target)
+            data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data), query_id, batch_id)
+        finally:
+            batch.end(staged=spark_writes)
+        failpoint("after_commit")
+        progress.commit_seconds = time.monotonic() - started
+        state.latest = target
+        state.queries[query_id] = record
+        progress.rows = sum(s.num_rows for s in statuses)
+        progress.files = len(statuses)
+        progress.bytes = sum(s.size for s in statuses)
+        self.last_progress = progress
+        logger.info(
+            "%s: committed batch %d of query %s as log batch %d: %d rows, %d files, %d bytes, "
+            "write %.3fs, commit %.3fs",
+            self, batch_id, query_id, target, progress.rows, progress.files, progress.bytes,
+            progress.write_seconds, progress.commit_seconds,
+        )
+
+    def _spark_writes(self, storage: Storage) -> bool:
+        """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring)."""
+        if self.writer == "spark" and not storage.renames_atomically:
+            raise ValueError(
+                f"{self}: writer='spark' needs a store with atomic renames (local disk), and "
+                f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
+            )
+        return self.writer != "arrow" and storage.renames_atomically
+
+    def _check_present(self, storage: Storage, paths: list[str], target: int) -> None:
+        """Refuse to commit a batch one of whose files is gone (deleted by hand or by a vacuum that ignores
+        leases): the log would point at missing data."""
+        gone = storage.missing(paths)
+        if gone:
+            raise MissingDataFileError(
+                f"{self}: {len(gone)} data file(s) of log batch {target} vanished before its commit, e.g. "
+                f"{storage.display(gone[0])}; nothing was committed. Something deleted files of a batch in flight "
+                f"(a vacuum that ignores the leases under {HIDDEN_DIR}/, or a manual clean-up); Spark retries the "
+                "batch when the query restarts."
+            )
+
+    def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
+        """This query's identity (stable across restarts from one checkpoint): the id in
+        ``<checkpoint_location>/metadata`` (checked against the ``sql.streaming.queryId`` local property
+        on classic PySpark), else that local property. None (replays told apart by batch id only) only
+        for a direct call outside a streaming query on classic PySpark, or with ``allow_batch_id_only``."""
+        connect = type(df).__module__.startswith("pyspark.sql.connect.")
+        running = None if connect else df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if self.checkpoint_location is not None:
+            storage = Storage(self.checkpoint_location, self.storage_options)
+            from_checkpoint = checkpoint_query_id(self.checkpoint_location, self.storage_options)
+            if from_checkpoint is None:
+                raise QueryIdentityError(
+                    f"{self}, batch {batch_id}: checkpoint_location {storage.display(storage.join('metadata'))} "
+                    "does not exist, but Spark writes it before a query's first batch: checkpoint_location is not "
+                    "this query's checkpointLocation. Pass the same location as .option('checkpointLocation', ...). "
+                    "Nothing was written."
+                )
+            if running is not None and running != from_checkpoint:
+                raise QueryIdentityError(
+                    f"{self}, batch {batch_id}: the running query is {running} but checkpoint_location "
+                    f"{storage.display(storage.root)} belongs to query {from_checkpoint}. Pass this query's "
+                    "checkpointLocation as checkpoint_location. Nothing was written."
+                )
+            return from_checkpoint
+        if running is not None:
+            return running
+        if connect and not self.allow_batch_id_only:
+            raise QueryIdentityError(
+                f"{self}, batch {batch_id}: under Spark Connect the sink cannot see the streaming query's id, so "
+                "it could not tell a new checkpoint on this output from a replay (and would skip the new query's "
+                "first batches). "
+                "Pass ParquetSink(..., checkpoint_location=<the query's checkpointLocation>), or "
+                "allow_batch_id_only=True to accept replay detection by batch id only. Nothing was written."
+            )
+        logger.warning("%s: no streaming query id: replays are detected by batch id only", self)
+        return None
+
+    def _commit(self, target: int, entries: list[LogEntry], query_id: str | None, batch_id: int) -> None:
+        committed = self.log.add(target, entries)
+        if not committed:
+            self._state = None  # another writer moved the log: re-read it next time
+            raise CommitConflictError(
+                f"batch {batch_id} of query {query_id} could not be committed to "
+                f"{self.log.display(self.log.log_dir)} as log batch {target}: another writer committed it "
+                "first. Two streaming queries are writing this output at once; stop one of them (its data "
+                "files of this batch are not committed and `parquet-sink vacuum` removes them)."
+            )
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    def _refresh_state(self) -> _OutputState:
+        """Load the output state once, then only read the log batches committed since: one listing of
+        the log per call, a gap in the log is a MissingLogFileError at once."""
+        log = self.log
+        listing = log.list_names()
+        latest = max(listing, default=-1)
+        if self._state is None:
+            self._state = _OutputState(-1)
+            table = read_chain(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
+        elif latest > self._state.latest:
+            new = sorted(b for b in listing if b > self._state.latest)
+            expected = range(self._state.latest + 1, latest + 1)
+            if len(new) != len(expected):
+                gap = next(b for b, found in zip(expected, [*new, None]) if b != found)
+                raise MissingLogFileError(
+                    f"log file of batch {gap} is missing from {log.display(log.log_dir)}, which holds batches up to "
+                    f"{latest}: the log has a gap (a stray file named after a batch far ahead, or a deleted log "
+                    "file). Remove the stray file or restore the missing one from backup; the query cannot commit "
+                    "until the log is an unbroken chain."
+                )
+            tables = [log.read_table(listing[b], b, listing.sidecars.get(b)) for b in new]
+            table = pa.concat_tables(tables)
+        else:
+            table = ENTRY_SCHEMA.empty_table()
+        state = self._state
+        for record in records_of(table):
+            state.queries[record.query_id] = record
+        data = data_files(table)
+        if data.num_rows:
+            last = data.slice(data.num_rows - 1)
+            self._read_committed_schema(state, last.column("path"), last.column(BATCH_KEY))
+        state.latest = latest
+        return state
+
+    def _read_committed_schema(self, state: _OutputState, uri: pa.ChunkedArray, batch_id: pa.ChunkedArray) -> None:
+        """The committed schema and partition columns from one committed file (``uri`` as logged), found
+        through the reader's rule, which follows a copied or moved output."""
+        found = read_committed_schema(self.log.storage, uri, batch_id)
+        if found is not None:  # a missing file is the reader's and `verify`'s to report; keep the previous schema
+            state.schema, state.partition_columns = found
+
+    def _target_batch(self, state: _OutputState, query_id: str | None, batch_id: int) -> int | None:
+        """The log batch id to commit to, or None when this query already committed ``batch_id``."""
+        action, log_batch = decide_batch(
+            state.latest, state.queries, query_id, batch_id, self.on_foreign_query == "append"
+        )
+        if action == "foreign":
+            owner = self._owner(min(batch_id, state.latest))
+            raise ForeignQueryError(
+                f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}: its "
+                f"batches up to {state.latest} were committed by "
+                f"{'query ' + str(owner) if owner else 'another writer (e.g. Spark’s own file sink)'}. "
+                "This is a new checkpoint on an old output; skipping would silently lose this query's data. "
+                "Resume the original checkpoint, write to a new output path, or pass "
+                "ParquetSink(..., on_foreign_query='append') to append after the latest batch "
+                f"({state.latest})."
+            )
+        if action == "reset":
+            raise OutputResetError(
+                f"batch {batch_id} of query {query_id} would leave a gap in {self.log.display(self.log.log_dir)}: "
+                f"its newest batch is {state.latest}, so batches {state.latest + 1}..{batch_id - 1} that Spark's "
+                "checkpoint says are done are missing (the output was deleted or reset). Restore the output, "
+                "or start a new checkpoint; ParquetSink(..., on_foreign_query='append') appends anyway."
+            )
+        return log_batch if action == "commit" else None
+
+    def _owner(self, log_batch_id: int) -> str | None:
+        """The query that committed log batch ``log_batch_id``, from its log file (a compact file keeps the
+        ends of each run: the batch is attributed inside its run)."""
+        try:
+            entries = self.log.get(log_batch_id) or []
+        except LogError:
+            return None
+        records = [r for r in map(CommitRecord.from_entry, entries) if r is not None]
+        record = attribute(records, [log_batch_id]).get(log_batch_id)
+        return None if record is None else record.query_id
+
+    def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        missing = [c for c in self.partition_by if c not in df.columns]
+        if missing:
+            raise SchemaMismatchError(
+                f"batch for log batch {target} of {self.path}: partition columns {missing} are not in the "
+                f"batch's columns {df.columns}. Fix partition_by or the query."
+            )
+        incoming = to_arrow_schema(df.schema, timezone="UTC")  # time zones are not compared
+        data_schema = pa.schema([f for f in incoming if f.name not in self.partition_by])
+        if state.schema is None:
+            state.schema, state.partition_columns = data_schema, self.partition_by
+            return
+        problems = schema_problems(state.schema, state.partition_columns, data_schema, self.partition_by)
+        added = [f for f in data_schema if f.name not in state.schema.names]
+        if problems:
+            raise SchemaMismatchError(
+                f"batch for log batch {target} of {self.path} is incompatible with the committed data: "
+                + "; ".join(problems)
+                + ". Nothing was written. Only new nullable columns may be added; write incompatible data to a "
+                "new output path (or cast the columns back to the committed types)."
+            )
+        if added:
+            logger.info("%s: schema evolves with new nullable columns %s", self, [f.name for f in added])
+            state.schema = data_schema
+
+
+Action = Literal["commit", "skip", "foreign", "reset"]
+
+
+def decide_batch(
+    latest: int,
+    queries: Mapping[str | None, CommitRecord],
+    query_id: str | None,
+    batch_id: int,
+    append: bool = False,
+) -> tuple[Action, int | None]:
+    """What the sink does with batch ``batch_id`` of query ``query_id``, given the newest log batch
+    ``latest`` (-1 when empty) and the last commit record of each query: ``("commit", log batch)``,
+    ``("skip", log batch holding it)``, ``("foreign", None)`` (ForeignQueryError: the log belongs to
+    another query) or ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log).
+    ``append`` is ``on_foreign_query="append"``. Pure, so ``parquet-sink doctor`` predicts with it.
+
+    Example::
+
+        >>> decide_batch(-1, {}, "q1", 0)
+        ('commit', 0)
+        >>> decide_batch(4, {}, "q1", 0)
+        ('foreign', None)
+    """
+    own = queries.get(query_id)
+    if own is not None and batch_id <= own.query_batch_id:
+        return "skip", own.log_batch_id
+    if append and latest >= 0:
+        return "commit", latest + 1
+    if batch_id <= latest or (own is None and queries and latest >= 0):
+        return "foreign", None
+    if batch_id > latest + 1:
+        return "reset", None
+    return "commit", batch_id
+
+
+def checkpoint_query_id(checkpoint_location: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
+    """The streaming query id Spark wrote into ``<checkpoint_location>/metadata`` (``{"id": ...}``, written
+    before the query's first batch and kept across restarts), or None when that file does not exist.
+    ``checkpoint_location`` is any fsspec or Hadoop URL (``/ckpt``, ``file:/ckpt``, ``s3a://bucket/ckpt``,
+    ``abfss://container@account.dfs.core.windows.net/ckpt``). QueryIdentityError if the file is damaged.
+
+    Example::
+
+        >>> checkpoint_query_id("/data/_checkpoints/events")
+        '6abb5a0d-3f4e-4a43-9c55-0b8f3c1e2d11'
+    """
+    storage = Storage(checkpoint_location, dict(storage_options or {}))
+    path = storage.join("metadata")
+    try:
+        raw = storage.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    try:
+        query_id = json.loads(raw)["id"]
+    except (ValueError, KeyError, TypeError) as exc:
+        query_id, problem = None, f"{type(exc).__name__}: {exc}"
+    else:
+        problem = None if isinstance(query_id, str) and query_id else f"id {query_id!r}"
+    if problem is not None:
+        raise QueryIdentityError(
+            f"checkpoint metadata {storage.display(path)} is not Spark's JSON with the query id ({problem}): it "
+            "is damaged or not a streaming checkpoint. Restore it from a backup or start a new checkpoint."
+        )
+    return query_id
+
+
+def _check_parameters(
+    *,
+    partition_by: Any,
+    compact_interval: Any,
+    retention: Any,
+    max_records_per_file: Any,
+    on_foreign_query: Any,
+    min_batches_to_retain: Any,
+    cleanup_delay: Any,
+    checkpoint_location: Any,
+    writer: Any,
+) -> None:
+    """ValueError naming the first ParquetSink parameter out of range (checked on the driver, so a bad
+    value never reaches the executors or the log)."""
+
+    if isinstance(partition_by, str):
+        raise ValueError(f"partition_by must be a list of column names, got the string {partition_by!r}")
+    if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
+        raise ValueError(f"partition_by names a column twice: {list(partition_by)}")
+    check_log_parameters(
+        compact_interval=compact_interval,
+        retention=retention,
+        min_batches_to_retain=min_batches_to_retain,
+        cleanup_delay=cleanup_delay,
+    )
+    if max_records_per_file is not None:
+        check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
+    if on_foreign_query not in ("error", "append"):
+        raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
+    if writer not in ("auto", "spark", "arrow"):
+        raise ValueError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
+    if checkpoint_location is not None and (not isinstance(checkpoint_location, str) or not checkpoint_location):
+        raise ValueError(f"checkpoint_location must be the query's checkpointLocation URL, got {checkpoint_location!r}")
