@@ -3,7 +3,7 @@ mapInArrow needs, the floors admit no release without exclusive create, and a mi
 error when the sink is built, not a failed batch 0 on a cluster.
 
 (The full proof, a fresh venv with only `parquet-sink[spark]` running `examples/demo.py`, takes minutes and
-downloads pyspark; it was run by hand for the change and its timing is in the README's install section.)"""
+downloads pyspark; it was run by hand for the change and its timing is in docs/usage.md, Installation details.)"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ Hits are counted per process, or across processes when ``PARQUET_SINK_FAILPOINT_
 directory (each hit claims a ticket file there), so ``raise@1`` fails only the first task attempt of
 all attempts, in whichever worker it runs.
 
-Failpoints in the write path (see README, reliability section): ``before_write``, ``task_write``
+Failpoints in the write path (see docs/reliability.md): ``before_write``, ``task_write``
 (inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
 into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
 place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
