@@ -26,6 +26,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from parquet_sink.log.files import parse_batch_name
 from parquet_sink import MetadataLog, read_committed
 from parquet_sink.log.entry import CommitRecord, attribute
 
@@ -278,7 +279,7 @@ def _source_log(checkpoint: str | Path) -> dict[int, set[int]]:
     if not directory.exists():
         return {}
     for path in directory.iterdir():
-        if MetadataLog.parse_batch_name(path.name) is None:
+        if parse_batch_name(path.name) is None:
             continue
         for line in path.read_text().splitlines()[1:]:
             entry = json.loads(line)

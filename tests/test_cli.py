@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from parquet_sink.log.files import parse_batch_name
 from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed
 from parquet_sink.partitioning import is_data_file
 from tests.spark_util import run_available_now
@@ -144,7 +145,7 @@ def test_log_cleanup_keeps_what_sparks_own_sink_keeps(outputs: Outputs) -> None:
     second newest compact file), and reads the same."""
 
     def batch_files(out: Path) -> list[str]:
-        return sorted(n for n in os.listdir(out / "_spark_metadata") if MetadataLog.parse_batch_name(n))
+        return sorted(n for n in os.listdir(out / "_spark_metadata") if parse_batch_name(n))
 
     assert batch_files(outputs.ours) == batch_files(outputs.spark_out) == ["5.compact", "6"]
     assert read_committed(str(outputs.ours)).num_rows == read_committed(str(outputs.spark_out)).num_rows == ROWS

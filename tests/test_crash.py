@@ -30,6 +30,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from parquet_sink.log.files import parse_batch_name
 from parquet_sink import MetadataLog, ParquetSink, read_committed
 from parquet_sink.errors import CommitConflictError, ForeignQueryError
 from parquet_sink.log.entry import CommitRecord, attribute
@@ -484,7 +485,7 @@ def test_two_queries_race_for_one_output(spark, tmp_path: Path) -> None:
 
 def _latest_in(out: Path) -> int:
     names = os.listdir(out / "_spark_metadata") if (out / "_spark_metadata").exists() else []
-    return max((p[0] for p in map(MetadataLog.parse_batch_name, names) if p), default=-1)
+    return max((p[0] for p in map(parse_batch_name, names) if p), default=-1)
 
 
 def test_reader_in_a_loop_sees_only_whole_batches(spark, tmp_path: Path, monkeypatch, caplog) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from fsspec.implementations.memory import MemoryFileSystem
 
+from parquet_sink.log.files import parse_batch_name
 from parquet_sink import errors
 from parquet_sink.log.snapshot import read_snapshot
 from parquet_sink.log.metadata_log import LogEntry, MetadataLog, derive_compact_interval, parse_duration_ms
@@ -252,7 +253,7 @@ def test_cleanup_spark_rule_delay_and_two_compacts(tmp_path):
     log = MetadataLog(root, compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
     assert log.add(12, [_entry(root, "f12")])
     names = os.listdir(tmp_path / "_spark_metadata")
-    remaining = sorted(MetadataLog.parse_batch_name(n) for n in names if not n.endswith(".parquet"))
+    remaining = sorted(parse_batch_name(n) for n in names if not n.endswith(".parquet"))
     assert remaining == [(8, True), (9, False), (10, False), (11, True), (12, False)]
     assert sorted(n for n in names if n.endswith(".parquet")) == ["11.compact.parquet", "8.compact.parquet"]
     assert len(log.all_files()) == 13
@@ -276,7 +277,7 @@ def test_cleanup_leaves_exactly_what_spark_leaves(tmp_path, interval, retain):
     for b in range(13):
         log.add(b, [_entry(root, f"f{b}")])
         names = os.listdir(tmp_path / "_spark_metadata")
-        kept = sorted(parsed for parsed in map(MetadataLog.parse_batch_name, names) if parsed)
+        kept = sorted(parsed for parsed in map(parse_batch_name, names) if parsed)
         assert kept == [(k, (k + 1) % interval == 0) for k in _spark_keeps(b, interval, retain)], b
         assert len(MetadataLog(root).all_files()) == b + 1
 

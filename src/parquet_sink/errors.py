@@ -72,10 +72,6 @@ class SchemaMismatchError(ParquetSinkError):
     """A batch's schema is incompatible with the data already committed."""
 
 
-class PartitionValueError(ParquetSinkError):
-    """A partition column holds a value that cannot be written as a `k=v` directory."""
-
-
 class ExistingDataError(ParquetSinkError):
     """The output directory already holds Parquet files but no committed batch (a dataset, not an output)."""
 

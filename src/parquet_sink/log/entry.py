@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
-import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -72,15 +71,6 @@ ENTRY_SCHEMA = pa.schema(
         (COMMIT_ID_KEY, pa.string()),
         (EXPIRED_KEY, pa.int64()),
     ]
-)
-
-_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
-# A valid entry in the exact layout Spark and this package write (all seven keys, in order, typed, then
-# extra keys with scalar values such as batchId and the commit record's keys).
-CANONICAL = re.compile(
-    r'\{"path":' + _JSON_STRING + r',"size":-?\d+,"isDir":(?:true|false),"modificationTime":-?\d+,'
-    r'"blockReplication":-?\d+,"blockSize":-?\d+,"action":' + _JSON_STRING
-    + r'(?:,' + _JSON_STRING + r':(?:-?\d+|true|false|null|' + _JSON_STRING + r'))*\}$'
 )
 
 

@@ -32,9 +32,9 @@ import pyarrow as pa
 
 from ..errors import CorruptLogError, LogError
 from .compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
-from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path, parse_batch_name
+from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path
 from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
-from ..storage.filesystem import FileInfo, Storage
+from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +74,6 @@ class MetadataLog(CompactibleLog):
         41
     """
 
-    parse_batch_name = staticmethod(parse_batch_name)
-
     def __init__(
         self,
         path: str,
@@ -99,11 +97,6 @@ class MetadataLog(CompactibleLog):
 
     def __repr__(self) -> str:
         return f"MetadataLog({self.storage.display(self.log_dir)!r})"
-
-    def list_batches(self) -> dict[int, FileInfo]:
-        """Batch id -> log file with its size and modification time (a listing that stats every file;
-        :meth:`list_names` is the cheap one)."""
-        return self.list_details().infos
 
     def latest_batch_id(self) -> int | None:
         """The newest committed batch id (from the listing, like Spark), or None for an empty log."""
