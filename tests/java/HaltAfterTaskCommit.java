@@ -9,7 +9,7 @@ import org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtoc
  * Spark's own commit protocol for {@code df.write} ({@code spark.sql.sources.commitProtocolClass}), except
  * that the first task attempt of the whole run to commit halts its executor JVM right after its task
  * commit, before the task reports success: an executor dying during task commit. "First" is claimed with a
- * ticket file {@code task_commit.1} in the directory named by {@code EXACTLY_ONCE_FAILPOINT_STATE}, as the
+ * ticket file {@code task_commit.1} in the directory named by {@code PARQUET_SINK_FAILPOINT_STATE}, as the
  * Python failpoints count hits across processes; without that variable nothing happens. Used by
  * tests/test_crash.py on {@code local-cluster}, where an executor is a JVM of its own.
  */
@@ -21,7 +21,7 @@ public class HaltAfterTaskCommit extends SQLHadoopMapReduceCommitProtocol {
     @Override
     public FileCommitProtocol.TaskCommitMessage commitTask(TaskAttemptContext taskContext) {
         FileCommitProtocol.TaskCommitMessage message = super.commitTask(taskContext);
-        String state = System.getenv("EXACTLY_ONCE_FAILPOINT_STATE");
+        String state = System.getenv("PARQUET_SINK_FAILPOINT_STATE");
         if (state != null) {
             try {
                 new File(state).mkdirs();
