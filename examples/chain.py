@@ -4,7 +4,7 @@ aggregate them with pandas, and append the result with ``write_batch(..., versio
 Run: ``python -m examples.chain [--workdir DIR]``. The upstream here is written by ``write_batch`` too; a
 ``ParquetSink`` streaming query's output works the same. The job runs three times: the first run takes
 batches 0..2, the second finds nothing new, and after two more upstream batches the third takes 3..4. A job
-killed anywhere in between and rerun does the same (``tests/test_chain_crash.py`` proves it by SIGKILL).
+killed anywhere in between and rerun does the same (``tests/crash/test_chain_crash.py`` proves it by SIGKILL).
 """
 
 from __future__ import annotations

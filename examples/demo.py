@@ -27,7 +27,7 @@ FILES, ROWS_PER_FILE, KILL_AT_BATCH = 12, 500, 5
 def run_query(workdir: Path) -> None:
     """The streaming job (runs in a child process): JSON files -> ParquetSink, one file per batch."""
     from parquet_sink import ParquetSink
-    from tests.spark_util import make_session, run_available_now
+    from tests.helpers.spark_util import make_session, run_available_now
 
     logging.basicConfig(level=logging.INFO, format="  [job] %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -53,7 +53,7 @@ def main() -> int:
         run_query(workdir)
         return 0
 
-    from tests.spark_util import write_input_files
+    from tests.helpers.spark_util import write_input_files
 
     regions = ["north", "south", "east west", "a:b"]
     batches = [
@@ -85,7 +85,7 @@ def main() -> int:
     duplicated = sorted(i for i, n in ids.items() if n > 1)
     missing = sorted(expected - set(ids))
     unexpected = sorted(set(ids) - expected)
-    from tests.spark_util import make_session
+    from tests.helpers.spark_util import make_session
 
     spark = make_session(app="parquet-sink-demo-check")
     spark_rows = spark.read.parquet(out).count()

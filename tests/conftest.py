@@ -1,4 +1,10 @@
-"""Shared fixtures: one real local SparkSession per test session, helpers to run streaming queries."""
+"""Shared fixtures: one real local SparkSession per test session, the test servers, helpers to run streaming
+queries.
+
+Layout: the tests mirror the package (``storage/``, ``log/``, ``read/``, ``write/``, ``maintenance/``), with the
+crash tests (``crash/``), Spark Connect (``connect/``), the package as users install it (``package/``) and the
+helpers (``helpers/``) apart. Every test that uses a SparkSession is marked ``spark`` and every test under
+``crash/`` ``crash``, so the fast inner loop is ``pytest -m "not spark and not crash"``."""
 
 from __future__ import annotations
 
@@ -39,6 +45,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if on_connect(item):
             item.add_marker(pytest.mark.xdist_group("connect"))
+        if {"spark", "connect_spark"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.spark)
+        if Path(str(item.fspath)).parent.name == "crash":
+            item.add_marker(pytest.mark.crash)
     items.sort(key=lambda item: (on_connect(item), Path(item.nodeid.split("::")[0]).stem not in SLOW_MODULES))
 
 
@@ -53,7 +63,7 @@ def fuzz_minutes(request: pytest.FixtureRequest) -> float:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
-    from tests.spark_util import make_session
+    from tests.helpers.spark_util import make_session
 
     session = make_session()
     yield session
@@ -63,10 +73,10 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
 @pytest.fixture(scope="session")
 def connect_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     """A Spark Connect session on pyspark's bundled Connect server, which runs in a child process of its
-    own (a classic session cannot share a process with a local Connect server; see tests/connect_util.py).
+    own (a classic session cannot share a process with a local Connect server; see tests/helpers/connect_util.py).
     Started once, when the first Connect test runs (they run last); the server and its workers are
     killed at the end."""
-    from tests.connect_util import connect_client
+    from tests.helpers.connect_util import connect_client
 
     root = Path(__file__).resolve().parents[1]
     workdir = tmp_path_factory.mktemp("connect-server")
@@ -75,7 +85,7 @@ def connect_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator["pyspark
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     with open(workdir / "server.log", "wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "tests.connect_util", str(port_file)],
+            [sys.executable, "-m", "tests.helpers.connect_util", str(port_file)],
             cwd=root, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
@@ -119,7 +129,7 @@ class Backend:
 
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory):
-    from tests.servers import azurite
+    from tests.helpers.servers import azurite
 
     with azurite(tmp_path_factory.mktemp("azurite")) as server:
         yield server
@@ -127,7 +137,7 @@ def azurite_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory):
-    from tests.servers import moto_s3
+    from tests.helpers.servers import moto_s3
 
     with moto_s3(tmp_path_factory.mktemp("moto")) as server:
         yield server

@@ -1,0 +1,1 @@
+"""The sink and readers under Spark Connect."""

@@ -1,0 +1,39 @@
+"""The compact interval a log implies, as Spark derives it (``CompactibleFileStreamLog.deriveCompactInterval``
+and the two-compact-files rule), searched with Hypothesis: no Spark needed."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parquet_sink.log.compaction import derive_compact_interval, infer_interval
+
+
+@given(st.integers(1, 200), st.integers(0, 5000))
+def test_derived_interval_makes_the_compact_file_a_compaction_batch(default, latest_compact):
+    interval = derive_compact_interval(default, latest_compact)
+    n = latest_compact + 1
+    assert n % interval == 0, "the only compact file left is a compaction batch under the derived interval"
+    if n <= default:
+        assert interval == n
+    elif default < n // 2:  # the first divisor of n from the default up to n / 2, else n itself
+        assert interval >= default and all(n % i for i in range(default, min(interval, n // 2 + 1)))
+    else:  # no divisor search (Spark's rule): the whole run of batches is one interval
+        assert interval == n
+
+
+def test_derived_interval_examples_from_spark():
+    assert derive_compact_interval(5, 9) == 10  # only 9.compact left: Spark continues with 10 (5 < 10 / 2 fails)
+    assert derive_compact_interval(5, 11) == 6  # 12 batches: 6 is the first divisor from 5
+    assert derive_compact_interval(10, 4) == 5  # fewer batches than the default
+    assert derive_compact_interval(3, 12) == 13  # 13 is prime
+
+
+@given(st.integers(1, 50), st.integers(1, 40), st.integers(1, 6), st.integers(0, 3))
+def test_two_compact_files_give_their_distance(default, interval, count, deltas):
+    compacts = [interval * (k + 1) - 1 for k in range(count)]
+    listing = {b: f"/o/_spark_metadata/{b}.compact" for b in compacts}
+    listing |= {compacts[-1] + d: f"/o/_spark_metadata/{compacts[-1] + d}" for d in range(1, deltas + 1)}
+    inferred = infer_interval(default, listing)
+    assert inferred == (interval if count >= 2 else derive_compact_interval(default, compacts[0]))
+    assert infer_interval(default, {b: p for b, p in listing.items() if not p.endswith(".compact")}) is None

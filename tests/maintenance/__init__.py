@@ -1,0 +1,1 @@
+"""Tests of parquet_sink.maintenance and the CLI."""

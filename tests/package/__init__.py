@@ -1,0 +1,1 @@
+"""The package as users get it: the wheel, the README's examples."""

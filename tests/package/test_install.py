@@ -1,0 +1,126 @@
+"""What `pip install "parquet-sink[...]"` brings is enough to run: the `spark` extra installs what the sink's
+mapInArrow needs, the floors admit no release without exclusive create, and a missing package is a typed
+error when the sink is built, not a failed batch 0 on a cluster.
+
+(The full proof, a fresh venv with only `parquet-sink[spark]` running `examples/demo.py`, takes minutes and
+downloads pyspark; it was run by hand for the change and its timing is in docs/usage.md, Installation details.)"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+
+from parquet_sink.storage.filesystem import _EXCLUSIVE_CREATE_SINCE
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _requirements(extra: str) -> dict[str, Requirement]:
+    """The requirements an extra brings, following pyspark's own extras (e.g. ``pyspark[sql]``)."""
+    found = {}
+    for line in PROJECT["optional-dependencies"][extra]:
+        requirement = Requirement(line)
+        found[requirement.name] = requirement
+        if requirement.name == "pyspark":
+            for sub in map(Requirement, importlib.metadata.requires("pyspark") or []):
+                marker = sub.marker or Marker("extra == ''")
+                if any(marker.evaluate({"extra": e}) for e in requirement.extras):
+                    found.setdefault(sub.name, sub)
+    return found
+
+
+def test_spark_extra_installs_what_map_in_arrow_needs():
+    needs = _requirements("spark")
+    assert {"pyspark", "pandas", "pyarrow", "numpy"} <= needs.keys(), sorted(needs)
+    assert not needs["pandas"].specifier.contains("3.0.0"), "pyspark 4.x does not support pandas 3"
+    assert needs["pandas"].specifier.contains("2.3.3")
+
+
+def test_floors_admit_no_release_without_exclusive_create():
+    """The last releases before ``pipe_file(mode="create")`` (see test_storage_errors.py) are refused."""
+    before = {"fsspec": "2024.10.0", "adlfs": "2024.7.0", "s3fs": "2024.10.0"}
+    declared = {Requirement(r).name: Requirement(r) for r in PROJECT["dependencies"]}
+    for extra in ("azure", "s3"):
+        declared |= {Requirement(r).name: Requirement(r) for r in PROJECT["optional-dependencies"][extra]}
+    for name, since in _EXCLUSIVE_CREATE_SINCE.items():
+        assert not declared[name].specifier.contains(before[name]), declared[name]
+        assert declared[name].specifier.contains(since), declared[name]
+
+
+def test_sink_without_pandas_is_refused_when_built(tmp_path):
+    """In a child process where pandas cannot be imported (as when only pyspark is installed)."""
+    child = textwrap.dedent(
+        f"""
+        import sys
+        class NoPandas:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "pandas":
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, NoPandas())
+        from parquet_sink import ParquetSink
+        from parquet_sink.errors import MissingDependencyError
+        try:
+            ParquetSink({str(tmp_path / "out")!r})
+        except MissingDependencyError as exc:
+            print("refused:", exc)
+        else:
+            print("built")
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+    result = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("refused:"), result.stdout
+    assert "Pandas" in result.stdout and 'pip install "parquet-sink[spark]"' in result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_sink_with_the_spark_extra_is_built(tmp_path):
+    from parquet_sink import ParquetSink
+
+    assert ParquetSink(str(tmp_path / "out")).path == str(tmp_path / "out")
+
+
+def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
+    """The wheel a user installs: named parquet-sink (the name exactly-once is another project's on the package
+    index), with LICENSE, py.typed, the console script, the version from ``parquet_sink.__version__``, and only
+    the extras users need (the suite's and benchmarks' needs are PEP 735 groups, not published). Installed with
+    --no-deps into a fresh venv, the CLI answers --version and --help: they need nothing but the standard library."""
+    import zipfile
+
+    from parquet_sink import __version__
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("parquet_sink-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    dist = f"parquet_sink-{__version__}.dist-info"
+    assert {"parquet_sink/py.typed", f"{dist}/licenses/LICENSE", "parquet_sink/cli/main.py"} <= set(names)
+    metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode()
+    fields = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line and not line.startswith(" ")]
+    assert ["Name", "parquet-sink"] in fields and ["Version", __version__] in fields
+    assert sorted(v for k, v in fields if k == "Provides-Extra") == ["azure", "connect", "s3", "spark"]
+    assert "Apache License" in zipfile.ZipFile(wheel).read(f"{dist}/licenses/LICENSE").decode()[:200]
+
+    venv = tmp_path / "venv"
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the checkout's src/ holds an egg-info
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=clean)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300, env=clean
+    )
+    script = str(venv / "bin" / "parquet-sink")
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"parquet-sink {__version__}"
+    usage = subprocess.run([script, "vacuum", "--help"], capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert usage.returncode == 0 and "--older-than" in usage.stdout

@@ -1,0 +1,215 @@
+"""Object stores and long-lived processes (issue 26): the exclusive-create probe per store, listings cached
+by fsspec, damaged committed files, log entries that climb out of the root. Real moto and Azurite on
+loopback; a header-stripping proxy (tests/helpers/servers.py) stands for a store that ignores If-None-Match."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fsspec
+import pyarrow as pa
+import pytest
+
+from parquet_sink import committed_files, read_committed, write_batch
+from parquet_sink.cli.main import main
+from parquet_sink.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
+from parquet_sink.write.appends import data_fingerprint
+from parquet_sink.storage.filesystem import Storage
+from tests.conftest import make_backend
+from tests.helpers.servers import stripping_proxy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _proxied_options(name: str, server, port: int) -> dict:
+    """Options reaching the same store (same bucket / container) through the proxy on ``port``."""
+    if name == "moto":
+        options = dict(server.storage_options)
+        options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": f"http://127.0.0.1:{port}"}
+        return options
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    sas = generate_account_sas(
+        server.account_name,
+        server.account_key,
+        ResourceTypes(service=True, container=True, object=True),
+        AccountSasPermissions(read=True, write=True, delete=True, list=True, add=True, create=True),
+        expiry=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1),
+    )
+    endpoint = f"http://127.0.0.1:{port}/{server.account_name}"
+    return {
+        "connection_string": f"BlobEndpoint={endpoint};SharedAccessSignature={sas}",
+        "account_name": server.account_name,
+    }
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_probe_is_per_endpoint_not_per_bucket(request, tmp_path, name):
+    """A commit through one endpoint must not vouch for another endpoint reaching a bucket of the same
+    name: there the probe runs again and refuses a store that ignores If-None-Match."""
+    backend = make_backend(name, request, tmp_path)
+    direct = Storage(backend.url, backend.storage_options)
+    first = direct.join("_spark_metadata", "0")
+    assert direct.put_if_absent(first, b"v1\nfirst")
+    server = request.getfixturevalue(f"{name}_server")
+    with stripping_proxy(server.port) as port:
+        proxied = Storage(backend.url, _proxied_options(name, server, port))
+        assert proxied.read_bytes(first) == b"v1\nfirst"  # the proxy reaches the same bucket
+        with pytest.raises(UnsafeStorageError, match="does not honour exclusive create"):
+            proxied.put_if_absent(first, b"v1\nsecond")
+    assert direct.read_bytes(first) == b"v1\nfirst"
+
+
+def test_large_log_write_stays_exclusive_on_s3(request, tmp_path, moto_server):
+    """s3fs uploads more than twice its 50 MiB chunk in parts, with the condition on the completion, a
+    request the probe never tried: a store that honours If-None-Match on PutObject only (the proxy strips
+    it from CompleteMultipartUpload) would let a big compact file replace a commit. One PutObject it is."""
+    backend = make_backend("moto", request, tmp_path)
+
+    def completion(method: str, path: str) -> bool:
+        return method == "POST" and "uploadId=" in path
+
+    with stripping_proxy(moto_server.port, only=completion) as port:
+        storage = Storage(backend.url, _proxied_options("moto", moto_server, port))
+        path = storage.join("_spark_metadata", "9.compact")
+        assert storage.put_if_absent(path, b"v1\nfirst")
+        assert not storage.put_if_absent(path, b"v1\n" + b"x" * (100 * 2**20))
+        assert storage.read_bytes(path) == b"v1\nfirst"
+
+
+def _write_elsewhere(url: str, options: dict, rows: list[int], version: int) -> None:
+    """write_batch in another process (its own filesystem instances, its own caches)."""
+    code = (
+        "import json, sys, pyarrow as pa; from parquet_sink import write_batch; "
+        "url, options, rows, version = json.loads(sys.argv[1]); "
+        "write_batch(url, pa.table({'p': ['a'] * len(rows), 'n': rows}), app_id='other', version=version, "
+        "partition_by=['p'], storage_options=options)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    subprocess.run([sys.executable, "-c", code, json.dumps([url, options, rows, version])], check=True, env=env)
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_cached_listing_does_not_hide_files_committed_later(request, tmp_path, name):
+    """After this process listed a partition directory (the user's own filesystem with the same options, a
+    vacuum plan), a file another process commits there later is read, not reported missing."""
+    backend = make_backend(name, request, tmp_path)
+    url, options = backend.url, backend.storage_options
+    write_batch(url, pa.table({"p": ["a"], "n": [1]}), app_id="here", version=0, partition_by=["p"], storage_options=options)
+    fs, root = fsspec.core.url_to_fs(url, **options)
+    assert len(fs.ls(f"{root}/p=a")) == 1  # the user's listing, cached by fsspec
+    storage = Storage(url, options)
+    storage.find(storage.root)  # what a vacuum plan lists
+    assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]
+    _write_elsewhere(url, options, [2, 3], version=0)
+    assert sorted(read_committed(url, storage_options=options).column("n").to_pylist()) == [1, 2, 3]
+    assert len(committed_files(url, storage_options=options)) == 2
+
+
+@pytest.mark.parametrize("cut", ["truncated", "empty"])
+def test_damaged_committed_file_is_a_typed_error(backend, cut):
+    """A committed file cut short (or emptied) is named with its batch, both sizes and `verify`, not
+    pyarrow's ArrowInvalid."""
+    url, options = backend.url, backend.storage_options
+    write_batch(url, pa.table({"n": [1, 2]}), app_id="a", version=0, storage_options=options)
+    damaged = write_batch(url, pa.table({"n": [3, 4]}), app_id="a", version=1, storage_options=options)
+    storage = Storage(url, options)
+    path, size = damaged.files[0], damaged.bytes
+    storage.put(path, storage.read_bytes(path)[: size // 2] if cut == "truncated" else b"")
+    with pytest.raises(DamagedDataFileError) as caught:
+        read_committed(url, storage_options=options)
+    message = str(caught.value)
+    found = size // 2 if cut == "truncated" else 0
+    assert storage.display(path) in message and "batch 1" in message
+    assert f"log says it has {size} bytes, storage holds {found}" in message and "parquet-sink verify" in message
+
+
+def test_ls_rows_reports_a_damaged_file_without_a_traceback(tmp_path, capsys, caplog):
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"n": [1, 2]}), app_id="a", version=0)
+    damaged = write_batch(out, pa.table({"n": [3]}), app_id="a", version=1)
+    Path(damaged.files[0]).write_bytes(b"")
+    assert main(["ls", "--rows", "--json", out]) == 0
+    captured = capsys.readouterr()
+    rows = {b["batch"]: b["rows"] for b in json.loads(captured.out)["batches"]}
+    assert rows == {0: 2, 1: None}
+    assert "Parquet file size is 0 bytes; run `parquet-sink verify`" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "climb", ["/../outside.parquet", "/k=a/../../outside.parquet", "/%2E%2E/outside.parquet", "/k=a%2F..%2F..%2Foutside.parquet"]
+)
+def test_log_entry_climbing_out_of_the_root(tmp_path, capsys, climb):
+    """No reader, `verify`, `vacuum` or `ls` follows a `..` in a log entry: typed errors, a listed problem,
+    and the file outside the root is never read nor deleted."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"n": [1]}), app_id="a", version=0)
+    write_batch(str(out), pa.table({"n": [2]}), app_id="a", version=1)
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes(b"not yours")
+    os.utime(outside, (0, 0))  # old enough for any vacuum threshold
+    log = out / "_spark_metadata" / "1"
+    header, first, *rest = log.read_text().splitlines()
+    entry = json.loads(first)
+    entry["path"] = f"file://{out}{climb}"
+    log.write_text("\n".join([header, json.dumps(entry, separators=(",", ":")), *rest]) + "\n")
+    for read in (read_committed, committed_files, lambda p: read_committed(p, allow_outside_root=True)):
+        with pytest.raises(OutsideRootError, match=r"batch 1 .*climbs out of its directory with '\.\.'"):
+            read(str(out))
+    assert main(["verify", str(out)]) == 1
+    assert "climbs out of its directory" in capsys.readouterr().out
+    assert main(["vacuum", str(out), "--older-than", "0s"]) == 1
+    assert main(["ls", "--rows", str(out)]) == 1
+    assert "climbs out of its directory" in capsys.readouterr().err
+    assert outside.read_bytes() == b"not yours"
+
+
+def test_old_version_with_new_data_is_refused(tmp_path):
+    """An app whose state was reset writes other rows under version 1 after versions 0..5: refused, naming
+    the app, the version, the newest version and what to do, even after compaction; the same rows are a
+    retry and skipped; a passed version that was never committed is refused too."""
+    out = str(tmp_path / "out")
+    for version in range(6):
+        write_batch(out, pa.table({"n": [version, version]}), app_id="job", version=version, compact_interval=3)
+    assert any(name.endswith(".compact") for name in os.listdir(Path(out) / "_spark_metadata"))
+    files = sorted(p.name for p in Path(out).glob("*.parquet"))
+    with pytest.raises(StaleVersionError) as caught:
+        write_batch(out, pa.table({"n": [7, 7]}), app_id="job", version=1)
+    message = str(caught.value)
+    assert f"app 'job' wrote version 1 to {out}, but its newest committed version is 5" in message
+    assert "version 6 or later" in message and "ignore_changed_data=True" in message
+    retry = write_batch(out, pa.table({"n": [1, 1]}), app_id="job", version=1)
+    assert not retry.committed and retry.committed_version == 5
+    assert write_batch(out, pa.table({"n": [8]}), app_id="gappy", version=0).committed
+    assert write_batch(out, pa.table({"n": [9]}), app_id="gappy", version=5).committed
+    with pytest.raises(StaleVersionError, match="version 3 was never committed"):
+        write_batch(out, pa.table({"n": [10]}), app_id="gappy", version=3)
+    assert len(list(Path(out).glob("*.parquet"))) == len(files) + 2, "refused writes write no file"
+    assert sorted(read_committed(out).column("n").to_pylist()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 8, 9]
+
+
+def test_data_fingerprint_is_the_data_not_its_layout():
+    table = pa.table({"n": list(range(100_000)), "s": [str(i % 7) for i in range(100_000)]})
+    rechunked = pa.concat_tables([table.slice(0, 33_333), table.slice(33_333)]).replace_schema_metadata({"a": "b"})
+    assert data_fingerprint(rechunked) == data_fingerprint(table)
+    assert data_fingerprint(table.slice(1)) != data_fingerprint(table)
+    assert data_fingerprint(table.cast(pa.schema([("n", pa.int32()), ("s", pa.string())]))) != data_fingerprint(table)
+
+
+def test_version_committed_without_a_fingerprint_is_skipped_with_a_warning(tmp_path, caplog):
+    """A version committed by an older release (a commit id without fingerprint) cannot be compared: skipped as
+    before, but with a warning saying so."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"n": [1]}), app_id="job", version=0)
+    log = out / "_spark_metadata" / "0"
+    text = log.read_text()
+    commit_id = json.loads(text.splitlines()[1])["commitId"]
+    log.write_text(text.replace(commit_id, commit_id.partition("-")[0]))
+    assert not write_batch(str(out), pa.table({"n": [2]}), app_id="job", version=0).committed
+    assert "its data cannot be compared" in caplog.text
+    assert read_committed(str(out)).column("n").to_pylist() == [1]

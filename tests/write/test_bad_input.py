@@ -1,0 +1,397 @@
+"""Bad input: damaged `_spark_metadata` logs, missing files, and bad data in the stream.
+
+Every damaged log gives a typed error from :mod:`parquet_sink.errors` that names the file and the batch,
+through ``MetadataLog.all_files``, ``MetadataLog.check``, ``read_committed`` and the sink, never a hang,
+and the writer never compacts a damaged log into a new commit. Bad data (a column changing type, a new
+column, null and odd partition values) either fails the batch with nothing committed or round-trips
+exactly as Spark's own reader sees it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import io
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from parquet_sink import LogEntry, MetadataLog, ParquetSink, committed_files, read_committed, write_batch
+from parquet_sink.cli.main import main
+from parquet_sink.errors import (
+    CorruptLogError,
+    ParquetSinkError,
+    LogPathError,
+    MissingDataFileError,
+    MissingLogFileError,
+    NotAnOutputError,
+    SchemaMismatchError,
+    UnsupportedLogVersionError,
+)
+from tests.helpers.crash_util import (
+    SCHEMA,
+    assert_same_ids,
+    committed_ids,
+    committed_paths,
+    file_ids,
+    latest_commit,
+    parquet_on_disk,
+    spark_ids,
+    write_inputs,
+)
+
+TIMEOUT = 60  # seconds; anything slower counts as a hang
+
+
+def bounded(fn: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
+    """Run ``fn`` and fail the test if it does not return (or raise) within ``timeout``."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn).result(timeout)
+    except concurrent.futures.TimeoutError:
+        pytest.fail(f"{fn} hung for {timeout}s")
+    finally:
+        pool.shutdown(wait=False)
+
+
+def raises(fn: Callable[[], Any], expected: type[Exception]) -> Exception:
+    """The exception ``fn`` raises, which must be ``expected`` (checked within the hang timeout)."""
+
+    def call() -> Exception | None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    exc = bounded(call)
+    assert exc is not None, f"no error, expected {expected.__name__}"
+    assert isinstance(exc, expected), f"expected {expected.__name__}, got {type(exc).__name__}: {exc}"
+    return exc
+
+
+# -- a small committed output built without Spark -----------------------------------------------------
+
+BATCHES = 8  # batches 0..7 with compact_interval 3: 2.compact, 5.compact; a reader needs 5.compact, 6, 7
+ROWS = 5
+
+
+def build_output(out: Path) -> dict[int, Path]:
+    """Batches 0..7, one Parquet file of ``ROWS`` ids each; returns batch -> data file."""
+    log = MetadataLog(str(out), compact_interval=3, cleanup=False)
+    files = {}
+    for batch in range(BATCHES):
+        path = out / f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
+        out.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": pa.array(file_ids(batch, ROWS), pa.int64())}), path)
+        st = path.stat()
+        assert log.add(batch, [LogEntry(log.storage.to_uri(str(path)), st.st_size, False, int(st.st_mtime * 1000))])
+        files[batch] = path
+    assert sorted(os.listdir(out / "_spark_metadata")) == [
+        "0", "1", "2.compact", "2.compact.parquet", "3", "4", "5.compact", "5.compact.parquet", "6", "7"
+    ]
+    return files
+
+
+ALL_IDS = [i for b in range(BATCHES) for i in file_ids(b, ROWS)]
+_REST = b'"isDir":false,"modificationTime":1,"blockReplication":1,"blockSize":1,"action":"add"}'
+NOT_A_SIZE = b'\n{"path":"file:///tmp/x.parquet",' + _REST  # "size" missing
+WRONG_TYPE = b'\n{"path":"file:///tmp/x.parquet","size":"12",' + _REST  # "size" is a string
+
+# kind -> (damage the file's bytes, the error it must give)
+CORRUPTIONS: dict[str, tuple[Callable[[bytes], bytes], type[Exception]]] = {
+    "empty": (lambda data: b"", CorruptLogError),
+    "truncated": (lambda data: data[: len(data) - 30], CorruptLogError),  # cut inside the last entry
+    "truncated_header": (lambda data: data[:1], CorruptLogError),  # just "v"
+    "bad_header": (lambda data: b"x1" + data[2:], CorruptLogError),
+    "v2": (lambda data: b"v2" + data[2:], UnsupportedLogVersionError),
+    "bad_json": (lambda data: data + b"\n{not json", CorruptLogError),
+    "not_an_object": (lambda data: data + b"\n[1, 2]", CorruptLogError),
+    "missing_key": (lambda data: data + NOT_A_SIZE, CorruptLogError),
+    "wrong_type": (lambda data: data + WRONG_TYPE, CorruptLogError),
+    "not_utf8": (lambda data: data.replace(b".parquet", b"\xff\xfe.parquet", 1), CorruptLogError),
+}
+TARGETS = {"delta": ("6", 6), "compact": ("5.compact", 5)}
+
+
+def assert_names(exc: Exception, path: Path, batch: int) -> None:
+    message = str(exc)
+    assert str(path) in message, f"the error does not name {path}: {message}"
+    assert f"batch {batch}" in message, f"the error does not name batch {batch}: {message}"
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_damaged_log_file_gives_typed_error(tmp_path: Path, target: str, kind: str) -> None:
+    out = tmp_path / "out"
+    build_output(out)
+    name, batch = TARGETS[target]
+    damage, expected = CORRUPTIONS[kind]
+    path = out / "_spark_metadata" / name
+    path.write_bytes(damage(path.read_bytes()))
+
+    assert_names(raises(lambda: MetadataLog(str(out)).all_files(), expected), path, batch)
+    assert_names(raises(lambda: read_committed(str(out)), expected), path, batch)
+    problems = bounded(lambda: MetadataLog(str(out)).check())
+    assert any(isinstance(p, expected) and str(path) in str(p) for p in problems), problems
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_writer_does_not_compact_a_damaged_log(tmp_path: Path, target: str, kind: str) -> None:
+    """Batch 8 is a compaction batch: it reads 5.compact, 6 and 7. A damaged source must stop the
+    commit with a typed error; copying the damage into 8.compact would spread it to every later
+    compact file, where restoring the damaged file from backup no longer repairs the log."""
+    out = tmp_path / "out"
+    build_output(out)
+    name, batch = TARGETS[target]
+    damage, _ = CORRUPTIONS[kind]
+    path = out / "_spark_metadata" / name
+    path.write_bytes(damage(path.read_bytes()))
+    log = MetadataLog(str(out), compact_interval=3, cleanup=False)
+
+    entry = LogEntry(log.storage.to_uri(str(out / "part-new.parquet")), 10)
+    exc = raises(lambda: log.add(8, [entry]), ParquetSinkError)
+    assert_names(exc, path, batch)
+    assert not (out / "_spark_metadata" / "8.compact").exists(), "a damaged log was compacted into batch 8"
+
+
+@pytest.mark.parametrize("kind", ["empty", "bad_json", "v2", "not_utf8"])
+def test_sink_refuses_a_damaged_log(spark, tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "out"
+    build_output(out)
+    damage, expected = CORRUPTIONS[kind]
+    path = out / "_spark_metadata" / "6"
+    path.write_bytes(damage(path.read_bytes()))
+    before = parquet_on_disk(out)
+    df = spark.createDataFrame([(1000,)], "id LONG")
+
+    assert_names(raises(lambda: ParquetSink(str(out), compact_interval=3)(df, 8), expected), path, 6)
+    assert sorted(os.listdir(out / "_spark_metadata"))[-1] == "7"
+    assert parquet_on_disk(out) == before, "the sink wrote data for a log it cannot read"
+
+
+@pytest.mark.parametrize("name,batch", [("6", 6), ("5.compact", 5), ("7", None)])
+def test_missing_log_file(tmp_path: Path, name: str, batch: int | None) -> None:
+    out = tmp_path / "out"
+    build_output(out)
+    path = out / "_spark_metadata" / name
+    path.unlink()
+    if batch is None:
+        # The newest batch file gone is not a gap: the log simply ends at batch 6 (as Spark sees it).
+        assert MetadataLog(str(out)).latest_batch_id() == 6
+        assert_same_ids(committed_ids(out), ALL_IDS[: 7 * ROWS], "read_committed without batch 7")
+        return
+    assert_names(raises(lambda: MetadataLog(str(out)).all_files(), MissingLogFileError), path, batch)
+    assert_names(raises(lambda: read_committed(str(out)), MissingLogFileError), path, batch)
+    problems = bounded(lambda: MetadataLog(str(out)).check())
+    assert any(isinstance(p, MissingLogFileError) and str(path) in str(p) for p in problems), problems
+
+
+def test_missing_data_file(spark, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    files = build_output(out)
+    files[4].unlink()
+
+    # The log still lists it (as Spark's log does: files are only checked when read) ...
+    assert any(e.path.endswith(files[4].name) for e in MetadataLog(str(out)).all_files())
+    # ... and reading it gives a typed error naming the file and its batch.
+    assert_names(raises(lambda: read_committed(str(out)), MissingDataFileError), files[4], 4)
+    assert_names(raises(lambda: read_committed(str(out), spark=spark).collect(), MissingDataFileError), files[4], 4)
+    rest = [i for i in ALL_IDS if i not in file_ids(4, ROWS)]
+    assert_same_ids(committed_ids(out, ignore_missing_files=True), rest, "ignore_missing_files=True")
+
+
+def test_empty_log_reads_as_no_rows(tmp_path: Path) -> None:
+    """An output whose log has no batch yet (the sink creates `_spark_metadata/` when it probes the
+    store, just before the first commit; a first commit that crashes leaves it so) reads as no rows,
+    also when columns are asked for, or gives a typed error; never a raw pyarrow error."""
+    out = tmp_path / "out"
+    (out / "_spark_metadata").mkdir(parents=True)
+    assert bounded(lambda: read_committed(str(out))).num_rows == 0
+    try:
+        table = bounded(lambda: read_committed(str(out), columns=["id"]))
+    except ParquetSinkError:
+        return
+    assert table.num_rows == 0
+
+
+def test_log_path_that_is_a_file_is_a_typed_error_everywhere(spark, tmp_path: Path) -> None:
+    """`_spark_metadata` replaced by a file: every reader, the sink, write_batch, `verify` and `vacuum`
+    raise LogPathError naming it. Before, `verify` said "OK, no batches committed yet", `vacuum` deleted
+    every data file as an orphan and write_batch raised a bare FileExistsError."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"id": [1, 2]}), app_id="a", version=0)
+    data = parquet_on_disk(out)
+    shutil.rmtree(out / "_spark_metadata")
+    (out / "_spark_metadata").write_bytes(b"v1\n")
+    for fn in (
+        lambda: read_committed(str(out)),
+        lambda: read_committed(str(out), spark=spark),
+        lambda: committed_files(str(out)),
+        lambda: write_batch(str(out), pa.table({"id": [3]}), app_id="a", version=1),
+        lambda: ParquetSink(str(out))(spark.range(3), 0),
+    ):
+        assert str(out / "_spark_metadata") in str(raises(fn, LogPathError))
+    for command in (["verify", str(out)], ["vacuum", str(out), "--older-than", "0s"]):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()) as stdout:
+            assert main(command) == 1
+        assert stdout.getvalue() == "" and f"{out / '_spark_metadata'} is a file" in stderr.getvalue()
+    assert parquet_on_disk(out) == data  # nothing deleted, nothing written
+    assert (out / "_spark_metadata").read_bytes() == b"v1\n"
+
+
+def test_not_an_output(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    pq.write_table(pa.table({"id": [1]}), plain / "part-0.parquet")
+    exc = raises(lambda: read_committed(str(plain)), NotAnOutputError)
+    assert str(plain) in str(exc)
+
+
+# -- bad data in the stream ------------------------------------------------------------------------
+
+
+def _run(spark, input_dir: Path, checkpoint: Path, fn, schema: str = SCHEMA) -> Exception | None:
+    query = (
+        spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(input_dir))
+        .writeStream.foreachBatch(fn).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )
+    try:
+        if not query.awaitTermination(240):
+            query.stop()
+            pytest.fail("query did not finish")
+    except Exception as exc:  # noqa: BLE001 - StreamingQueryException
+        return exc
+    return None
+
+
+def test_column_type_change_mid_stream(spark, tmp_path: Path) -> None:
+    """From batch 2 on the query emits ``file`` as a string instead of a long: the batch fails with
+    SchemaMismatchError before writing anything, and batches 0 and 1 still read fine."""
+    from pyspark.sql import functions as F
+
+    rows = 10
+    write_inputs(tmp_path / "in", range(4), rows)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    sink = ParquetSink(str(out), compact_interval=3)
+    errors: list[Exception] = []
+
+    def fn(df, batch_id: int) -> None:
+        if batch_id >= 2:
+            df = df.withColumn("file", F.col("file").cast("string"))
+        try:
+            sink(df, batch_id)
+        except Exception as exc:
+            errors.append(exc)
+            raise
+
+    failure = _run(spark, tmp_path / "in", ckpt, fn)
+    assert failure is not None and len(errors) == 1, (failure, errors)
+    assert isinstance(errors[0], SchemaMismatchError), errors[0]
+    message = str(errors[0])
+    assert "'file'" in message and "log batch 2" in message and str(out) in message, message
+    assert MetadataLog(str(out)).latest_batch_id() == 1 and latest_commit(ckpt) == 1
+    assert parquet_on_disk(out) == committed_paths(out), "the failed batch wrote data files"
+    committed = file_ids(0, rows) + file_ids(1, rows)
+    assert_same_ids(committed_ids(out), committed, "read_committed after the failed batch")
+    assert_same_ids(spark_ids(spark, out), committed, "spark.read.parquet after the failed batch")
+    assert read_committed(str(out)).schema.field("file").type == pa.int64()
+
+
+@pytest.fixture(scope="module")
+def evolved_output(spark, tmp_path_factory) -> tuple[Path, dict[int, str | None]]:
+    """A query that adds a nullable column from batch 2 on (allowed): output and expected id -> extra.
+    Batches 0-1 go to partition p=a, the later ones to p=b."""
+    from pyspark.sql import functions as F
+
+    tmp_path = tmp_path_factory.mktemp("evolved")
+    ids = write_inputs(tmp_path / "in", range(4), 10)
+    out = tmp_path / "out"
+    # Partitioned so the old files sort first by path (p=a/ before p=b/): deterministic for Spark's reader.
+    sink = ParquetSink(str(out), compact_interval=3, partition_by=["p"])
+
+    def fn(df, batch_id: int) -> None:
+        df = df.withColumn("p", F.lit("a" if batch_id < 2 else "b"))
+        if batch_id >= 2:
+            df = df.withColumn("extra", F.concat(F.lit("x-"), F.col("name")))  # nullable: name is
+        sink(df, batch_id)
+
+    assert _run(spark, tmp_path / "in", tmp_path / "ckpt", fn) is None
+    return out, {i: (f"x-row-{i}" if i // 1000 >= 2 else None) for i in ids}
+
+
+def test_new_nullable_column(spark, evolved_output) -> None:
+    """A new nullable column is allowed; read_committed returns it, null for the rows before it."""
+    out, expected = evolved_output
+    table = read_committed(str(out))
+    assert table.schema.field("extra").type == pa.string()
+    assert table.num_rows == len(expected)
+    assert dict(zip(table.column("id").to_pylist(), table.column("extra").to_pylist())) == expected
+    merged = spark.read.option("mergeSchema", "true").parquet(str(out))
+    assert {r.id: r.extra for r in merged.select("id", "extra").collect()} == expected
+
+
+def test_new_nullable_column_through_spark_reader(spark, evolved_output) -> None:
+    """read_committed(spark=...) must show the same columns as read_committed. Spark's Parquet reader,
+    without mergeSchema, takes the schema of one file, the first by path (here p=a/..., without the
+    column; unpartitioned, it depends on the uuids in the file names)."""
+    out, expected = evolved_output
+    via_spark = read_committed(str(out), spark=spark)
+    assert "extra" in via_spark.columns, f"read_committed(spark=...) dropped the new column: {via_spark.columns}"
+    assert {r.id: r.extra for r in via_spark.select("id", "extra").collect()} == expected
+
+
+PARTITION_VALUES = [
+    "a/b", "c:d", "50%", "%2F", "x=y", "with space", "ünïcödé", "日本語", "#?*[]^{}", "back\\slash",
+    "quote'\"", "tab\tnew\nline", "..", "-", None, "",
+]
+
+
+def test_partition_values_round_trip(spark, tmp_path: Path) -> None:
+    """Null and every character Spark escapes in a partition value round-trip through read_committed
+    and spark.read.parquet (null and "" read back as null, Spark's __HIVE_DEFAULT_PARTITION__), in the
+    same directories Spark's own file sink makes."""
+    source = tmp_path / "in"
+    source.mkdir()
+    expected = {}
+    for f in range(2):
+        lines = []
+        for k, value in enumerate(PARTITION_VALUES):
+            row_id = f * 1000 + k
+            lines.append(json.dumps({"id": row_id, "cat": value}))
+            expected[row_id] = value or None
+        (source / f"in-{f}.json").write_text("\n".join(lines) + "\n")
+        os.utime(source / f"in-{f}.json", (1_700_000_000 + f,) * 2)
+    out = tmp_path / "out"
+    sink = ParquetSink(str(out), partition_by=["cat"], compact_interval=3)
+    assert _run(spark, source, tmp_path / "ckpt", sink, schema="id LONG, cat STRING") is None
+
+    assert (out / "cat=__HIVE_DEFAULT_PARTITION__").is_dir()
+    table = read_committed(str(out))
+    assert table.schema.field("cat").type == pa.string()
+    assert dict(zip(table.column("id").to_pylist(), table.column("cat").to_pylist())) == expected
+    assert {r.id: r.cat for r in spark.read.parquet(str(out)).collect()} == expected
+    assert {r.id: r.cat for r in read_committed(str(out), spark=spark).collect()} == expected
+
+    # Spark's own file sink puts the same values in the same directories.
+    spark_out = tmp_path / "spark-out"
+    query = (
+        spark.readStream.schema("id LONG, cat STRING").json(str(source)).writeStream.format("parquet")
+        .partitionBy("cat").option("checkpointLocation", str(tmp_path / "ckpt-spark"))
+        .trigger(availableNow=True).start(str(spark_out))
+    )
+    query.awaitTermination(240)
+    ours = {p.name for p in out.iterdir() if p.name.startswith("cat=")}
+    theirs = {p.name for p in spark_out.iterdir() if p.name.startswith("cat=")}
+    assert ours == theirs

@@ -1,0 +1,87 @@
+"""The writers' pure decision rules, searched with Hypothesis (no Spark, no storage): the invariants that make
+the sink exactly-once, whatever history of queries and apps the log holds, and the restart plans ``doctor``
+builds from them."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parquet_sink.log.entry import CommitRecord
+from parquet_sink.maintenance.doctor import Checkpoint, plan_restart
+from parquet_sink.maintenance.inspect import Batch, Output
+from parquet_sink.read.chain import decide_write
+from parquet_sink.storage.filesystem import Storage
+from parquet_sink.write.sink import decide_batch
+
+QUERIES = ["q0", "q1", "q2", None]  # None: a writer without a query id (Spark's own sink, batch-id-only)
+
+
+@st.composite
+def histories(draw) -> tuple[int, dict[str | None, CommitRecord]]:
+    """A log written by up to three queries taking turns (each query's batch ids count up from 0 as it commits;
+    a query may start on a non-empty log, as with on_foreign_query="append"): its newest batch and the newest
+    commit record of each query."""
+    newest: dict[str | None, CommitRecord] = {}
+    latest = -1
+    for query in draw(st.lists(st.sampled_from(QUERIES), max_size=12)):
+        latest += 1
+        own = newest.get(query)
+        newest[query] = CommitRecord(latest, query, 0 if own is None else own.query_batch_id + 1, "c")
+    return latest, newest
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories(), st.sampled_from(QUERIES + ["new"]), st.integers(0, 15), st.booleans())
+def test_decide_batch_never_commits_twice_nor_out_of_order(history, query, batch, append):
+    latest, queries = history
+    action, log_batch = decide_batch(latest, queries, query, batch, append)
+    own = queries.get(query)
+    if own is not None and batch <= own.query_batch_id:
+        assert (action, log_batch) == ("skip", own.log_batch_id), "a replay of a committed batch is skipped"
+    elif action == "commit":
+        assert log_batch == latest + 1, "a commit is always the next log batch"
+        assert append or batch == latest + 1, "without append, a query's batch id is its log batch id"
+        assert append or own is not None or latest < 0, "a new query on a used log never commits silently"
+    else:
+        assert log_batch is None and action in ("foreign", "reset")
+        assert not (append and latest >= 0), "with append every new batch is committed"
+        if action == "reset":
+            assert batch > latest + 1, "reset: the checkpoint is ahead of the log"
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.sampled_from(QUERIES + ["new"]), st.integers(0, 15))
+def test_decide_write_skips_every_committed_version_and_appends_the_rest(history, app, version):
+    latest, commits = history
+    action, log_batch = decide_write(latest, commits, app, version)
+    own = commits.get(app)
+    if own is not None and version <= own.query_batch_id:
+        assert action == "skip"
+    else:
+        assert (action, log_batch) == ("commit", latest + 1)
+
+
+def _output(tmp_path, records: list[CommitRecord]) -> Output:
+    batches = {r.log_batch_id: Batch(r.log_batch_id, record=r) for r in records}
+    latest = max(batches, default=None)
+    return Output(Storage(str(tmp_path)), None, {}, latest, batches)  # type: ignore[arg-type]
+
+
+def test_restart_plans(tmp_path):
+    own = [CommitRecord(b, "q", b, "c") for b in range(4)]  # log batches 0..3 by query q
+    replay = plan_restart(Checkpoint("q", 4, 3), _output(tmp_path, own + [CommitRecord(4, "q", 4, "c")]))
+    assert (replay.batch, replay.replay, replay.action, replay.log_batch, replay.ok) == (4, True, "skip", 4, True)
+    nxt = plan_restart(Checkpoint("q", 3, 3), _output(tmp_path, own))
+    assert (nxt.batch, nxt.replay, nxt.action, nxt.log_batch, nxt.ok) == (4, False, "commit", 4, True)
+    fresh = plan_restart(Checkpoint(None, None, None), _output(tmp_path, own))
+    assert (fresh.action, fresh.ok) == ("foreign", False) and "ForeignQueryError" in fresh.message
+    appended = plan_restart(Checkpoint(None, None, None), _output(tmp_path, own), append=True)
+    assert (appended.action, appended.log_batch, appended.ok) == ("commit", 4, True)
+    reset = plan_restart(Checkpoint("q", 9, 9), _output(tmp_path, own))
+    assert (reset.action, reset.ok) == ("reset", False) and "OutputResetError" in reset.message
+    restored = plan_restart(Checkpoint("q", 1, 1), _output(tmp_path, own))
+    assert restored.action == "skip" and not restored.ok, "an older checkpoint copy would lose data"
+    assert "restored from an older copy" in restored.warnings[0]
+    blind = plan_restart(Checkpoint("q", 3, 3), _output(tmp_path, own), batch_id_only=True)
+    assert not blind.ok and "batch-id-only" in blind.warnings[0]

@@ -1,0 +1,363 @@
+"""ParquetSink with real streaming queries: exactly-once output that Spark and read_committed agree on."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
+from parquet_sink.write.sink import CommitRecord, decide_batch
+from tests.helpers.spark_util import run_available_now, write_input_files
+
+SCHEMA = "id long, cat string, v double"
+CATS = ["a b", "c:d", "plain", None]
+
+
+def _batches(n: int, per: int, offset: int = 0) -> list[list[dict]]:
+    return [
+        [{"id": offset + b * per + i, "cat": CATS[(b + i) % 4], "v": (b * per + i) / 2} for i in range(per)]
+        for b in range(n)
+    ]
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    cols = sorted(table.column_names)
+    return sorted(
+        (tuple(r[c] for c in cols) for r in table.to_pylist()), key=lambda t: tuple((x is None, str(x)) for x in t)
+    )
+
+
+def _spark_rows(df) -> list[tuple]:
+    cols = sorted(df.columns)
+    return sorted(
+        (tuple(r[c] for c in cols) for r in df.collect()), key=lambda t: tuple((x is None, str(x)) for x in t)
+    )
+
+
+def _forget_commit(checkpoint: str, batch: int) -> None:
+    """Make Spark's checkpoint look as if the driver died after the sink committed ``batch``."""
+    for name in (str(batch), f".{batch}.crc"):
+        Path(checkpoint, "commits", name).unlink(missing_ok=True)
+
+
+def _stream(spark, src: str, schema: str = SCHEMA):
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src)
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_partitioned_stream_spark_and_reader_agree(spark, tmp_path, writer):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    write_input_files(src, _batches(7, 20))
+    sink = ParquetSink(out, partition_by=["cat"], compact_interval=3, writer=writer)
+    run_available_now(_stream(spark, src), str(tmp_path / "ckpt"), sink)
+
+    log = MetadataLog(out)
+    assert log.latest_batch_id() == 6
+    # compact files with their columnar copies, which Spark's reader below must ignore
+    assert {"2.compact", "2.compact.parquet", "5.compact", "5.compact.parquet", "6"} <= set(
+        os.listdir(Path(out) / "_spark_metadata")
+    )
+    # A stray file of a failed attempt inside a partition directory must be invisible to both readers.
+    stray_dir = Path(out) / "cat=plain"
+    pq.write_table(pa.table({"id": [10**9], "v": [0.0]}), stray_dir / "part-00099-stray.c000.snappy.parquet")
+
+    table = read_committed(out)
+    ids = table.column("id").to_pylist()
+    assert sorted(ids) == list(range(140))
+    spark_df = spark.read.parquet(out)
+    assert _spark_rows(spark_df) == _rows(table)
+    assert dict(zip(spark_df.schema.names, [f.dataType.simpleString() for f in spark_df.schema])) == {
+        "id": "bigint",
+        "v": "double",
+        "cat": "string",
+    }
+    assert set(spark_df.inputFiles()) == {log.storage.to_uri(f.path) for f in committed_files(out)}
+    assert Counter(table.column("cat").to_pylist())[None] == 35
+    assert any(Path(out, "cat=c%3Ad").iterdir()) and Path(out, "cat=__HIVE_DEFAULT_PARTITION__").is_dir()
+    progress = sink.last_progress
+    assert progress.batch_id == 6 and progress.rows == 20 and progress.files == 4 and progress.bytes > 0
+    assert not progress.skipped and progress.write_seconds > 0
+    # the Spark writer path reports its publishing (renames + fsync) as part of the write
+    assert (progress.publish_seconds > 0) is (writer == "spark") and progress.publish_seconds < progress.write_seconds
+
+
+def test_sink_on_every_backend(spark, tmp_path, backend):
+    """The same query on local disk, Azurite (adlfs) and moto (s3fs): executors write through fsspec."""
+    src = str(tmp_path / "in")
+    write_input_files(src, _batches(4, 15))
+    sink = ParquetSink(backend.url, partition_by=["cat"], compact_interval=2, storage_options=backend.storage_options)
+    run_available_now(_stream(spark, src), str(tmp_path / "ckpt"), sink)
+
+    table = read_committed(backend.url, storage_options=backend.storage_options)
+    assert sorted(table.column("id").to_pylist()) == list(range(60))
+    log = MetadataLog(backend.url, backend.storage_options)
+    assert log.latest_batch_id() == 3
+    listing = log.list_names()
+    assert sorted(listing.sidecars) == [1, 3]  # columnar copies of the compact files, read back below
+    assert log.read_sidecar(listing.sidecars[3], listing[3], 3).table().equals(log.read_table(listing[3], 3))
+    paths = [e.path for e in log.all_files() if not e.is_dir]
+    scheme = {"local": "file:///", "azurite": "abfss://", "moto": "s3a://"}[backend.name]
+    assert paths and all(p.startswith(scheme) for p in paths)
+    if backend.name == "azurite":
+        assert all("@devstoreaccount1.dfs.core.windows.net/out/cat=" in p for p in paths)
+    if backend.secret:
+        raw = b"".join(log.storage.read_bytes(i.path) for i in log.storage.ls(log.log_dir))
+        assert backend.secret.encode() not in raw
+        assert backend.secret not in repr(sink) and backend.secret not in repr(log.storage)
+
+
+def test_replayed_batch_is_skipped(spark, tmp_path, caplog):
+    src, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    write_input_files(src, _batches(3, 10))
+    run_available_now(_stream(spark, src), ckpt, ParquetSink(out))
+    log_files_before = sorted(os.listdir(Path(out) / "_spark_metadata"))
+    # Crash after the sink committed batch 2 but before Spark recorded it: Spark re-runs batch 2.
+    _forget_commit(ckpt, 2)
+    sink = ParquetSink(out)
+    with caplog.at_level("INFO", logger="parquet_sink.write.sink"):
+        run_available_now(_stream(spark, src), ckpt, sink)
+    assert sink.last_progress.skipped and sink.last_progress.batch_id == 2
+    assert "skipping batch 2" in caplog.text
+    assert sorted(os.listdir(Path(out) / "_spark_metadata")) == log_files_before
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(30))
+    assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(30))
+
+
+def test_fresh_checkpoint_on_old_output_is_refused_then_appends(spark, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    write_input_files(src, _batches(2, 10))
+    run_available_now(_stream(spark, src), str(tmp_path / "ckpt1"), ParquetSink(out))
+    first_query = CommitRecord.from_entry(MetadataLog(out).get(1)[0]).query_id
+
+    src2 = str(tmp_path / "in2")
+    write_input_files(src2, _batches(3, 10, offset=1000))
+    with pytest.raises(StreamingQueryException) as info:
+        run_available_now(_stream(spark, src2), str(tmp_path / "ckpt2"), ParquetSink(out))
+    message = str(info.value)
+    assert "ForeignQueryError" in message and first_query in message and "on_foreign_query='append'" in message
+    assert MetadataLog(out).latest_batch_id() == 1
+
+    appender = ParquetSink(out, on_foreign_query="append")
+    run_available_now(_stream(spark, src2), str(tmp_path / "ckpt3"), appender)
+    log = MetadataLog(out)
+    assert log.latest_batch_id() == 4
+    record = CommitRecord.from_entry(log.get(4)[0])
+    assert record.query_batch_id == 2 and record.query_id != first_query
+    # Restart of the appending query replays its last batch: still idempotent.
+    _forget_commit(str(tmp_path / "ckpt3"), 2)
+    run_available_now(_stream(spark, src2), str(tmp_path / "ckpt3"), ParquetSink(out, on_foreign_query="append"))
+    assert MetadataLog(out).latest_batch_id() == 4
+    expected = list(range(20)) + list(range(1000, 1030))
+    assert sorted(read_committed(out).column("id").to_pylist()) == expected
+    assert sorted(r.id for r in spark.read.parquet(out).collect()) == expected
+
+
+def test_stateful_update_mode_counts_and_sums(spark, tmp_path):
+    """The seeds' count/sum per id in update mode: each batch emits the updated groups."""
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    batches = [[{"id": (b * 3 + i) % 5, "cat": "x", "v": float(i)} for i in range(6)] for b in range(5)]
+    write_input_files(src, batches)
+    agg = _stream(spark, src).groupBy("id").agg({"*": "count", "v": "sum"}).withColumnRenamed("count(1)", "n")
+    agg = agg.withColumnRenamed("sum(v)", "total")
+    run_available_now(agg, str(tmp_path / "ckpt"), ParquetSink(out), outputMode="update")
+
+    table = read_committed(out)
+    assert table.num_rows == sum(len({r["id"] for r in rows}) for rows in batches)
+    final = {}
+    for batch in range(5):
+        for row in read_committed(out, batches=(batch, batch)).to_pylist():
+            final[row["id"]] = (row["n"], row["total"])
+    expected_n = Counter(r["id"] for rows in batches for r in rows)
+    expected_total = Counter()
+    for rows in batches:
+        for r in rows:
+            expected_total[r["id"]] += r["v"]
+    assert final == {k: (expected_n[k], expected_total[k]) for k in expected_n}
+    assert _spark_rows(spark.read.parquet(out)) == _rows(table)
+
+
+def test_empty_batches_commit_valid_entries(spark, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    write_input_files(src, _batches(4, 5))
+    stream = _stream(spark, src).where("id < 5 or id >= 15")  # batches 1 and 2 become empty
+    sink = ParquetSink(out)
+    run_available_now(stream, str(tmp_path / "ckpt"), sink)
+    log = MetadataLog(out)
+    assert log.latest_batch_id() == 3
+    for batch in (1, 2):
+        entries = log.get(batch)
+        assert len(entries) == 1 and entries[0].is_dir and CommitRecord.from_entry(entries[0]).query_batch_id == batch
+        assert committed_files(out, batches=(batch, batch)) == []
+    expected = list(range(5)) + list(range(15, 20))
+    assert sorted(read_committed(out).column("id").to_pylist()) == expected
+    assert sorted(r.id for r in spark.read.parquet(out).collect()) == expected
+
+
+def test_schema_change_refused_before_commit_and_evolution_allowed(spark, tmp_path):
+    out = str(tmp_path / "out")
+    sink = ParquetSink(out)
+    sink(spark.createDataFrame([(1, "a")], "id long, name string"), 0)
+    with pytest.raises(errors.SchemaMismatchError, match=r"column 'id' changed type from int64 to string"):
+        sink(spark.createDataFrame([("x", "b")], "id string, name string"), 1)
+    with pytest.raises(errors.SchemaMismatchError, match=r"column 'name' \(string\) is missing"):
+        sink(spark.createDataFrame([(2,)], "id long"), 1)
+    assert MetadataLog(out).latest_batch_id() == 0
+    sink(spark.createDataFrame([(2, "b", 2.5)], "id long, name string, extra double"), 1)
+    fresh = ParquetSink(out)  # a restarted driver reads the committed schema back from the files
+    with pytest.raises(errors.SchemaMismatchError, match="extra"):
+        fresh(spark.createDataFrame([(3, "c", "s")], "id long, name string, extra string"), 2)
+    table = read_committed(out)
+    assert sorted(table.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "name": "a", "extra": None},
+        {"id": 2, "name": "b", "extra": 2.5},
+    ]
+    merged = spark.read.option("mergeSchema", "true").parquet(out)
+    assert sorted((r.id, r.extra) for r in merged.collect()) == [(1, None), (2, 2.5)]
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_max_records_per_file_and_codec(spark, tmp_path, writer):
+    out = str(tmp_path / "out")
+    sink = ParquetSink(out, max_records_per_file=300, compression="zstd", writer=writer)
+    sink(spark.range(1000).coalesce(1), 0)
+    files = committed_files(out)
+    names = sorted(Path(f.path).name for f in files)
+    assert [re.search(r"[.-](c\d{3})\.", n).group(1) for n in names] == ["c000", "c001", "c002", "c003"]
+    assert all(n.endswith(".zstd.parquet") for n in names)
+    assert sorted(pq.ParquetFile(f.path).metadata.num_rows for f in files) == [100, 300, 300, 300]
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(1000))
+
+
+def test_sink_is_picklable_and_keeps_settings(spark, tmp_path):
+    out = str(tmp_path / "out")
+    sink = ParquetSink(out, partition_by=["k"], compact_interval=5, storage_options={"auto_mkdir": True})
+    sink(spark.createDataFrame([(1, "a")], "id long, k string"), 0)
+    clone = pickle.loads(pickle.dumps(sink))
+    assert (clone.path, clone.partition_by, clone.compact_interval) == (out, ("k",), 5)
+    clone(spark.createDataFrame([(2, "b")], "id long, k string"), 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == [1, 2]
+
+
+def test_two_writers_one_batch_loser_gets_conflict(spark, tmp_path):
+    out = str(tmp_path / "out")
+    a, b = ParquetSink(out), ParquetSink(out)
+    a(spark.createDataFrame([(1,)], "id long"), 0)
+    b._refresh_state()  # b knows the log at batch 0
+    a(spark.createDataFrame([(2,)], "id long"), 1)
+    b._state.latest = 0  # b has not seen a's batch 1 yet: its commit of batch 1 must lose
+    b._state.queries.clear()
+    target = b._target_batch(b._state, None, 1)
+    with pytest.raises(errors.CommitConflictError, match="another writer committed it first"):
+        b._commit(target, [], None, 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == [1, 2]
+
+
+def test_relocated_output_still_reads(spark, tmp_path):
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    write_input_files(src, _batches(2, 10))
+    run_available_now(_stream(spark, src), str(tmp_path / "ckpt"), ParquetSink(out, partition_by=["cat"]))
+    moved = str(tmp_path / "moved")
+    shutil.move(out, moved)
+    assert sorted(read_committed(moved).column("id").to_pylist()) == list(range(20))
+    assert all(f.path.startswith(moved + "/") for f in committed_files(moved))
+
+
+def test_decide_batch_rules():
+    record = CommitRecord(4, "q1", 4, "c")
+    assert decide_batch(-1, {}, "q1", 0) == ("commit", 0)
+    assert decide_batch(4, {"q1": record}, "q1", 5) == ("commit", 5)
+    assert decide_batch(4, {"q1": record}, "q1", 3) == ("skip", 4)
+    assert decide_batch(4, {"q1": record}, "q2", 0) == ("foreign", None)
+    assert decide_batch(4, {"q1": record}, "q2", 5) == ("foreign", None)  # continuing the ids is not enough
+    assert decide_batch(4, {"q1": record}, "q2", 0, append=True) == ("commit", 5)
+    assert decide_batch(4, {}, "q1", 5) == ("commit", 5)  # a log written by Spark's own sink
+    assert decide_batch(4, {"q1": record}, "q1", 7) == ("reset", None)
+
+
+def test_timestamp_and_date_columns_round_trip(spark, tmp_path):
+    out = str(tmp_path / "out")
+    df = spark.sql(
+        "select id, timestamp'2026-11-21 10:00:00' + make_interval(0, 0, 0, 0, id) as ts, "
+        "date'2026-11-21' as day from range(3)"
+    )
+    sink = ParquetSink(out)
+    sink(df, 0)
+    sink(df.withColumn("id", df.id + 3), 1)
+    ours = sorted((r["id"], r["ts"].replace(tzinfo=None), r["day"]) for r in read_committed(out).to_pylist())
+    theirs = sorted((r.id, r.ts, r.day) for r in spark.read.parquet(out).collect())
+    assert ours == theirs and len(ours) == 6
+    assert ours[1][1].hour == 11
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer):
+    """A restarted driver reads the committed schema back from the files: timestamps written by either
+    writer path (Spark's writer stores INT96 by default) must compare equal to the batch's timestamps."""
+    out = str(tmp_path / "out")
+    df = spark.sql("select id, timestamp'2026-11-21 10:00:00' + make_interval(0, 0, 0, 0, id) as ts from range(3)")
+    ParquetSink(out, writer=writer)(df, 0)
+    ParquetSink(out, writer=writer)(df.withColumn("id", df.id + 3), 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(6))
+
+
+def test_writer_option_picks_the_path_per_store(tmp_path):
+    """``writer="auto"`` takes Spark's writer only where renames are atomic (local disk); ``"spark"`` on a
+    store without them is refused with the remedy; unknown values fail in the constructor."""
+    with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
+        ParquetSink(str(tmp_path / "out"), writer="jvm")
+    local, memory = ParquetSink(str(tmp_path / "out")), ParquetSink("memory://eo-writer-test/out")
+    assert local._spark_writes(local.log.storage) is True
+    assert memory._spark_writes(memory.log.storage) is False
+    arrow = ParquetSink(str(tmp_path / "out"), writer="arrow")
+    assert arrow._spark_writes(arrow.log.storage) is False
+    forced = ParquetSink("memory://eo-writer-test/out", writer="spark")
+    with pytest.raises(ValueError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
+        forced._spark_writes(forced.log.storage)
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_partition_column_starting_with_underscore_keeps_every_row(spark, tmp_path, writer):
+    """``_k=a/`` is a partition directory, not a hidden one (Spark's rule: a name with ``=``): both writer
+    paths publish and commit its files, both readers see every row, staging is left empty."""
+    out = tmp_path / "out"
+    df = spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, _k string")
+    ParquetSink(str(out), partition_by=["_k"], writer=writer)(df, 0)
+    paths = [f.relative_path for f in committed_files(str(out))]
+    assert paths and all(p.startswith(("_k=a/", "_k=b/")) for p in paths), paths
+    table = read_committed(str(out))
+    assert sorted(zip(table.column("id").to_pylist(), table.column("_k").to_pylist())) == [
+        (i, "ab"[i % 2]) for i in range(10)
+    ]
+    assert sorted((r.id, r._k) for r in spark.read.parquet(str(out)).collect()) == [(i, "ab"[i % 2]) for i in range(10)]
+    assert not list((out / "_exactly_once").rglob("*.parquet"))
+
+
+def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
+    """Spark writer path: a staged file the job did not write (here: one more copy of a staged file) makes
+    the files hold more rows than the job wrote; publishing refuses before renaming anything and the
+    batch is not committed."""
+    from parquet_sink.write.inflight import InFlightBatch
+    from parquet_sink.write.spark_staging import publish, write_staged
+    from parquet_sink.storage.filesystem import Storage
+
+    out = tmp_path / "out"
+    storage = Storage(str(out))
+    batch = InFlightBatch.begin(storage, 0, "c0ffee", None, 0)
+    df = spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, k string").coalesce(1)
+    written = write_staged(df, batch, partition_by=("k",), compression="snappy", max_records_per_file=None)
+    assert written == 10
+    staged = sorted(Path(batch.staging).rglob("*.parquet"))
+    shutil.copyfile(staged[0], staged[0].with_name("part-99999-stray.c000.snappy.parquet"))
+    with pytest.raises(errors.RowCountMismatchError, match=r"log batch 0 of .*wrote 10 rows but the 3 data file\(s\)"):
+        publish(batch, written)
+    assert not [p for p in out.rglob("*.parquet") if "_exactly_once" not in p.parts]
+    assert MetadataLog(str(out)).latest_batch_id() is None
