@@ -199,8 +199,8 @@ def _log_lines(root: str) -> list[bytes]:
     """The entry lines of the log files a reader opens: the newest compact file and the deltas after it."""
     log = MetadataLog(root, cleanup=False)
     listing = log.list_names()
-    chain = log.chain(max(listing), listing)
-    return [line for _, path in chain for line in open(path, "rb").read().split(b"\n")[1:]]
+    files = log.files_for(max(listing), listing)
+    return [line for _, path in files for line in open(path, "rb").read().split(b"\n")[1:]]
 
 
 def test_log_is_lean_against_sparks_own_sink_on_the_same_stream(spark, tmp_path):

@@ -331,7 +331,7 @@ class CompactibleLog(LogFiles):
         start = max(0, (latest + 1) // interval * interval - 1)
         return list(range(start, latest + 1))
 
-    def chain(self, latest: int, listing: Listing, interval: int | None = None) -> list[tuple[int, str]]:
+    def files_for(self, latest: int, listing: Listing, interval: int | None = None) -> list[tuple[int, str]]:
         """(batch id, path) of the files a snapshot at ``latest`` reads, checked against ``listing``:
         MissingLogFileError names the first one that is missing (or plain where a compact file belongs).
 
@@ -405,7 +405,7 @@ class CompactibleLog(LogFiles):
         if batch_id == 0:
             return []
         try:
-            return self.chain(batch_id - 1, listing, interval)
+            return self.files_for(batch_id - 1, listing, interval)
         except MissingLogFileError as exc:
             raise MissingLogFileError(
                 f"cannot compact batch {batch_id}: {exc} Restore it before the query continues."

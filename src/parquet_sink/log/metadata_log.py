@@ -126,7 +126,7 @@ class MetadataLog(CompactibleLog):
                 f"batch {latest} is not committed in {self.display(self.log_dir)}: the newest is "
                 f"{newest}. Ask for a committed batch."
             )
-        for batch_id, path in self.chain(latest, listing):
+        for batch_id, path in self.files_for(latest, listing):
             yield from self.iter_entries(path, batch_id)
 
     def all_files(self, as_of_batch: int | None = None) -> list[LogEntry]:
@@ -161,7 +161,7 @@ class MetadataLog(CompactibleLog):
                 pass  # deleted by a concurrent cleanup
         if listing:
             try:
-                self.chain(max(listing), listing, interval)
+                self.files_for(max(listing), listing, interval)
             except LogError as exc:
                 problems.append(exc)
         return problems

@@ -46,13 +46,13 @@ class LogSnapshot:
     table: pa.Table
 
 
-def read_chain(
+def read_log_files(
     log: CompactibleLog, batch: int, listing: Listing, interval: int | None = None, columns: list[str] | None = None
 ) -> pa.Table:
     """The entries of the snapshot at ``batch`` from the files ``listing`` holds (MissingLogFileError if one
     of them is not there, FileNotFoundError if it vanished since the listing); only ``columns`` if given."""
-    chain = log.chain(batch, listing, interval)
-    tables = [log.read_table(path, batch_id, listing.sidecars.get(batch_id), columns) for batch_id, path in chain]
+    files = log.files_for(batch, listing, interval)
+    tables = [log.read_table(path, batch_id, listing.sidecars.get(batch_id), columns) for batch_id, path in files]
     return pa.concat_tables(tables) if tables else _empty(columns)
 
 
@@ -78,7 +78,7 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
         # suggests (Spark's deriveCompactInterval) may not hold for the next one
         step = interval or infer_interval(log.default_compact_interval, listing)
         try:
-            return LogSnapshot(listing, latest, read_chain(log, latest, listing, step, columns))
+            return LogSnapshot(listing, latest, read_log_files(log, latest, listing, step, columns))
         except (FileNotFoundError, MissingLogFileError) as exc:
             last_error = exc
             if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:

@@ -29,7 +29,7 @@ from ..errors import NotAnOutputError, ParquetSinkError
 from ..log.entry import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import METADATA_DIR, output_started
 from ..log.metadata_log import MetadataLog
-from ..log.snapshot import data_files, read_chain
+from ..log.snapshot import data_files, read_log_files
 from ..read.reader import CommittedFile, snapshot
 from ..storage.filesystem import FileInfo, Storage
 
@@ -113,10 +113,10 @@ def read_output(
     output = Output(storage, log, listing, latest, {}, compact_interval)
     if latest is None:
         return output
-    table = read_chain(log, latest, names, compact_interval)
-    chain = log.chain(latest, names, compact_interval)
-    output.first_batch = chain[0][0]
-    batches = {b: Batch(b) for b, _ in chain}  # empty batches too
+    table = read_log_files(log, latest, names, compact_interval)
+    files = log.files_for(latest, names, compact_interval)
+    output.first_batch = files[0][0]
+    batches = {b: Batch(b) for b, _ in files}  # empty batches too
     records = records_of(table)
     for row in table.to_pylist():
         batch_id = output.owner_batch(row[BATCH_KEY])

@@ -30,7 +30,7 @@ from ..log.snapshot import (
     batch_ids_known,
     data_files,
     full_paths,
-    read_chain,
+    read_log_files,
     read_snapshot,
     require_batch,
     resolve_paths,
@@ -178,7 +178,7 @@ def _snapshot_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, inte
     if batch == snap.latest:
         return snap.table
     try:
-        return read_chain(log, batch, snap.listing, interval, _LOG_COLUMNS)
+        return read_log_files(log, batch, snap.listing, interval, _LOG_COLUMNS)
     except (MissingLogFileError, FileNotFoundError) as exc:
         gone = exc
     table = snap.table

@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..failpoints import failpoint
 from .inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
-from ..log.snapshot import data_files, read_chain
+from ..log.snapshot import data_files, read_log_files
 from ..log.compaction import check_log_parameters, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import read_committed_schema, schema_problems
@@ -336,7 +336,7 @@ class ParquetSink:
         latest = max(listing, default=-1)
         if self._state is None:
             self._state = _OutputState(-1)
-            table = read_chain(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
+            table = read_log_files(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
         elif latest > self._state.latest:
             new = sorted(b for b in listing if b > self._state.latest)
             expected = range(self._state.latest + 1, latest + 1)
