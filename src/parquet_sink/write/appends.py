@@ -43,7 +43,7 @@ from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
-from .schema import read_committed_schema, schema_problems
+from .schema import check_batch_schema, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
 
@@ -154,29 +154,11 @@ def _check_replay(
 
 def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> None:
     """SchemaMismatchError unless ``data`` (partition columns included) fits the committed data (``table``
-    is the log snapshot)."""
-    missing = [c for c in partition_by if c not in data.column_names]
-    if missing:
-        raise SchemaMismatchError(
-            f"{what}: partition columns {missing} are not in the data's columns {data.column_names}. "
-            "Fix partition_by or the data. Nothing was written."
-        )
+    is the log snapshot; the newest committed file's footer gives its schema)."""
     files = data_files(table)
-    if not files.num_rows:
-        return
-    last = files.slice(files.num_rows - 1)
-    found = read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
-    if found is None:
-        return
-    data_schema = pa.schema([f for f in data.schema if f.name not in partition_by])
-    problems = schema_problems(found[0], found[1], data_schema, partition_by)
-    if problems:
-        raise SchemaMismatchError(
-            f"{what} is incompatible with the data committed to {log.display(log.storage.root)}: "
-            + "; ".join(problems)
-            + ". Nothing was committed. Only new nullable columns may be added; write incompatible data to a "
-            "new output path (or cast the columns back to the committed types)."
-        )
+    last = files.slice(files.num_rows - 1) if files.num_rows else None
+    found = None if last is None else read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
+    check_batch_schema(data.schema, partition_by, found, what, log.display(log.storage.root))
 
 
 def write_batch(

@@ -12,9 +12,12 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import SchemaMismatchError
 from ..log.snapshot import full_paths, resolve_paths
 from ..partitioning import parse_partition_path
 from ..storage.filesystem import Storage
@@ -82,3 +85,35 @@ def read_committed_schema(
     except FileNotFoundError:
         return None
     return schema, tuple(name for name, _ in parse_partition_path(relative[0].as_py()))
+
+
+def check_batch_schema(
+    incoming: pa.Schema,
+    partition_by: Sequence[str],
+    committed: tuple[pa.Schema, Sequence[str]] | None,
+    what: str,
+    where: str,
+) -> pa.Schema:
+    """The schema rule of the sink and ``write_batch``, before anything of a batch is committed: its partition
+    columns exist, and its data columns fit the ``committed`` data (its data schema and partition columns; None
+    when nothing is committed yet) as :func:`schema_problems` says. Returns the batch's data schema (partition
+    columns apart); SchemaMismatchError naming ``what`` (the batch) and ``where`` (the output) otherwise.
+
+    Example: ``check_batch_schema(pa.schema([("id", pa.int64())]), [], None, "batch 3", "/data/out")`` -> ``id: int64``.
+    """
+    missing = [c for c in partition_by if c not in incoming.names]
+    if missing:
+        raise SchemaMismatchError(
+            f"{what} of {where}: partition columns {missing} are not in the data's columns {incoming.names}. "
+            "Fix partition_by or the data. Nothing was committed."
+        )
+    data_schema = pa.schema([f for f in incoming if f.name not in partition_by])
+    problems = [] if committed is None else schema_problems(committed[0], committed[1], data_schema, partition_by)
+    if problems:
+        raise SchemaMismatchError(
+            f"{what} is incompatible with the data committed to {where}: " + "; ".join(problems)
+            + ". Nothing was committed. Only new nullable columns may be added; write incompatible data to a "
+            "new output path (or cast the columns back to the committed types)."
+        )
+    return data_schema
+

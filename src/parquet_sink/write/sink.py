@@ -35,14 +35,13 @@ from ..errors import (
     MissingLogFileError,
     OutputResetError,
     QueryIdentityError,
-    SchemaMismatchError,
 )
 from ..failpoints import failpoint
 from .inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
 from ..log.snapshot import data_files, read_log_files
 from ..log.compaction import check_log_parameters, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
-from .schema import read_committed_schema, schema_problems
+from .schema import check_batch_schema, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_staging import publish, write_staged
 from ..storage.filesystem import Storage
@@ -408,29 +407,14 @@ class ParquetSink:
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        missing = [c for c in self.partition_by if c not in df.columns]
-        if missing:
-            raise SchemaMismatchError(
-                f"batch for log batch {target} of {self.path}: partition columns {missing} are not in the "
-                f"batch's columns {df.columns}. Fix partition_by or the query."
-            )
         incoming = to_arrow_schema(df.schema, timezone="UTC")  # time zones are not compared
-        data_schema = pa.schema([f for f in incoming if f.name not in self.partition_by])
-        if state.schema is None:
-            state.schema, state.partition_columns = data_schema, self.partition_by
-            return
-        problems = schema_problems(state.schema, state.partition_columns, data_schema, self.partition_by)
-        added = [f for f in data_schema if f.name not in state.schema.names]
-        if problems:
-            raise SchemaMismatchError(
-                f"batch for log batch {target} of {self.path} is incompatible with the committed data: "
-                + "; ".join(problems)
-                + ". Nothing was written. Only new nullable columns may be added; write incompatible data to a "
-                "new output path (or cast the columns back to the committed types)."
-            )
+        committed = None if state.schema is None else (state.schema, state.partition_columns)
+        data_schema = check_batch_schema(incoming, self.partition_by, committed, f"batch for log batch {target}", self.path)
+        added = [f.name for f in data_schema if state.schema is not None and f.name not in state.schema.names]
         if added:
-            logger.info("%s: schema evolves with new nullable columns %s", self, [f.name for f in added])
-            state.schema = data_schema
+            logger.info("%s: schema evolves with new nullable columns %s", self, added)
+        if state.schema is None or added:
+            state.schema, state.partition_columns = data_schema, self.partition_by
 
 
 Action = Literal["commit", "skip", "foreign", "reset"]
