@@ -261,7 +261,7 @@ def test_files_deleted_before_the_commit_are_never_committed(tmp_path):
     os.kill(child.proc.pid, signal.SIGCONT)
     assert child.wait() == 3
     error = child.result()["error"]
-    assert "MissingDataFileError" in error and "vanished before the commit" in error
+    assert "MissingDataFileError" in error and "vanished before its commit" in error
     assert not os.path.exists(os.path.join(out, "_spark_metadata", "0")), "nothing may be committed"
     assert write_batch(out, writer_rows(1, 0, 50), app_id="a", version=0).committed
     assert_same_ids(read_committed(out).column("id").to_pylist(), writer_rows(1, 0, 50).column("id").to_pylist(), "rerun")

@@ -38,9 +38,9 @@ from typing import Any
 import pyarrow as pa
 
 from ..read.chain import app_commits, decide_write, version_record
-from ..errors import CommitConflictError, MissingDataFileError, SchemaMismatchError, StaleVersionError
+from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
-from .inflight import InFlightBatch, refuse_existing_data
+from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, read_committed_schema
@@ -260,14 +260,10 @@ def write_batch(
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             entries = record.log_entries(log.storage, int(time.time() * 1000), data)
-            gone = log.storage.missing([s.path for s in statuses])
-            if gone:
-                raise MissingDataFileError(
-                    f"{what}: {len(gone)} data file(s) vanished before the commit as log batch {log_batch} of "
-                    f"{log.display(log.storage.root)}, e.g. {log.display(gone[0])}; nothing was committed. Something "
-                    "deleted uncommitted files (a vacuum with a short --older-than, or a manual clean-up); call "
-                    "write_batch again to rewrite them."
-                )
+            refuse_missing_files(
+                log.storage, [s.path for s in statuses], f"{what}: log batch {log_batch}",
+                "call write_batch again to rewrite them",
+            )
             if log.add(log_batch, entries):
                 failpoint("after_commit")
                 result.committed = True

@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import ExistingDataError
+from ..errors import ExistingDataError, MissingDataFileError
 from ..log.files import HIDDEN_DIR, METADATA_DIR, parse_batch_name
 from ..partitioning import is_data_file
 from ..storage.filesystem import FileInfo, Storage
@@ -181,3 +181,20 @@ def refuse_existing_data(storage: Storage, what: str) -> None:
 def _log_has_batch(storage: Storage) -> bool:
     """Whether the log under ``storage`` holds a batch file now (a concurrent writer committed one)."""
     return any(parse_batch_name(path) is not None for path in storage.ls_names(storage.join(METADATA_DIR)))
+
+
+def refuse_missing_files(storage: Storage, paths: list[str], what: str, retry: str) -> None:
+    """Before a commit: MissingDataFileError if a data file of the batch in flight is gone (deleted by hand, or by
+    a vacuum that ignores the leases), so that the log never points at missing data. ``what`` names the batch
+    (``"... log batch 7"``), ``retry`` says how it gets written again.
+
+    Example: ``refuse_missing_files(storage, paths, "ParquetSink('/data/out'): log batch 7", "Spark retries it")``.
+    """
+    gone = storage.missing(paths)
+    if gone:
+        raise MissingDataFileError(
+            f"{what} vanished before its commit: {len(gone)} data file(s) under {storage.display(storage.root)}, "
+            f"e.g. {storage.display(gone[0])}; nothing was committed. Something deleted files of a batch in flight (a "
+            f"vacuum that ignores the leases under {HIDDEN_DIR}/, or a manual clean-up); {retry}."
+        )
+

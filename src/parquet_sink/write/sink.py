@@ -31,13 +31,12 @@ from ..errors import (
     CommitConflictError,
     ForeignQueryError,
     LogError,
-    MissingDataFileError,
     MissingLogFileError,
     OutputResetError,
     QueryIdentityError,
 )
 from ..failpoints import failpoint
-from .inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
+from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_log_files
 from ..log.compaction import check_log_parameters, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
@@ -236,7 +235,10 @@ class ParquetSink:
             failpoint("before_commit")
 
             started = time.monotonic()
-            self._check_present(storage, [s.path for s in statuses], target)
+            refuse_missing_files(
+                storage, [s.path for s in statuses], f"{self}: log batch {target}",
+                "Spark retries the batch when the query restarts",
+            )
             data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             self._commit(target, record.log_entries(storage, int(time.time() * 1000), data), query_id, batch_id)
         finally:
@@ -264,18 +266,6 @@ class ParquetSink:
                 f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
             )
         return self.writer != "arrow" and storage.renames_atomically
-
-    def _check_present(self, storage: Storage, paths: list[str], target: int) -> None:
-        """Refuse to commit a batch one of whose files is gone (deleted by hand or by a vacuum that ignores
-        leases): the log would point at missing data."""
-        gone = storage.missing(paths)
-        if gone:
-            raise MissingDataFileError(
-                f"{self}: {len(gone)} data file(s) of log batch {target} vanished before its commit, e.g. "
-                f"{storage.display(gone[0])}; nothing was committed. Something deleted files of a batch in flight "
-                f"(a vacuum that ignores the leases under {HIDDEN_DIR}/, or a manual clean-up); Spark retries the "
-                "batch when the query restarts."
-            )
 
     def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
         """This query's identity (stable across restarts from one checkpoint): the id in
