@@ -235,7 +235,8 @@ def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterato
 
 @dataclass(frozen=True)
 class FileStatus:
-    """One written data file: its fsspec path, size in bytes, modification time (ms) and row count."""
+    """One written data file at its final path (fsspec path), as its log entry needs it: size in bytes,
+    modification time (ms) and row count. Both writer paths report their files as these."""
 
     path: str
     size: int

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow.fs
@@ -37,6 +36,7 @@ import pyarrow.parquet as pq
 from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch
+from .parquet_files import FileStatus
 from ..partitioning import is_data_file
 from ..storage.filesystem import Storage
 
@@ -59,16 +59,6 @@ _COMMITTER_OPTIONS = {
     "fs.file.impl.disable.cache": "true",
 }
 _IO_THREADS = 8
-
-
-@dataclass(frozen=True)
-class PublishedFile:
-    """One data file of the batch at its final path (fsspec path), as the log entry needs it."""
-
-    path: str
-    size: int
-    modification_time: int
-    num_rows: int
 
 
 def write_staged(
@@ -129,7 +119,7 @@ def _staged_files(storage: Storage, staging: str) -> list[str]:
     return sorted(filter(is_data_file, relative))
 
 
-def publish(batch: InFlightBatch, written_rows: int) -> list[PublishedFile]:
+def publish(batch: InFlightBatch, written_rows: int) -> list[FileStatus]:
     """Rename every staged data file of ``batch`` that has rows to the same relative path under the root
     (never overwriting; Spark's schema-only file of an empty batch stays behind), then fsync the files and
     every directory that gained an entry, and read sizes and mtimes.
@@ -182,6 +172,6 @@ def _rows_made_durable(storage: Storage, filesystem: pyarrow.fs.FileSystem, path
     return rows
 
 
-def _status(storage: Storage, path: str, num_rows: int) -> PublishedFile:
+def _status(storage: Storage, path: str, num_rows: int) -> FileStatus:
     info = storage.info(path)
-    return PublishedFile(path, info.size, info.mtime_ms, num_rows)
+    return FileStatus(path, info.size, info.mtime_ms, num_rows)
