@@ -7,9 +7,9 @@ batches are deleted (Spark's rule).
 
 Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
 records that :func:`~parquet_sink.log.entry.records_to_keep` does not keep) from the previous compact
-file's columnar copy (:mod:`.log_sidecar`), or, without one, by validating the JSON block by block
+file's columnar copy (:mod:`.sidecar`), or, without one, by validating the JSON block by block
 (:meth:`LogFiles.parse_block`, column-wise) and making the copy in memory. Pass two copies the blocks as
-bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.log_layout.stamped_lines`;
+bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.lines.stamped_lines`;
 only dropped or rewritten lines, and lines in another layout, cost Python work), checks a compact file's
 bytes against its copy's CRC-32, and writes the new compact file's columnar copy alongside. Memory stays
 bounded by one block plus the compressed copies (and the entries of the deltas).
@@ -414,7 +414,7 @@ class CompactibleLog(LogFiles):
     def _write_compact(
         self, path: str, batch_id: int, sources: list[tuple[int, str]], sidecars: dict[int, str], entries: list[LogEntry]
     ) -> bool:
-        """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.log_sidecar`).
+        """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.sidecar`).
         A failure to write the copy is logged, not raised: the batch is committed, readers use the JSON."""
         written = Checksum()
         copy = SidecarWriter()

@@ -93,7 +93,7 @@ class _CopyNotStored(Exception):
 
 class Listing(dict[int, str]):
     """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw,
-    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.log_sidecar`),
+    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.sidecar`),
     ``infos`` each batch file's size and modification time (only from a listing that stats files)."""
 
     def __init__(

@@ -2,7 +2,7 @@
 of Spark's ``FileStreamSinkLog.allFiles`` as ``MetadataLogFileIndex`` uses it).
 
 One names-only listing of ``_spark_metadata`` per snapshot; the newest compact file (its columnar copy,
-see :mod:`.log_sidecar`, when it has a valid one) and the deltas after it are parsed in bulk
+see :mod:`.sidecar`, when it has a valid one) and the deltas after it are parsed in bulk
 (:meth:`~parquet_sink.log.files.LogFiles.read_table`). Log paths (Hadoop URIs) are
 resolved to fsspec paths under the output root column-wise (:func:`resolve_paths`); only unusual values
 (percent-escapes, a relocated output, another scheme) take per-entry Python.
