@@ -16,7 +16,7 @@ bounded by one block plus the compressed copies (and the entries of the deltas).
 
 Example::
 
-    >>> log = CompactibleLog(Storage("/tmp/out"), compact_interval=10)
+    >>> log = CompactibleLog(Storage("/tmp/out"), LogOptions(compact_interval=10))
     >>> log.add(9, [LogEntry("file:///tmp/out/part-9.parquet", 10)])   # writes 9.compact
     True
 """
@@ -104,24 +104,33 @@ def _check_duration_ms(name: str, value: object) -> int:
         raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
 
 
-def check_log_parameters(
-    *, compact_interval: object, retention: object, min_batches_to_retain: object, cleanup_delay: object
-) -> tuple[int | None, int]:
-    """ValueError naming the first log parameter out of range (the log's and the sink's one rule);
-    returns (retention in ms or None, cleanup delay in ms).
+@dataclass(frozen=True)
+class LogOptions:
+    """The log's parameters, with Spark's names and defaults, checked once here (ValueError naming the first
+    out of range) for every owner of a log: :class:`~parquet_sink.log.metadata_log.MetadataLog`,
+    ``ParquetSink`` and ``write_batch`` take them as keyword arguments and build one of these.
 
-    Example: ``check_log_parameters(compact_interval=10, retention="7d", min_batches_to_retain=100,
-    cleanup_delay="10m") == (604_800_000, 600_000)``.
+    Example: ``LogOptions(retention="7d").retention_ms == 604_800_000``.
     """
-    check_positive_int("compact_interval", compact_interval, "Spark's default is 10")
-    check_positive_int(
-        "min_batches_to_retain", min_batches_to_retain,
-        "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
-    )
-    retention_ms = None if retention is None else _check_duration_ms("retention", retention)
-    if retention_ms == 0:
-        raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
-    return retention_ms, _check_duration_ms("cleanup_delay", cleanup_delay)
+
+    compact_interval: int = 10
+    retention: str | int | _dt.timedelta | None = None
+    min_batches_to_retain: int = 100
+    cleanup_delay: str | int | _dt.timedelta = "10m"
+    retention_ms: int | None = field(init=False)
+    cleanup_delay_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_positive_int("compact_interval", self.compact_interval, "Spark's default is 10")
+        check_positive_int(
+            "min_batches_to_retain", self.min_batches_to_retain,
+            "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
+        )
+        retention_ms = None if self.retention is None else _check_duration_ms("retention", self.retention)
+        if retention_ms == 0:
+            raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
+        object.__setattr__(self, "retention_ms", retention_ms)
+        object.__setattr__(self, "cleanup_delay_ms", _check_duration_ms("cleanup_delay", self.cleanup_delay))
 
 
 def derive_compact_interval(default_interval: int, latest_compact_batch_id: int) -> int:
@@ -267,29 +276,16 @@ class CompactibleLog(LogFiles):
 
     Example::
 
-        >>> CompactibleLog(Storage("/tmp/out"), compact_interval=3).snapshot_batches(7, 3)
+        >>> CompactibleLog(Storage("/tmp/out"), LogOptions(compact_interval=3)).snapshot_batches(7, 3)
         [5, 6, 7]
     """
 
-    def __init__(
-        self,
-        storage: Storage,
-        *,
-        compact_interval: int = 10,
-        retention: str | int | _dt.timedelta | None = None,
-        min_batches_to_retain: int = 100,
-        cleanup_delay: str | int | _dt.timedelta = "10m",
-        cleanup: bool = True,
-    ) -> None:
-        self.retention_ms, self.cleanup_delay_ms = check_log_parameters(
-            compact_interval=compact_interval,
-            retention=retention,
-            min_batches_to_retain=min_batches_to_retain,
-            cleanup_delay=cleanup_delay,
-        )
+    def __init__(self, storage: Storage, options: LogOptions = LogOptions(), *, cleanup: bool = True) -> None:
         super().__init__(storage)
-        self.default_compact_interval = compact_interval
-        self.min_batches_to_retain = min_batches_to_retain
+        self.options = options
+        self.retention_ms, self.cleanup_delay_ms = options.retention_ms, options.cleanup_delay_ms
+        self.default_compact_interval = options.compact_interval
+        self.min_batches_to_retain = options.min_batches_to_retain
         self.cleanup_enabled = cleanup
         self._interval: int | None = None
         self._listing: Listing | None = None
@@ -630,7 +626,7 @@ class CompactibleLog(LogFiles):
 __all__ = [
     "COMPACT_SUFFIX",
     "CompactibleLog",
-    "check_log_parameters",
+    "LogOptions",
     "check_positive_int",
     "derive_compact_interval",
     "infer_interval",

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CorruptLogError, LogError
-from .compaction import CompactibleLog, derive_compact_interval, parse_duration_ms
+from .compaction import CompactibleLog, LogOptions, derive_compact_interval, parse_duration_ms
 from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path
 from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from ..storage.filesystem import Storage
@@ -86,14 +86,8 @@ class MetadataLog(CompactibleLog):
         cleanup: bool = True,
         storage: Storage | None = None,
     ) -> None:
-        super().__init__(
-            storage or Storage(path, storage_options),
-            compact_interval=compact_interval,
-            retention=retention,
-            min_batches_to_retain=min_batches_to_retain,
-            cleanup_delay=cleanup_delay,
-            cleanup=cleanup,
-        )
+        options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
+        super().__init__(storage or Storage(path, storage_options), options, cleanup=cleanup)
 
     def __repr__(self) -> str:
         return f"MetadataLog({self.storage.display(self.log_dir)!r})"

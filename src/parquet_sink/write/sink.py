@@ -38,7 +38,7 @@ from ..errors import (
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_log_files
-from ..log.compaction import check_log_parameters, check_positive_int
+from ..log.compaction import LogOptions, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
@@ -492,12 +492,7 @@ def _check_parameters(
         raise ValueError(f"partition_by must be a list of column names, got the string {partition_by!r}")
     if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
         raise ValueError(f"partition_by names a column twice: {list(partition_by)}")
-    check_log_parameters(
-        compact_interval=compact_interval,
-        retention=retention,
-        min_batches_to_retain=min_batches_to_retain,
-        cleanup_delay=cleanup_delay,
-    )
+    LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if on_foreign_query not in ("error", "append"):
