@@ -276,7 +276,7 @@ class CompactibleLog(LogFiles):
 
     Example::
 
-        >>> CompactibleLog(Storage("/tmp/out"), LogOptions(compact_interval=3)).snapshot_batches(7, 3)
+        >>> CompactibleLog(Storage("/tmp/out"), LogOptions(compact_interval=3)).batches_read_at(7, 3)
         [5, 6, 7]
     """
 
@@ -321,7 +321,7 @@ class CompactibleLog(LogFiles):
         """Where batch ``batch_id`` lives (``N`` or ``N.compact``) under ``interval`` (default: the log's)."""
         return self.path_of(batch_id, self.is_compaction_batch(batch_id, interval))
 
-    def snapshot_batches(self, latest: int, interval: int | None = None) -> list[int]:
+    def batches_read_at(self, latest: int, interval: int | None = None) -> list[int]:
         """The log files a reader at ``latest`` needs: the newest compact batch <= latest, then deltas."""
         interval = interval or self.compact_interval
         start = max(0, (latest + 1) // interval * interval - 1)
@@ -339,7 +339,7 @@ class CompactibleLog(LogFiles):
                 return [(b, listing[b]) for b in range(latest + 1)]
         interval = interval or self.interval_for(listing)
         files = []
-        for batch_id in self.snapshot_batches(latest, interval):
+        for batch_id in self.batches_read_at(latest, interval):
             expected = self.batch_path(batch_id, interval)
             if listing.get(batch_id) != expected:
                 raise MissingLogFileError(

@@ -106,7 +106,7 @@ class MetadataLog(CompactibleLog):
         path = self.list_names().get(batch_id)
         return None if path is None else self.read_file(path, batch_id)
 
-    def iter_snapshot(self, latest: int | None = None) -> Iterator[LogEntry]:
+    def iter_live_entries(self, latest: int | None = None) -> Iterator[LogEntry]:
         """Stream every live entry as of batch ``latest`` (default: the newest): the newest compact file
         up to it, then the deltas after it. Raises :class:`MissingLogFileError` on a gap in the chain."""
         listing = self.list_names()
@@ -129,7 +129,7 @@ class MetadataLog(CompactibleLog):
 
         Example: ``[e.path for e in log.all_files(3)]``.
         """
-        return list(self.iter_snapshot(as_of_batch))
+        return list(self.iter_live_entries(as_of_batch))
 
     def check(self, interval: int | None = None) -> list[LogError]:
         """Every problem in the log (each log file parsed, the batch chain checked), without raising.

@@ -68,9 +68,9 @@ class Sidecar:
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         """Every entry (only ``columns``, if given), decoded one row group at a time into
-        :func:`snapshot_pool`."""
+        :func:`columns_pool`."""
         fragment = _FORMAT.make_fragment(pa.BufferReader(self.data))
-        table = fragment.to_table(columns=columns or ENTRY_SCHEMA.names, use_threads=False, memory_pool=snapshot_pool())
+        table = fragment.to_table(columns=columns or ENTRY_SCHEMA.names, use_threads=False, memory_pool=columns_pool())
         return table.replace_schema_metadata(None)
 
     def groups(self, columns: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
@@ -100,7 +100,7 @@ def decode_sidecar(data: bytes, source: str) -> Sidecar:
 
 
 @functools.cache
-def snapshot_pool() -> pa.MemoryPool:
+def columns_pool() -> pa.MemoryPool:
     """The memory pool for the big columns of a snapshot (a decoded copy, resolved paths): jemalloc where
     pyarrow has it. With pyarrow's default mimalloc pool, decoding 1M entries leaves ~70 MB more resident
     memory behind than the table holds (measured: 219 vs 146 MB of RSS for a 128 MB table)."""
@@ -183,5 +183,5 @@ __all__ = [
     "SidecarWriter",
     "decode_sidecar",
     "sidecar_path",
-    "snapshot_pool",
+    "columns_pool",
 ]

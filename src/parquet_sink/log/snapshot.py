@@ -1,6 +1,11 @@
 """The snapshot reader: every live entry of the log as of one batch, as Arrow columns (the counterpart
 of Spark's ``FileStreamSinkLog.allFiles`` as ``MetadataLogFileIndex`` uses it).
 
+One word, one meaning: a *snapshot* is the output as of one log batch. :class:`LogSnapshot` holds its live log
+entries (this module); :class:`parquet_sink.read.reader.Snapshot` its committed data files, what readers read;
+``SnapshotOptions`` select one (``as_of_batch``, ``batches``) and ``SnapshotError`` / ``SnapshotExpiredError``
+say when one cannot be had.
+
 One names-only listing of ``_spark_metadata`` per snapshot; the newest compact file (its columnar copy,
 see :mod:`.sidecar`, when it has a valid one) and the deltas after it are parsed in bulk
 (:meth:`~parquet_sink.log.files.LogFiles.read_table`). Log paths (Hadoop URIs) are
@@ -26,7 +31,7 @@ import pyarrow.compute as pc
 from ..errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
 from .compaction import CompactibleLog, infer_interval
 from .files import Listing
-from .sidecar import snapshot_pool
+from .sidecar import columns_pool
 from .entry import BATCH_KEY, ENTRY_SCHEMA
 from ..storage.filesystem import Storage
 
@@ -150,7 +155,7 @@ class _Resolver:
 def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
     """Each string without its first ``length`` bytes (a byte slice, much faster than a code point slice;
     rows that do not start with the prefix, where it may cut a character, are replaced by the caller)."""
-    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1, memory_pool=snapshot_pool()).view(pa.string())
+    return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1, memory_pool=columns_pool()).view(pa.string())
 
 
 def resolve_paths(

@@ -99,7 +99,7 @@ def find_orphans(
         i.mtime_ms for i in listed if i.path in committed or (i.path.startswith(log_files) and parse_batch_name(i.path))
     ]
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
-        for entry in log.iter_snapshot(snap.latest_batch_id):
+        for entry in log.iter_live_entries(snap.latest_batch_id):
             committed.add(storage.from_uri(entry.path))
             records.append(CommitRecord.from_entry(entry))
             times.append(entry.modification_time)

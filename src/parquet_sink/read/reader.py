@@ -163,17 +163,17 @@ def _select(
         low, high = batches[0], min(high, batches[1])
     if low == 0 and high == latest:
         return snap.table
-    upto = _snapshot_at(log, snap, high, low, interval)
+    upto = _entries_at(log, snap, high, low, interval)
     if low == 0:
         return upto
     if batch_ids_known(upto):
         ids = upto.column(BATCH_KEY)
         return upto.filter(pc.greater_equal(ids, low))
-    before = _snapshot_at(log, snap, low - 1, low, interval)
+    before = _entries_at(log, snap, low - 1, low, interval)
     return upto.filter(pc.invert(pc.is_in(upto.column("path"), before.column("path"))))
 
 
-def _snapshot_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, interval: int | None) -> pa.Table:
+def _entries_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, interval: int | None) -> pa.Table:
     """The snapshot at ``batch`` (<= latest); ``low``: the first batch the caller needs in full."""
     if batch == snap.latest:
         return snap.table
