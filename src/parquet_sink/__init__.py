@@ -40,12 +40,15 @@ _LAZY = {  # public name -> the module that defines it
     "LogEntry": "log.entry",
     "MetadataLog": "log.metadata_log",
     "Storage": "storage.filesystem",
+    "DeltaSyncResult": "delta.sync",
+    "sync_delta_log": "delta.sync",
     "doctor": "maintenance.doctor",
     "vacuum": "maintenance.vacuum",
     "verify": "maintenance.inspect",
 }
 
 if TYPE_CHECKING:
+    from .delta.sync import DeltaSyncResult, sync_delta_log
     from .log.entry import LogEntry
     from .log.metadata_log import MetadataLog
     from .maintenance.doctor import doctor
