@@ -21,7 +21,8 @@ Failpoints in the write path (see docs/reliability.md): ``before_write``, ``task
 into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
 place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
 ``after_commit``, ``compaction``, ``sidecar`` (a compact file committed, its columnar copy not yet
-written), ``cleanup``.
+written), ``cleanup``, ``delta_commit`` (``delta_log=True`` or ``sync_delta_log``: the batch is committed to
+``_spark_metadata``, its Delta commit not yet made).
 """
 
 from __future__ import annotations

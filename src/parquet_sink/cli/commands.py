@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..delta.sync import sync_delta_log
 from ..errors import LogError
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, read_output, vacuum, verify
@@ -113,6 +114,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         "files": report.files,
         "bytes": report.bytes,
         "problems": report.problems,
+        "warnings": report.warnings,
     }
     if report.problems:
         text = f"{len(report.problems)} problem(s) in {report.path}:\n" + "\n".join(f"  - {p}" for p in report.problems)
@@ -123,6 +125,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             f"OK: {report.path}: log intact up to batch {report.latest_batch}, {report.files} committed files "
             f"({format_size(report.bytes)}) present with their logged sizes"
         )
+    text += "".join(f"\nwarning: {w}" for w in report.warnings)
     emit(args, data, text)
     return 0 if report.ok else 1
 
@@ -146,6 +149,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "younger_kept": len(plan.young),
         "in_flight_kept": len(plan.in_flight),
         "before_log_kept": len(plan.before_log),
+        "delta_kept": len(plan.delta_kept),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
@@ -170,6 +174,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
             f"kept {len(plan.before_log)} unreferenced file(s) older than the log's first commit: they may be data "
             "the output was created over; --include-files-before-log deletes them too"
         )
+    if plan.delta_kept:
+        lines.append(
+            f"kept {len(plan.delta_kept)} file(s) the Delta log (_delta_log) references in a version within "
+            f"{args.older_than}"
+        )
     if plan.in_flight:
         lines.append(
             f"kept {len(plan.in_flight)} unreferenced file(s) of batches in flight ({len(plan.live_leases)} lease(s) "
@@ -177,6 +186,33 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
             "that batch)"
         )
     emit(args, data, "\n".join(lines))
+    return 0
+
+
+def _cmd_delta_sync(args: argparse.Namespace) -> int:
+    """``delta-sync PATH``: the Delta log follows ``_spark_metadata``."""
+    result = sync_delta_log(args.path, storage_options=storage_options(args))
+    data = {
+        "path": result.path,
+        "log_batch": result.log_batch_id,
+        "previous_log_batch": result.previous_log_batch_id,
+        "delta_version": result.delta_version,
+        "committed": result.committed,
+        "created": result.created,
+        "added": result.added,
+        "removed": result.removed,
+    }
+    if result.log_batch_id is None or result.delta_version is None:
+        text = f"{result.path}: no committed file yet, no Delta log written"
+    elif result.committed:
+        text = (
+            f"{result.path}: Delta log {'created' if result.created else 'updated'} at version {result.delta_version}: "
+            f"mirrors log batch {result.log_batch_id} (was {result.previous_log_batch_id}), {result.added} file(s) "
+            f"added, {result.removed} removed"
+        )
+    else:
+        text = f"{result.path}: Delta log version {result.delta_version} already mirrors log batch {result.log_batch_id}"
+    emit(args, data, text)
     return 0
 
 

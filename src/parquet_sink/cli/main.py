@@ -11,6 +11,8 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
 * ``vacuum PATH --older-than 1h [--dry-run] [--include-files-before-log]``: delete Parquet data files no
   committed batch references (files older than the log's first commit only when asked).
+* ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
+  Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
   ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
 
@@ -123,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also delete unreferenced files older than the log's first commit (kept by default: they may be a "
         "dataset the output was created over)",
     )
+    delta_sync = command(
+        "delta-sync",
+        "create or bring up to date the output's Delta Lake log (_delta_log), listing exactly the committed files",
+    )
+    delta_sync.set_defaults(run="_cmd_delta_sync")
     doctor = command(
         "doctor",
         "explain what restarting a ParquetSink query from its checkpoint (or rerunning a write_batch app) will do",

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..delta.sync import compare_logs, has_delta_log
 from ..errors import NotAnOutputError, ParquetSinkError
 from ..log.entry import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import METADATA_DIR, output_started
@@ -171,13 +172,15 @@ def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | 
 @dataclass
 class VerifyReport:
     """What :func:`verify` found: ``ok`` when the log is intact and every committed file is present with its
-    logged size; ``problems`` says what is wrong otherwise, one sentence each."""
+    logged size; ``problems`` says what is wrong otherwise, one sentence each; ``warnings`` what does not make
+    the output wrong (a Delta log behind ``_spark_metadata``)."""
 
     path: str
     latest_batch: int | None
     files: int
     bytes: int
     problems: list[str]
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -192,7 +195,8 @@ def verify(
     progress: Progress = _silent,
 ) -> VerifyReport:
     """Check the output at ``path``: every log file readable and the chain of log files intact, every
-    committed data file present with the size the log records. Problems are reported, never raised.
+    committed data file present with the size the log records, and a Delta log (``_delta_log``), if any, in
+    step with the log (:func:`parquet_sink.delta.compare_logs`). Problems are reported, never raised.
 
     Example::
 
@@ -221,7 +225,14 @@ def verify(
             continue
         if size != f.size:
             problems.append(f"{where} has {size} bytes but the log says {f.size}")
-    return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems)
+    warnings: list[str] = []
+    if latest is not None and has_delta_log(storage):
+        try:
+            delta_problems, warnings = compare_logs(path, storage_options)
+            problems += delta_problems
+        except ParquetSinkError as exc:
+            problems.append(f"the Delta log could not be compared with the log: {exc}")
+    return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
 
 
 __all__ = ["Batch", "Output", "VerifyReport", "count_rows", "read_output", "verify"]

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError
 from ..log.compaction import parse_duration_ms
 from ..log.entry import CommitRecord
@@ -55,6 +56,7 @@ class VacuumPlan:
     dead_leases: list[Lease]
     dead_staging: list[str]
     before_log: list[FileInfo] = field(default_factory=list)
+    delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within older_than references them
 
 
 def find_orphans(
@@ -67,7 +69,8 @@ def find_orphans(
     snapshot references. Refuses (raises) if any log file is unreadable. Files older than the log's first
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
-    the output was created over (``ParquetSink(allow_existing_files=True)``).
+    the output was created over (``ParquetSink(allow_existing_files=True)``). With a Delta log, a file that a
+    Delta version within ``older_than_ms`` references (the latest, or removed since) is kept (``delta_kept``).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
     (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
@@ -110,6 +113,7 @@ def find_orphans(
     dead = [lease for lease in found_leases if not lease.is_live(latest, versions)]
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
+    in_delta = referenced_files(storage, older_than_ms) if has_delta_log(storage) else set()
     cutoff = int(time.time() * 1000) - older_than_ms
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
@@ -119,6 +123,8 @@ def find_orphans(
             continue
         if protected_from is not None and info.mtime_ms >= protected_from - CLOCK_SLACK_MS:
             plan.in_flight.append(info)
+        elif info.path in in_delta:
+            plan.delta_kept.append(info)
         elif not include_before_log and (first_commit_ms is None or info.mtime_ms < first_commit_ms):
             plan.before_log.append(info)
         else:

@@ -37,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, decide_write, version_record
 from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
@@ -175,6 +176,7 @@ def write_batch(
     compact_interval: int = 10,
     allow_existing_files: bool = False,
     ignore_changed_data: bool = False,
+    delta_log: bool = False,
 ) -> WriteResult:
     """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
 
@@ -196,6 +198,8 @@ def write_batch(
         compact_interval: the log's compaction interval for a new log (an existing one's is inferred).
         allow_existing_files: as :class:`~parquet_sink.ParquetSink` (else ExistingDataError when the
             directory holds Parquet files but no committed batch).
+        delta_log: after the commit (or a skip), bring the output's Delta log (``_delta_log``) in step with
+            the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised.
 
     Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema,
     StaleVersionError (nothing written) as above, and CommitConflictError after many lost races in a row.
@@ -212,6 +216,8 @@ def write_batch(
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ValueError(f"version must be an integer >= 0, got {version!r}")
     codec_extension(compression)  # validate early
+    if delta_log:
+        require_deltalake(f"write_batch(..., delta_log=True) to {path}")
     partition_by = tuple(partition_by or ())
     log = MetadataLog(path, storage_options, compact_interval=compact_interval)
     what = f"version {version} of app {app_id!r}"
@@ -244,7 +250,7 @@ def write_batch(
                      "changed": " although its data differ (ignore_changed_data=True)"}[replay],
                     "" if statuses is None else " (this attempt's files stay uncommitted)",
                 )
-                return result
+                break
             if table.num_rows:
                 _check_schema(log, snap.table, table, partition_by, what)
             if statuses is None:
@@ -274,13 +280,17 @@ def write_batch(
                     "%s: committed %s as log batch %d: %d rows, %d files, %d bytes (%d lost races)",
                     log.display(log.storage.root), what, log_batch, result.rows, len(statuses), result.bytes, attempt,
                 )
-                return result
+                break
             logger.info("%s: log batch %d was committed by another writer; re-reading the log", what, log_batch)
-        raise CommitConflictError(
-            f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
-            f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`parquet-sink vacuum` removes them); "
-            "retry the call, with fewer writers appending at once."
-        )
+        else:
+            raise CommitConflictError(
+                f"{what} could not be committed to {log.display(log.storage.root)}: another writer committed first "
+                f"{_MAX_ATTEMPTS} times in a row. Its data files are not committed (`parquet-sink vacuum` removes them); "
+                "retry the call, with fewer writers appending at once."
+            )
     finally:
         if lease is not None:
             lease.end(staged=False)
+    if delta_log:
+        sync_after_commit(path, storage_options, f"log batch {result.log_batch_id} ({what})")
+    return result

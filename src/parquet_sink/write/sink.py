@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from ..delta.sync import require_deltalake, sync_after_commit
 from .dependencies import require_sink_dependencies
 from ..errors import (
     CommitConflictError,
@@ -110,6 +111,10 @@ class ParquetSink:
         allow_existing_files: write into a directory that holds Parquet files but no log yet (an existing
             dataset, whose files every reader then hides). Without it the first batch refuses with
             :class:`ExistingDataError`.
+        delta_log: after each batch's commit (and on a replay), bring the output's Delta log (``_delta_log``)
+            in step with the log on the driver (:func:`~parquet_sink.sync_delta_log`), so every Delta reader
+            reads exactly the committed files; a failure of that commit is logged, never raised, and the next
+            batch catches up. Needs ``pip install "parquet-sink[delta]"``.
 
     Raises:
         ValueError: a parameter out of range (named in the message), at construction.
@@ -142,8 +147,11 @@ class ParquetSink:
         allow_batch_id_only: bool = False,
         writer: Literal["auto", "spark", "arrow"] = "auto",
         allow_existing_files: bool = False,
+        delta_log: bool = False,
     ) -> None:
         require_sink_dependencies()
+        if delta_log:
+            require_deltalake(f"ParquetSink({path!r}, delta_log=True)")
         _check_parameters(
             partition_by=partition_by,
             compact_interval=compact_interval,
@@ -169,6 +177,7 @@ class ParquetSink:
         self.allow_batch_id_only = allow_batch_id_only
         self.writer = writer
         self.allow_existing_files = allow_existing_files
+        self.delta_log = delta_log
         self.last_progress: BatchProgress | None = None
         self._state: _OutputState | None = None
         self._metadata_log: MetadataLog | None = None
@@ -208,6 +217,7 @@ class ParquetSink:
                 self, batch_id, query_id, state.queries[query_id].log_batch_id,
             )
             self.last_progress = progress
+            self._sync_delta(f"batch {batch_id} of query {query_id}")
             return
         self._check_schema(state, df, target)
         failpoint("before_write")
@@ -257,6 +267,12 @@ class ParquetSink:
             self, batch_id, query_id, target, progress.rows, progress.files, progress.bytes,
             progress.write_seconds, progress.commit_seconds,
         )
+        self._sync_delta(f"batch {batch_id} of query {query_id} (log batch {target})")
+
+    def _sync_delta(self, what: str) -> None:
+        """With ``delta_log``: the Delta log follows the commit (never failing the batch)."""
+        if self.delta_log:
+            sync_after_commit(self.path, self.storage_options, what)
 
     def _spark_writes(self, storage: Storage) -> bool:
         """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring)."""
