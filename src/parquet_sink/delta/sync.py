@@ -373,9 +373,9 @@ def referenced_files(storage: Storage, retention_ms: int) -> set[str]:
 
 
 def _under(storage: Storage, prefix: str, found: str) -> str:
-    """A path delta-rs's vacuum returns (relative, or a URI) as an fsspec path under the root."""
+    """A path delta-rs's vacuum returns (relative to the root and decoded, or a URI) as an fsspec path."""
     path = storage.from_uri(found) if "://" in found else found
-    return path if path.startswith(prefix) else posixpath.join(prefix, unquote(path))
+    return path if path.startswith(prefix) else posixpath.join(prefix, path)
 
 
 def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:

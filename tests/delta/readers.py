@@ -1,0 +1,64 @@
+"""What every Delta test checks: the Delta log lists exactly the committed files, and each Delta reader
+(delta-rs to Arrow and to a pyarrow dataset, polars ``read_delta``/``scan_delta``, duckdb over delta-rs's
+dataset) returns exactly ``read_committed``'s rows with the same types, in its own type system."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+import deltalake
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from parquet_sink import committed_files, read_committed
+from parquet_sink.delta.actions import delta_schema
+
+
+def _key(row: tuple) -> tuple:
+    return tuple((v is None, str(v)) for v in row)
+
+
+def rows(table: pa.Table, columns: list[str]) -> list[tuple]:
+    """The rows of ``table`` as tuples in ``columns`` order, sorted (every reader orders files its own way)."""
+    return sorted(zip(*(table.column(c).to_pylist() for c in columns)), key=_key) if table.num_rows else []
+
+
+def delta_files(out: str) -> set[str]:
+    """The files the latest Delta version lists, relative to the root and decoded."""
+    actions = pa.table(deltalake.DeltaTable(out).get_add_actions(flatten=False))
+    return set(map(unquote, actions.column("path").to_pylist()))
+
+
+def assert_delta_matches(out: str, time_zone: str = "UTC", **options: Any) -> pa.Table:
+    """Delta files == committed files; every Delta reader == ``read_committed`` (rows and types). Types: as
+    read_committed's, but Delta's: timestamps are UTC (``timestamp``), an all-null partition column a string."""
+    assert delta_files(out) == {f.relative_path for f in committed_files(out, **options)}
+    expected = read_committed(out, time_zone=time_zone, **options)
+    table = deltalake.DeltaTable(out)
+    columns = expected.column_names
+    want_types = [(f.name, f.type) for f in delta_schema(expected.schema)]
+    want = rows(expected.cast(delta_schema(expected.schema)), columns)
+
+    arrow = table.to_pyarrow_table()
+    assert [(f.name, f.type) for f in arrow.schema] == want_types
+    assert rows(arrow, columns) == want
+    dataset = table.to_pyarrow_dataset()
+    assert [(f.name, f.type) for f in dataset.schema] == want_types
+    assert rows(dataset.to_table(), columns) == want
+
+    expected_pl = pl.from_arrow(expected.cast(delta_schema(expected.schema)))
+    for frame in (pl.read_delta(out), pl.scan_delta(out).collect()):
+        assert frame.schema == expected_pl.schema
+        assert rows(frame.to_arrow(), columns) == rows(expected_pl.to_arrow(), columns)
+
+    duck = duckdb.connect()
+    duck.register("delta_dataset", dataset)
+    duck.register("committed", expected.cast(delta_schema(expected.schema)))
+    on_delta = duck.sql("select * from delta_dataset")
+    on_committed = duck.sql("select * from committed")
+    assert on_delta.types == on_committed.types
+    assert sorted(on_delta.fetchall(), key=_key) == sorted(on_committed.fetchall(), key=_key)
+    assert duck.execute("select count(*) from delta_dataset").fetchall()[0][0] == expected.num_rows
+    return expected

@@ -1,0 +1,255 @@
+"""sync_delta_log and write_batch(..., delta_log=True) without Spark: the Delta log lists exactly the committed
+files through compaction, retention, a second writer app, failed batches that left files behind, schema
+evolution; readers (delta-rs, polars, duckdb) return read_committed's rows; checkpoints keep the log bounded;
+verify and vacuum know the Delta log."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink import failpoints
+from parquet_sink.cli.main import main as cli_main
+from parquet_sink.delta import APP_ID, DeltaDependencyError, DeltaLogError
+from parquet_sink.log.entry import LogEntry
+from parquet_sink.maintenance import vacuum, verify
+from parquet_sink.storage.filesystem import Storage
+from parquet_sink.write.parquet_files import WriteSpec, write_rows
+from tests.delta.readers import assert_delta_matches, delta_files
+
+ROOT = Path(__file__).resolve().parents[2]
+DAY_MS = 86_400_000
+CATS = ["a b", "c:d", "x/y=1%", None, ""]
+
+
+def _table(version: int, rows: int = 6) -> pa.Table:
+    ids = [version * 100 + i for i in range(rows)]
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": [f"n{i}" if i % 5 else None for i in ids],
+            "price": pa.array([decimal.Decimal(i) / 4 for i in ids], pa.decimal128(12, 2)),
+            "at": pa.array([_dt.datetime(2024, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(seconds=i, microseconds=7)
+                            for i in ids], pa.timestamp("us", "UTC")),
+            "day": pa.array([_dt.date(2024, 1, 1 + i % 3) for i in ids]),
+            "ok": [i % 2 == 0 for i in ids],
+            "cat": [CATS[i % len(CATS)] for i in ids],
+            "n": pa.array([i % 3 for i in ids], pa.int32()),
+        }
+    )
+
+
+@pytest.fixture
+def clean_failpoints(monkeypatch):
+    """Failpoints switched on for one test (the module reads the environment at import)."""
+    monkeypatch.setattr(failpoints, "_HITS", {})
+    return lambda name, action: monkeypatch.setitem(failpoints._ACTIVE, name, (action, 1))
+
+
+def test_write_batch_delta_log_every_reader(out):
+    for version in range(4):
+        write_batch(out, _table(version), app_id="app", version=version, partition_by=["cat", "n"],
+                    compact_interval=3, delta_log=True)
+    assert "2.compact" in os.listdir(Path(out) / "_spark_metadata")
+    table = deltalake.DeltaTable(out)
+    assert table.transaction_version(APP_ID) == 3
+    assert table.metadata().partition_columns == ["cat", "n"]
+    expected = assert_delta_matches(out)
+    assert expected.num_rows == 24
+    assert sorted(expected.column("id").to_pylist()) == [v * 100 + i for v in range(4) for i in range(6)]
+    # a sync in step commits nothing
+    again = sync_delta_log(out)
+    assert (again.committed, again.delta_version, again.log_batch_id) == (False, table.version(), 3)
+    assert verify(out).ok and not verify(out).warnings
+
+
+def test_second_writer_app_and_empty_batches(out):
+    write_batch(out, _table(0), app_id="a", version=0, delta_log=True)
+    write_batch(out, _table(1).slice(0, 0), app_id="b", version=0, delta_log=True)  # a batch without files
+    write_batch(out, _table(2), app_id="b", version=1, delta_log=True)
+    write_batch(out, _table(0), app_id="a", version=0, delta_log=True)  # a retry: skipped
+    assert deltalake.DeltaTable(out).transaction_version(APP_ID) == 2
+    assert sorted(assert_delta_matches(out).column("id").to_pylist()) == [v * 100 + i for v in (0, 2) for i in range(6)]
+
+
+def test_failed_batch_files_never_reach_delta(out, clean_failpoints):
+    write_batch(out, _table(0), app_id="app", version=0, partition_by=["cat"], delta_log=True)
+    clean_failpoints("before_commit", "raise")
+    with pytest.raises(failpoints.FailpointError):
+        write_batch(out, _table(1), app_id="app", version=1, partition_by=["cat"], delta_log=True)
+    on_disk = {str(p.relative_to(out)) for p in Path(out).rglob("*.parquet") if "_" != p.relative_to(out).parts[0][0]}
+    committed = {f.relative_path for f in committed_files(out)}
+    assert on_disk - committed, "the failed batch left files behind"
+    failpoints._ACTIVE.pop("before_commit")
+    write_batch(out, _table(2), app_id="app", version=2, partition_by=["cat"], delta_log=True)
+    assert not (on_disk - committed) & delta_files(out)
+    assert sorted(assert_delta_matches(out).column("id").to_pylist()) == [v * 100 + i for v in (0, 2) for i in range(6)]
+
+
+def _raw_batch(out: str, batch: int, old: bool, retention: str | None) -> None:
+    """One batch the way Spark's sink logs it (no commit record), its entry logged 30 days ago when ``old``."""
+    storage = Storage(out)
+    statuses = write_rows(WriteSpec(storage, ("cat",), "snappy", None), [_table(50 + batch)])
+    mtime = int(time.time() * 1000) - (30 * DAY_MS if old else 0)
+    entries = [LogEntry(storage.to_uri(s.path), s.size, False, mtime) for s in statuses]
+    assert MetadataLog(out, compact_interval=3, retention=retention).add(batch, entries)
+
+
+def test_retention_drops_become_remove_actions_and_vacuum_keeps_them(out):
+    _raw_batch(out, 0, old=True, retention=None)
+    _raw_batch(out, 1, old=False, retention=None)
+    first = sync_delta_log(out)
+    assert (first.created, first.added) == (True, len(committed_files(out)))
+    old_files = {f.relative_path for f in committed_files(out) if f.batch_id == 0}
+    _raw_batch(out, 2, old=False, retention="7d")  # compaction: retention drops batch 0's entries
+    assert not old_files & {f.relative_path for f in committed_files(out)}
+    second = sync_delta_log(out)
+    assert second.removed == len(old_files) and second.added > 0
+    assert not old_files & delta_files(out)
+    assert_delta_matches(out)
+    # time travel to version 0 still reads the dropped files: vacuum keeps them while within older_than
+    assert deltalake.DeltaTable(out, version=0).to_pyarrow_table().num_rows == 12
+    kept = vacuum(out, "1h", include_files_before_log=True)
+    assert {os.path.relpath(i.path, out) for i in kept.plan.delta_kept} == old_files
+    assert not kept.plan.orphans and all((Path(out) / f).exists() for f in old_files)
+    # past the retention the user set they go (older than the first live commit: asked for explicitly)
+    gone = vacuum(out, "0s", include_files_before_log=True)
+    assert {os.path.relpath(i.path, out) for i in gone.plan.orphans} == old_files
+    assert not any((Path(out) / f).exists() for f in old_files)
+    assert_delta_matches(out)
+
+
+def test_schema_evolution_adds_a_delta_column(out):
+    write_batch(out, pa.table({"id": [1, 2]}), app_id="app", version=0, delta_log=True)
+    write_batch(out, pa.table({"id": [3], "extra": ["x"]}), app_id="app", version=1, delta_log=True)
+    assert "extra" in pa.schema(deltalake.DeltaTable(out).schema()).names
+    table = assert_delta_matches(out)
+    assert sorted(zip(table.column("id").to_pylist(), table.column("extra").to_pylist())) == [
+        (1, None), (2, None), (3, "x")
+    ]
+
+
+def test_checkpoints_and_log_cleanup_keep_the_delta_log_bounded(out):
+    write_batch(out, pa.table({"id": [0]}), app_id="app", version=0)
+    sync_delta_log(out, checkpoint_interval=3, log_retention="1s")
+    for version in range(1, 4):
+        write_batch(out, pa.table({"id": [version]}), app_id="app", version=version, delta_log=True)
+    time.sleep(1.2)
+    for version in range(4, 7):
+        write_batch(out, pa.table({"id": [version]}), app_id="app", version=version, delta_log=True)
+    names = sorted(os.listdir(Path(out) / "_delta_log"))
+    assert any(n.endswith(".checkpoint.parquet") for n in names), names
+    assert "00000000000000000000.json" not in names, names  # expired and behind a checkpoint: deleted
+    assert deltalake.DeltaTable(out).version() == 6
+    assert sorted(assert_delta_matches(out).column("id").to_pylist()) == list(range(7))
+
+
+def test_a_failed_delta_commit_never_fails_the_batch(out, caplog):
+    write_batch(out, _table(0), app_id="app", version=0, delta_log=True)
+    delta_dir = Path(out) / "_delta_log"
+    moved = Path(out).with_name("moved_delta_log")
+    delta_dir.rename(moved)
+    delta_dir.write_text("not a directory")  # the Delta commit fails for real
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.delta.sync"):
+        result = write_batch(out, _table(1), app_id="app", version=1, delta_log=True)
+    assert result.committed and result.log_batch_id == 1
+    assert "parquet-sink delta-sync" in caplog.text and "log batch 1" in caplog.text
+    assert sorted(read_committed(out).column("id").to_pylist()) == [v * 100 + i for v in (0, 1) for i in range(6)]
+    delta_dir.unlink()
+    moved.rename(delta_dir)
+    assert deltalake.DeltaTable(out).transaction_version(APP_ID) == 0  # one batch behind
+    report = verify(out)
+    assert report.ok and any("behind" in w for w in report.warnings)
+    write_batch(out, _table(2), app_id="app", version=2, delta_log=True)  # the next batch catches up
+    assert deltalake.DeltaTable(out).transaction_version(APP_ID) == 2
+    assert sorted(assert_delta_matches(out).column("id").to_pylist()) == [v * 100 + i for v in range(3) for i in range(6)]
+
+
+def test_verify_reports_files_the_delta_log_lists_and_the_log_does_not(out, tmp_path):
+    write_batch(out, _table(0), app_id="app", version=0, delta_log=True)
+    stray = tmp_path / "stray"
+    deltalake.write_deltalake(str(stray), _table(9).select(["id"]))
+    name = next(p.name for p in stray.glob("*.parquet"))
+    os.link(stray / name, Path(out) / name)
+    table = deltalake.DeltaTable(out)
+    from deltalake.transaction import AddAction
+
+    table.create_write_transaction(
+        [AddAction(name, (stray / name).stat().st_size, {}, 0, True, '{"numRecords":6}')], mode="append",
+        schema=table.schema(),
+    )
+    report = verify(out)
+    assert not report.ok and any(name in p and "does not commit" in p for p in report.problems)
+    assert name not in {os.path.relpath(i.path, out) for i in vacuum(out, "0s", dry_run=True).plan.orphans}
+
+
+def test_delta_log_ahead_of_the_log_is_refused(out, tmp_path):
+    write_batch(out, _table(0), app_id="app", version=0)
+    write_batch(out, _table(1), app_id="app", version=1, delta_log=True)
+    other = str(tmp_path / "other")
+    write_batch(other, _table(5), app_id="app", version=0)
+    os.rename(Path(out) / "_delta_log", Path(other) / "_delta_log")
+    with pytest.raises(DeltaLogError, match="mirrors log batch 1.*delta-sync"):
+        sync_delta_log(other)
+
+
+def test_an_output_written_before_syncs_once(out):
+    for version in range(3):
+        write_batch(out, _table(version), app_id="app", version=version, partition_by=["day"])
+    assert not (Path(out) / "_delta_log").exists()
+    result = sync_delta_log(out)
+    assert (result.created, result.committed, result.log_batch_id, result.previous_log_batch_id) == (True, True, 2, None)
+    table = assert_delta_matches(out)
+    assert table.schema.field("day").type == pa.date32()
+
+
+def test_cli_delta_sync(out, capsys):
+    write_batch(out, _table(0), app_id="app", version=0)
+    assert cli_main(["delta-sync", out]) == 0
+    assert "created at version 0: mirrors log batch 0" in capsys.readouterr().out
+    assert cli_main(["delta-sync", out, "--json"]) == 0
+    assert '"committed": false' in capsys.readouterr().out
+    assert_delta_matches(out)
+
+
+def test_cli_help_and_missing_deltalake_are_cheap_and_typed(out):
+    write_batch(out, _table(0), app_id="app", version=0)
+    probe = (
+        "import sys\n"
+        "from parquet_sink.cli.main import build_parser\n"
+        "try:\n"
+        "    build_parser().parse_args(['delta-sync', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = [m for m in ('pyarrow', 'fsspec', 'deltalake', 'pyspark') if m in sys.modules]\n"
+        "print('imported:', ','.join(heavy) or '-', file=sys.stderr)\n"
+        "sys.modules['deltalake'] = None  # as if not installed\n"
+        "from parquet_sink import sync_delta_log, write_batch\n"
+        "from parquet_sink.errors import ParquetSinkError\n"
+        "import pyarrow as pa\n"
+        f"for call in (lambda: sync_delta_log({out!r}),\n"
+        f"             lambda: write_batch({out!r}, pa.table({{'id': [1]}}), app_id='x', version=0, delta_log=True)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except ParquetSinkError as exc:\n"
+        "        print(type(exc).__name__, exc)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert "imported: -" in done.stderr, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("Delta")]
+    assert len(lines) == 2 and all(line.startswith("DeltaDependencyError") for line in lines), done.stdout
+    assert all('pip install "parquet-sink[delta]"' in line for line in lines)
+    assert not (Path(out) / "_delta_log").exists()
+    assert issubclass(DeltaDependencyError, ImportError)
