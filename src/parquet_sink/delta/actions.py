@@ -159,9 +159,8 @@ def _fill(
         if pa.types.is_struct(field.type):
             nested: dict[str, dict] = {"minValues": {}, "maxValues": {}, "nullCount": {}}
             _fill(field.type, leaves, path + ".", nested)
-            for key, value in nested.items():
-                if value:
-                    out[key][field.name] = value
+            for key, value in nested.items():  # as delta-rs: a struct's dicts even when empty
+                out[key][field.name] = value
             continue
         if path not in leaves:
             continue
