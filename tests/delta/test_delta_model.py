@@ -1,0 +1,116 @@
+"""A Hypothesis state machine: random sequences of write_batch (with and without delta_log), failed writes
+that leave files behind, batches logged the way Spark's sink logs them (old ones dropped by retention at
+compaction) and syncs. Invariant after every sync: the Delta log lists exactly the committed files and every
+Delta reader returns read_committed's rows; the rows written by write_batch are all there once."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import deltalake
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+
+from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink import failpoints
+from parquet_sink.errors import NotAnOutputError
+from parquet_sink.log.entry import LogEntry
+from parquet_sink.storage.filesystem import Storage
+from parquet_sink.write.parquet_files import WriteSpec, write_rows
+from tests.delta.readers import assert_delta_matches
+
+DAY_MS = 86_400_000
+VALUES = st.sampled_from(["a", "b c", "x:y", "p/q", None])
+INTERVAL = 3
+
+
+class DeltaModel(RuleBasedStateMachine):
+    root: str = ""
+
+    @initialize()
+    def start(self) -> None:
+        self.out = f"{self.root}/{uuid.uuid4().hex[:8]}"
+        self.next_id = 0
+        self.version = 0
+        self.expected: list[int] = []  # ids written by write_batch: never dropped (logged now)
+        self.started = False  # a log batch exists (before it, a failed write's files would be a dataset)
+
+    def _table(self, keys: list[str | None]) -> pa.Table:
+        ids = list(range(self.next_id, self.next_id + len(keys)))
+        self.next_id += len(keys)
+        return pa.table({"id": pa.array(ids, pa.int64()), "k": pa.array(keys, pa.string())})
+
+    @rule(keys=st.lists(VALUES, min_size=0, max_size=4), delta=st.booleans())
+    def write(self, keys: list[str | None], delta: bool) -> None:
+        table = self._table(keys)
+        result = write_batch(self.out, table, app_id="app", version=self.version, partition_by=["k"],
+                             compact_interval=INTERVAL, delta_log=delta)
+        assert result.committed
+        self.started = True
+        self.version += 1
+        self.expected += table.column("id").to_pylist()
+        if delta:
+            self.check()
+
+    @precondition(lambda self: self.started)
+    @rule(keys=st.lists(VALUES, min_size=1, max_size=3))
+    def failed_write(self, keys: list[str | None]) -> None:
+        """write_batch dies between its files and its commit: the files stay on disk, uncommitted."""
+        failpoints._ACTIVE["before_commit"] = ("raise", 1)
+        failpoints._HITS.pop("before_commit", None)
+        try:
+            with pytest.raises(failpoints.FailpointError):
+                write_batch(self.out, self._table(keys), app_id="app", version=self.version, partition_by=["k"],
+                            compact_interval=INTERVAL, delta_log=True)
+        finally:
+            failpoints._ACTIVE.pop("before_commit", None)
+
+    @rule(key=VALUES, old=st.booleans(), retention=st.booleans())
+    def spark_batch(self, key: str | None, old: bool, retention: bool) -> None:
+        """A batch as Spark's sink logs it (no commit record), logged 30 days ago when ``old``: a compaction
+        with retention drops it (and Delta must then remove it)."""
+        storage = Storage(self.out)
+        log = MetadataLog(self.out, compact_interval=INTERVAL, retention="7d" if retention else None, cleanup=False)
+        batch = (log.latest_batch_id() if storage.exists(storage.root) else None)
+        batch = 0 if batch is None else batch + 1
+        statuses = write_rows(WriteSpec(storage, ("k",), "snappy", None), [self._table([key])])
+        mtime = int(time.time() * 1000) - (30 * DAY_MS if old else 0)
+        assert log.add(batch, [LogEntry(storage.to_uri(s.path), s.size, False, mtime) for s in statuses])
+        self.started = True
+
+    @rule()
+    def sync(self) -> None:
+        if not self.started:
+            with pytest.raises(NotAnOutputError):
+                sync_delta_log(self.out)
+            return
+        sync_delta_log(self.out)
+        self.check()
+
+    def check(self) -> None:
+        if not deltalake.DeltaTable.is_deltatable(self.out):  # no committed file yet: no Delta log
+            assert not len(committed_files(self.out))
+            return
+        table = assert_delta_matches(self.out)
+        ids = table.column("id").to_pylist()
+        assert len(ids) == len(set(ids))
+        assert set(self.expected) <= set(ids)
+        assert sorted(read_committed(self.out).column("id").to_pylist()) == sorted(ids)
+
+
+def test_delta_model(tmp_path, fuzz_minutes: float) -> None:
+    machine = type("DeltaModelHere", (DeltaModel,), {"root": str(tmp_path)})
+    common = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    if fuzz_minutes:
+        config = settings(max_examples=30, stateful_step_count=25, derandomize=False, **common)
+    else:
+        config = settings(max_examples=6, stateful_step_count=10, derandomize=True,
+                          phases=[Phase.explicit, Phase.generate], **common)
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run_state_machine_as_test(machine, settings=config)
+    while time.monotonic() < deadline:
+        run_state_machine_as_test(machine, settings=config)
