@@ -191,6 +191,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
     read = ctx.get("read")
     if read:
         _read_section(w, read)
+    if ctx.get("delta"):
+        _delta_section(w, ctx["delta"])
     w("## Where we are behind, and why / what would close it\n")
     for para in analysis(ctx):
         w(para + "\n")
@@ -445,6 +447,23 @@ def _read_section(w, read) -> None:
         w(f"| {label} | {ours.fmt()} | {spark.fmt()} | {delta.fmt()} | {_x(ratio_stat(ours, spark, False))} | "
           f"{_x(ratio_stat(ours, delta, False))} |")
     w("")
+
+
+def _delta_section(w, delta) -> None:
+    w("## 6. Delta log kept in step with `_spark_metadata`\n")
+    w(
+        f"{delta.batches} `write_batch` appends of {delta.rows_per_batch:,} rows (4 files each), each followed by "
+        "`sync_delta_log` (what `delta_log=True` runs after the commit: one Delta commit through delta-rs, a "
+        f"checkpoint every 10 versions); `_delta_log` holds {delta.delta_log_files} files at the end.\n"
+    )
+    w("| | p50 | p99 |\n|---|---|---|")
+    for label, values in (("Delta commit per batch (`sync_delta_log`)", delta.commit_ms),
+                          ("`write_batch` per batch (for scale)", delta.write_ms)):
+        w(f"| {label} | {percentile(values, 50):.1f} ms | {percentile(values, 99):.1f} ms |")
+    w("")
+    ours, theirs = delta.read["ours"], delta.read["delta-rs"]
+    w(f"Reading the {delta.rows:,} rows back whole: delta-rs `DeltaTable(out).to_pyarrow_table()` "
+      f"{theirs.fmt()}, `read_committed(out)` {ours.fmt()} (ours vs delta-rs {_x(ratio_stat(ours, theirs, False))}).\n")
 
 
 def analysis(ctx: dict[str, Any]) -> list[str]:

@@ -48,15 +48,16 @@ def _spark_equals_committed(spark, out: str, expected: pa.Table) -> None:
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
 def test_sink_with_delta_log(spark, tmp_path, writer):
     src, out = str(tmp_path / "in"), str(tmp_path / "out")
-    _inputs(src, 5, 8)
-    sink = ParquetSink(out, partition_by=["cat"], compact_interval=3, writer=writer, delta_log=True)
+    _inputs(src, 3, 8)
+    sink = ParquetSink(out, partition_by=["cat"], compact_interval=2, writer=writer, delta_log=True)
     run_available_now(_stream(spark, src), str(tmp_path / "ckpt"), sink)
-    assert deltalake.DeltaTable(out).transaction_version(APP_ID) == 4
-    assert len(deltalake.DeltaTable(out).history()) == 5  # one Delta commit per batch
+    assert (Path(out) / "_spark_metadata" / "1.compact").exists()
+    assert deltalake.DeltaTable(out).transaction_version(APP_ID) == 2
+    assert len(deltalake.DeltaTable(out).history()) == 3  # one Delta commit per batch
     stray = _stray(out)
     assert stray not in delta_files(out)
     expected = assert_delta_matches(out)
-    assert sorted(expected.column("id").to_pylist()) == list(range(40))
+    assert sorted(expected.column("id").to_pylist()) == list(range(24))
     _spark_equals_committed(spark, out, expected)
     assert verify(out).ok and not verify(out).warnings
 
