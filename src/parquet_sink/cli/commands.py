@@ -191,7 +191,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
 
 def _cmd_delta_sync(args: argparse.Namespace) -> int:
     """``delta-sync PATH``: the Delta log follows ``_spark_metadata``."""
-    result = sync_delta_log(args.path, storage_options=storage_options(args))
+    result = sync_delta_log(args.path, storage_options=storage_options(args), time_zone=args.time_zone)
     data = {
         "path": result.path,
         "log_batch": result.log_batch_id,

@@ -129,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
         "delta-sync",
         "create or bring up to date the output's Delta Lake log (_delta_log), listing exactly the committed files",
     )
+    delta_sync.add_argument(
+        "--time-zone",
+        default="UTC",
+        metavar="ZONE",
+        help="the zone timestamp partition directories were written in (the writer's spark.sql.session.timeZone; "
+        "default UTC): Delta stores them as UTC",
+    )
     delta_sync.set_defaults(run="_cmd_delta_sync")
     doctor = command(
         "doctor",

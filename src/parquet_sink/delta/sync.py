@@ -220,6 +220,7 @@ def sync_delta_log(
     path: str,
     *,
     storage_options: dict[str, Any] | None = None,
+    time_zone: str = "UTC",
     checkpoint_interval: int = 10,
     log_retention: str = "7d",
 ) -> DeltaSyncResult:
@@ -228,6 +229,9 @@ def sync_delta_log(
     ``writeStream.format("parquet")``), so that it lists exactly the files ``committed_files(path)`` returns.
     One Delta commit catches up every log batch not mirrored yet (see the module docstring); an output whose
     log commits no file yet gets no Delta log. No data file is read beyond its footer, none is written.
+
+    ``time_zone``: the zone timestamp partition directories were written in (Spark's session time zone,
+    ``write_batch``'s ``time_zone``), as :func:`~parquet_sink.read_committed` takes it: Delta stores them as UTC.
 
     ``checkpoint_interval`` (``delta.checkpointInterval``) and ``log_retention`` (a duration, ``7d``:
     ``delta.logRetentionDuration``) are set when the table is created: delta-rs then writes a checkpoint every
@@ -245,7 +249,7 @@ def sync_delta_log(
     """
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
     from deltalake import CommitProperties, Transaction
-    from deltalake.exceptions import CommitFailedError
+    from deltalake.exceptions import CommitFailedError, DeltaError
     from deltalake.transaction import RemoveAction, create_table_with_add_actions
 
     if not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
@@ -279,7 +283,7 @@ def sync_delta_log(
             logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
             return result()
         partition_columns = _partition_columns(snap) if files else state.partition_columns
-        dataset = _dataset_from(snap) if files else None
+        dataset = _dataset_from(snap, time_zone) if files else None
         schema = delta_schema(dataset.schema) if dataset is not None else state.schema
         added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
         known = {} if state is None else state.files
@@ -289,7 +293,10 @@ def sync_delta_log(
         now_ms = int(time.time() * 1000)
         removes = [RemoveAction(r, True, now_ms, known[r]) for r in gone]
         properties = CommitProperties(
-            app_transactions=[Transaction(APP_ID, latest)], custom_metadata={"parquetSinkLogBatchId": str(latest)}
+            app_transactions=[Transaction(APP_ID, latest)], custom_metadata={"parquetSinkLogBatchId": str(latest)},
+            # a creation that lost the race for version 0 must fail (delta-rs would otherwise commit it again as
+            # version 1); an append that lost is retried by delta-rs only past commits its txn does not conflict with
+            max_commit_retries=0 if state is None else None,
         )
         failpoint("delta_commit")
         try:
@@ -314,8 +321,10 @@ def sync_delta_log(
                 )
                 state.table.update_incremental()
                 version = state.table.version()
-        except (CommitFailedError, deltalake.exceptions.DeltaError) as exc:
-            if _is_conflict(exc) and attempt + 1 < _ATTEMPTS:
+        except (CommitFailedError, DeltaError) as exc:
+            # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
+            lost = isinstance(exc, CommitFailedError) or "already exists" in str(exc)
+            if lost and attempt + 1 < _ATTEMPTS:
                 logger.info("%s: another commit to %s won (attempt %d): re-reading", where, DELTA_DIR, attempt + 1)
                 continue
             raise
@@ -330,13 +339,9 @@ def sync_delta_log(
     )
 
 
-def _is_conflict(exc: Exception) -> bool:
-    """Whether a delta-rs commit failure is a lost race (a concurrent commit or table creation)."""
-    text = str(exc).lower()
-    return "concurrent" in text or "already exists" in text or "version" in text and "exists" in text
-
-
-def sync_after_commit(path: str, storage_options: Mapping[str, Any] | None, what: str) -> DeltaSyncResult | None:
+def sync_after_commit(
+    path: str, storage_options: Mapping[str, Any] | None, what: str, time_zone: str = "UTC"
+) -> DeltaSyncResult | None:
     """The writers' hook (``delta_log=True``), called on the driver after a ``_spark_metadata`` commit: the
     sync, whose failure never fails the batch (committed already): it is logged as a WARNING with the remedy,
     and the next batch's sync catches up. Returns None when it failed.
@@ -344,7 +349,7 @@ def sync_after_commit(path: str, storage_options: Mapping[str, Any] | None, what
     Example: ``sync_after_commit("/data/events", None, "batch 7")``.
     """
     try:
-        return sync_delta_log(path, storage_options=dict(storage_options or {}))
+        return sync_delta_log(path, storage_options=dict(storage_options or {}), time_zone=time_zone)
     except Exception as exc:  # the batch is committed: a Delta failure must not fail or retry it
         logger.warning(
             "%s: %s is committed, but the Delta log could not follow (%s: %s); Delta readers see the previous "

@@ -292,5 +292,5 @@ def write_batch(
         if lease is not None:
             lease.end(staged=False)
     if delta_log:
-        sync_after_commit(path, storage_options, f"log batch {result.log_batch_id} ({what})")
+        sync_after_commit(path, storage_options, f"log batch {result.log_batch_id} ({what})", time_zone)
     return result

@@ -217,7 +217,7 @@ class ParquetSink:
                 self, batch_id, query_id, state.queries[query_id].log_batch_id,
             )
             self.last_progress = progress
-            self._sync_delta(f"batch {batch_id} of query {query_id}")
+            self._sync_delta(df, f"batch {batch_id} of query {query_id}")
             return
         self._check_schema(state, df, target)
         failpoint("before_write")
@@ -267,12 +267,14 @@ class ParquetSink:
             self, batch_id, query_id, target, progress.rows, progress.files, progress.bytes,
             progress.write_seconds, progress.commit_seconds,
         )
-        self._sync_delta(f"batch {batch_id} of query {query_id} (log batch {target})")
+        self._sync_delta(df, f"batch {batch_id} of query {query_id} (log batch {target})")
 
-    def _sync_delta(self, what: str) -> None:
-        """With ``delta_log``: the Delta log follows the commit (never failing the batch)."""
+    def _sync_delta(self, df: DataFrame, what: str) -> None:
+        """With ``delta_log``: the Delta log follows the commit (never failing the batch); timestamp partition
+        directories are in the session time zone."""
         if self.delta_log:
-            sync_after_commit(self.path, self.storage_options, what)
+            time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+            sync_after_commit(self.path, self.storage_options, what, time_zone)
 
     def _spark_writes(self, storage: Storage) -> bool:
         """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring)."""
