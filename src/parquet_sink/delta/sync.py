@@ -80,11 +80,35 @@ def require_deltalake(what: str) -> ModuleType:
     return deltalake
 
 
-def _location(storage: Storage) -> tuple[str, dict[str, str] | None]:
-    """The table URI and storage options delta-rs opens the output with (string options passed as they are)."""
+_S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
+
+
+def delta_location(storage: Storage) -> tuple[str, dict[str, str] | None]:
+    """The table URI and storage options delta-rs opens the output with: s3fs's options (``key``, ``secret``,
+    ``token``, ``endpoint_url`` and ``region_name``, also under ``client_kwargs``, ``anon``) become delta-rs's
+    ``aws_*`` options, with conditional put (``If-None-Match``, which the sink's storage probe requires) for
+    its commits; other stores get their string options as they are.
+
+    Example: ``delta_location(Storage("s3://bucket/out", {"key": "K", "secret": "S"}))`` ->
+    ``('s3://bucket/out', {'aws_access_key_id': 'K', 'aws_secret_access_key': 'S', 'aws_conditional_put': 'etag'})``.
+    """
     if storage.is_local:
         return storage.root, None
-    options = {k: str(v) for k, v in storage.storage_options.items() if isinstance(v, (str, int, bool))}
+    given = storage.storage_options
+    if storage.protocol in ("s3", "s3a"):
+        options = {_S3_KEYS[k]: str(v) for k, v in given.items() if k in _S3_KEYS}
+        client = {**given.get("client_kwargs", {}), **{k: given[k] for k in ("endpoint_url", "region_name") if k in given}}
+        if client.get("endpoint_url"):
+            options["aws_endpoint_url"] = client["endpoint_url"]
+            if client["endpoint_url"].startswith("http://"):
+                options["aws_allow_http"] = "true"
+        if client.get("region_name"):
+            options["aws_region"] = client["region_name"]
+        if given.get("anon"):
+            options["aws_skip_signature"] = "true"
+        options["aws_conditional_put"] = "etag"
+        return f"s3://{storage.root}", options
+    options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
     return storage.url, options or None
 
 
@@ -126,7 +150,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
     Example: ``read_delta_state(Storage("/data/events")).log_batch_id`` -> ``57``.
     """
     deltalake = deltalake or require_deltalake(f"reading the Delta log of {storage.display(storage.root)}")
-    uri, options = _location(storage)
+    uri, options = delta_location(storage)
     if not deltalake.DeltaTable.is_deltatable(uri, options):
         return None
     table = deltalake.DeltaTable(uri, storage_options=options)
@@ -301,7 +325,7 @@ def sync_delta_log(
         failpoint("delta_commit")
         try:
             if state is None:
-                uri, delta_options = _location(storage)
+                uri, delta_options = delta_location(storage)
                 create_table_with_add_actions(
                     uri, deltalake.Schema.from_arrow(schema), adds, mode="error", partition_by=partition_columns or None,
                     configuration={
@@ -428,6 +452,7 @@ __all__ = [
     "DeltaState",
     "DeltaSyncResult",
     "compare_logs",
+    "delta_location",
     "has_delta_log",
     "read_delta_state",
     "referenced_files",
