@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import ParquetSink, read_committed, sync_delta_log
+from parquet_sink import ParquetSink, sync_delta_log
 from parquet_sink.delta import APP_ID
 from parquet_sink.maintenance import verify
 from tests.delta.readers import assert_delta_matches, delta_files

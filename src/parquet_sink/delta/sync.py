@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from ..errors import MissingDependencyError, ParquetSinkError
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
-from ..read.reader import Snapshot, _dataset_from, snapshot
+from ..read.reader import CommittedFile, Snapshot, _dataset_from, snapshot
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, file_stats
 
@@ -70,11 +70,10 @@ def require_deltalake(what: str) -> ModuleType:
     Example: ``require_deltalake("sync_delta_log('/data/events')").__version__`` -> ``'1.6.6'``.
     """
     try:
-        import deltalake
-        from deltalake import transaction  # noqa: F401  (1.0+: commits with explicit add actions)
+        import deltalake.transaction  # 1.0+: commits with explicit add actions
     except ImportError as exc:
         raise DeltaDependencyError(
-            f"{what} needs the deltalake package (delta-rs) >= 1.0, which is not installed ({exc}). "
+            f"{what} needs the deltalake package (delta-rs) >= 1.0, which is missing or older ({exc}). "
             f"Install it with: {INSTALL}"
         ) from exc
     return deltalake
@@ -162,7 +161,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
     )
 
 
-def _relative_files(snap: Snapshot) -> dict[str, Any]:
+def _relative_files(snap: Snapshot) -> dict[str, CommittedFile]:
     """The committed files by root-relative path; DeltaLogError for a file outside the root (a Delta add path
     could name it, but a moved output would then point elsewhere)."""
     table = snap.files.table
@@ -177,14 +176,14 @@ def _relative_files(snap: Snapshot) -> dict[str, Any]:
 
 
 def _add_actions(
-    snap: Snapshot, dataset: ds.FileSystemDataset, new: list[str], partition_columns: list[str],
-    schema: pa.Schema,
+    snap: Snapshot, files: Mapping[str, CommittedFile], dataset: ds.FileSystemDataset, new: list[str],
+    partition_columns: list[str], schema: pa.Schema,
 ) -> list[Any]:
-    """Add actions of the committed files ``new`` (relative paths): partition values from the reader's typed
-    partition expressions, size and time from the log, statistics from each footer (read in parallel)."""
+    """Add actions of the committed files ``new`` (relative paths, keys of ``files``): partition values from
+    the reader's typed partition expressions (``dataset``), size and time from the log, statistics from each
+    footer (read in parallel); ``schema``: the Delta table's."""
     from deltalake.transaction import AddAction
 
-    files = _relative_files(snap)
     prefix = snap.storage.root.rstrip("/") + "/"
     fragments = {f.path[len(prefix) :]: f for f in dataset.get_fragments()}
     data_schema = pa.schema([f for f in schema if f.name not in partition_columns])
@@ -240,6 +239,51 @@ def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: l
     return added
 
 
+def _properties(deltalake: ModuleType, log_batch_id: int, creating: bool) -> Any:
+    """The commit's ``txn`` (the idempotency key) and commitInfo. A creation that loses the race for version 0
+    must fail (delta-rs would otherwise commit it again as version 1); an append is retried by delta-rs only
+    past commits its ``txn`` does not conflict with."""
+    return deltalake.CommitProperties(
+        app_transactions=[deltalake.Transaction(APP_ID, log_batch_id)],
+        custom_metadata={"parquetSinkLogBatchId": str(log_batch_id)},
+        max_commit_retries=0 if creating else None,
+    )
+
+
+def _create(
+    deltalake: ModuleType, storage: Storage, schema: pa.Schema, partition_columns: list[str], adds: list[Any],
+    log_batch_id: int, configuration: dict[str, str],
+) -> int:
+    """Create the table (version 0) with the files ``adds`` already there; its Delta version."""
+    from deltalake.transaction import create_table_with_add_actions
+
+    uri, options = delta_location(storage)
+    create_table_with_add_actions(
+        uri, deltalake.Schema.from_arrow(schema), adds, mode="error", partition_by=partition_columns or None,
+        configuration=configuration, storage_options=options,
+        commit_properties=_properties(deltalake, log_batch_id, creating=True),
+    )
+    return 0
+
+
+def _append(
+    deltalake: ModuleType, state: DeltaState, schema: pa.Schema, added_columns: list[pa.Field], actions: list[Any],
+    log_batch_id: int,
+) -> int:
+    """Commit ``actions`` (adds and removes) to the existing table, after adding ``added_columns`` (new nullable
+    columns: the schema evolution the writers allow); the table's version after it."""
+    table = state.table
+    if added_columns:
+        table.alter.add_columns([deltalake.Field.from_arrow(f) for f in added_columns])
+        table.update_incremental()
+    table.create_write_transaction(
+        actions, mode="append", schema=deltalake.Schema.from_arrow(schema),
+        partition_by=state.partition_columns or None, commit_properties=_properties(deltalake, log_batch_id, False),
+    )
+    table.update_incremental()
+    return table.version()
+
+
 def sync_delta_log(
     path: str,
     *,
@@ -272,9 +316,8 @@ def sync_delta_log(
         False
     """
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
-    from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError, DeltaError
-    from deltalake.transaction import RemoveAction, create_table_with_add_actions
+    from deltalake.transaction import RemoveAction
 
     if not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
         raise ValueError(f"checkpoint_interval must be an integer >= 1, got {checkpoint_interval!r}")
@@ -313,38 +356,19 @@ def sync_delta_log(
         known = {} if state is None else state.files
         new = [r for r in files if r not in known]
         gone = [r for r in known if r not in files]
-        adds = _add_actions(snap, dataset, new, partition_columns, schema) if new else []
+        adds = _add_actions(snap, files, dataset, new, partition_columns, schema) if new else []
         now_ms = int(time.time() * 1000)
         removes = [RemoveAction(r, True, now_ms, known[r]) for r in gone]
-        properties = CommitProperties(
-            app_transactions=[Transaction(APP_ID, latest)], custom_metadata={"parquetSinkLogBatchId": str(latest)},
-            # a creation that lost the race for version 0 must fail (delta-rs would otherwise commit it again as
-            # version 1); an append that lost is retried by delta-rs only past commits its txn does not conflict with
-            max_commit_retries=0 if state is None else None,
-        )
         failpoint("delta_commit")
         try:
             if state is None:
-                uri, delta_options = delta_location(storage)
-                create_table_with_add_actions(
-                    uri, deltalake.Schema.from_arrow(schema), adds, mode="error", partition_by=partition_columns or None,
-                    configuration={
-                        "delta.checkpointInterval": str(checkpoint_interval),
-                        "delta.logRetentionDuration": f"interval {retention_s} seconds",
-                    },
-                    storage_options=delta_options, commit_properties=properties,
-                )
-                version = 0
+                configuration = {
+                    "delta.checkpointInterval": str(checkpoint_interval),
+                    "delta.logRetentionDuration": f"interval {retention_s} seconds",
+                }
+                version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration)
             else:
-                if added_columns:  # new nullable columns (schema evolution the writers allow)
-                    state.table.alter.add_columns([deltalake.Field.from_arrow(f) for f in added_columns])
-                    state.table.update_incremental()
-                state.table.create_write_transaction(
-                    adds + removes, mode="append", schema=deltalake.Schema.from_arrow(schema),
-                    partition_by=partition_columns or None, commit_properties=properties,
-                )
-                state.table.update_incremental()
-                version = state.table.version()
+                version = _append(deltalake, state, schema, added_columns, adds + removes, latest)
         except (CommitFailedError, DeltaError) as exc:
             # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
             lost = isinstance(exc, CommitFailedError) or "already exists" in str(exc)
