@@ -39,6 +39,9 @@ def assert_delta_matches(out: str, time_zone: str = "UTC", **options: Any) -> pa
     assert delta_files(out) == {f.relative_path for f in committed_files(out, **options)}
     expected = read_committed(out, time_zone=time_zone, **options)
     table = deltalake.DeltaTable(out)
+    if not expected.num_columns:  # nothing committed (retention dropped every file): no schema to compare
+        assert table.to_pyarrow_table().num_rows == 0 and pl.read_delta(out).height == 0
+        return expected
     columns = expected.column_names
     want_types = [(f.name, f.type) for f in delta_schema(expected.schema)]
     want = rows(expected.cast(delta_schema(expected.schema)), columns)

@@ -236,11 +236,12 @@ def test_cli_help_and_missing_deltalake_are_cheap_and_typed(out):
         "heavy = [m for m in ('pyarrow', 'fsspec', 'deltalake', 'pyspark') if m in sys.modules]\n"
         "print('imported:', ','.join(heavy) or '-', file=sys.stderr)\n"
         "sys.modules['deltalake'] = None  # as if not installed\n"
-        "from parquet_sink import sync_delta_log, write_batch\n"
+        "from parquet_sink import ParquetSink, sync_delta_log, write_batch\n"
         "from parquet_sink.errors import ParquetSinkError\n"
         "import pyarrow as pa\n"
         f"for call in (lambda: sync_delta_log({out!r}),\n"
-        f"             lambda: write_batch({out!r}, pa.table({{'id': [1]}}), app_id='x', version=0, delta_log=True)):\n"
+        f"             lambda: write_batch({out!r}, pa.table({{'id': [1]}}), app_id='x', version=0, delta_log=True),\n"
+        f"             lambda: ParquetSink({out!r}, delta_log=True)):\n"
         "    try:\n"
         "        call()\n"
         "    except ParquetSinkError as exc:\n"
@@ -250,9 +251,10 @@ def test_cli_help_and_missing_deltalake_are_cheap_and_typed(out):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
     assert "imported: -" in done.stderr, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("Delta")]
-    assert len(lines) == 2 and all(line.startswith("DeltaDependencyError") for line in lines), done.stdout
+    assert len(lines) == 3 and all(line.startswith("DeltaDependencyError") for line in lines), done.stdout
     assert all('pip install "parquet-sink[delta]"' in line for line in lines)
     assert not (Path(out) / "_delta_log").exists()
+    assert MetadataLog(out).latest_batch_id() == 0  # write_batch refused before writing
     assert issubclass(DeltaDependencyError, ImportError)
 
 
