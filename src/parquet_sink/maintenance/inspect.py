@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..delta.sync import compare_logs, has_delta_log
+from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import NotAnOutputError, ParquetSinkError
 from ..log.entry import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import METADATA_DIR, output_started
@@ -230,6 +230,8 @@ def verify(
         try:
             delta_problems, warnings = compare_logs(path, storage_options)
             problems += delta_problems
+        except DeltaDependencyError as exc:
+            warnings.append(f"the Delta log was not compared with the log: {exc}")
         except ParquetSinkError as exc:
             problems.append(f"the Delta log could not be compared with the log: {exc}")
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
