@@ -34,6 +34,7 @@ _LAZY = {  # public name -> the module that defines it
     "committed_files": "read.reader",
     "read_committed": "read.reader",
     "snapshot": "read.reader",
+    "history": "read.history",
     "SourceBatch": "read.chain",
     "committed_version": "read.chain",
     "iter_batches": "read.chain",
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from .maintenance.doctor import doctor
     from .maintenance.inspect import verify
     from .maintenance.vacuum import vacuum
+    from .read.history import history
     from .read.chain import SourceBatch, committed_version, iter_batches
     from .read.reader import CommittedFile, CommittedFiles, committed_dataset, committed_files, read_committed, snapshot
     from .storage.filesystem import Storage

@@ -39,6 +39,11 @@ class SnapshotExpiredError(LogError):
     """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full."""
 
 
+class SnapshotNotFoundError(LogError):
+    """The snapshot asked for does not exist: a batch past the latest committed one, or a time before the
+    first commit (or one the log does not record)."""
+
+
 class LogPathError(LogError):
     """The `_spark_metadata` path exists but is not a directory, so the log cannot be listed."""
 

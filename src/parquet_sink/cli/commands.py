@@ -18,7 +18,8 @@ from .output import emit, format_size, format_table, format_time, progress
 def _cmd_ls(args: argparse.Namespace) -> int:
     """``ls PATH``: batches and the compaction and retention state."""
     output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
-    rows = count_rows(output, progress) if args.rows else {}
+    # rows as the log records them; --rows reads the footers of batches it does not (Spark's, older versions')
+    rows = count_rows(output, progress) if args.rows else {b: batch.rows for b, batch in output.batches.items()}
     compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
     batches = [
         {
@@ -41,11 +42,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         "oldest_log_file": min(output.listing, default=None),
         "batches": batches,
     }
-    headers = ["batch", "files"] + (["rows"] if args.rows else []) + ["bytes", "committed (UTC)", "query / app", "version"]
+    headers = ["batch", "files", "rows", "bytes", "committed (UTC)", "query / app", "version"]
     table = format_table(
         headers,
         [
-            [b["batch"], b["files"]] + ([b["rows"]] if args.rows else [])
+            [b["batch"], b["files"], b["rows"]]
             + [format_size(b["bytes"]), format_time(b["commit_time_ms"]), b["query_id"], b["query_batch"]]
             for b in batches
         ],

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     ls = command("ls", "list committed batches and the log's compaction state")
-    ls.add_argument("--rows", action="store_true", help="count rows from the Parquet footers (reads every file)")
+    ls.add_argument("--rows", action="store_true", help="count the rows the log does not record (batches of Spark's sink or older versions) from the Parquet footers")
     show = command("show", "show the log entries of one batch")
     show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
     command("verify", "check that committed files exist with their logged sizes and the log is intact")

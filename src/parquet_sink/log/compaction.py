@@ -45,6 +45,7 @@ from .entry import (
     BATCH_KEY,
     COMMIT_ID_KEY,
     ENTRY_SCHEMA,
+    COMMIT_TIME_KEY,
     EXPIRED_KEY,
     QUERY_BATCH_KEY,
     QUERY_ID_KEY,
@@ -52,6 +53,7 @@ from .entry import (
     LogEntry,
     entries_table,
     entry_from_row,
+    figures_of,
     records_of,
     records_to_keep,
     without_record,
@@ -165,6 +167,7 @@ class _SourcePlan:
 
     records: list[tuple[int, CommitRecord]] = field(default_factory=list)  # (row, record)
     standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
+    figured: set[int] = field(default_factory=set)  # rows carrying a batch's figures (commit time, rows)
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
     table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
@@ -181,12 +184,17 @@ class _SourcePlan:
         self.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
         own = pc.and_(has_record, table.column("isDir"))
         self.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
+        figured = pc.is_valid(table.column(COMMIT_TIME_KEY))
+        self.figured.update(offset + row for row in pc.indices_nonzero(figured).to_pylist())
         markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
         self.drop.update(offset + row for row in markers)
         if markers:
             expired_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
         if cutoff is not None:
-            old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
+            # data entries, and the figures of a batch without files once its record is gone
+            lone_figures = pc.and_(table.column("isDir"), pc.and_(figured, pc.invert(has_record)))
+            entries = pc.or_(pc.invert(table.column("isDir")), lone_figures)
+            old = pc.and_(pc.less(table.column("modificationTime"), cutoff), entries)
             expired = pc.indices_nonzero(old).to_pylist()
             self.drop.update(offset + row for row in expired)
             if expired:
@@ -197,13 +205,15 @@ class _SourcePlan:
 
     def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
         """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
-        goes (its own entry) or loses its keys (on a data entry, ``"strip"``); a kept record on a data entry
-        that retention drops stays, as an entry of its own (``"standalone"``)."""
+        loses its keys (``"strip"``; its own entry goes, unless it carries the batch's figures, which stay);
+        a kept record on a data entry that retention drops stays, as an entry of its own (``"standalone"``)."""
         drop, rewrite = set(self.drop), {}
         for row, record in self.records:
             kept = record.log_batch_id in keep
             if row in self.standalone:
-                if not kept:
+                if not kept and row in self.figured:
+                    rewrite[row] = "strip"
+                elif not kept:
                     drop.add(row)
             elif row in drop:
                 if kept:
@@ -228,7 +238,7 @@ def _rewritten(entry: LogEntry, how: str, storage: Storage) -> LogEntry:
         return without_record(entry)
     record = CommitRecord.from_entry(entry)
     assert record is not None
-    return record.to_entry(storage, entry.modification_time)
+    return record.to_entry(storage, entry.modification_time, figures_of(entry))
 
 
 def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: Storage, offset: int = 0) -> pa.Table:
@@ -245,7 +255,9 @@ def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: St
 
 
 # What pass one reads of a columnar copy (everything but the paths and Spark's constant columns).
-_PLAN_COLUMNS = ["isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY]
+_PLAN_COLUMNS = [
+    "isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY, COMMIT_TIME_KEY,
+]
 
 
 class _StaleSidecar(LogError):

@@ -259,7 +259,7 @@ def write_batch(
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            entries = record.log_entries(log.storage, int(time.time() * 1000), data)
+            entries = record.log_entries(log.storage, int(time.time() * 1000), data, sum(s.num_rows for s in statuses))
             refuse_missing_files(
                 log.storage, [s.path for s in statuses], f"{what}: log batch {log_batch}",
                 "call write_batch again to rewrite them",

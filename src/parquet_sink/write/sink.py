@@ -240,7 +240,7 @@ class ParquetSink:
                 "Spark retries the batch when the query restarts",
             )
             data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data), query_id, batch_id)
+            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, sum(s.num_rows for s in statuses)), query_id, batch_id)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
