@@ -132,7 +132,8 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
     """``vacuum PATH --older-than DURATION [--dry-run] [--include-files-before-log]``: delete orphan data
     files, the empty directories that leaves, and the staging directories and leases of dead attempts."""
     result = vacuum(
-        args.path, args.older_than, dry_run=args.dry_run, include_files_before_log=args.include_before_log,
+        args.path, args.older_than, dry_run=args.dry_run, allow_short_retention=args.allow_short_retention,
+        include_files_before_log=args.include_before_log,
         storage_options=storage_options(args), progress=progress,
     )
     plan, removed_dirs = result.plan, result.removed_dirs

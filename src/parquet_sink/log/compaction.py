@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import LogError, MissingLogFileError
+from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
 from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
@@ -75,16 +75,16 @@ def parse_duration_ms(value: str | int | float | _dt.timedelta) -> int:
     if isinstance(value, _dt.timedelta):
         result = int(value.total_seconds() * 1000)
     elif isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
+        raise ParameterError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
     elif isinstance(value, (int, float)):
         result = int(value)
     else:
         match = _DURATION.match(str(value))
         if not match:
-            raise ValueError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
+            raise ParameterError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
         result = int(match.group(1)) * _UNIT_MS[match.group(2)]
     if result < 0:
-        raise ValueError(f"invalid duration {value!r}: it must not be negative")
+        raise ParameterError(f"invalid duration {value!r}: it must not be negative")
     return result
 
 
@@ -94,16 +94,16 @@ def check_positive_int(name: str, value: object, hint: str) -> None:
     Example: ``check_positive_int("compact_interval", 0, "Spark's default is 10")`` raises ValueError.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
+        raise ParameterError(f"{name} must be a positive integer, got {value!r}: {hint}")
 
 
 def _check_duration_ms(name: str, value: object) -> int:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise ValueError(f"{name} must not be negative, got {value!r}")
+        raise ParameterError(f"{name} must not be negative, got {value!r}")
     try:
         return parse_duration_ms(value)  # type: ignore[arg-type]
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
+        raise ParameterError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class LogOptions:
         )
         retention_ms = None if self.retention is None else _check_duration_ms("retention", self.retention)
         if retention_ms == 0:
-            raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
+            raise ParameterError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
         object.__setattr__(self, "retention_ms", retention_ms)
         object.__setattr__(self, "cleanup_delay_ms", _check_duration_ms("cleanup_delay", self.cleanup_delay))
 

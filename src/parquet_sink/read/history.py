@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import SnapshotNotFoundError
+from ..errors import ParameterError, SnapshotNotFoundError
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
@@ -118,7 +118,7 @@ def history(
         >>> history("/data/events").to_pandas()     # or polars.from_arrow(...)
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be None or a non-negative integer, got {limit!r}")
+        raise ParameterError(f"limit must be None or a non-negative integer, got {limit!r}")
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     snap = read_snapshot(log, compact_interval)
@@ -139,7 +139,7 @@ def batch_as_of_time(log: MetadataLog, history_table: pa.Table, when: _dt.dateti
     if not isinstance(when, _dt.datetime):
         raise TypeError(f"as_of_time must be a datetime, got {type(when).__name__}")
     if when.tzinfo is None:
-        raise ValueError(
+        raise ParameterError(
             f"as_of_time={when!r} has no time zone: pass an aware datetime, e.g. datetime(..., tzinfo=timezone.utc)"
         )
     target = int(when.timestamp() * 1000)

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError
+from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError, ParameterError
 from ..log.snapshot import (
     LogSnapshot,
     batch_ids_known,
@@ -238,9 +238,9 @@ def snapshot(
         (57, 120)
     """
     if batches is not None and batches[0] > batches[1]:
-        raise ValueError(f"batches={batches}: the first batch must not be after the last")
+        raise ParameterError(f"batches={batches}: the first batch must not be after the last")
     if as_of_time is not None and as_of_batch is not None:
-        raise ValueError("pass as_of_batch or as_of_time, not both")
+        raise ParameterError("pass as_of_batch or as_of_time, not both")
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else _LOG_COLUMNS)

@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..read.chain import app_commits, decide_write, version_record
-from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError
+from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError, ParameterError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_snapshot
@@ -208,9 +208,9 @@ def write_batch(
         True
     """
     if not isinstance(app_id, str) or not app_id:
-        raise ValueError(f"app_id must be a non-empty string, got {app_id!r}")
+        raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ValueError(f"version must be an integer >= 0, got {version!r}")
+        raise ParameterError(f"version must be an integer >= 0, got {version!r}")
     codec_extension(compression)  # validate early
     partition_by = tuple(partition_by or ())
     log = MetadataLog(path, storage_options, compact_interval=compact_interval)
