@@ -82,6 +82,8 @@ def test_misuse_gets_a_typed_error_that_says_what_to_do(spark, tmp_path):
     out = str(tmp_path / "out")
     with pytest.raises(SinkUsageError, match=r"Use df.writeStream.foreachBatch\(sink\), not .foreach\(sink\)"):
         await_termination(_start(spark, _input(tmp_path, "in"), ParquetSink(out), str(tmp_path / "c1"), foreach=True))
+    with pytest.raises(SinkUsageError, match=r"writeStream.format\?.*foreachBatch\(sink\)"):
+        spark.readStream.schema(SCHEMA).json(_input(tmp_path, "in")).writeStream.format(ParquetSink(out))
     with pytest.raises(SchemaMismatchError, match=r"\['dya'\] are not in .* Did you mean 'day' for 'dya'\?"):
         await_termination(_start(spark, _input(tmp_path, "in"), ParquetSink(out, partition_by=["dya"]), str(tmp_path / "c2")))
     assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))

@@ -201,6 +201,14 @@ class ParquetSink:
         state["_state"] = state["_metadata_log"] = None  # driver caches, rebuilt on first use
         return state
 
+    def _get_object_id(self) -> str:
+        """py4j asks this of an object passed to a JVM method: only a misuse such as
+        ``writeStream.format(sink)`` passes the sink there (classic PySpark)."""
+        raise SinkUsageError(
+            f"{self} was passed to a Spark method that takes a name or a JVM object (writeStream.format?). "
+            "The sink is a function for df.writeStream.foreachBatch(sink)."
+        )
+
     @property
     def last_progress(self) -> BatchProgress | None:
         """The figures of the newest ``foreachBatch`` call in this process (None before the first).
