@@ -19,13 +19,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from .errors import ParquetSinkError
+from .errors import ParquetSinkError, original_error
 
 __version__ = "0.1.0"
 
 _LAZY = {  # public name -> the module that defines it
     "BatchProgress": "write.sink",
     "ParquetSink": "write.sink",
+    "await_termination": "write.sink",
     "WriteResult": "write.appends",
     "write_batch": "write.appends",
     "CommittedFile": "read.reader",
@@ -34,6 +35,7 @@ _LAZY = {  # public name -> the module that defines it
     "committed_files": "read.reader",
     "read_committed": "read.reader",
     "snapshot": "read.reader",
+    "history": "read.history",
     "SourceBatch": "read.chain",
     "committed_version": "read.chain",
     "iter_batches": "read.chain",
@@ -54,11 +56,12 @@ if TYPE_CHECKING:
     from .maintenance.doctor import doctor
     from .maintenance.inspect import verify
     from .maintenance.vacuum import vacuum
+    from .read.history import history
     from .read.chain import SourceBatch, committed_version, iter_batches
     from .read.reader import CommittedFile, CommittedFiles, committed_dataset, committed_files, read_committed, snapshot
     from .storage.filesystem import Storage
     from .write.appends import WriteResult, write_batch
-    from .write.sink import BatchProgress, ParquetSink
+    from .write.sink import BatchProgress, ParquetSink, await_termination
 
 
 def __getattr__(name: str) -> Any:
@@ -74,4 +77,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["ParquetSinkError", "errors", *_LAZY]
+__all__ = ["ParquetSinkError", "errors", "original_error", *_LAZY]

@@ -1,10 +1,22 @@
-"""Typed errors. Every error names the path (and batch where there is one) and says what to do."""
+"""Typed errors. Every error names the path (and batch where there is one) and says what to do.
+
+Spark hands an error raised in ``foreachBatch`` to ``query.awaitTermination()`` as a
+``StreamingQueryException`` carrying it only as text (on classic PySpark and under Spark Connect):
+:func:`original_error` gets the typed error back from it.
+"""
 
 from __future__ import annotations
+
+import re
 
 
 class ParquetSinkError(Exception):
     """Base class of every error raised by parquet_sink."""
+
+
+class ParameterError(ParquetSinkError, ValueError):
+    """An argument out of range or of the wrong kind (named in the message with the accepted values); raised
+    before anything is written."""
 
 
 class StorageError(ParquetSinkError):
@@ -17,6 +29,20 @@ class UnsafeStorageError(StorageError):
 
 class MissingDependencyError(ParquetSinkError, ImportError):
     """A package the sink needs at run time (pyspark, or pandas/pyarrow for ``mapInArrow``) is missing or too old."""
+
+
+class ExecutorDependencyError(MissingDependencyError):
+    """The executors' Python cannot import a package the Arrow writer path runs there (this package, pyarrow)."""
+
+
+class SinkUsageError(ParquetSinkError, TypeError):
+    """The sink was handed to the wrong Spark API (``foreach`` instead of ``foreachBatch``)."""
+
+
+class TemporaryCheckpointWarning(UserWarning):
+    """The streaming query runs without ``checkpointLocation``: Spark gave it a temporary checkpoint, so a
+    restart is a new query, which the sink refuses (ForeignQueryError) rather than skip or duplicate data.
+    Silence with ``warnings.filterwarnings("ignore", category=TemporaryCheckpointWarning)``."""
 
 
 class LogError(ParquetSinkError):
@@ -37,6 +63,11 @@ class MissingLogFileError(LogError):
 
 class SnapshotExpiredError(LogError):
     """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full."""
+
+
+class SnapshotNotFoundError(LogError):
+    """The snapshot asked for does not exist: a batch past the latest committed one, or a time before the
+    first commit (or one the log does not record)."""
 
 
 class LogPathError(LogError):
@@ -94,3 +125,34 @@ class SnapshotError(ParquetSinkError):
 
 class RowCountMismatchError(ParquetSinkError):
     """The data files found for a batch hold a different number of rows than its write job wrote."""
+
+
+# The last line of the Python traceback Spark puts in a failed query's message: "parquet_sink.errors.<Class>: <text>".
+_RAISED = re.compile(r"^parquet_sink\.errors\.([A-Za-z]+Error): (.*)$", re.MULTILINE)
+
+
+def original_error(exc: BaseException | None) -> ParquetSinkError | None:
+    """The parquet_sink error a streaming query died of, rebuilt with its class and message from the
+    ``StreamingQueryException`` Spark raised (``query.awaitTermination()``, ``query.exception()``), on classic
+    PySpark and under Spark Connect; ``exc`` itself if it is one; None when the query died of something else.
+
+    Example::
+
+        >>> try:
+        ...     query.awaitTermination()
+        ... except Exception as exc:
+        ...     if isinstance(original_error(exc), ForeignQueryError):
+        ...         ...  # a new checkpoint on an old output
+        ...     raise
+    """
+    if exc is None or isinstance(exc, ParquetSinkError):
+        return exc
+    texts = [str(exc), str(getattr(exc, "desc", "") or ""), str(getattr(exc, "_desc", "") or "")]
+    found = [m for text in texts for m in _RAISED.finditer(text)]
+    for match in reversed(found):  # the innermost (last) traceback line is what the sink raised
+        klass = globals().get(match.group(1))
+        if isinstance(klass, type) and issubclass(klass, ParquetSinkError):
+            error = klass(match.group(2).strip())
+            error.__cause__ = exc
+            return error
+    return None

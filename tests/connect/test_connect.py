@@ -22,7 +22,7 @@ from pyspark.errors import StreamingQueryException
 
 from parquet_sink import MetadataLog, ParquetSink, read_committed
 from parquet_sink.cli.main import main as cli_main
-from parquet_sink.errors import QueryIdentityError
+from parquet_sink.errors import ForeignQueryError, QueryIdentityError, original_error
 from parquet_sink.write.sink import CommitRecord, checkpoint_query_id
 from parquet_sink.log.entry import attribute
 from tests.helpers.connect_util import SERVER_CONF
@@ -171,6 +171,7 @@ def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_
         _run_available_now(_stream(connect_spark, src), str(tmp_path / "ckpt"), ParquetSink(out))
     message = str(info.value)
     assert "QueryIdentityError" in message and "checkpoint_location=" in message and "allow_batch_id_only" in message
+    assert isinstance(original_error(info.value), QueryIdentityError)
     assert MetadataLog(out).latest_batch_id() is None and not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
 
     # A checkpoint_location that is not the query's (no metadata there): refused too.
@@ -224,6 +225,8 @@ def test_connect_fresh_checkpoint_on_old_output_refused_then_appended(connect_sp
         _run_available_now(_stream(connect_spark, str(tmp_path / "in2")), ckpt2, sink)
     message = str(info.value)
     assert "ForeignQueryError" in message and first.id in message and "on_foreign_query='append'" in message
+    typed = original_error(info.value)  # the typed error back from Spark Connect's exception
+    assert isinstance(typed, ForeignQueryError) and first.id in str(typed) and typed.__cause__ is info.value
     assert MetadataLog(out).latest_batch_id() == 2
 
     shutil.rmtree(ckpt2)

@@ -444,5 +444,5 @@ def vacuum(out: str | Path) -> dict[str, Any]:
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert main(["vacuum", str(out), "--older-than", "0s", "--json"]) == 0
+        assert main(["vacuum", str(out), "--older-than", "0s", "--allow-short-retention", "--json"]) == 0
     return json.loads(buffer.getvalue())

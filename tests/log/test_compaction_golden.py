@@ -11,6 +11,7 @@ Regenerate a golden file only for a deliberate format change: ``PARQUET_SINK_GOL
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -64,16 +65,25 @@ def _write(root: Path, name: str, lines: list[str]) -> None:
     (meta / name).write_bytes(("v1" + "".join("\n" + line for line in lines)).encode())
 
 
-def _ours(root: Path, batch: int, query: str, query_batch: int, files: int, mtime: int, n: int) -> list[LogEntry]:
+def _ours(
+    root: Path, batch: int, query: str, query_batch: int, files: int, mtime: int, n: int, figures: bool = False
+) -> list[LogEntry]:
+    """A batch's entries as the sink writes them (``figures``: with its commit time and rows), or as
+    versions before the batch figures wrote them (the recorded outputs of those shapes)."""
     storage = Storage(str(root))
     record = CommitRecord(batch, query, query_batch, f"c{batch:04d}{query[:2]}")
     data = [LogEntry(f"file://{root}/q-{batch}-{k}.parquet", 100 + k, False, mtime) for k in range(files)]
-    return record.log_entries(storage, mtime if files else NOW_MS, data[:n] if n >= 0 else data)
+    data = data[:n] if n >= 0 else data
+    if figures:
+        return record.log_entries(storage, mtime if files else NOW_MS, data, rows=10 * batch + len(data))
+    if not data:
+        return [record.to_entry(storage, NOW_MS)]
+    return [dataclasses.replace(data[0], extra=record.keys), *data[1:]]
 
 
 def _build(root: Path, shape: str) -> tuple[MetadataLog, int]:
     """The log of ``shape`` up to the batch before a compaction; returns the log and that batch."""
-    retention = "1d" if shape == "retention" else None
+    retention = "1d" if shape.endswith("retention") else None
     log = MetadataLog(str(root), compact_interval=5, cleanup=False, retention=retention)
     if shape == "spark_deltas":  # nine Spark deltas of lean lines, no compact file yet (interval 10)
         log = MetadataLog(str(root), compact_interval=10, cleanup=False)
@@ -91,15 +101,15 @@ def _build(root: Path, shape: str) -> tuple[MetadataLog, int]:
             entries = _ours(root, b, "q1", b, 3, NOW_MS, -1)
             _write(root, str(b), [e.to_json() for e in entries])
         return log, 9
-    if shape in ("records", "retention"):
+    if shape in ("records", "retention", "figures", "figures_retention"):
         # batches 0-8: query q1 (0-3), an empty batch of q1 (4), query q2 restarting its batch ids (5-7),
         # q1 again (8); with retention, half the entries are older than a day
         plan = [("q1", 0, 3), ("q1", 1, 2), ("q1", 2, 1), ("q1", 3, 2), ("q1", 4, 0), ("q2", 0, 2),
                 ("q2", 1, 1), ("q2", 2, 0), ("q1", 5, 2)]
         for b, (query, query_batch, files) in enumerate(plan):
-            old = shape == "retention" and b % 2 == 0
+            old = shape.endswith("retention") and b % 2 == 0
             mtime = NOW_MS - 3 * DAY_MS if old else NOW_MS - b
-            assert log.add(b, _ours(root, b, query, query_batch, files, mtime, -1))
+            assert log.add(b, _ours(root, b, query, query_batch, files, mtime, -1, shape.startswith("figures")))
         return log, 9
     # a compact file at batch 4 (Spark's, ours with a copy, ours whose copy is gone), then deltas 5-8
     if shape == "spark_compact":
@@ -115,7 +125,7 @@ def _build(root: Path, shape: str) -> tuple[MetadataLog, int]:
 
 
 SHAPES = ["spark_deltas", "odd_lines", "old_entries", "records", "retention", "spark_compact", "ours_compact",
-          "ours_compact_no_copy"]
+          "ours_compact_no_copy", "figures", "figures_retention"]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -123,7 +133,7 @@ def test_compact_file_is_byte_identical_to_the_recorded_output(tmp_path, monkeyp
     root = tmp_path / "out"
     monkeypatch.setattr(log_compaction.time, "time", lambda: NOW_MS / 1000)  # the retention marker's time
     log, batch = _build(root, shape)
-    assert log.add(batch, _ours(root, batch, "q1", 20, 2, NOW_MS, -1))
+    assert log.add(batch, _ours(root, batch, "q1", 20, 2, NOW_MS, -1, shape.startswith("figures")))
     written = (root / "_spark_metadata" / f"{batch}.compact").read_bytes().replace(f"file://{root}".encode(), ROOT.encode())
     golden = GOLDEN / f"{shape}.compact"
     if os.environ.get("PARQUET_SINK_GOLDEN") == "write":

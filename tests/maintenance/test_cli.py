@@ -245,18 +245,18 @@ def test_vacuum_deletes_only_old_orphans(ours: Path) -> None:
         shutil.copyfile(template, path)
     age(*orphans, *hidden, *committed)
 
-    code, data = cli_json("vacuum", ours, "--older-than", "1h", "--dry-run")
+    code, data = cli_json("vacuum", ours, "--older-than", "1h", "--allow-short-retention", "--dry-run")
     assert code == 0
     expected = sorted(str(p) for p in orphans)
     assert [f["path"] for f in data["files"]] == expected
     assert [f["size"] for f in data["files"]] == [template.stat().st_size] * 2
     assert (data["dry_run"], data["younger_kept"], data["bytes"]) == (True, 1, 2 * template.stat().st_size)
     assert all(p.exists() for p in orphans)
-    text = cli("vacuum", ours, "--older-than", "1h", "--dry-run").stdout.splitlines()
+    text = cli("vacuum", ours, "--older-than", "1h", "--allow-short-retention", "--dry-run").stdout.splitlines()
     assert text[0].startswith("would delete 2 orphan file(s)")
     assert [line.split()[0] for line in text[1:3]] == expected
 
-    result = cli("vacuum", ours, "--older-than", "1h")
+    result = cli("vacuum", ours, "--older-than", "1h", "--allow-short-retention")
     assert result.returncode == 0 and result.stdout.startswith("deleted 2 orphan file(s)")
     assert not any(p.exists() for p in orphans)
     assert all(p.exists() for p in hidden + [young])
@@ -279,7 +279,7 @@ def test_vacuum_cleans_partition_directories_starting_with_underscore(spark, tmp
         shutil.copyfile(sorted(committed)[0], path)
     age(orphan, *hidden, *map(Path, committed))
 
-    code, data = cli_json("vacuum", out, "--older-than", "1h")
+    code, data = cli_json("vacuum", out, "--older-than", "1h", "--allow-short-retention")
     assert code == 0
     assert [f["path"] for f in data["files"]] == [str(orphan)]
     assert not orphan.exists() and all(p.exists() for p in hidden)
@@ -294,7 +294,7 @@ def test_vacuum_refuses_when_the_log_cannot_be_read(ours: Path) -> None:
     log4 = ours / "_spark_metadata" / "4"  # superseded by 5.compact, left by a cleanup delay, truncated
     log4.write_bytes((ours / "_spark_metadata" / "6").read_bytes()[:60])
     before = data_files(ours)
-    result = cli("vacuum", ours, "--older-than", "0s")
+    result = cli("vacuum", ours, "--older-than", "0s", "--allow-short-retention")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith(f"parquet-sink: error: refusing to vacuum {ours}: its log cannot be read")
     assert data_files(ours) == before
@@ -306,7 +306,7 @@ def test_vacuum_follows_a_moved_spark_output(outputs: Outputs, tmp_path: Path) -
     shutil.copyfile(sorted(data_files(moved))[0], orphan)
     age(orphan, *map(Path, data_files(moved)))
     url = f"file://{moved}"
-    code, data = cli_json("vacuum", url, "--older-than", "30m", "--storage-option", "auto_mkdir=false")
+    code, data = cli_json("vacuum", url, "--older-than", "30m", "--allow-short-retention", "--storage-option", "auto_mkdir=false")
     assert code == 0
     assert [f["path"] for f in data["files"]] == [str(orphan)]
     assert data_files(moved) == {str(moved / Path(p).name) for p in data_files(outputs.spark_out)}
@@ -332,7 +332,7 @@ def test_s3_output_with_storage_options(spark, outputs: Outputs, moto_server, tm
 
     ls = cli("ls", url, "--rows", "--json", *options)
     verify = cli("verify", url, *options, "-v")
-    vacuum = cli("vacuum", url, "--older-than", "0s", "--json", *options, "-v")
+    vacuum = cli("vacuum", url, "--older-than", "0s", "--allow-short-retention", "--json", *options, "-v")
     assert [(b["batch"], b["rows"]) for b in json.loads(ls.stdout)["batches"]] == [(0, ROWS)]
     assert verify.returncode == 0 and verify.stdout.startswith(f"OK: s3://{bucket}/out: log intact up to batch 0")
     assert [f["path"] for f in json.loads(vacuum.stdout)["files"]] == [f"s3://{orphan}"]
@@ -387,9 +387,9 @@ def test_doctor_crash_before_sink_commit_replays_then_vacuum_removes_the_orphans
     sink = our_sink(ours)
     run_available_now(stream(spark, outputs.src), str(ckpt_copy), sink)
     assert (sink.last_progress.batch_id, sink.last_progress.skipped, sink.last_progress.rows) == (6, False, 7)
-    code, data = cli_json("vacuum", ours, "--older-than", "1h")
+    code, data = cli_json("vacuum", ours, "--older-than", "1h", "--allow-short-retention")
     assert (code, data["files"], data["younger_kept"]) == (0, [], 2)  # the first attempt's files are too young
-    code, data = cli_json("vacuum", ours, "--older-than", "0s")
+    code, data = cli_json("vacuum", ours, "--older-than", "0s", "--allow-short-retention")
     assert [f["path"] for f in data["files"]] == first_attempt
     assert read_committed(str(ours)).num_rows == ROWS
     assert cli("verify", ours).returncode == 0

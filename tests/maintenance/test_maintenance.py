@@ -3,6 +3,7 @@ and the command line starts without loading the library's heavy dependencies."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 
 import parquet_sink
 from parquet_sink import doctor, read_committed, vacuum, verify, write_batch
+from parquet_sink.cli.main import main as cli_main
+from parquet_sink.errors import ParameterError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,12 +36,12 @@ def test_verify_vacuum_and_doctor_from_python(tmp_path):
     report = verify(out)
     assert report.ok and report.latest_batch == 2 and report.files == 3 and report.problems == []
 
-    planned = vacuum(out, "0s", dry_run=True)
+    planned = vacuum(out, "0s", dry_run=True, allow_short_retention=True)
     assert [f.path for f in planned.plan.orphans] == [str(orphan)] and planned.bytes == orphan.stat().st_size
     assert orphan.exists(), "a dry run deletes nothing"
-    young = vacuum(out, "1h")
+    young = vacuum(out, "1h", allow_short_retention=True)
     assert young.plan.orphans == [] and [f.path for f in young.plan.young] == [str(orphan)] and orphan.exists()
-    done = vacuum(out, "0s")
+    done = vacuum(out, "0s", allow_short_retention=True)
     assert [f.path for f in done.plan.orphans] == [str(orphan)] and not orphan.exists()
     assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 10, 11, 20, 21]
 
@@ -54,11 +57,33 @@ def test_verify_vacuum_and_doctor_from_python(tmp_path):
     assert not broken.ok and len(broken.problems) == 1 and "is missing" in broken.problems[0]
 
 
-def test_vacuum_refuses_a_bad_duration(tmp_path):
+@pytest.mark.parametrize("age", ["soon", "7", 7, "0", 7.5, "-1d", "d"])
+def test_vacuum_refuses_a_duration_without_its_unit(tmp_path, age):
+    """``--older-than 7`` was read as 7 milliseconds: a bare number is refused, with the accepted forms."""
     out, orphan = _output(tmp_path)
-    with pytest.raises(ValueError):
-        vacuum(out, "soon")
+    os.utime(orphan, (time.time() - 30 * 86400,) * 2)  # old enough for any reading of the number
+    with pytest.raises(ParameterError, match=r"with its unit, e\.g\. '30m', '12h' or '7d'"):
+        vacuum(out, age, allow_short_retention=True)
     assert orphan.exists()
+    with pytest.raises(SystemExit) as usage:
+        cli_main(["vacuum", out, "--older-than", str(age), "--allow-short-retention"])
+    assert usage.value.code == 2 and orphan.exists()
+
+
+def test_vacuum_keeps_files_younger_than_the_safe_minimum_unless_told(tmp_path, capsys):
+    out, orphan = _output(tmp_path)
+    os.utime(orphan, (time.time() - 2 * 86400,) * 2)  # an orphan two days old (older than the log: named below)
+    for short in ("1h", "6d", dt.timedelta(days=2)):
+        with pytest.raises(ParameterError, match="shorter than the safe minimum of 7d.*allow_short_retention=True"):
+            vacuum(out, short)
+    assert cli_main(["vacuum", out, "--older-than", "1d"]) == 1
+    assert "--allow-short-retention" in capsys.readouterr().err and orphan.exists()
+    default = vacuum(out, include_files_before_log=True)  # 7 days by default: the two-day-old orphan stays
+    assert default.older_than == "7d" and default.plan.orphans == [] and orphan.exists()
+    assert [f.path for f in default.plan.young] == [str(orphan)]
+    told = vacuum(out, dt.timedelta(days=1), allow_short_retention=True, include_files_before_log=True)
+    assert [f.path for f in told.plan.orphans] == [str(orphan)] and not orphan.exists()
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 10, 11, 20, 21]
 
 
 def test_cli_help_does_not_import_pyarrow_fsspec_or_spark():

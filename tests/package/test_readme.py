@@ -34,4 +34,5 @@ def test_readme_python_examples_run(tmp_path):
             assert sorted(scope["new"].column("id").to_pylist()) == list(range(6, 12))
             assert sorted(scope["old"].column("id").to_pylist()) == list(range(6))
             assert len(scope["paths"]) == 6 and scope["frame"].height == 12 and len(scope["df"]) == 12
+            assert scope["then"].num_rows == 12 and scope["log"].column("rows").to_pylist() == [2] * 6
     assert (events / "part-00000-orphan.c000.snappy.parquet").exists(), "the README's vacuum is a dry run"

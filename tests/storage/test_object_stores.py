@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,8 @@ def test_ls_rows_reports_a_damaged_file_without_a_traceback(tmp_path, capsys, ca
     write_batch(out, pa.table({"n": [1, 2]}), app_id="a", version=0)
     damaged = write_batch(out, pa.table({"n": [3]}), app_id="a", version=1)
     Path(damaged.files[0]).write_bytes(b"")
+    log_file = Path(out) / "_spark_metadata" / "1"  # as an older version wrote it: no rows recorded, footers read
+    log_file.write_text(re.sub(r',"(commitTime|batchRows)":\d+', "", log_file.read_text()))
     assert main(["ls", "--rows", "--json", out]) == 0
     captured = capsys.readouterr()
     rows = {b["batch"]: b["rows"] for b in json.loads(captured.out)["batches"]}
@@ -163,7 +166,7 @@ def test_log_entry_climbing_out_of_the_root(tmp_path, capsys, climb):
             read(str(out))
     assert main(["verify", str(out)]) == 1
     assert "climbs out of its directory" in capsys.readouterr().out
-    assert main(["vacuum", str(out), "--older-than", "0s"]) == 1
+    assert main(["vacuum", str(out), "--older-than", "0s", "--allow-short-retention"]) == 1
     assert main(["ls", "--rows", str(out)]) == 1
     assert "climbs out of its directory" in capsys.readouterr().err
     assert outside.read_bytes() == b"not yours"

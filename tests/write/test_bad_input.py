@@ -241,7 +241,7 @@ def test_log_path_that_is_a_file_is_a_typed_error_everywhere(spark, tmp_path: Pa
         lambda: ParquetSink(str(out))(spark.range(3), 0),
     ):
         assert str(out / "_spark_metadata") in str(raises(fn, LogPathError))
-    for command in (["verify", str(out)], ["vacuum", str(out), "--older-than", "0s"]):
+    for command in (["verify", str(out)], ["vacuum", str(out), "--older-than", "0s", "--allow-short-retention"]):
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()) as stdout:
             assert main(command) == 1

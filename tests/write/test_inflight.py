@@ -145,7 +145,7 @@ def test_existing_dataset_is_refused_and_vacuum_keeps_it(spark, tmp_path):
     report = vacuum(out)
     assert (report["files"], report["before_log_kept"]) == ([], 1) and dataset.exists()
     with contextlib.redirect_stdout(io.StringIO()) as stdout:
-        assert cli_main(["vacuum", str(out), "--older-than", "0s", "--include-files-before-log", "--json"]) == 0
+        assert cli_main(["vacuum", str(out), "--older-than", "0s", "--allow-short-retention", "--include-files-before-log", "--json"]) == 0
     assert [f["path"] for f in json.loads(stdout.getvalue())["files"]] == [str(dataset)] and not dataset.exists()
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(40))
 

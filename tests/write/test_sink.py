@@ -311,7 +311,7 @@ def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer)
 
 def test_writer_option_picks_the_path_per_store(tmp_path):
     """``writer="auto"`` takes Spark's writer only where renames are atomic (local disk); ``"spark"`` on a
-    store without them is refused with the remedy; unknown values fail in the constructor."""
+    store without them is refused with the remedy, in the constructor, as unknown values are."""
     with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
         ParquetSink(str(tmp_path / "out"), writer="jvm")
     local, memory = ParquetSink(str(tmp_path / "out")), ParquetSink("memory://eo-writer-test/out")
@@ -319,9 +319,8 @@ def test_writer_option_picks_the_path_per_store(tmp_path):
     assert memory._spark_writes(memory.log.storage) is False
     arrow = ParquetSink(str(tmp_path / "out"), writer="arrow")
     assert arrow._spark_writes(arrow.log.storage) is False
-    forced = ParquetSink("memory://eo-writer-test/out", writer="spark")
-    with pytest.raises(ValueError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
-        forced._spark_writes(forced.log.storage)
+    with pytest.raises(errors.ParameterError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
+        ParquetSink("memory://eo-writer-test/out", writer="spark")
 
 
 @pytest.mark.parametrize("writer", ["spark", "arrow"])

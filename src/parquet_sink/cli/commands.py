@@ -19,7 +19,8 @@ from .output import emit, format_size, format_table, format_time, progress
 def _cmd_ls(args: argparse.Namespace) -> int:
     """``ls PATH``: batches and the compaction and retention state."""
     output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
-    rows = count_rows(output, progress) if args.rows else {}
+    # rows as the log records them; --rows reads the footers of batches it does not (Spark's, older versions')
+    rows = count_rows(output, progress) if args.rows else {b: batch.rows for b, batch in output.batches.items()}
     compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
     batches = [
         {
@@ -42,11 +43,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         "oldest_log_file": min(output.listing, default=None),
         "batches": batches,
     }
-    headers = ["batch", "files"] + (["rows"] if args.rows else []) + ["bytes", "committed (UTC)", "query / app", "version"]
+    headers = ["batch", "files", "rows", "bytes", "committed (UTC)", "query / app", "version"]
     table = format_table(
         headers,
         [
-            [b["batch"], b["files"]] + ([b["rows"]] if args.rows else [])
+            [b["batch"], b["files"], b["rows"]]
             + [format_size(b["bytes"]), format_time(b["commit_time_ms"]), b["query_id"], b["query_batch"]]
             for b in batches
         ],
@@ -134,7 +135,8 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
     """``vacuum PATH --older-than DURATION [--dry-run] [--include-files-before-log]``: delete orphan data
     files, the empty directories that leaves, and the staging directories and leases of dead attempts."""
     result = vacuum(
-        args.path, args.older_than, dry_run=args.dry_run, include_files_before_log=args.include_before_log,
+        args.path, args.older_than, dry_run=args.dry_run, allow_short_retention=args.allow_short_retention,
+        include_files_before_log=args.include_before_log,
         storage_options=storage_options(args), progress=progress,
     )
     plan, removed_dirs = result.plan, result.removed_dirs

@@ -9,7 +9,7 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   batch id or version) and the log's compaction state.
 * ``show PATH BATCH``: the log entries of one batch.
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
-* ``vacuum PATH --older-than 1h [--dry-run] [--include-files-before-log]``: delete Parquet data files no
+* ``vacuum PATH [--older-than 7d] [--allow-short-retention] [--dry-run] [--include-files-before-log]``: delete Parquet data files no
   committed batch references (files older than the log's first commit only when asked).
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
   Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
@@ -40,13 +40,14 @@ from .options import OPTIONS_ENV, OPTIONS_HELP, parse_storage_option, read_optio
 logger = logging.getLogger(__name__)
 
 
-def _duration(text: str) -> str:
-    from ..log.compaction import parse_duration_ms  # pyarrow: only when a command uses a duration
+def _age(text: str) -> str:
+    from ..maintenance.vacuum import check_age  # pyarrow: only when a command uses a duration
 
     try:
-        parse_duration_ms(text)
+        check_age(text, allow_short_retention=True)  # the floor is checked with --allow-short-retention known
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+        message = str(exc).replace("older_than=", "").replace(", or a datetime.timedelta", "")
+        raise argparse.ArgumentTypeError(message) from exc
     return text.strip()
 
 
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     ls = command("ls", "list committed batches and the log's compaction state")
-    ls.add_argument("--rows", action="store_true", help="count rows from the Parquet footers (reads every file)")
+    ls.add_argument("--rows", action="store_true", help="count the rows the log does not record (batches of Spark's sink or older versions) from the Parquet footers")
     show = command("show", "show the log entries of one batch")
     show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
     command("verify", "check that committed files exist with their logged sizes and the log is intact")
@@ -113,9 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     vacuum.add_argument(
         "--older-than",
         metavar="DURATION",
-        required=True,
-        type=_duration,
-        help="only files older than this (1h, 30m, 7d): younger ones may belong to a batch being written now",
+        default="7d",
+        type=_age,
+        help="only files older than this, with its unit (12h, 7d; default 7d, the minimum unless "
+        "--allow-short-retention): younger ones may still be read through an older snapshot",
+    )
+    vacuum.add_argument(
+        "--allow-short-retention",
+        action="store_true",
+        help="accept --older-than under 7d: no reader of an older snapshot and no writer can need those files",
     )
     vacuum.add_argument("--dry-run", action="store_true", help="list the files and their sizes, delete nothing")
     vacuum.add_argument(

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import LogError, MissingLogFileError
+from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
 from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
@@ -45,6 +45,7 @@ from .entry import (
     BATCH_KEY,
     COMMIT_ID_KEY,
     ENTRY_SCHEMA,
+    COMMIT_TIME_KEY,
     EXPIRED_KEY,
     QUERY_BATCH_KEY,
     QUERY_ID_KEY,
@@ -52,6 +53,7 @@ from .entry import (
     LogEntry,
     entries_table,
     entry_from_row,
+    figures_of,
     records_of,
     records_to_keep,
     without_record,
@@ -73,16 +75,16 @@ def parse_duration_ms(value: str | int | float | _dt.timedelta) -> int:
     if isinstance(value, _dt.timedelta):
         result = int(value.total_seconds() * 1000)
     elif isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
+        raise ParameterError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
     elif isinstance(value, (int, float)):
         result = int(value)
     else:
         match = _DURATION.match(str(value))
         if not match:
-            raise ValueError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
+            raise ParameterError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
         result = int(match.group(1)) * _UNIT_MS[match.group(2)]
     if result < 0:
-        raise ValueError(f"invalid duration {value!r}: it must not be negative")
+        raise ParameterError(f"invalid duration {value!r}: it must not be negative")
     return result
 
 
@@ -92,16 +94,16 @@ def check_positive_int(name: str, value: object, hint: str) -> None:
     Example: ``check_positive_int("compact_interval", 0, "Spark's default is 10")`` raises ValueError.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}: {hint}")
+        raise ParameterError(f"{name} must be a positive integer, got {value!r}: {hint}")
 
 
 def _check_duration_ms(name: str, value: object) -> int:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise ValueError(f"{name} must not be negative, got {value!r}")
+        raise ParameterError(f"{name} must not be negative, got {value!r}")
     try:
         return parse_duration_ms(value)  # type: ignore[arg-type]
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
+        raise ParameterError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class LogOptions:
         )
         retention_ms = None if self.retention is None else _check_duration_ms("retention", self.retention)
         if retention_ms == 0:
-            raise ValueError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
+            raise ParameterError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
         object.__setattr__(self, "retention_ms", retention_ms)
         object.__setattr__(self, "cleanup_delay_ms", _check_duration_ms("cleanup_delay", self.cleanup_delay))
 
@@ -165,6 +167,7 @@ class _SourcePlan:
 
     records: list[tuple[int, CommitRecord]] = field(default_factory=list)  # (row, record)
     standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
+    figured: set[int] = field(default_factory=set)  # rows carrying a batch's figures (commit time, rows)
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
     table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
@@ -181,12 +184,17 @@ class _SourcePlan:
         self.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
         own = pc.and_(has_record, table.column("isDir"))
         self.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
+        figured = pc.is_valid(table.column(COMMIT_TIME_KEY))
+        self.figured.update(offset + row for row in pc.indices_nonzero(figured).to_pylist())
         markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
         self.drop.update(offset + row for row in markers)
         if markers:
             expired_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
         if cutoff is not None:
-            old = pc.and_(pc.less(table.column("modificationTime"), cutoff), pc.invert(table.column("isDir")))
+            # data entries, and the figures of a batch without files once its record is gone
+            lone_figures = pc.and_(table.column("isDir"), pc.and_(figured, pc.invert(has_record)))
+            entries = pc.or_(pc.invert(table.column("isDir")), lone_figures)
+            old = pc.and_(pc.less(table.column("modificationTime"), cutoff), entries)
             expired = pc.indices_nonzero(old).to_pylist()
             self.drop.update(offset + row for row in expired)
             if expired:
@@ -197,13 +205,15 @@ class _SourcePlan:
 
     def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
         """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
-        goes (its own entry) or loses its keys (on a data entry, ``"strip"``); a kept record on a data entry
-        that retention drops stays, as an entry of its own (``"standalone"``)."""
+        loses its keys (``"strip"``; its own entry goes, unless it carries the batch's figures, which stay);
+        a kept record on a data entry that retention drops stays, as an entry of its own (``"standalone"``)."""
         drop, rewrite = set(self.drop), {}
         for row, record in self.records:
             kept = record.log_batch_id in keep
             if row in self.standalone:
-                if not kept:
+                if not kept and row in self.figured:
+                    rewrite[row] = "strip"
+                elif not kept:
                     drop.add(row)
             elif row in drop:
                 if kept:
@@ -228,7 +238,7 @@ def _rewritten(entry: LogEntry, how: str, storage: Storage) -> LogEntry:
         return without_record(entry)
     record = CommitRecord.from_entry(entry)
     assert record is not None
-    return record.to_entry(storage, entry.modification_time)
+    return record.to_entry(storage, entry.modification_time, figures_of(entry))
 
 
 def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: Storage, offset: int = 0) -> pa.Table:
@@ -245,7 +255,9 @@ def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: St
 
 
 # What pass one reads of a columnar copy (everything but the paths and Spark's constant columns).
-_PLAN_COLUMNS = ["isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY]
+_PLAN_COLUMNS = [
+    "isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY, COMMIT_TIME_KEY,
+]
 
 
 class _StaleSidecar(LogError):

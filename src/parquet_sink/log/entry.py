@@ -41,7 +41,10 @@ QUERY_BATCH_KEY = "queryBatchId"
 COMMIT_ID_KEY = "commitId"
 BATCH_KEY = "batchId"
 EXPIRED_KEY = "expiredUpTo"  # on a retention marker: entries of batches up to this one may have been dropped
-_RECORD_KEYS = (QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY)
+COMMIT_TIME_KEY = "commitTime"  # on a commit record: when the batch was committed (ms since the epoch)
+BATCH_ROWS_KEY = "batchRows"  # on a commit record: the rows the batch wrote
+_RECORD_KEYS = (QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY)  # the record's identity; its figures outlive it
+_FIGURE_KEYS = (COMMIT_TIME_KEY, BATCH_ROWS_KEY)
 
 _REQUIRED = (
     ("path", str),
@@ -70,6 +73,8 @@ ENTRY_SCHEMA = pa.schema(
         (QUERY_BATCH_KEY, pa.int64()),
         (COMMIT_ID_KEY, pa.string()),
         (EXPIRED_KEY, pa.int64()),
+        (COMMIT_TIME_KEY, pa.int64()),
+        (BATCH_ROWS_KEY, pa.int64()),
     ]
 )
 
@@ -155,12 +160,15 @@ class LogEntry:
             QUERY_BATCH_KEY: None,
             COMMIT_ID_KEY: None,
             EXPIRED_KEY: None,
+            COMMIT_TIME_KEY: None,
+            BATCH_ROWS_KEY: None,
         }
-        expired = extra.get(EXPIRED_KEY)
-        if expired is not None:
-            if not isinstance(expired, int) or isinstance(expired, bool):
-                raise ValueError(f"key {EXPIRED_KEY!r} is not an integer")
-            row[EXPIRED_KEY] = expired
+        for key in (EXPIRED_KEY, *_FIGURE_KEYS):
+            value = extra.get(key)
+            if value is not None:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ValueError(f"key {key!r} is not an integer")
+                row[key] = value
         if COMMIT_ID_KEY in extra:
             query_batch = extra.get(QUERY_BATCH_KEY)  # absent: the same as the log batch id
             if query_batch is not None and (not isinstance(query_batch, int) or isinstance(query_batch, bool)):
@@ -182,8 +190,9 @@ def entry_from_row(row: dict[str, Any]) -> LogEntry:
         extra = {QUERY_ID_KEY: row[QUERY_ID_KEY], QUERY_BATCH_KEY: row[QUERY_BATCH_KEY], COMMIT_ID_KEY: row[COMMIT_ID_KEY]}
         if extra[QUERY_BATCH_KEY] is None:
             del extra[QUERY_BATCH_KEY]
-    if row[EXPIRED_KEY] is not None:
-        extra[EXPIRED_KEY] = row[EXPIRED_KEY]
+    for key in (EXPIRED_KEY, *_FIGURE_KEYS):
+        if row.get(key) is not None:
+            extra[key] = row[key]
     return LogEntry(
         row["path"], row["size"], row["isDir"], row["modificationTime"], row["blockReplication"],
         row["blockSize"], row["action"], row[BATCH_KEY], extra,
@@ -245,19 +254,24 @@ class CommitRecord:
             return {QUERY_ID_KEY: self.query_id, COMMIT_ID_KEY: self.commit_id}
         return {QUERY_ID_KEY: self.query_id, QUERY_BATCH_KEY: self.query_batch_id, COMMIT_ID_KEY: self.commit_id}
 
-    def log_entries(self, storage: Storage, now_ms: int, data: Sequence[LogEntry]) -> list[LogEntry]:
-        """The entries of a batch committing ``data`` with this record: the record's keys on the first data
+    def log_entries(
+        self, storage: Storage, now_ms: int, data: Sequence[LogEntry], rows: int | None = None
+    ) -> list[LogEntry]:
+        """The entries of a batch committing ``data`` with this record: the record's keys, with the commit
+        time ``now_ms`` and the batch's ``rows`` (what :func:`parquet_sink.history` reports), on the first data
         entry, or on an entry of its own (:meth:`to_entry`) for a batch without files.
 
-        Example: ``record.log_entries(storage, now, [LogEntry("file:///o/a.parquet", 10)])[0].extra["commitId"]``.
+        Example: ``record.log_entries(storage, now, [LogEntry("file:///o/a.parquet", 10)], rows=5)[0].extra["batchRows"]``.
         """
+        figures = {COMMIT_TIME_KEY: now_ms} if rows is None else {COMMIT_TIME_KEY: now_ms, BATCH_ROWS_KEY: rows}
         if not data:
-            return [self.to_entry(storage, now_ms)]
+            return [self.to_entry(storage, now_ms, figures)]
         first = data[0]
-        return [dataclasses.replace(first, extra={**first.extra, **self.keys}), *data[1:]]
+        return [dataclasses.replace(first, extra={**first.extra, **self.keys, **figures}), *data[1:]]
 
-    def to_entry(self, storage: Storage, now_ms: int) -> LogEntry:
-        """An entry of its own carrying this record (``isDir``, size 0, pointing at the log directory)."""
+    def to_entry(self, storage: Storage, now_ms: int, figures: dict[str, int] | None = None) -> LogEntry:
+        """An entry of its own carrying this record (``isDir``, size 0, pointing at the log directory) and the
+        batch's ``figures`` (:func:`figures_of`)."""
         return LogEntry(
             storage.to_uri(storage.join("_spark_metadata")),
             0,
@@ -267,7 +281,7 @@ class CommitRecord:
             0,
             "add",
             self.log_batch_id,
-            self.keys,
+            {**self.keys, **(figures or {})},
         )
 
     @classmethod
@@ -300,6 +314,14 @@ def without_record(entry: LogEntry) -> LogEntry:
     Example: ``without_record(record.log_entries(st, 0, [e])[0]) == e``.
     """
     return dataclasses.replace(entry, extra={k: v for k, v in entry.extra.items() if k not in _RECORD_KEYS})
+
+
+def figures_of(entry: LogEntry) -> dict[str, int]:
+    """The batch figures an entry carries (commit time, rows): they stay when compaction drops the record.
+
+    Example: ``figures_of(entries[0])`` -> ``{'commitTime': 1732430000000, 'batchRows': 5}``.
+    """
+    return {key: entry.extra[key] for key in _FIGURE_KEYS if key in entry.extra}
 
 
 def _same_run(a: CommitRecord, b: CommitRecord) -> bool:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from ..errors import CorruptLogError, ParquetSinkError, LogPathError, UnsupportedLogVersionError
+from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
 from .lines import parse_lines
 from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
@@ -66,6 +66,19 @@ def output_started(storage: Storage) -> bool:
     Example: ``output_started(Storage("/data/events"))`` -> ``True``.
     """
     return storage.exists(storage.join(METADATA_DIR)) or storage.exists(storage.join(HIDDEN_DIR))
+
+
+def require_output(storage: Storage) -> None:
+    """NotAnOutputError unless :func:`output_started` (the path is not the output of a streaming file sink).
+
+    Example: ``require_output(Storage("/data/evnets"))`` raises NotAnOutputError.
+    """
+    if not output_started(storage):
+        raise NotAnOutputError(
+            f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told apart "
+            "from files of failed batches: it is not the output of a streaming file sink (ParquetSink, write_batch "
+            "or Spark's writeStream.format('parquet')). Check the path."
+        )
 
 
 def is_compact_path(path: str) -> bool:

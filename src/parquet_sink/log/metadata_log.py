@@ -65,7 +65,8 @@ class MetadataLog(CompactibleLog):
             (``spark.sql.streaming.minBatchesToRetain`` >= 1, ``fileCleanupDelayMs``). ``cleanup=False``
             keeps all.
 
-    Invalid values raise ValueError here, before anything is written.
+    Invalid values raise ParameterError (a ValueError) here, before anything is written; an unreachable
+    store a StorageError within seconds (:meth:`Storage.check_reachable`).
 
     Example::
 
@@ -87,7 +88,9 @@ class MetadataLog(CompactibleLog):
         storage: Storage | None = None,
     ) -> None:
         options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
-        super().__init__(storage or Storage(path, storage_options), options, cleanup=cleanup)
+        storage = storage or Storage(path, storage_options)
+        storage.check_reachable()  # a StorageError in seconds, not the backend's minutes of retries
+        super().__init__(storage, options, cleanup=cleanup)
 
     def __repr__(self) -> str:
         return f"MetadataLog({self.storage.display(self.log_dir)!r})"

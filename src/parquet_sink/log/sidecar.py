@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .entry import ENTRY_SCHEMA
+from .entry import BATCH_ROWS_KEY, COMMIT_TIME_KEY, ENTRY_SCHEMA
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,10 @@ _ROW_GROUP = 1 << 17  # rows: readers decode a row group at a time, which bounds
 _FORMAT = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
 )
+
+
+# The entry columns of a copy written before commit records carried the batch's figures (commit time, rows).
+_BEFORE_FIGURES = pa.schema([f for f in ENTRY_SCHEMA if f.name not in (COMMIT_TIME_KEY, BATCH_ROWS_KEY)])
 
 
 def sidecar_path(compact_path: str) -> str:
@@ -65,22 +69,35 @@ class Sidecar:
     source: str
     size: int
     crc: int
+    stored: tuple[str, ...] = tuple(ENTRY_SCHEMA.names)  # a copy written before the batch figures lacks them
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         """Every entry (only ``columns``, if given), decoded one row group at a time into
         :func:`columns_pool`."""
         fragment = _FORMAT.make_fragment(pa.BufferReader(self.data))
-        table = fragment.to_table(columns=columns or ENTRY_SCHEMA.names, use_threads=False, memory_pool=columns_pool())
-        return table.replace_schema_metadata(None)
+        wanted = columns or ENTRY_SCHEMA.names
+        table = fragment.to_table(columns=self._stored(wanted), use_threads=False, memory_pool=columns_pool())
+        return self._completed(table.replace_schema_metadata(None), wanted)
+
+    def _stored(self, columns: list[str]) -> list[str]:
+        return [c for c in columns if c in self.stored]
+
+    def _completed(self, table: pa.Table, columns: list[str]) -> pa.Table:
+        """``table`` with the ``columns`` this copy does not store, as nulls, in the order asked."""
+        if table.num_columns == len(columns):
+            return table
+        arrays = [table.column(c) if c in self.stored else pa.nulls(table.num_rows, ENTRY_SCHEMA.field(c).type) for c in columns]
+        return pa.table(arrays, schema=pa.schema([ENTRY_SCHEMA.field(c) for c in columns]))
 
     def groups(self, columns: list[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """(row of the first entry, entries) of each row group (only ``columns``, if given): bounded memory
         for a caller that streams."""
         parquet = pq.ParquetFile(pa.BufferReader(self.data), page_checksum_verification=True)
         offset = 0
+        wanted = columns or ENTRY_SCHEMA.names
         for index in range(parquet.num_row_groups):
-            group = parquet.read_row_group(index, columns, use_threads=False).replace_schema_metadata(None)
-            yield offset, group
+            group = parquet.read_row_group(index, self._stored(wanted), use_threads=False).replace_schema_metadata(None)
+            yield offset, self._completed(group, wanted)
             offset += group.num_rows
 
 
@@ -94,9 +111,10 @@ def decode_sidecar(data: bytes, source: str) -> Sidecar:
     meta = {k.decode(): v.decode() for k, v in (meta_data.metadata or {}).items()}
     if meta.get(_SOURCE) != source:
         raise ValueError(f"it describes {meta.get(_SOURCE)!r}, not {source!r}")
-    if not meta_data.schema.to_arrow_schema().remove_metadata().equals(ENTRY_SCHEMA):
+    schema = meta_data.schema.to_arrow_schema().remove_metadata()
+    if not (schema.equals(ENTRY_SCHEMA) or schema.equals(_BEFORE_FIGURES)):
         raise ValueError("its columns are not the log's entry columns")
-    return Sidecar(data, source, int(meta[_SIZE]), int(meta[_CRC]))
+    return Sidecar(data, source, int(meta[_SIZE]), int(meta[_CRC]), tuple(schema.names))
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import LogError, MissingLogFileError, OutsideRootError, SnapshotError
+from ..errors import MissingLogFileError, OutsideRootError, SnapshotError, SnapshotNotFoundError
 from .compaction import CompactibleLog, infer_interval
 from .files import Listing
 from .sidecar import columns_pool
@@ -97,11 +97,12 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
 
 
 def require_batch(log: CompactibleLog, snap: LogSnapshot, batch: int, what: str) -> None:
-    """LogError unless ``batch`` is committed in ``snap``."""
+    """SnapshotNotFoundError unless ``batch`` is committed in ``snap`` (``what`` names the caller's option)."""
     if snap.latest is None or batch > snap.latest:
-        raise LogError(
-            f"{what}={batch} but {log.display(log.log_dir)} has only batches up to {snap.latest}; "
-            "ask for a committed batch."
+        newest = "no batch is committed yet" if snap.latest is None else f"the latest committed batch is {snap.latest}"
+        raise SnapshotNotFoundError(
+            f"{what} asks for batch {batch} but {log.display(log.log_dir)} has none: {newest}. Ask for a committed "
+            "batch (`parquet-sink ls` lists them)."
         )
 
 

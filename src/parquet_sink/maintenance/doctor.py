@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import ParameterError
 from ..read.chain import decide_write
 from ..storage.filesystem import Storage
 from ..write.sink import Action, checkpoint_query_id, decide_batch
@@ -203,7 +204,7 @@ def doctor(
         'skip'
     """
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
-        raise ValueError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
+        raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
     output = read_output(path, storage_options, must_exist=False)
     if app_id is not None:
         assert version is not None

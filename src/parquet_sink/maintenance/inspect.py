@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
-from ..errors import NotAnOutputError, ParquetSinkError
-from ..log.entry import BATCH_KEY, COMMIT_ID_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
-from ..log.files import METADATA_DIR, output_started
+from ..errors import ParquetSinkError
+from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
+from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import data_files, read_log_files
 from ..read.reader import CommittedFile, snapshot
@@ -54,8 +54,10 @@ class Batch:
     # empty files); ``sum(e.size for e in batch.data_files)`` is the batch's size
     data_files: list[LogEntry] = field(default_factory=list)
     record: CommitRecord | None = None
-    # the commit record's time, else the batch's log file's mtime, else its newest data file's mtime
+    # the commit time the log records (see :func:`parquet_sink.history`), else (a batch committed by Spark's sink
+    # or an older version) the batch's log file's mtime, else its newest data file's mtime
     committed_ms: int | None = None
+    rows: int | None = None  # as the log records it; None when it does not (count_rows reads the footers)
 
 
 @dataclass
@@ -105,11 +107,8 @@ def read_output(
     log = MetadataLog(url, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     names = log.list_details()
     listing = names.infos
-    if must_exist and not listing and not output_started(storage):
-        raise NotAnOutputError(
-            f"{storage.display(storage.root)} has no {METADATA_DIR} log: it is not the output of a streaming "
-            "file sink (ParquetSink or Spark's writeStream.format('parquet')). Check the path."
-        )
+    if must_exist and not listing:
+        require_output(storage)
     latest = max(listing, default=None)
     output = Output(storage, log, listing, latest, {}, compact_interval)
     if latest is None:
@@ -122,8 +121,10 @@ def read_output(
     for row in table.to_pylist():
         batch_id = output.owner_batch(row[BATCH_KEY])
         batch = batches.setdefault(batch_id, Batch(batch_id))
-        if row[COMMIT_ID_KEY] is not None and row["isDir"]:
-            batch.committed_ms = row["modificationTime"]
+        if row[COMMIT_TIME_KEY] is not None:
+            batch.committed_ms, batch.rows = row[COMMIT_TIME_KEY], row[BATCH_ROWS_KEY]
+        if row["isDir"] and (row[COMMIT_ID_KEY] is not None or row[COMMIT_TIME_KEY] is not None):
+            batch.committed_ms = row[COMMIT_TIME_KEY] or row["modificationTime"]
         else:
             batch.entries.append(entry_from_row(row))
     for row in data_files(table).to_pylist():
@@ -141,8 +142,8 @@ def read_output(
 
 
 def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | None]:
-    """Rows per batch from the Parquet footers (None for a batch with a file that cannot be read).
-    ``progress`` wraps the files as they are read (the CLI draws a counter with it).
+    """Rows per batch: as the log records them, else from the Parquet footers (None for a batch with a file
+    that cannot be read). ``progress`` wraps the files as they are read (the CLI draws a counter with it).
 
     Example::
 
@@ -154,9 +155,11 @@ def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | 
         storage.url, storage_options=storage.storage_options, compact_interval=output.compact_interval
     )
     filesystem = storage.arrow_filesystem()
+    recorded = {b: batch.rows for b, batch in output.batches.items() if batch.rows is not None}
     rows: dict[int, int | None] = {b: 0 for b in output.batches}
     unreadable = set()
-    for f in progress(snap.files, "reading footers"):
+    footers = [f for f in snap.files if output.owner_batch(f.batch_id) not in recorded]
+    for f in progress(footers, "reading footers"):
         batch_id = output.owner_batch(f.batch_id)
         try:
             rows[batch_id] = (rows.get(batch_id) or 0) + pq.read_metadata(f.path, filesystem=filesystem).num_rows
@@ -166,7 +169,7 @@ def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | 
                 storage.display(f.path), batch_id, f.size, exc,
             )
             unreadable.add(batch_id)
-    return rows | dict.fromkeys(unreadable)
+    return rows | recorded | dict.fromkeys(unreadable)
 
 
 @dataclass

@@ -18,15 +18,17 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import posixpath
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..delta.sync import has_delta_log, referenced_files
-from ..errors import LogError
+from ..errors import LogError, ParameterError
 from ..log.compaction import parse_duration_ms
 from ..log.entry import CommitRecord
 from ..log.files import parse_batch_name
@@ -83,6 +85,7 @@ def find_orphans(
         ['/data/events/part-00003-....c000.snappy.parquet']
     """
     storage = Storage(url, dict(storage_options or {}))
+    storage.check_reachable()
     listed = sorted(storage.find(storage.root), key=lambda i: i.path)
     staging = staging_dirs(storage)
     found_leases = leases(storage)
@@ -165,28 +168,65 @@ class VacuumResult:
         return sum(i.size for i in self.plan.orphans)
 
 
+SAFE_AGE = "7d"  # as delta-rs: files younger than this may still be read through an older snapshot
+_AGE = re.compile(r"^\s*\d+\s*(ms|s|m|min|h|d)\s*$")
+
+
+def check_age(older_than: str | _dt.timedelta, allow_short_retention: bool = False) -> int:
+    """``older_than`` in ms: a duration with its unit (``"30m"``, ``"12h"``, ``"7d"``) or a ``timedelta``; a bare
+    number is refused (is ``7`` days or ms?). Under :data:`SAFE_AGE` only with ``allow_short_retention``: files
+    retention dropped from the log, or of a batch whose lease was lost, may still be read by a reader of an
+    older snapshot. ParameterError naming the accepted forms otherwise.
+
+    Example: ``check_age("7d") == 604_800_000``; ``check_age("1h")`` raises ParameterError.
+    """
+    if not isinstance(older_than, _dt.timedelta) and not (isinstance(older_than, str) and _AGE.match(older_than)):
+        raise ParameterError(
+            f"older_than={older_than!r}: give a duration with its unit, e.g. '30m', '12h' or '7d' (ms, s, m, h, d), "
+            "or a datetime.timedelta; a bare number is refused."
+        )
+    age_ms = parse_duration_ms(older_than)
+    if age_ms < parse_duration_ms(SAFE_AGE) and not allow_short_retention:
+        raise ParameterError(
+            f"older_than={_age_text(older_than)} is shorter than the safe minimum of {SAFE_AGE}: an unreferenced file "
+            "younger than that may still be read through an older snapshot (as_of_batch, a running reader) or "
+            "belong to a writer whose lease was lost. Pass allow_short_retention=True (CLI: "
+            "--allow-short-retention) if no reader or writer can need them."
+        )
+    return age_ms
+
+
+def _age_text(older_than: str | _dt.timedelta) -> str:
+    return older_than.strip() if isinstance(older_than, str) else str(older_than)
+
+
 def vacuum(
     path: str,
-    older_than: str,
+    older_than: str | _dt.timedelta = SAFE_AGE,
     *,
     dry_run: bool = False,
+    allow_short_retention: bool = False,
     include_files_before_log: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     progress: Progress = _silent,
 ) -> VacuumResult:
-    """Delete the orphan data files under ``path`` older than ``older_than`` (a duration: ``30m``, ``1h``,
-    ``7d``), then the directories that left empty (unless a batch is in flight) and the leases and staging
-    directories of dead attempts. ``dry_run``: delete nothing, report what would go. Refuses (LogError) when
-    the log cannot be read. Safe while writers run (see :func:`find_orphans`).
+    """Delete the orphan data files under ``path`` older than ``older_than`` (a duration with its unit: ``"12h"``,
+    ``"7d"``, or a ``timedelta``; at least :data:`SAFE_AGE` unless ``allow_short_retention``, see
+    :func:`check_age`), then the directories that left empty (unless a batch is in flight) and the leases and
+    staging directories of dead attempts. ``dry_run``: delete nothing, report what would go. Refuses (LogError)
+    when the log cannot be read. Safe while writers run (see :func:`find_orphans`).
 
     Example::
 
         >>> result = vacuum("s3://bucket/events", "7d", storage_options={"anon": False})
         >>> len(result.plan.orphans), result.bytes
         (3, 52331)
+        >>> vacuum("/data/events", "10m", allow_short_retention=True, dry_run=True).plan.orphans
+        []
     """
-    plan = find_orphans(path, storage_options, parse_duration_ms(older_than), include_files_before_log)
-    result = VacuumResult(plan, older_than.strip(), dry_run)
+    age_ms = check_age(older_than, allow_short_retention)
+    plan = find_orphans(path, storage_options, age_ms, include_files_before_log)
+    result = VacuumResult(plan, _age_text(older_than), dry_run)
     if dry_run:
         return result
     storage = plan.storage
@@ -202,4 +242,4 @@ def vacuum(
     return result
 
 
-__all__ = ["VacuumPlan", "VacuumResult", "find_orphans", "remove_emptied_dirs", "vacuum"]
+__all__ = ["SAFE_AGE", "VacuumPlan", "VacuumResult", "check_age", "find_orphans", "remove_emptied_dirs", "vacuum"]

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, NotAnOutputError, SnapshotExpiredError
+from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError, ParameterError
 from ..log.snapshot import (
     LogSnapshot,
     batch_ids_known,
@@ -35,8 +36,9 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
-from ..log.files import output_started
-from ..log.metadata_log import METADATA_DIR, MetadataLog
+from ..log.files import require_output
+from .history import batch_as_of_time, batch_history
+from ..log.metadata_log import MetadataLog
 from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
 from ..storage.filesystem import Storage
@@ -156,10 +158,11 @@ def _select(
     latest = snap.latest
     assert latest is not None
     if as_of_batch is not None:
-        require_batch(log, snap, as_of_batch, "as_of_batch")
+        require_batch(log, snap, as_of_batch, f"as_of_batch={as_of_batch}")
     high = latest if as_of_batch is None else as_of_batch
     low = 0
     if batches is not None:
+        require_batch(log, snap, batches[1], f"batches={tuple(batches)}")
         low, high = batches[0], min(high, batches[1])
     if low == 0 and high == latest:
         return snap.table
@@ -202,6 +205,7 @@ class SnapshotOptions(TypedDict, total=False):
     :func:`read_committed`."""
 
     as_of_batch: int | None
+    as_of_time: _dt.datetime | None
     batches: tuple[int, int] | None
     storage_options: dict[str, Any] | None
     allow_outside_root: bool
@@ -213,6 +217,7 @@ def snapshot(
     path: str,
     *,
     as_of_batch: int | None = None,
+    as_of_time: _dt.datetime | None = None,
     batches: tuple[int, int] | None = None,
     storage_options: dict[str, Any] | None = None,
     allow_outside_root: bool = False,
@@ -223,6 +228,8 @@ def snapshot(
 
     ``compact_interval``: the writer's compaction interval, for an output whose log cannot tell it
     (normally inferred from the log's files).
+    SnapshotNotFoundError for ``as_of_batch``, ``batches`` past the latest committed batch or an
+    ``as_of_time`` before the first commit.
 
     Example::
 
@@ -231,18 +238,20 @@ def snapshot(
         (57, 120)
     """
     if batches is not None and batches[0] > batches[1]:
-        raise ValueError(f"batches={batches}: the first batch must not be after the last")
+        raise ParameterError(f"batches={batches}: the first batch must not be after the last")
+    if as_of_time is not None and as_of_batch is not None:
+        raise ParameterError("pass as_of_batch or as_of_time, not both")
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
-    log_snap = read_snapshot(log, compact_interval, _LOG_COLUMNS)
+    log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else _LOG_COLUMNS)
     if log_snap.latest is None:
-        if not output_started(storage):
-            raise NotAnOutputError(
-                f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told "
-                "apart from files of failed batches. Point at the output directory of a streaming file sink "
-                "(ParquetSink or Spark's writeStream.format('parquet'))."
-            )
+        require_output(storage)
+        if as_of_time is not None:
+            batch_as_of_time(log, batch_history(log_snap), as_of_time)  # raises: nothing committed then
         return Snapshot(storage, None, CommittedFiles(storage, _files_table(ENTRY_SCHEMA.empty_table(), storage, False)))
+    if as_of_time is not None:
+        as_of_batch = batch_as_of_time(log, batch_history(log_snap), as_of_time)
+        log_snap = LogSnapshot(log_snap.listing, log_snap.latest, log_snap.table.select(_LOG_COLUMNS))
     selected = _select(log, log_snap, as_of_batch, batches, compact_interval)
     entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
     latest = log_snap.latest

@@ -69,6 +69,9 @@ _SECRET_PARAMS = re.compile(  # in URLs and connection strings
     r"(?i)\b(sig|signature|accountkey|sharedaccesssignature|x-amz-signature|x-amz-credential)=[^&;\s\"']+"
 )
 _PROBE_LOCK = threading.Lock()
+_REACHED: set[tuple[str, ...]] = set()  # by _store_key(): stores this process has reached
+TIMEOUT_ENV = "PARQUET_SINK_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds: adlfs retries a wrong account name for ~85 s before failing
 
 
 _PASS_THROUGH = (FileNotFoundError, FileExistsError, ParquetSinkError, FailpointError)
@@ -558,6 +561,67 @@ class Storage:
                 os.close(dir_fd)
             return True
 
+    def _endpoint(self) -> str:
+        """The store's endpoint URL as the backend was configured (empty when the backend picks it)."""
+        fs = self.fs
+        client_kwargs = getattr(fs, "client_kwargs", None) or {}
+        return str(
+            getattr(getattr(fs, "service_client", None), "url", None)  # adlfs: the account's blob endpoint
+            or getattr(fs, "endpoint_url", None)  # s3fs
+            or client_kwargs.get("endpoint_url")
+            or ""
+        )
+
+    def check_reachable(self, timeout: float | None = None) -> None:
+        """Fail fast when the store cannot be reached: StorageError within ``timeout`` seconds (default
+        ``$PARQUET_SINK_CONNECT_TIMEOUT`` or 10) naming the URL and what failed, instead of the backend's own
+        retries (a wrong Azure account name retries for ~85 s). An endpoint whose host name does not resolve
+        fails at once (a retry cannot help). Once per store and process; nothing to do on local disk.
+
+        Example: ``Storage("abfs://c/out", {"account_name": "typo"}).check_reachable()`` raises StorageError.
+        """
+        if self.is_local:
+            return
+        key = self._store_key()
+        if key in _REACHED:
+            return
+        limit = timeout if timeout is not None else float(os.environ.get(TIMEOUT_ENV) or DEFAULT_CONNECT_TIMEOUT)
+        outcome: list[BaseException | None] = []
+
+        def reach() -> None:
+            try:
+                host = urlsplit(self._endpoint()).hostname
+                if host:
+                    import socket
+
+                    socket.getaddrinfo(host, None)
+                self.fs.exists(self.root)
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=reach, name=f"parquet-sink-reach-{self.protocol}", daemon=True)
+        worker.start()
+        worker.join(limit)
+        where = self.display(self.root)
+        if not outcome:
+            raise StorageError(
+                f"cannot reach {where}: no answer from the store within {limit:g} s. Check the account name or "
+                f"endpoint{' (' + self._redact(self._endpoint()) + ')' if self._endpoint() else ''}, the "
+                f"credentials in storage_options, the network (proxy, firewall, DNS) and that the store is up; "
+                f"${TIMEOUT_ENV} sets the wait."
+            )
+        failure = outcome[0]
+        if failure is not None:
+            if type(failure).__name__ == "gaierror":
+                raise StorageError(
+                    f"cannot reach {where}: the store's host name {urlsplit(self._endpoint()).hostname!r} does not "
+                    f"resolve ({failure}). Check the account name or endpoint in the URL and storage_options."
+                ) from failure
+            with self.translating("reaching the store at", self.root):
+                raise failure
+        _REACHED.add(key)
+
     def _store_key(self) -> tuple[str, ...]:
         """Everything that selects the store a write goes to: the scheme, the endpoint, the account, the
         bucket (container) and the options (credentials) that reach it. Two outputs share a probe only
@@ -565,13 +629,7 @@ class Storage:
         if self.is_local:
             return ("file",)
         fs = self.fs
-        client_kwargs = getattr(fs, "client_kwargs", None) or {}
-        endpoint = (
-            getattr(getattr(fs, "service_client", None), "url", None)  # adlfs: the account's blob endpoint
-            or getattr(fs, "endpoint_url", None)  # s3fs
-            or client_kwargs.get("endpoint_url")
-            or "|".join(os.environ.get(name, "") for name in _ENDPOINT_VARIABLES)
-        )
+        endpoint = self._endpoint() or "|".join(os.environ.get(name, "") for name in _ENDPOINT_VARIABLES)
         account = getattr(fs, "account_name", None) or ""
         options = fsspec.utils.tokenize(self.storage_options)
         return (self.protocol, str(endpoint), str(account), self.root.split("/", 1)[0], options)

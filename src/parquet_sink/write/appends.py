@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, decide_write, version_record
-from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError
+from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError, ParameterError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_snapshot
@@ -212,9 +212,9 @@ def write_batch(
         True
     """
     if not isinstance(app_id, str) or not app_id:
-        raise ValueError(f"app_id must be a non-empty string, got {app_id!r}")
+        raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ValueError(f"version must be an integer >= 0, got {version!r}")
+        raise ParameterError(f"version must be an integer >= 0, got {version!r}")
     codec_extension(compression)  # validate early
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
@@ -265,7 +265,7 @@ def write_batch(
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            entries = record.log_entries(log.storage, int(time.time() * 1000), data)
+            entries = record.log_entries(log.storage, int(time.time() * 1000), data, sum(s.num_rows for s in statuses))
             refuse_missing_files(
                 log.storage, [s.path for s in statuses], f"{what}: log batch {log_batch}",
                 "call write_batch again to rewrite them",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import ExecutorDependencyError, ParameterError
 from ..failpoints import failpoint
 from ..partitioning import partition_dir, partition_value_str
 from ..storage.filesystem import Storage
@@ -35,6 +37,7 @@ from ..storage.filesystem import Storage
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
 
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 STATUS_SCHEMA = "path string, size long, modification_time long, num_rows long"
 # Spark's Parquet codec names (ParquetOptions) that pyarrow can write, with the file-name extension
 # parquet-mr gives each (CompressionCodecName.getExtension). Every key is also a pyarrow codec name.
@@ -58,10 +61,10 @@ def parquet_codec(compression: str) -> str:
     key = str(compression).lower()
     key = _CODEC_ALIASES.get(key, key)
     if key in _CODEC_REFUSED:
-        raise ValueError(f"compression {compression!r} is not supported: {_CODEC_REFUSED[key]}.")
+        raise ParameterError(f"compression {compression!r} is not supported: {_CODEC_REFUSED[key]}.")
     if key not in _CODEC_EXT:
         names = sorted([*_CODEC_EXT, *_CODEC_ALIASES])
-        raise ValueError(f"unknown Parquet compression {compression!r}; use one of {names}")
+        raise ParameterError(f"unknown Parquet compression {compression!r}; use one of {names}")
     return key
 
 
@@ -323,4 +326,16 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     # field b of column a): it gets positional names, the task puts the real ones back.
     names = df.columns
     df = df.toDF(*(f"c{i}" for i in range(len(names))))
-    return df.mapInArrow(functools.partial(write_task, spec, names), STATUS_SCHEMA).collect()
+    try:
+        return df.mapInArrow(functools.partial(write_task, spec, names), STATUS_SCHEMA).collect()
+    except Exception as exc:
+        missing = _MISSING_MODULE.search(str(exc))
+        if missing is None:
+            raise
+        raise ExecutorDependencyError(
+            f"writing a batch to {spec.storage.display(spec.storage.root)}: the executors' Python cannot import "
+            f"{missing.group(1)!r}, which the Arrow writer path runs there. Install parquet-sink[spark] in the "
+            "executors' environment (cluster libraries, a shared venv via spark.archives / PYSPARK_PYTHON), ship "
+            "it with --py-files or spark.sparkContext.addPyFile, or under Spark Connect with "
+            "spark.addArtifacts(<wheel or zip>, pyfile=True). Nothing was committed."
+        ) from exc

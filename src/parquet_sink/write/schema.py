@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -103,8 +104,10 @@ def check_batch_schema(
     """
     missing = [c for c in partition_by if c not in incoming.names]
     if missing:
+        guesses = {c: difflib.get_close_matches(c, incoming.names, n=1, cutoff=0.6) for c in missing}
+        hint = "".join(f" Did you mean {g[0]!r} for {c!r}?" for c, g in guesses.items() if g)
         raise SchemaMismatchError(
-            f"{what} of {where}: partition columns {missing} are not in the data's columns {incoming.names}. "
+            f"{what} of {where}: partition columns {missing} are not in the data's columns {incoming.names}.{hint} "
             "Fix partition_by or the data. Nothing was committed."
         )
     data_schema = pa.schema([f for f in incoming if f.name not in partition_by])

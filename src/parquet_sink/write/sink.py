@@ -17,9 +17,13 @@ stores).
 
 from __future__ import annotations
 
+import collections
+import datetime as _dt
 import json
 import logging
+import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,12 +33,16 @@ import pyarrow as pa
 from ..delta.sync import require_deltalake, sync_after_commit
 from .dependencies import require_sink_dependencies
 from ..errors import (
+    ParameterError,
     CommitConflictError,
     ForeignQueryError,
     LogError,
     MissingLogFileError,
     OutputResetError,
     QueryIdentityError,
+    SinkUsageError,
+    TemporaryCheckpointWarning,
+    original_error,
 )
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
@@ -52,13 +60,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_TEMPORARY = re.compile(r"/temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/?$")  # Spark's
+RECENT_PROGRESS = 100  # batches kept in ParquetSink.recent_progress (Spark keeps 100 in query.recentProgress)
+
+
 @dataclass
 class BatchProgress:
-    """Figures of one ``foreachBatch`` call, also logged at INFO."""
+    """Figures of one ``foreachBatch`` call, also logged at INFO (``parquet_sink.write.sink``)."""
 
     batch_id: int
     log_batch_id: int | None
     query_id: str | None
+    timestamp: _dt.datetime = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc))  # when the call began
     skipped: bool = False
     rows: int = 0
     files: int = 0
@@ -117,7 +130,8 @@ class ParquetSink:
             batch catches up. Needs ``pip install "parquet-sink[delta]"``.
 
     Raises:
-        ValueError: a parameter out of range (named in the message), at construction.
+        ParameterError: (a ValueError) a parameter out of range (named in the message), at construction.
+        StorageError: the store cannot be reached (within ``$PARQUET_SINK_CONNECT_TIMEOUT``, 10 s), at construction.
 
     Example::
 
@@ -163,6 +177,13 @@ class ParquetSink:
             checkpoint_location=checkpoint_location,
             writer=writer,
         )
+        storage = Storage(path, storage_options)
+        if writer == "spark" and not storage.renames_atomically:
+            raise ParameterError(
+                f"ParquetSink({path!r}): writer='spark' needs a store with atomic renames (local disk), and "
+                f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
+            )
+        storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
         self.path = path
         self.partition_by = tuple(partition_by or ())
         self.compact_interval = compact_interval
@@ -178,14 +199,42 @@ class ParquetSink:
         self.writer = writer
         self.allow_existing_files = allow_existing_files
         self.delta_log = delta_log
-        self.last_progress: BatchProgress | None = None
+        self._recent: collections.deque[BatchProgress] = collections.deque(maxlen=RECENT_PROGRESS)
         self._state: _OutputState | None = None
         self._metadata_log: MetadataLog | None = None
+        self._checkpoints: dict[str | None, str | None] = {}  # query id -> its temporary checkpoint, if any
+        self._warned: set[str | None] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_state"] = state["_metadata_log"] = None  # driver caches, rebuilt on first use
         return state
+
+    def _get_object_id(self) -> str:
+        """py4j asks this of an object passed to a JVM method: only a misuse such as
+        ``writeStream.format(sink)`` passes the sink there (classic PySpark)."""
+        raise SinkUsageError(
+            f"{self} was passed to a Spark method that takes a name or a JVM object (writeStream.format?). "
+            "The sink is a function for df.writeStream.foreachBatch(sink)."
+        )
+
+    @property
+    def last_progress(self) -> BatchProgress | None:
+        """The figures of the newest ``foreachBatch`` call in this process (None before the first).
+
+        Example: ``sink.last_progress.rows`` -> ``1000``.
+        """
+        return self._recent[-1] if self._recent else None
+
+    @property
+    def recent_progress(self) -> list[BatchProgress]:
+        """The figures of the last :data:`RECENT_PROGRESS` calls in this process, oldest first, each with its
+        ``timestamp`` (like Spark's ``query.recentProgress``). Under Spark Connect the sink runs in the server's
+        Python process: read :func:`parquet_sink.history` there instead.
+
+        Example: ``[(p.batch_id, p.rows, p.timestamp) for p in sink.recent_progress[-3:]]``.
+        """
+        return list(self._recent)
 
     def __repr__(self) -> str:
         return f"ParquetSink({self.path!r}, partition_by={list(self.partition_by)})"
@@ -205,18 +254,26 @@ class ParquetSink:
 
     # -- the foreachBatch entry point ---------------------------------------------------------------
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int | None = None) -> None:
         """Write and commit one micro-batch (called by Spark with the batch DataFrame and its id)."""
+        if batch_id is None or not hasattr(df, "sparkSession"):
+            raise SinkUsageError(
+                f"{self} was called with {type(df).__name__} {'and no batch id' if batch_id is None else ''}: it "
+                "takes a whole micro-batch. Use df.writeStream.foreachBatch(sink), not .foreach(sink) (one row) or "
+                ".format(sink) (a source name). Nothing was written."
+            )
         query_id = self._query_id(df, batch_id)
         state = self._refresh_state()
-        target = self._target_batch(state, query_id, batch_id)
+        if state.latest < 0 or query_id not in state.queries:
+            self._warn_temporary_checkpoint(df, query_id, batch_id)
+        target = self._target_batch(state, query_id, batch_id, df)
         progress = BatchProgress(batch_id, target, query_id, skipped=target is None)
         if target is None:
             logger.info(
                 "%s: skipping batch %d of query %s: already committed (log batch %d)",
                 self, batch_id, query_id, state.queries[query_id].log_batch_id,
             )
-            self.last_progress = progress
+            self._recent.append(progress)
             self._sync_delta(df, f"batch {batch_id} of query {query_id}")
             return
         self._check_schema(state, df, target)
@@ -250,7 +307,7 @@ class ParquetSink:
                 "Spark retries the batch when the query restarts",
             )
             data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data), query_id, batch_id)
+            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, sum(s.num_rows for s in statuses)), query_id, batch_id)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
@@ -260,7 +317,7 @@ class ParquetSink:
         progress.rows = sum(s.num_rows for s in statuses)
         progress.files = len(statuses)
         progress.bytes = sum(s.size for s in statuses)
-        self.last_progress = progress
+        self._recent.append(progress)
         logger.info(
             "%s: committed batch %d of query %s as log batch %d: %d rows, %d files, %d bytes, "
             "write %.3fs, commit %.3fs",
@@ -277,12 +334,8 @@ class ParquetSink:
             sync_after_commit(self.path, self.storage_options, what, time_zone)
 
     def _spark_writes(self, storage: Storage) -> bool:
-        """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring)."""
-        if self.writer == "spark" and not storage.renames_atomically:
-            raise ValueError(
-                f"{self}: writer='spark' needs a store with atomic renames (local disk), and "
-                f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
-            )
+        """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring;
+        ``writer='spark'`` on a store without atomic renames is refused at construction)."""
         return self.writer != "arrow" and storage.renames_atomically
 
     def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
@@ -376,13 +429,55 @@ class ParquetSink:
         if found is not None:  # a missing file is the reader's and `verify`'s to report; keep the previous schema
             state.schema, state.partition_columns = found
 
-    def _target_batch(self, state: _OutputState, query_id: str | None, batch_id: int) -> int | None:
+    def _temporary_checkpoint(self, df: DataFrame, query_id: str | None) -> str | None:
+        """The temporary checkpoint Spark gave the running query when it has no ``checkpointLocation``, else
+        None (also under Spark Connect, where the sink cannot see the query: ``checkpoint_location`` covers it)."""
+        if query_id is None or type(df).__module__.startswith("pyspark.sql.connect."):
+            return None
+        if query_id not in self._checkpoints:
+            root = None
+            try:
+                from pyspark.sql import SparkSession
+
+                # the batch's session is a clone without the query: ask the session that started it
+                for candidate in (SparkSession._instantiatedSession, df.sparkSession):
+                    query = None if candidate is None else candidate.streams.get(query_id)
+                    if query is not None:
+                        root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+                        break
+            except Exception:  # a private API: never fail a batch over a diagnostic
+                logger.debug("%s: cannot read the checkpoint of query %s", self, query_id, exc_info=True)
+            self._checkpoints[query_id] = root if root and _TEMPORARY.search(root) else None
+        return self._checkpoints[query_id]
+
+    def _warn_temporary_checkpoint(self, df: DataFrame, query_id: str | None, batch_id: int) -> None:
+        temporary = self._temporary_checkpoint(df, query_id)
+        if temporary is not None and query_id not in self._warned:
+            self._warned.add(query_id)
+            message = (
+                f"{self}: query {query_id} has no checkpointLocation, so Spark gave it the temporary checkpoint "
+                f"{temporary}: exactly-once holds within this run only, and the next run is a new query that the "
+                "sink refuses (ForeignQueryError). Set .option('checkpointLocation', <a durable path>)."
+            )
+            logger.warning(message)
+            warnings.warn(message, TemporaryCheckpointWarning, stacklevel=2)
+
+    def _target_batch(
+        self, state: _OutputState, query_id: str | None, batch_id: int, df: DataFrame | None = None
+    ) -> int | None:
         """The log batch id to commit to, or None when this query already committed ``batch_id``."""
         action, log_batch = decide_batch(
             state.latest, state.queries, query_id, batch_id, self.on_foreign_query == "append"
         )
         if action == "foreign":
             owner = self._owner(min(batch_id, state.latest))
+            temporary = None if df is None else self._temporary_checkpoint(df, query_id)
+            cause = (
+                f" The cause: this query has no checkpointLocation (Spark gave it the temporary checkpoint "
+                f"{temporary}), so every run is a new query. Set .option('checkpointLocation', ...) and, to keep "
+                "this output, pass on_foreign_query='append' once."
+                if temporary else ""
+            )
             raise ForeignQueryError(
                 f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}: its "
                 f"batches up to {state.latest} were committed by "
@@ -390,7 +485,7 @@ class ParquetSink:
                 "This is a new checkpoint on an old output; skipping would silently lose this query's data. "
                 "Resume the original checkpoint, write to a new output path, or pass "
                 "ParquetSink(..., on_foreign_query='append') to append after the latest batch "
-                f"({state.latest})."
+                f"({state.latest}).{cause}"
             )
         if action == "reset":
             raise OutputResetError(
@@ -423,6 +518,29 @@ class ParquetSink:
             logger.info("%s: schema evolves with new nullable columns %s", self, added)
         if state.schema is None or added:
             state.schema, state.partition_columns = data_schema, self.partition_by
+
+
+def await_termination(query: Any, timeout: float | None = None) -> bool | None:
+    """``query.awaitTermination(timeout)``, raising the sink's own typed error (same class and message, the
+    ``StreamingQueryException`` as its cause) when the query died of one; other failures pass unchanged.
+    Classic PySpark and Spark Connect alike. Returns what ``awaitTermination`` returns.
+
+    Example::
+
+        >>> query = df.writeStream.foreachBatch(ParquetSink("/data/events")).option(
+        ...     "checkpointLocation", "/data/_checkpoints/events").start()
+        >>> try:
+        ...     await_termination(query)
+        ... except ForeignQueryError as exc:
+        ...     print("a new checkpoint on an old output:", exc)
+    """
+    try:
+        return query.awaitTermination() if timeout is None else query.awaitTermination(timeout)
+    except Exception as exc:
+        typed = original_error(exc)
+        if typed is None:
+            raise
+        raise typed from exc
 
 
 Action = Literal["commit", "skip", "foreign", "reset"]
@@ -507,15 +625,15 @@ def _check_parameters(
     value never reaches the executors or the log)."""
 
     if isinstance(partition_by, str):
-        raise ValueError(f"partition_by must be a list of column names, got the string {partition_by!r}")
+        raise ParameterError(f"partition_by must be a list of column names, got the string {partition_by!r}")
     if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
-        raise ValueError(f"partition_by names a column twice: {list(partition_by)}")
+        raise ParameterError(f"partition_by names a column twice: {list(partition_by)}")
     LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if on_foreign_query not in ("error", "append"):
-        raise ValueError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
+        raise ParameterError(f"on_foreign_query must be 'error' or 'append', got {on_foreign_query!r}")
     if writer not in ("auto", "spark", "arrow"):
-        raise ValueError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
+        raise ParameterError(f"writer must be 'auto', 'spark' or 'arrow', got {writer!r}")
     if checkpoint_location is not None and (not isinstance(checkpoint_location, str) or not checkpoint_location):
-        raise ValueError(f"checkpoint_location must be the query's checkpointLocation URL, got {checkpoint_location!r}")
+        raise ParameterError(f"checkpoint_location must be the query's checkpointLocation URL, got {checkpoint_location!r}")

@@ -1,0 +1,169 @@
+"""``history``: one row per committed batch of an output, from its log alone (the counterpart of Delta's
+``DESCRIBE HISTORY`` / delta-rs ``DeltaTable.history``; Spark's file sink has none).
+
+Each commit record carries the batch's commit time and row count (``commitTime``, ``batchRows``: keys
+Spark's reader ignores), and they stay in the log when compaction drops the record itself
+(:func:`~parquet_sink.log.entry.figures_of`), so the history survives compaction and a copy of the output
+(``cp -r`` keeps the log's text, not the files' times). Files and bytes are counted from the log's
+entries. What the log cannot tell is null: batches Spark's own sink (or a version before these keys)
+committed have no commit time or rows; batches whose entries retention dropped, or that a compact file
+written by Spark holds without batch ids, have no file counts.
+
+Example::
+
+    >>> history("/data/events", limit=2).to_pylist()[0]
+    {'log_batch_id': 57, 'query_id': '6abb5a0d-...', 'query_batch_id': 57,
+     'commit_time': datetime.datetime(2026, 11, 24, 6, 1, 2, 345000, tzinfo=<UTC>),
+     'files': 4, 'bytes': 18230, 'rows': 1000}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ParameterError, SnapshotNotFoundError
+from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, attribute, records_of
+from ..log.files import is_compact_path, require_output
+from ..log.metadata_log import MetadataLog
+from ..log.snapshot import LogSnapshot, data_files, read_snapshot
+from ..storage.filesystem import Storage
+
+logger = logging.getLogger(__name__)
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("log_batch_id", pa.int64()),
+        ("query_id", pa.string()),  # the streaming query's id, or write_batch's app id
+        ("query_batch_id", pa.int64()),  # the query's own batch id, or write_batch's version
+        ("commit_time", pa.timestamp("ms", tz="UTC")),
+        ("files", pa.int64()),
+        ("bytes", pa.int64()),
+        ("rows", pa.int64()),
+    ]
+)
+
+
+def batch_history(snap: LogSnapshot) -> pa.Table:
+    """The history of every log batch ``0..snap.latest``, oldest first (:data:`HISTORY_SCHEMA`), from the
+    entries of one snapshot (all of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA`'s columns).
+
+    Example: ``batch_history(read_snapshot(log)).column("rows")``.
+    """
+    if snap.latest is None:
+        return HISTORY_SCHEMA.empty_table()
+    table = snap.table
+    n = snap.latest + 1
+    ids = table.column(BATCH_KEY)
+    # batches whose entries may be gone (retention) or not attributable (a compact file Spark wrote)
+    unknown_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
+    unknown_upto = -1 if unknown_upto is None else unknown_upto
+    if ids.null_count:  # entries of a compact file Spark wrote: every batch it covers
+        compacts = [b for b, path in snap.listing.items() if is_compact_path(path) and b <= snap.latest]
+        unknown_upto = max(unknown_upto, max(compacts, default=snap.latest))
+    files = [0] * n
+    sizes = [0] * n
+    data = data_files(table, ["size", BATCH_KEY])
+    if data.num_rows:
+        grouped = data.filter(pc.is_valid(data.column(BATCH_KEY))).group_by(BATCH_KEY).aggregate(
+            [("size", "count"), ("size", "sum")]
+        )
+        for batch, count, total in zip(*(grouped.column(c).to_pylist() for c in (BATCH_KEY, "size_count", "size_sum"))):
+            if 0 <= batch < n:
+                files[batch], sizes[batch] = count, total
+    times: list[int | None] = [None] * n
+    rows: list[int | None] = [None] * n
+    figured = table.filter(pc.and_(pc.is_valid(table.column(COMMIT_TIME_KEY)), pc.is_valid(ids)))
+    for batch, time_ms, count in zip(
+        *(figured.column(c).to_pylist() for c in (BATCH_KEY, COMMIT_TIME_KEY, BATCH_ROWS_KEY))
+    ):
+        if 0 <= batch < n:
+            times[batch], rows[batch] = time_ms, count
+    owners = attribute(records_of(table), range(n))
+    known = [b > unknown_upto for b in range(n)]
+    return pa.table(
+        {
+            "log_batch_id": pa.array(range(n), pa.int64()),
+            "query_id": [owners[b].query_id if b in owners else None for b in range(n)],
+            "query_batch_id": [owners[b].query_batch_id if b in owners else None for b in range(n)],
+            "commit_time": pa.array(times, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+            "files": [files[b] if known[b] else None for b in range(n)],
+            "bytes": [sizes[b] if known[b] else None for b in range(n)],
+            "rows": pa.array(rows, pa.int64()),
+        },
+        schema=HISTORY_SCHEMA,
+    )
+
+
+def history(
+    path: str,
+    *,
+    limit: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    compact_interval: int | None = None,
+) -> pa.Table:
+    """One row per committed batch of the output at ``path``, newest first, as an Arrow table: ``log_batch_id``,
+    ``query_id`` (the streaming query, or ``write_batch``'s app id), ``query_batch_id`` (the query's batch id,
+    or the app's version), ``commit_time`` (UTC), ``files``, ``bytes``, ``rows``. Null where the log cannot
+    tell (see the module docstring). ``limit``: only the newest ``limit`` batches.
+
+    Example::
+
+        >>> history("/data/events", limit=1).select(["log_batch_id", "rows"]).to_pylist()
+        [{'log_batch_id': 57, 'rows': 1000}]
+        >>> history("/data/events").to_pandas()     # or polars.from_arrow(...)
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ParameterError(f"limit must be None or a non-negative integer, got {limit!r}")
+    storage = Storage(path, storage_options)
+    log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
+    snap = read_snapshot(log, compact_interval)
+    if snap.latest is None:
+        require_output(storage)
+    table = batch_history(snap)
+    table = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
+    return table if limit is None else table.slice(0, limit)
+
+
+def batch_as_of_time(log: MetadataLog, history_table: pa.Table, when: _dt.datetime) -> int:
+    """The newest log batch committed at or before ``when`` (Delta's ``timestampAsOf``), from
+    :func:`batch_history`'s table (oldest first). SnapshotNotFoundError when ``when`` is before the first
+    commit, or when the log does not record the commit time of a batch that decides it.
+
+    Example: ``batch_as_of_time(log, batch_history(snap), datetime(2026, 11, 24, tzinfo=timezone.utc))`` -> ``41``.
+    """
+    if not isinstance(when, _dt.datetime):
+        raise TypeError(f"as_of_time must be a datetime, got {type(when).__name__}")
+    if when.tzinfo is None:
+        raise ParameterError(
+            f"as_of_time={when!r} has no time zone: pass an aware datetime, e.g. datetime(..., tzinfo=timezone.utc)"
+        )
+    target = int(when.timestamp() * 1000)
+    times = history_table.column("commit_time").cast(pa.int64()).to_pylist()
+    where = log.display(log.log_dir)
+    found: int | None = None
+    for batch in range(len(times) - 1, -1, -1):  # newest first: the first batch at or before the time decides
+        if times[batch] is None:
+            raise SnapshotNotFoundError(
+                f"as_of_time={when.isoformat()}: {where} does not record when batch {batch} was committed (Spark's "
+                "own sink, or a version before commit times, wrote it), so the batch as of that time cannot be "
+                "told. Use as_of_batch=, with `parquet-sink ls` to find the batch."
+            )
+        if times[batch] <= target:
+            found = batch
+            break
+    if found is None:
+        first = "no batch" if not times else f"its first batch at {_iso(times[0])}"
+        raise SnapshotNotFoundError(
+            f"as_of_time={when.isoformat()} is before the first commit of {where} ({first}): there is no snapshot "
+            "then. Ask for a later time."
+        )
+    return found
+
+
+def _iso(time_ms: int) -> str:
+    return _dt.datetime.fromtimestamp(time_ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds")

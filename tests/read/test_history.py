@@ -1,0 +1,134 @@
+"""history(), read_committed(as_of_time=...) and snapshots out of range, from the log alone (no Spark: the
+commit records come from write_batch, which writes them as the sink does; Spark's reader ignoring the new keys
+is proven by every Spark interop test, whose outputs now carry them)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parquet_sink import committed_files, history, read_committed, write_batch
+from parquet_sink.errors import NotAnOutputError, SnapshotNotFoundError
+
+UTC = dt.timezone.utc
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(UTC)
+
+
+def _write_versions(out: str, sizes: list[int], **options) -> list[tuple[dt.datetime, dt.datetime]]:
+    """One write_batch version per size (rows 0..size-1 tagged with the version); returns each commit's
+    (before, after) wall-clock window."""
+    windows = []
+    for version, size in enumerate(sizes):
+        before = _now()
+        write_batch(out, pa.table({"v": pa.array([version] * size, pa.int64())}), app_id="app", version=version, **options)
+        windows.append((before, _now()))
+        time.sleep(0.002)  # distinct commit times
+    return windows
+
+
+def test_history_has_one_row_per_batch_that_survives_compaction_and_a_copy(tmp_path):
+    out = str(tmp_path / "out")
+    sizes = [3, 0, 5, 1, 2, 7, 0, 4, 6, 2, 9]  # empty batches inside compacted runs too
+    windows = _write_versions(out, sizes, compact_interval=3)
+    copy = tmp_path / "copy"
+    time.sleep(0.05)
+    subprocess.run(["cp", "-r", out, str(copy)], check=True)  # no -p: every file gets the copy's time
+    for path in (out, str(copy)):
+        table = history(path)
+        assert table.column("log_batch_id").to_pylist() == list(range(len(sizes) - 1, -1, -1))
+        rows = table.to_pylist()[::-1]
+        assert [r["rows"] for r in rows] == sizes
+        assert [(r["query_id"], r["query_batch_id"]) for r in rows] == [("app", v) for v in range(len(sizes))]
+        files = committed_files(path)
+        for r, (before, after) in zip(rows, windows):
+            mine = [f for f in files if f.batch_id == r["log_batch_id"]]
+            assert r["files"] == len(mine) and r["bytes"] == sum(f.size for f in mine)
+            assert before - dt.timedelta(milliseconds=1) <= r["commit_time"] <= after, r
+    assert history(out, limit=2).column("log_batch_id").to_pylist() == [10, 9]
+    assert history(out, limit=0).num_rows == 0
+
+
+def test_as_of_time_reads_the_snapshot_of_the_last_batch_committed_by_then(tmp_path):
+    out = str(tmp_path / "out")
+    sizes = [2, 3, 0, 4, 1, 5]
+    windows = _write_versions(out, sizes, compact_interval=4)
+    for version, (_, after) in enumerate(windows):
+        table = read_committed(out, as_of_time=after)
+        assert sorted(table.column("v").to_pylist()) == sorted(v for v in range(version + 1) for _ in range(sizes[v]))
+    with pytest.raises(SnapshotNotFoundError, match="before the first commit"):
+        read_committed(out, as_of_time=windows[0][0] - dt.timedelta(seconds=1))
+    with pytest.raises(ValueError, match="time zone"):
+        read_committed(out, as_of_time=dt.datetime.now())
+    with pytest.raises(ValueError, match="not both"):
+        read_committed(out, as_of_time=windows[0][1], as_of_batch=0)
+
+
+def test_snapshots_past_the_latest_batch_are_a_typed_error_naming_it(tmp_path):
+    out = str(tmp_path / "out")
+    _write_versions(out, [1, 2, 3, 4])
+    for options in ({"as_of_batch": 99}, {"batches": (5, 9)}, {"batches": (2, 9)}):
+        with pytest.raises(SnapshotNotFoundError, match="latest committed batch is 3"):
+            read_committed(out, **options)
+    assert read_committed(out, batches=(2, 3)).num_rows == 7
+    with pytest.raises(NotAnOutputError):
+        history(str(tmp_path / "typo"))
+
+
+def _spark_line(root: Path, name: str, size: int) -> str:
+    return (
+        f'{{"path":"file://{root}/{name}","size":{size},"isDir":false,"modificationTime":1700000000000,'
+        '"blockReplication":1,"blockSize":33554432,"action":"add"}'
+    )
+
+
+def test_history_of_a_log_spark_wrote_is_null_where_it_cannot_tell(tmp_path):
+    root = tmp_path / "out"
+    meta = root / "_spark_metadata"
+    meta.mkdir(parents=True)
+    (meta / "1.compact").write_text("v1\n" + "\n".join(_spark_line(root, f"c{k}.parquet", 10) for k in range(3)))
+    (meta / "2").write_text("v1\n" + _spark_line(root, "d.parquet", 7))
+    rows = history(str(root)).to_pylist()[::-1]
+    assert [r["log_batch_id"] for r in rows] == [0, 1, 2]
+    assert [(r["files"], r["bytes"]) for r in rows] == [(None, None), (None, None), (1, 7)]
+    assert all(r["commit_time"] is None and r["rows"] is None and r["query_id"] is None for r in rows)
+    with pytest.raises(SnapshotNotFoundError, match="does not record when batch 2"):
+        read_committed(str(root), as_of_time=_now())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    plan=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 4)), min_size=1, max_size=14),
+    interval=st.integers(1, 5),
+)
+def test_history_matches_what_each_write_committed(tmp_path_factory, plan, interval):
+    """A model: two apps append random batches (empty ones too); history says, batch by batch, who wrote it,
+    which version, how many rows and files, whatever compaction kept of the commit records."""
+    out = str(tmp_path_factory.mktemp("h") / "out")
+    versions = {"a": 0, "b": 0}
+    expected = []
+    for app, size in plan:
+        write_batch(out, pa.table({"x": pa.array(range(size), pa.int64())}), app_id=app, version=versions[app],
+                    compact_interval=interval)
+        expected.append((app, versions[app], size))
+        versions[app] += 1
+    rows = history(out).to_pylist()[::-1]
+    assert [(r["query_id"], r["query_batch_id"], r["rows"]) for r in rows] == expected
+    files = committed_files(out).table
+    for r in rows:
+        assert r["files"] == pc.sum(pc.equal(files.column("batch_id"), r["log_batch_id"])).as_py() or (
+            r["files"] == 0 and r["rows"] == 0
+        )
+    times = [r["commit_time"] for r in rows]
+    assert times == sorted(times) and None not in times

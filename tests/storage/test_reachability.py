@@ -1,0 +1,92 @@
+"""A store that cannot be reached fails in seconds with a StorageError naming the URL, at the sink's
+construction, in readers, write_batch and every CLI command (no Spark session: the sink fails before one is
+needed). Before, a wrong Azure account name took ~85 s of the backend's retries, and the sink failed at batch 0."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from parquet_sink import ParquetSink, history, read_committed, vacuum, verify, write_batch
+from parquet_sink.cli.main import main as cli_main
+from parquet_sink.errors import StorageError
+from parquet_sink.storage.filesystem import TIMEOUT_ENV
+
+from ..helpers.servers import AZURITE_ACCOUNT_KEY
+
+BAD_ACCOUNT = {"account_name": "nosuchaccount7x3q", "account_key": AZURITE_ACCOUNT_KEY}
+
+
+def _calls(url: str, options: dict) -> dict:
+    return {
+        "ParquetSink": lambda: ParquetSink(url, storage_options=options),
+        "read_committed": lambda: read_committed(url, storage_options=options),
+        "history": lambda: history(url, storage_options=options),
+        "write_batch": lambda: write_batch(url, pa.table({"x": [1]}), app_id="a", version=0, storage_options=options),
+        "verify": lambda: verify(url, storage_options=options),
+        "vacuum": lambda: vacuum(url, storage_options=options),
+    }
+
+
+@pytest.mark.parametrize("call", ["ParquetSink", "read_committed", "history", "write_batch", "verify", "vacuum"])
+def test_a_wrong_azure_account_name_fails_fast_with_a_typed_error(call):
+    started = time.monotonic()
+    with pytest.raises(StorageError) as caught:
+        _calls("abfs://container/out", BAD_ACCOUNT)[call]()
+    assert time.monotonic() - started < 20
+    message = str(caught.value)
+    assert "abfs://container/out" in message and "nosuchaccount7x3q" in message and "account name" in message
+    assert AZURITE_ACCOUNT_KEY not in message
+
+
+@pytest.mark.parametrize("command", ["ls", "verify", "vacuum", "doctor"])
+def test_cli_commands_fail_fast_on_a_wrong_account_name(command, capsys):
+    started = time.monotonic()
+    args = [command, "abfs://container/out", "--storage-option", "account_name=nosuchaccount7x3q",
+            "--storage-option", f"account_key={AZURITE_ACCOUNT_KEY}"]
+    args += ["--app-id", "a", "--version", "0"] if command == "doctor" else []
+    assert cli_main(args) == 1
+    assert time.monotonic() - started < 20
+    err = capsys.readouterr().err
+    assert "cannot reach abfs://container/out" in err and AZURITE_ACCOUNT_KEY not in err
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """An HTTP endpoint that accepts connections and never answers (a store that hangs)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_store_that_never_answers_fails_after_the_connect_timeout(silent_endpoint, monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "1.5")
+    options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": silent_endpoint}}
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"cannot reach s3://bucket/out: no answer from the store within 1\.5 s"):
+        read_committed("s3://bucket/out", storage_options=options)
+    assert time.monotonic() - started < 10
