@@ -28,7 +28,7 @@ import logging
 import math
 import posixpath
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from ..errors import MissingDependencyError, ParquetSinkError
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
+from ..partitioning import parse_partition_path
 from ..read.reader import CommittedFile, Snapshot, _dataset_from, snapshot
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, file_stats
@@ -161,9 +162,10 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
     )
 
 
-def _relative_files(snap: Snapshot) -> dict[str, CommittedFile]:
-    """The committed files by root-relative path; DeltaLogError for a file outside the root (a Delta add path
-    could name it, but a moved output would then point elsewhere)."""
+def _relative_files(snap: Snapshot) -> dict[str, int]:
+    """The committed files' root-relative paths, each to its index in ``snap.files`` (a
+    :class:`CommittedFile` is built only for the files a commit adds); DeltaLogError for a file outside the
+    root (a Delta add path could name it, but a moved output would then point elsewhere)."""
     table = snap.files.table
     outside = [p for p in table.column("outside_path").to_pylist() if p is not None]
     if outside:
@@ -172,11 +174,11 @@ def _relative_files(snap: Snapshot) -> dict[str, CommittedFile]:
             f"root (first: {outside[0]}); a Delta log lists files under its table root only. Move those files "
             "under the root (and rewrite the log) before syncing the Delta log."
         )
-    return {f.relative_path: f for f in snap.files}
+    return {path: index for index, path in enumerate(table.column("relative_path").to_pylist())}
 
 
 def _add_actions(
-    snap: Snapshot, files: Mapping[str, CommittedFile], dataset: ds.FileSystemDataset, new: list[str],
+    snap: Snapshot, files: Mapping[str, int], dataset: ds.FileSystemDataset, new: list[str],
     partition_columns: list[str], schema: pa.Schema,
 ) -> list[Any]:
     """Add actions of the committed files ``new`` (relative paths, keys of ``files``): partition values from
@@ -191,7 +193,7 @@ def _add_actions(
     types = {c: schema.field(c).type for c in partition_columns}
 
     def action(relative: str) -> Any:
-        committed = files[relative]
+        committed: CommittedFile = snap.files[files[relative]]
         keys = ds.get_partition_keys(fragments[relative].partition_expression)
         values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
         stats = file_stats(pq.read_metadata(committed.path, filesystem=filesystem), data_schema)
@@ -201,9 +203,11 @@ def _add_actions(
         return list(pool.map(action, new))
 
 
-def _partition_columns(snap: Snapshot) -> list[str]:
-    """The partition columns of the committed files (every file of an output has the same ones)."""
-    found = {tuple(c for c, _ in f.partition) for f in snap.files}
+def _partition_columns(snap: Snapshot, relative_paths: Iterable[str]) -> list[str]:
+    """The partition columns of the committed files (every file of an output has the same ones), from their
+    distinct directories."""
+    directories = {path.rpartition("/")[0] for path in relative_paths}
+    found = {tuple(c for c, _ in parse_partition_path(d + "/file")) if d else () for d in directories}
     if len(found) > 1:
         raise DeltaLogError(
             f"{snap.storage.display(snap.storage.root)}: committed files are partitioned by different columns "
@@ -349,7 +353,7 @@ def sync_delta_log(
         if state is None and not files:
             logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
             return result()
-        partition_columns = _partition_columns(snap) if files else state.partition_columns
+        partition_columns = _partition_columns(snap, files) if files else state.partition_columns
         dataset = _dataset_from(snap, time_zone) if files else None
         schema = delta_schema(dataset.schema) if dataset is not None else state.schema
         added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
