@@ -81,13 +81,37 @@ def require_deltalake(what: str) -> ModuleType:
 
 
 _S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
+_AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
+               "sas_token": "azure_storage_sas_token"}
+# connection string fields -> adlfs's option names
+_CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
+                      "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
+
+
+def _azure_options(given: Mapping[str, Any]) -> dict[str, str]:
+    """adlfs's options (``account_name``, ``account_key``, ``sas_token``, a ``connection_string`` naming them and
+    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options."""
+    fields = dict(given)
+    for part in str(given.get("connection_string") or "").split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() in _CONNECTION_FIELDS:
+            fields.setdefault(_CONNECTION_FIELDS[key.strip().lower()], value.strip())
+    options = {_AZURE_KEYS[k]: str(v) for k, v in fields.items() if k in _AZURE_KEYS and v}
+    if fields.get("blob_endpoint"):  # an emulator or a private endpoint
+        options["azure_storage_endpoint"] = str(fields["blob_endpoint"])
+        if str(fields["blob_endpoint"]).startswith("http://"):
+            options["azure_allow_http"] = "true"
+    if fields.get("anon"):
+        options["azure_skip_signature"] = "true"
+    return options
 
 
 def delta_location(storage: Storage) -> tuple[str, dict[str, str] | None]:
     """The table URI and storage options delta-rs opens the output with: s3fs's options (``key``, ``secret``,
     ``token``, ``endpoint_url`` and ``region_name``, also under ``client_kwargs``, ``anon``) become delta-rs's
     ``aws_*`` options, with conditional put (``If-None-Match``, which the sink's storage probe requires) for
-    its commits; other stores get their string options as they are.
+    its commits; adlfs's (``account_name``, ``account_key``, ``sas_token``, ``connection_string``) its
+    ``azure_*`` options; other stores get their string options as they are.
 
     Example: ``delta_location(Storage("s3://bucket/out", {"key": "K", "secret": "S"}))`` ->
     ``('s3://bucket/out', {'aws_access_key_id': 'K', 'aws_secret_access_key': 'S', 'aws_conditional_put': 'etag'})``.
@@ -108,6 +132,8 @@ def delta_location(storage: Storage) -> tuple[str, dict[str, str] | None]:
             options["aws_skip_signature"] = "true"
         options["aws_conditional_put"] = "etag"
         return f"s3://{storage.root}", options
+    if storage.protocol in ("abfs", "abfss", "az"):
+        return f"az://{storage.root}", _azure_options(given)
     options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
     return storage.url, options or None
 
