@@ -166,6 +166,8 @@ def test_a_failed_delta_commit_never_fails_the_batch(out, caplog):
         result = write_batch(out, _table(1), app_id="app", version=1, delta_log=True)
     assert result.committed and result.log_batch_id == 1
     assert "parquet-sink delta-sync" in caplog.text and "log batch 1" in caplog.text
+    with pytest.raises(DeltaLogError, match="_delta_log failed.*not affected.*delta-sync"):
+        sync_delta_log(out)  # a typed error naming the remedy, not delta-rs's own
     assert sorted(read_committed(out).column("id").to_pylist()) == [v * 100 + i for v in (0, 1) for i in range(6)]
     delta_dir.unlink()
     moved.rename(delta_dir)

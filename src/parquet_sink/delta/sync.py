@@ -170,17 +170,33 @@ class DeltaState:
     table: Any = field(repr=False)
 
 
+def delta_failure(storage: Storage, what: str, exc: Exception) -> DeltaLogError:
+    """A delta-rs failure as a DeltaLogError naming the output, what failed and the remedy, with no secret of
+    the storage options (delta-rs may quote a signed URL)."""
+    where = storage.display(storage.root)
+    first_line = next(iter(str(exc).strip().splitlines()), "")
+    detail = storage._redact(f"{type(exc).__name__}: {first_line}")[:300]  # the storage layer's redaction
+    return DeltaLogError(
+        f"{what} of {where}/{DELTA_DIR} failed ({detail}). The data and {where}/_spark_metadata are not affected; "
+        f"fix the cause, then run `parquet-sink delta-sync {where}`."
+    )
+
+
 def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> DeltaState | None:
-    """The Delta log at the output root of ``storage``, or None when there is none.
+    """The Delta log at the output root of ``storage``, or None when there is none; DeltaLogError when it
+    cannot be read.
 
     Example: ``read_delta_state(Storage("/data/events")).log_batch_id`` -> ``57``.
     """
     deltalake = deltalake or require_deltalake(f"reading the Delta log of {storage.display(storage.root)}")
     uri, options = delta_location(storage)
-    if not deltalake.DeltaTable.is_deltatable(uri, options):
-        return None
-    table = deltalake.DeltaTable(uri, storage_options=options)
-    actions = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
+    try:
+        if not deltalake.DeltaTable.is_deltatable(uri, options):
+            return None
+        table = deltalake.DeltaTable(uri, storage_options=options)
+        actions = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
+    except (deltalake.exceptions.DeltaError, OSError) as exc:
+        raise delta_failure(storage, "reading", exc) from exc
     files = dict(zip(map(unquote, actions.column("path").to_pylist()), actions.column("size_bytes").to_pylist()))
     schema = pa.schema(table.schema())
     return DeltaState(
@@ -399,13 +415,13 @@ def sync_delta_log(
                 version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration)
             else:
                 version = _append(deltalake, state, schema, added_columns, adds + removes, latest)
-        except (CommitFailedError, DeltaError) as exc:
+        except (DeltaError, OSError) as exc:
             # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
             lost = isinstance(exc, CommitFailedError) or "already exists" in str(exc)
             if lost and attempt + 1 < _ATTEMPTS:
                 logger.info("%s: another commit to %s won (attempt %d): re-reading", where, DELTA_DIR, attempt + 1)
                 continue
-            raise
+            raise delta_failure(storage, f"committing log batch {latest}", exc) from exc
         logger.info(
             "%s: Delta log version %d mirrors log batch %d (was %s): %d files added, %d removed",
             where, version, latest, previous, len(adds), len(removes),
@@ -506,6 +522,7 @@ __all__ = [
     "DeltaState",
     "DeltaSyncResult",
     "compare_logs",
+    "delta_failure",
     "delta_location",
     "has_delta_log",
     "read_delta_state",
