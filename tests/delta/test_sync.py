@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import json
 import logging
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import deltalake
 import polars as pl
@@ -68,6 +70,11 @@ def test_write_batch_delta_log_every_reader(out):
     assert table.metadata().partition_columns == ["cat", "n"]
     expected = assert_delta_matches(out)
     assert expected.num_rows == 24
+    # add paths in the log are relative and URL-encoded (the directory cat=c%3Ad is logged as cat=c%253Ad)
+    logged = [json.loads(line)["add"]["path"] for f in sorted((Path(out) / "_delta_log").glob("*.json"))
+              for line in f.read_text().splitlines() if line.startswith('{"add"')]
+    assert {unquote(p) for p in logged} == {f.relative_path for f in committed_files(out)}
+    assert any(p.startswith("cat=c%253Ad/") for p in logged) and any(p.startswith("cat=a%20b/") for p in logged)
     assert sorted(expected.column("id").to_pylist()) == [v * 100 + i for v in range(4) for i in range(6)]
     # a sync in step commits nothing
     again = sync_delta_log(out)
