@@ -102,6 +102,10 @@ def _stat_value(value: Any, typ: pa.DataType, bound: str) -> Any:
     a string max longer than :data:`STRING_PREFIX`)."""
     if value is None or pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
         return None
+    if (pa.types.is_timestamp(typ) and not isinstance(value, _dt.datetime)) or (
+        pa.types.is_date(typ) and not isinstance(value, _dt.date)
+    ):
+        return None  # a footer that states the bound as a raw number (nanoseconds): no safe conversion here
     if isinstance(value, _dt.datetime):
         instant = _utc(value)
         text = instant.strftime("%Y-%m-%dT%H:%M:%S")
