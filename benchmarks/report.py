@@ -125,6 +125,12 @@ def headline(ctx: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append((f"Planning {shape.entries:,} files of Spark's compact file: first (no copy) vs with the copy",
                          shape.plan_first_seconds.fmt(), shape.plan_copy_seconds.fmt(),
                          _over(shape.plan_first_seconds, shape.plan_copy_seconds), "first/later time; goal <= 1.5x"))
+    stream = ctx.get("stream")
+    if stream:
+        rows.append((f"Stream continuing on a {stream.entries:,}-entry Spark-written log: p50 / p99 batch (addBatch)",
+                     f"{stream.p('ours', 50):.0f} / {stream.p('ours', 99):.0f} ms",
+                     f"{stream.p('spark', 50):.0f} / {stream.p('spark', 99):.0f} ms",
+                     f"{stream.p('spark', 99) / stream.p('ours', 99):.2f}x", "theirs/ours p99 time"))
     read = ctx.get("read")
     if read:
         for mode, label in (("table", "to a pyarrow Table"), ("count", "row count")):
@@ -188,6 +194,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
         _compaction_section(w, comp)
     if ctx.get("shapes"):
         _shapes_section(w, ctx["shapes"])
+    if ctx.get("stream"):
+        _stream_section(w, ctx["stream"])
     read = ctx.get("read")
     if read:
         _read_section(w, read)
@@ -428,6 +436,24 @@ def _shapes_section(w, shapes) -> None:
             w(f"\nPlanning {shape.entries:,} files: first read without a copy {shape.plan_first_seconds.fmt()}, "
               f"later reads from the stored copy {shape.plan_copy_seconds.fmt()} "
               f"({_over(shape.plan_first_seconds, shape.plan_copy_seconds)}).")
+    w("")
+
+
+def _stream_section(w, stream) -> None:
+    w("## 4c. A stream continuing on a big log\n")
+    w(
+        f"A new query appends {stream.batches} small batches ({1000:,} rows, one file each) to a copy of one "
+        f"Spark-written log of {stream.entries:,} entries (a compact file, no columnar copy): Spark's own sink "
+        "(`format(\"parquet\")`, after skipping the query's batches up to the log's latest) and ours "
+        "(`on_foreign_query=\"append\"`). Time per batch: `addBatch` from the query's progress reports. Every 10th "
+        "log batch compacts: Spark's sink reads and rewrites the whole log there; ours reads the compact file's "
+        "columnar copy (the first compaction makes it from the JSON).\n"
+    )
+    w("| sink | p50 | p99 | max | p50 without compaction batches | compaction batches |\n|---|---|---|---|---|---|")
+    for kind, label in (("ours", "ours"), ("spark", "Spark's file sink")):
+        compactions = ", ".join(f"{ms:.0f}" for ms in stream.split(kind, True)) or "none"
+        w(f"| {label} | {stream.p(kind, 50):.0f} ms | {stream.p(kind, 99):.0f} ms | {max(stream.ms[kind]):.0f} ms | "
+          f"{stream.p(kind, 50, False):.0f} ms | {compactions} ms |")
     w("")
 
 

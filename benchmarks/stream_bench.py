@@ -1,0 +1,88 @@
+"""Section 4c: a stream continuing on a big log, batch by batch: ours against Spark's own file sink.
+
+Both continue the same Spark-written log (a compact file of ``entries`` entries at batch 9, no columnar copy:
+an output Spark's sink wrote), each on its own copy, with a new query streaming one small input file per
+micro-batch. Spark's sink skips the query's batches up to the log's latest (its batch ids are the log's) and
+then appends; ours is told to append after the latest batch (``on_foreign_query="append"``). Each batch's
+``addBatch`` time comes from the query's own progress reports; compaction batches (every 10th log batch) are
+where Spark's sink reads and rewrites the whole log: the stall its users complain about.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from parquet_sink import ParquetSink
+
+from .common import percentile
+from .compaction_bench import _spark_log_file
+from .data import generate_input
+
+logger = logging.getLogger("benchmarks.stream")
+
+LATEST = 9  # the synthesized log: 9.compact
+ROWS = 1_000
+
+
+@dataclass
+class StreamResults:
+    """Per-batch ``addBatch`` milliseconds of each sink, split into compaction batches and the others."""
+
+    entries: int
+    batches: int
+    ms: dict[str, list[float]] = field(default_factory=dict)  # kind -> per appended batch, in order
+    compaction: dict[str, list[bool]] = field(default_factory=dict)  # kind -> whether that batch compacted
+
+    def split(self, kind: str, compacting: bool) -> list[float]:
+        return [ms for ms, c in zip(self.ms[kind], self.compaction[kind]) if c is compacting]
+
+    def p(self, kind: str, q: float, compacting: bool | None = None) -> float:
+        values = self.ms[kind] if compacting is None else self.split(kind, compacting)
+        return percentile(values, q) if values else float("nan")
+
+
+def _synth(root: str, entries: int) -> None:
+    meta = os.path.join(root, "_spark_metadata")
+    os.makedirs(meta)
+    _spark_log_file(os.path.join(meta, f"{LATEST}.compact"), root, LATEST, entries)
+
+
+def _run(spark, kind: str, input_dir: str, out: str, checkpoint: str) -> list[tuple[int, float]]:
+    """(query batch id, addBatch ms) of every batch of one availableNow query."""
+    stream = spark.readStream.schema(spark.read.parquet(input_dir).schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+    writer = stream.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    if kind == "spark":
+        writer = writer.format("parquet").option("path", out)
+    else:
+        writer = writer.foreachBatch(ParquetSink(out, on_foreign_query="append"))
+    query = writer.start()
+    query.awaitTermination()
+    return [(int(p["batchId"]), float(p["durationMs"].get("addBatch", 0))) for p in query.recentProgress]
+
+
+def run(spark, work: str, entries: int, batches: int) -> StreamResults:
+    """Both sinks continue a copy of one ``entries``-entry Spark-written log for ``batches`` appended batches."""
+    base = os.path.join(work, "stream-log")
+    _synth(base, entries)
+    input_dir = os.path.join(work, "stream-input")
+    generate_input(input_dir, LATEST + 1 + batches, ROWS, row_groups=1)
+    results = StreamResults(entries, batches)
+    for kind in ("ours", "spark"):
+        out = os.path.join(work, f"stream-{kind}")
+        shutil.copytree(base, out)
+        os.sync()
+        timings = _run(spark, kind, input_dir, out, os.path.join(work, f"stream-ckpt-{kind}"))
+        # Spark's sink skips query batches up to the log's latest: keep the batches that appended
+        appended = [(b, ms) for b, ms in timings if kind == "ours" or b > LATEST]
+        log_batches = [LATEST + 1 + i if kind == "ours" else b for i, (b, _) in enumerate(appended)]
+        results.ms[kind] = [ms for _, ms in appended][:batches]
+        results.compaction[kind] = [(b + 1) % 10 == 0 for b in log_batches][:batches]
+        logger.info("stream %s: p50 %.0f ms, p99 %.0f ms over %d batches", kind, results.p(kind, 50),
+                    results.p(kind, 99), len(results.ms[kind]))
+        shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(input_dir, ignore_errors=True)
+    return results
