@@ -4,6 +4,7 @@ dataset) returns exactly ``read_committed``'s rows with the same types, in its o
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import unquote
 
@@ -12,8 +13,25 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from parquet_sink import committed_files, read_committed
+from parquet_sink import MetadataLog, committed_files, read_committed
 from parquet_sink.delta.actions import delta_schema
+from parquet_sink.log.entry import LogEntry
+from parquet_sink.storage.filesystem import Storage
+from parquet_sink.write.parquet_files import WriteSpec, write_rows
+
+DAY_MS = 86_400_000
+
+
+def spark_style_batch(log: MetadataLog, table: pa.Table, partition_by: tuple[str, ...], old: bool) -> int:
+    """Commit ``table`` as the next batch of ``log`` the way Spark's own sink logs one (no commit record),
+    its entries logged 30 days ago when ``old`` (a compaction with retention then drops them); its batch id."""
+    storage: Storage = log.storage
+    latest = log.latest_batch_id() if storage.exists(storage.root) else None
+    batch = 0 if latest is None else latest + 1
+    statuses = write_rows(WriteSpec(storage, partition_by, "snappy", None), [table])
+    mtime = int(time.time() * 1000) - (30 * DAY_MS if old else 0)
+    assert log.add(batch, [LogEntry(storage.to_uri(s.path), s.size, False, mtime) for s in statuses])
+    return batch
 
 
 def _key(row: tuple) -> tuple:

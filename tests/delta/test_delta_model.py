@@ -18,12 +18,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink import failpoints
 from parquet_sink.errors import NotAnOutputError
-from parquet_sink.log.entry import LogEntry
-from parquet_sink.storage.filesystem import Storage
-from parquet_sink.write.parquet_files import WriteSpec, write_rows
-from tests.delta.readers import assert_delta_matches
+from tests.delta.readers import assert_delta_matches, spark_style_batch
 
-DAY_MS = 86_400_000
 VALUES = st.sampled_from(["a", "b c", "x:y", "p/q", None])
 INTERVAL = 2
 
@@ -75,13 +71,8 @@ class DeltaModel(RuleBasedStateMachine):
     def spark_batch(self, key: str | None, old: bool, sync: bool) -> None:
         """A batch as Spark's sink logs it (no commit record, retention 7 days), logged 30 days ago when ``old``:
         the next compaction it makes drops it (and Delta must then remove it); then a sync if ``sync``."""
-        storage = Storage(self.out)
         log = MetadataLog(self.out, compact_interval=INTERVAL, retention="7d", cleanup=False)
-        batch = (log.latest_batch_id() if storage.exists(storage.root) else None)
-        batch = 0 if batch is None else batch + 1
-        statuses = write_rows(WriteSpec(storage, ("k",), "snappy", None), [self._table([key])])
-        mtime = int(time.time() * 1000) - (30 * DAY_MS if old else 0)
-        assert log.add(batch, [LogEntry(storage.to_uri(s.path), s.size, False, mtime) for s in statuses])
+        spark_style_batch(log, self._table([key]), ("k",), old)
         self.started = True
         if sync:
             self.sync()

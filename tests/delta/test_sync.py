@@ -25,14 +25,11 @@ from parquet_sink import MetadataLog, committed_files, read_committed, sync_delt
 from parquet_sink import failpoints
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.delta import APP_ID, DeltaDependencyError, DeltaLogError
-from parquet_sink.log.entry import LogEntry
 from parquet_sink.maintenance import vacuum, verify
 from parquet_sink.storage.filesystem import Storage
-from parquet_sink.write.parquet_files import WriteSpec, write_rows
-from tests.delta.readers import assert_delta_matches, delta_files
+from tests.delta.readers import assert_delta_matches, delta_files, spark_style_batch
 
 ROOT = Path(__file__).resolve().parents[2]
-DAY_MS = 86_400_000
 CATS = ["a b", "c:d", "x/y=1%", None, ""]
 
 
@@ -106,12 +103,9 @@ def test_failed_batch_files_never_reach_delta(out, clean_failpoints):
 
 
 def _raw_batch(out: str, batch: int, old: bool, retention: str | None) -> None:
-    """One batch the way Spark's sink logs it (no commit record), its entry logged 30 days ago when ``old``."""
-    storage = Storage(out)
-    statuses = write_rows(WriteSpec(storage, ("cat",), "snappy", None), [_table(50 + batch)])
-    mtime = int(time.time() * 1000) - (30 * DAY_MS if old else 0)
-    entries = [LogEntry(storage.to_uri(s.path), s.size, False, mtime) for s in statuses]
-    assert MetadataLog(out, compact_interval=3, retention=retention).add(batch, entries)
+    """Batch ``batch`` the way Spark's sink logs it, its entries logged 30 days ago when ``old``."""
+    log = MetadataLog(out, compact_interval=3, retention=retention)
+    assert spark_style_batch(log, _table(50 + batch), ("cat",), old) == batch
 
 
 def test_retention_drops_become_remove_actions_and_vacuum_keeps_them(out):
