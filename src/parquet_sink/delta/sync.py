@@ -417,11 +417,10 @@ def sync_delta_log(
                 version = _append(deltalake, state, schema, added_columns, adds + removes, latest)
         except (DeltaError, OSError) as exc:
             # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
-            lost = isinstance(exc, CommitFailedError) or "already exists" in str(exc)
-            if lost and attempt + 1 < _ATTEMPTS:
-                logger.info("%s: another commit to %s won (attempt %d): re-reading", where, DELTA_DIR, attempt + 1)
-                continue
-            raise delta_failure(storage, f"committing log batch {latest}", exc) from exc
+            if not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
+                raise delta_failure(storage, f"committing log batch {latest}", exc) from exc
+            logger.info("%s: another commit to %s won (attempt %d): re-reading", where, DELTA_DIR, attempt + 1)
+            continue
         logger.info(
             "%s: Delta log version %d mirrors log batch %d (was %s): %d files added, %d removed",
             where, version, latest, previous, len(adds), len(removes),
