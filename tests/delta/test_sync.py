@@ -309,7 +309,6 @@ def test_concurrent_syncs_commit_once(out):
 def test_on_object_stores(request, tmp_path, store):
     """On moto and Azurite (s3fs's and adlfs's options translated to delta-rs's): write_batch with delta_log, the
     Delta commits, delta-rs and polars through the translated options, verify."""
-    from parquet_sink.delta.sync import delta_location
     from tests.conftest import make_backend
 
     backend = make_backend(store, request, tmp_path)
@@ -317,7 +316,7 @@ def test_on_object_stores(request, tmp_path, store):
     for version in range(3):
         write_batch(url, _table(version), app_id="app", version=version, partition_by=["cat"], compact_interval=2,
                     storage_options=options, delta_log=True)
-    delta_url, delta_options = delta_location(Storage(url, options))
+    delta_url, delta_options = Storage(url, options).object_store_location()
     assert backend.secret not in repr(sync_delta_log(url, storage_options=options))
     table = deltalake.DeltaTable(delta_url, storage_options=delta_options)
     assert table.transaction_version(APP_ID) == 2

@@ -43,7 +43,7 @@ from ..errors import MissingDependencyError, ParquetSinkError
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..partitioning import parse_partition_path
-from ..read.reader import CommittedFile, Snapshot, _dataset_from, snapshot
+from ..read.reader import CommittedFile, Snapshot, dataset_of, snapshot
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, file_stats
 
@@ -78,64 +78,6 @@ def require_deltalake(what: str) -> ModuleType:
             f"Install it with: {INSTALL}"
         ) from exc
     return deltalake
-
-
-_S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
-_AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
-               "sas_token": "azure_storage_sas_token"}
-# connection string fields -> adlfs's option names
-_CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
-                      "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
-
-
-def _azure_options(given: Mapping[str, Any]) -> dict[str, str]:
-    """adlfs's options (``account_name``, ``account_key``, ``sas_token``, a ``connection_string`` naming them and
-    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options."""
-    fields = dict(given)
-    for part in str(given.get("connection_string") or "").split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() in _CONNECTION_FIELDS:
-            fields.setdefault(_CONNECTION_FIELDS[key.strip().lower()], value.strip())
-    options = {_AZURE_KEYS[k]: str(v) for k, v in fields.items() if k in _AZURE_KEYS and v}
-    if fields.get("blob_endpoint"):  # an emulator or a private endpoint
-        options["azure_storage_endpoint"] = str(fields["blob_endpoint"])
-        if str(fields["blob_endpoint"]).startswith("http://"):
-            options["azure_allow_http"] = "true"
-    if fields.get("anon"):
-        options["azure_skip_signature"] = "true"
-    return options
-
-
-def delta_location(storage: Storage) -> tuple[str, dict[str, str] | None]:
-    """The table URI and storage options delta-rs opens the output with: s3fs's options (``key``, ``secret``,
-    ``token``, ``endpoint_url`` and ``region_name``, also under ``client_kwargs``, ``anon``) become delta-rs's
-    ``aws_*`` options, with conditional put (``If-None-Match``, which the sink's storage probe requires) for
-    its commits; adlfs's (``account_name``, ``account_key``, ``sas_token``, ``connection_string``) its
-    ``azure_*`` options; other stores get their string options as they are.
-
-    Example: ``delta_location(Storage("s3://bucket/out", {"key": "K", "secret": "S"}))`` ->
-    ``('s3://bucket/out', {'aws_access_key_id': 'K', 'aws_secret_access_key': 'S', 'aws_conditional_put': 'etag'})``.
-    """
-    if storage.is_local:
-        return storage.root, None
-    given = storage.storage_options
-    if storage.protocol in ("s3", "s3a"):
-        options = {_S3_KEYS[k]: str(v) for k, v in given.items() if k in _S3_KEYS}
-        client = {**given.get("client_kwargs", {}), **{k: given[k] for k in ("endpoint_url", "region_name") if k in given}}
-        if client.get("endpoint_url"):
-            options["aws_endpoint_url"] = client["endpoint_url"]
-            if client["endpoint_url"].startswith("http://"):
-                options["aws_allow_http"] = "true"
-        if client.get("region_name"):
-            options["aws_region"] = client["region_name"]
-        if given.get("anon"):
-            options["aws_skip_signature"] = "true"
-        options["aws_conditional_put"] = "etag"
-        return f"s3://{storage.root}", options
-    if storage.protocol in ("abfs", "abfss", "az"):
-        return f"az://{storage.root}", _azure_options(given)
-    options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
-    return storage.url, options or None
 
 
 @dataclass(frozen=True)
@@ -175,7 +117,7 @@ def delta_failure(storage: Storage, what: str, exc: Exception) -> DeltaLogError:
     the storage options (delta-rs may quote a signed URL)."""
     where = storage.display(storage.root)
     first_line = next(iter(str(exc).strip().splitlines()), "")
-    detail = storage._redact(f"{type(exc).__name__}: {first_line}")[:300]  # the storage layer's redaction
+    detail = storage.redact(f"{type(exc).__name__}: {first_line}")[:300]  # the storage layer's redaction
     return DeltaLogError(
         f"{what} of {where}/{DELTA_DIR} failed ({detail}). The data and {where}/_spark_metadata are not affected; "
         f"fix the cause, then run `parquet-sink delta-sync {where}`."
@@ -189,7 +131,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
     Example: ``read_delta_state(Storage("/data/events")).log_batch_id`` -> ``57``.
     """
     deltalake = deltalake or require_deltalake(f"reading the Delta log of {storage.display(storage.root)}")
-    uri, options = delta_location(storage)
+    uri, options = storage.object_store_location()
     try:
         if not deltalake.DeltaTable.is_deltatable(uri, options):
             return None
@@ -303,7 +245,7 @@ def _create(
     """Create the table (version 0) with the files ``adds`` already there; its Delta version."""
     from deltalake.transaction import create_table_with_add_actions
 
-    uri, options = delta_location(storage)
+    uri, options = storage.object_store_location()
     create_table_with_add_actions(
         uri, deltalake.Schema.from_arrow(schema), adds, mode="error", partition_by=partition_columns or None,
         configuration=configuration, storage_options=options,
@@ -396,7 +338,7 @@ def sync_delta_log(
             logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
             return result()
         partition_columns = _partition_columns(snap, files) if files else state.partition_columns
-        dataset = _dataset_from(snap, time_zone) if files else None
+        dataset = dataset_of(snap, time_zone) if files else None
         schema = delta_schema(dataset.schema) if dataset is not None else state.schema
         added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
         known = {} if state is None else state.files
@@ -522,7 +464,6 @@ __all__ = [
     "DeltaSyncResult",
     "compare_logs",
     "delta_failure",
-    "delta_location",
     "has_delta_log",
     "read_delta_state",
     "referenced_files",

@@ -297,7 +297,12 @@ def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedF
     return snapshot(path, **options).files
 
 
-def _dataset_from(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
+def dataset_of(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
+    """A ``pyarrow.dataset.Dataset`` over the committed files of ``snap`` with Spark's partition columns (see
+    :func:`committed_dataset`), for a caller that holds a snapshot.
+
+    Example: ``dataset_of(snapshot("/data/events")).count_rows()`` -> ``1000``.
+    """
     storage = snap.storage
     table = snap.files.table
     if not table.num_rows:
@@ -372,7 +377,7 @@ def committed_dataset(path: str, *, time_zone: str = "UTC", **options: Unpack[Sn
         >>> dset.to_table(filter=ds.field("day") == "2024-01-01").num_rows
         1000
     """
-    return _dataset_from(snapshot(path, **options), time_zone)
+    return dataset_of(snapshot(path, **options), time_zone)
 
 
 def read_committed(
@@ -406,7 +411,7 @@ def read_committed(
         return _spark_dataframe(spark, snap, columns, filter)
     if not len(snap.files):  # nothing committed yet: no file tells the schema
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
-    dataset = _dataset_from(snap, time_zone)
+    dataset = dataset_of(snap, time_zone)
     try:
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)

@@ -33,7 +33,7 @@ import time
 import unicodedata
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
@@ -158,6 +158,32 @@ def _explain(exc: BaseException, is_local: bool) -> str:
     return "check that the location exists and is reachable"
 
 
+_S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
+_AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
+               "sas_token": "azure_storage_sas_token"}
+# connection string fields -> adlfs's option names
+_CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
+                      "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
+
+
+def _object_store_azure_options(given: Mapping[str, Any]) -> dict[str, str]:
+    """adlfs's options (``account_name``, ``account_key``, ``sas_token``, a ``connection_string`` naming them and
+    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options."""
+    fields = dict(given)
+    for part in str(given.get("connection_string") or "").split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() in _CONNECTION_FIELDS:
+            fields.setdefault(_CONNECTION_FIELDS[key.strip().lower()], value.strip())
+    options = {_AZURE_KEYS[k]: str(v) for k, v in fields.items() if k in _AZURE_KEYS and v}
+    if fields.get("blob_endpoint"):  # an emulator or a private endpoint
+        options["azure_storage_endpoint"] = str(fields["blob_endpoint"])
+        if str(fields["blob_endpoint"]).startswith("http://"):
+            options["azure_allow_http"] = "true"
+    if fields.get("anon"):
+        options["azure_skip_signature"] = "true"
+    return options
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """What the log needs to know about one stored object."""
@@ -280,7 +306,7 @@ class Storage:
             raise
         except Exception as exc:
             first_line = next(iter(str(exc).strip().splitlines()), "")  # Azure appends the whole XML answer
-            detail = self._redact(f"{type(exc).__name__}: {first_line}")[:300]
+            detail = self.redact(f"{type(exc).__name__}: {first_line}")[:300]
             raise StorageError(
                 f"{what} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail})"
             ) from exc
@@ -291,7 +317,7 @@ class Storage:
         """Join path segments under the root: ``st.join("_spark_metadata", "3")``."""
         return posixpath.join(self.root, *parts)
 
-    def _redact(self, text: str) -> str:
+    def redact(self, text: str) -> str:
         """``text`` without the secrets of ``storage_options`` (keys, tokens, passwords, connection
         strings and the account keys inside them) nor any URL signature."""
         pairs: list[tuple[str, Any]] = list(self.storage_options.items())
@@ -307,6 +333,38 @@ class Storage:
     def display(self, path: str) -> str:
         """A path as the user would write it (with protocol), for messages."""
         return path if self.is_local else f"{self.protocol}://{path}"
+
+    def object_store_location(self) -> tuple[str, dict[str, str] | None]:
+        """The URI and options a Rust ``object_store`` client (delta-rs) opens this storage with: s3fs's options
+        (``key``, ``secret``, ``token``, ``endpoint_url`` and ``region_name``, also under ``client_kwargs``, ``anon``)
+        become delta-rs's
+        ``aws_*`` options, with conditional put (``If-None-Match``, which the sink's storage probe requires) for
+        its commits; adlfs's (``account_name``, ``account_key``, ``sas_token``, ``connection_string``) its
+        ``azure_*`` options; other stores get their string options as they are.
+
+        Example: ``Storage("s3://bucket/out", {"key": "K", "secret": "S"}).object_store_location()`` ->
+        ``('s3://bucket/out', {'aws_access_key_id': 'K', 'aws_secret_access_key': 'S', 'aws_conditional_put': 'etag'})``.
+        """
+        if self.is_local:
+            return self.root, None
+        given = self.storage_options
+        if self.protocol in ("s3", "s3a"):
+            options = {_S3_KEYS[k]: str(v) for k, v in given.items() if k in _S3_KEYS}
+            client = {**given.get("client_kwargs", {}), **{k: given[k] for k in ("endpoint_url", "region_name") if k in given}}
+            if client.get("endpoint_url"):
+                options["aws_endpoint_url"] = client["endpoint_url"]
+                if client["endpoint_url"].startswith("http://"):
+                    options["aws_allow_http"] = "true"
+            if client.get("region_name"):
+                options["aws_region"] = client["region_name"]
+            if given.get("anon"):
+                options["aws_skip_signature"] = "true"
+            options["aws_conditional_put"] = "etag"
+            return f"s3://{self.root}", options
+        if self.protocol in ("abfs", "abfss", "az"):
+            return f"az://{self.root}", _object_store_azure_options(given)
+        options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
+        return self.url, options or None
 
     def _account_name(self) -> str:
         name = self.storage_options.get("account_name") or getattr(self.fs, "account_name", None)
@@ -607,7 +665,7 @@ class Storage:
         if not outcome:
             raise StorageError(
                 f"cannot reach {where}: no answer from the store within {limit:g} s. Check the account name or "
-                f"endpoint{' (' + self._redact(self._endpoint()) + ')' if self._endpoint() else ''}, the "
+                f"endpoint{' (' + self.redact(self._endpoint()) + ')' if self._endpoint() else ''}, the "
                 f"credentials in storage_options, the network (proxy, firewall, DNS) and that the store is up; "
                 f"${TIMEOUT_ENV} sets the wait."
             )
@@ -679,7 +737,7 @@ class Storage:
 
     def _upgrade_advice(self, outdated: list[str], what: str) -> str:
         names = [package.split()[0] for package in outdated]
-        return self._redact(
+        return self.redact(
             f"exclusive create on {self.protocol}:// storage at {self.url} does not work ({what}): the installed "
             f"{', '.join(outdated)} predate{'s' if len(outdated) == 1 else ''} exclusive create "
             f"(pipe_file(mode='create')). Upgrade {' and '.join(names)}: pip install --upgrade "
