@@ -12,7 +12,7 @@ setup() {
     fi
     .venv/bin/python -m pip install --quiet --upgrade pip
     # the published extras, plus the repository's own test and benchmark needs (PEP 735 groups)
-    .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect]" --group dev
+    .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
     if [ ! -x node_modules/.bin/azurite-blob ]; then
         npm ci --no-audit --no-fund --silent
     fi
