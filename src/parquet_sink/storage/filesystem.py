@@ -27,6 +27,7 @@ import logging
 import os
 import posixpath
 import re
+import socket
 import sys
 import threading
 import time
@@ -650,8 +651,6 @@ class Storage:
             try:
                 host = urlsplit(self._endpoint()).hostname
                 if host:
-                    import socket
-
                     socket.getaddrinfo(host, None)
                 self.fs.exists(self.root)
                 outcome.append(None)
@@ -671,7 +670,7 @@ class Storage:
             )
         failure = outcome[0]
         if failure is not None:
-            if type(failure).__name__ == "gaierror":
+            if isinstance(failure, socket.gaierror):
                 raise StorageError(
                     f"cannot reach {where}: the store's host name {urlsplit(self._endpoint()).hostname!r} does not "
                     f"resolve ({failure}). Check the account name or endpoint in the URL and storage_options."
