@@ -216,3 +216,26 @@ def test_version_committed_without_a_fingerprint_is_skipped_with_a_warning(tmp_p
     assert not write_batch(str(out), pa.table({"n": [2]}), app_id="job", version=0).committed
     assert "its data cannot be compared" in caplog.text
     assert read_committed(str(out)).column("n").to_pylist() == [1]
+
+
+def test_reads_fetch_an_object_stores_small_files_whole(backend):
+    """read_committed fetches an object store's committed files whole and concurrently (one GET each) and
+    reads them from memory; the rows, partition columns and a missing file's typed error are those of a read
+    in place."""
+    from parquet_sink.errors import MissingDataFileError
+    from parquet_sink.read.reader import _fetched, dataset_of, snapshot
+
+    url, options = backend.url, backend.storage_options
+    for version in range(3):
+        rows = pa.table({"id": [10 * version + i for i in range(4)], "k": ["a", "b", "a", "c"]})
+        write_batch(url, rows, app_id="a", version=version, partition_by=["k"], storage_options=options)
+    snap = snapshot(url, storage_options=options)
+    fetched = _fetched(snap)
+    assert (fetched is None) is (backend.name == "local")
+    in_place = dataset_of(snap).to_table().sort_by("id")
+    assert read_committed(url, storage_options=options).sort_by("id").equals(in_place)
+    assert in_place.column("id").to_pylist() == [v * 10 + i for v in range(3) for i in range(4)]
+    gone = committed_files(url, storage_options=options)[0]
+    Storage(url, options).delete(gone.path)
+    with pytest.raises(MissingDataFileError, match="is missing from storage"):
+        read_committed(url, storage_options=options)

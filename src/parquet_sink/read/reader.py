@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs
 import pyarrow.parquet as pq
 
 from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError, ParameterError
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+FETCH_MAX_BYTES = 256 * 2**20  # read_committed fetches an object store's files whole up to this much in all
 # The log columns a reader needs (the snapshot of a big output holds only these).
 _LOG_COLUMNS = ["path", "size", "isDir", "modificationTime", BATCH_KEY, EXPIRED_KEY]
 
@@ -297,9 +299,10 @@ def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedF
     return snapshot(path, **options).files
 
 
-def dataset_of(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
+def dataset_of(snap: Snapshot, time_zone: str = "UTC", filesystem: pyarrow.fs.FileSystem | None = None) -> ds.Dataset:
     """A ``pyarrow.dataset.Dataset`` over the committed files of ``snap`` with Spark's partition columns (see
-    :func:`committed_dataset`), for a caller that holds a snapshot.
+    :func:`committed_dataset`), for a caller that holds a snapshot; ``filesystem``: where to read them (default:
+    the snapshot's storage).
 
     Example: ``dataset_of(snapshot("/data/events")).count_rows()`` -> ``1000``.
     """
@@ -317,7 +320,7 @@ def dataset_of(snap: Snapshot, time_zone: str = "UTC") -> ds.Dataset:
         for column, raw in partition:
             raw_values.setdefault(column, []).append(raw)
     types = infer_partition_types(raw_values, time_zone)
-    filesystem = storage.arrow_filesystem()
+    filesystem = filesystem or storage.arrow_filesystem()
     try:
         schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
@@ -411,11 +414,22 @@ def read_committed(
         return _spark_dataframe(spark, snap, columns, filter)
     if not len(snap.files):  # nothing committed yet: no file tells the schema
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
-    dataset = dataset_of(snap, time_zone)
     try:
+        dataset = dataset_of(snap, time_zone, _fetched(snap))
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
+
+
+def _fetched(snap: Snapshot) -> pyarrow.fs.FileSystem | None:
+    """On an object store, the committed files fetched whole and concurrently when they are many and small
+    (:data:`FETCH_MAX_BYTES` in all): a file read through pyarrow's fsspec bridge costs a HEAD and two ranged
+    GETs, one file after another (2,000 small files on moto: 21 s, fetched: 10 s). None: read in place."""
+    if snap.storage.is_local or len(snap.files) < 2:
+        return None
+    if pc.sum(snap.files.table.column("size")).as_py() > FETCH_MAX_BYTES:
+        return None
+    return snap.storage.fetched(snap.files.paths().to_pylist())
 
 
 def _spark_dataframe(spark: SparkSession, snap: Snapshot, columns: Sequence[str] | None, filter: Any) -> DataFrame:
