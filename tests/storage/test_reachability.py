@@ -90,3 +90,13 @@ def test_a_store_that_never_answers_fails_after_the_connect_timeout(silent_endpo
     with pytest.raises(StorageError, match=r"cannot reach s3://bucket/out: no answer from the store within 1\.5 s"):
         read_committed("s3://bucket/out", storage_options=options)
     assert time.monotonic() - started < 10
+
+
+def test_a_client_that_cannot_reach_the_store_may_leave_the_check_to_the_driver():
+    """A Spark Connect client on another network: check_storage=False builds the sink without a request; the
+    driver's first batch checks (its MetadataLog does)."""
+    started = time.monotonic()
+    sink = ParquetSink("abfs://container/out", storage_options=BAD_ACCOUNT, check_storage=False)
+    assert time.monotonic() - started < 5
+    with pytest.raises(StorageError, match="cannot reach abfs://container/out"):
+        sink.log  # what the first batch opens on the driver

@@ -128,6 +128,9 @@ class ParquetSink:
             in step with the log on the driver (:func:`~parquet_sink.sync_delta_log`), so every Delta reader
             reads exactly the committed files; a failure of that commit is logged, never raised, and the next
             batch catches up. Needs ``pip install "parquet-sink[delta]"``.
+        check_storage: check at construction that the store answers (StorageError within seconds otherwise).
+            Pass False where this process cannot reach the store but the query's driver can (a Spark Connect
+            client on another network): the driver then checks at the first batch.
 
     Raises:
         ParameterError: (a ValueError) a parameter out of range (named in the message), at construction.
@@ -162,6 +165,7 @@ class ParquetSink:
         writer: Literal["auto", "spark", "arrow"] = "auto",
         allow_existing_files: bool = False,
         delta_log: bool = False,
+        check_storage: bool = True,
     ) -> None:
         require_sink_dependencies()
         if delta_log:
@@ -183,7 +187,8 @@ class ParquetSink:
                 f"ParquetSink({path!r}): writer='spark' needs a store with atomic renames (local disk), and "
                 f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
             )
-        storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
+        if check_storage:
+            storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
         self.path = path
         self.partition_by = tuple(partition_by or ())
         self.compact_interval = compact_interval
