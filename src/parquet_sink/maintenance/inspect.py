@@ -124,7 +124,8 @@ def read_output(
         if row[COMMIT_TIME_KEY] is not None:
             batch.committed_ms, batch.rows = row[COMMIT_TIME_KEY], row[BATCH_ROWS_KEY]
         if row["isDir"] and (row[COMMIT_ID_KEY] is not None or row[COMMIT_TIME_KEY] is not None):
-            batch.committed_ms = row[COMMIT_TIME_KEY] or row["modificationTime"]
+            if batch.committed_ms is None:  # a record without figures (an older version): its entry's time
+                batch.committed_ms = row["modificationTime"]
         else:
             batch.entries.append(entry_from_row(row))
     for row in data_files(table).to_pylist():

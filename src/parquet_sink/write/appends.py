@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, decide_write, version_record
-from ..errors import CommitConflictError, SchemaMismatchError, StaleVersionError, ParameterError
+from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_snapshot
@@ -265,7 +265,8 @@ def write_batch(
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            entries = record.log_entries(log.storage, int(time.time() * 1000), data, sum(s.num_rows for s in statuses))
+            rows = sum(s.num_rows for s in statuses)
+            entries = record.log_entries(log.storage, int(time.time() * 1000), data, rows)
             refuse_missing_files(
                 log.storage, [s.path for s in statuses], f"{what}: log batch {log_batch}",
                 "call write_batch again to rewrite them",
@@ -274,7 +275,7 @@ def write_batch(
                 failpoint("after_commit")
                 result.committed = True
                 result.files = [s.path for s in statuses]
-                result.rows = sum(s.num_rows for s in statuses)
+                result.rows = rows
                 result.bytes = sum(s.size for s in statuses)
                 logger.info(
                     "%s: committed %s as log batch %d: %d rows, %d files, %d bytes (%d lost races)",

@@ -33,12 +33,12 @@ import pyarrow as pa
 from ..delta.sync import require_deltalake, sync_after_commit
 from .dependencies import require_sink_dependencies
 from ..errors import (
-    ParameterError,
     CommitConflictError,
     ForeignQueryError,
     LogError,
     MissingLogFileError,
     OutputResetError,
+    ParameterError,
     QueryIdentityError,
     SinkUsageError,
     TemporaryCheckpointWarning,
@@ -263,7 +263,7 @@ class ParquetSink:
         """Write and commit one micro-batch (called by Spark with the batch DataFrame and its id)."""
         if batch_id is None or not hasattr(df, "sparkSession"):
             raise SinkUsageError(
-                f"{self} was called with {type(df).__name__} {'and no batch id' if batch_id is None else ''}: it "
+                f"{self} was called with {type(df).__name__}{' and no batch id' if batch_id is None else ''}: it "
                 "takes a whole micro-batch. Use df.writeStream.foreachBatch(sink), not .foreach(sink) (one row) or "
                 ".format(sink) (a source name). Nothing was written."
             )
@@ -312,14 +312,14 @@ class ParquetSink:
                 "Spark retries the batch when the query restarts",
             )
             data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
-            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, sum(s.num_rows for s in statuses)), query_id, batch_id)
+            progress.rows = sum(s.num_rows for s in statuses)
+            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, progress.rows), query_id, batch_id)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
         progress.commit_seconds = time.monotonic() - started
         state.latest = target
         state.queries[query_id] = record
-        progress.rows = sum(s.num_rows for s in statuses)
         progress.files = len(statuses)
         progress.bytes = sum(s.size for s in statuses)
         self._recent.append(progress)
