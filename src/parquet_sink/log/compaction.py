@@ -42,6 +42,7 @@ from ..failpoints import failpoint
 from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
+from .threads import ahead
 from .entry import (
     BATCH_KEY,
     COMMIT_ID_KEY,
@@ -429,7 +430,9 @@ class CompactibleLog(LogFiles):
         written = Checksum()
         copy = SidecarWriter()
         try:
-            ok = self.storage.put_if_absent(path, written.wrap(self._compact_chunks(batch_id, sources, sidecars, entries, copy)))
+            # the compact file's bytes are made on a thread while this one checksums and writes them
+            chunks = ahead(self._compact_chunks(batch_id, sources, sidecars, entries, copy))
+            ok = self.storage.put_if_absent(path, written.wrap(chunks))
         except BaseException:
             copy.discard()
             raise
@@ -450,8 +453,8 @@ class CompactibleLog(LogFiles):
         path = self.path_of(batch_id, True)
         checksum = Checksum()
         copy = SidecarWriter()
-        for block in self.blocks(path, batch_id, checksum):
-            copy.write(self.parse_block(block, path, batch_id))
+        for _, table, _ in self.parsed_blocks(path, batch_id, checksum):
+            copy.write(table)
         self.put_copy(path, copy, checksum)
         return sidecar_path(path)
 
@@ -469,7 +472,8 @@ class CompactibleLog(LogFiles):
             blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
         else:
             blocks = (
-                (b.first_line - 2, self._parse_source(b, path, source, plan)) for b in self.blocks(path, source, checksum)
+                (block.first_line - 2, self._parse_source(table, layout, plan))
+                for block, table, layout in self.parsed_blocks(path, source, checksum)
             )
         try:
             for offset, table in blocks:
@@ -489,10 +493,10 @@ class CompactibleLog(LogFiles):
             plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
         return plan, expired_upto
 
-    def _parse_source(self, block: Block, path: str, source: int, plan: _SourcePlan) -> pa.Table:
-        """One block of a source, parsed; which of its lines are in the writer's layout goes to ``plan``
+    @staticmethod
+    def _parse_source(table: pa.Table, layout: pa.BooleanArray | None, plan: _SourcePlan) -> pa.Table:
+        """One parsed block of a source; which of its lines are in the writer's layout goes to ``plan``
         (pass two stamps those column-wise)."""
-        table, layout = self.parse_block_layout(block, path, source)
         plan.layouts.append(layout)
         return table
 

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import IO
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
 from .lines import parse_lines
+from .threads import mapped_ahead
 from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from ..storage.filesystem import FileInfo, Storage
@@ -39,6 +42,7 @@ METADATA_DIR = "_spark_metadata"
 HIDDEN_DIR = "_exactly_once"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
+_NEWLINE = 10
 # A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
 COPY_MIN_BYTES = 1 << 22
 _PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
@@ -94,6 +98,17 @@ def stamp_batch_id(table: pa.Table, batch_id: int) -> pa.Table:
         return table
     index = table.schema.get_field_index(BATCH_KEY)
     return table.set_column(index, BATCH_KEY, pc.fill_null(table.column(BATCH_KEY), batch_id))
+
+
+def _read_into(fh: IO[bytes], view: memoryview) -> int:
+    """Fill ``view`` from ``fh`` (short reads repeated); the bytes read, fewer only at the end of the file."""
+    filled = 0
+    while filled < len(view):
+        got = fh.readinto(view[filled:])  # type: ignore[attr-defined]
+        if not got:
+            break
+        filled += got
+    return filled
 
 
 class _CopyNotStored(Exception):
@@ -243,30 +258,47 @@ class LogFiles:
 
     def blocks(self, path: str, batch_id: int, checksum: Checksum | None = None) -> Iterator[Block]:
         """The body of one log file (after the header) in blocks of whole lines. FileNotFoundError if the
-        file does not exist. ``checksum`` sees every byte of the file as it is read."""
+        file does not exist. ``checksum`` sees every byte of the file as it is read. Each block is read into
+        a buffer of its own (callers parse blocks on threads) and scanned without holding the GIL."""
         with self.storage.open(path, "rb") as fh:
             header = fh.readline()
             self.check_header(header, path, batch_id)
             if checksum:
                 checksum.update(header)
             number, carry = 2, b""
-            chunk = fh.read(_BLOCK)
-            while chunk:
+            while True:
+                buffer = np.empty(len(carry) + _BLOCK, np.uint8)
+                buffer[: len(carry)] = np.frombuffer(carry, np.uint8)
+                got = _read_into(fh, memoryview(buffer)[len(carry) :])
                 if checksum:
-                    checksum.update(chunk)
-                data = carry + chunk if carry else chunk
-                chunk = fh.read(_BLOCK)
-                # the last block ends with the file (one block for a small file), less a trailing newline
-                cut = data.rfind(b"\n") if chunk or data.endswith(b"\n") else len(data)
-                if cut < 0:
-                    carry = data
+                    checksum.update(memoryview(buffer)[len(carry) : len(carry) + got])
+                end, last = len(carry) + got, got < _BLOCK
+                if not end:
+                    return
+                newlines = np.flatnonzero(buffer[:end] == _NEWLINE)
+                if not last and not len(newlines):  # a line longer than a block
+                    carry = buffer[:end].tobytes()
                     continue
-                lines = data.count(b"\n", 0, cut) + 1
-                yield Block(memoryview(data)[:cut], number, lines)  # no copy of the block
+                # a block ends before the last newline read, the last block with the file (less a trailing newline)
+                cut = int(newlines[-1]) if not last or buffer[end - 1] == _NEWLINE else end
+                lines = int(np.searchsorted(newlines, cut)) + 1
+                yield Block(memoryview(buffer)[:cut], number, lines)  # no copy of the block
+                if last:
+                    return
                 number += lines
-                carry = data[cut + 1 :]
-            if carry:
-                yield Block(memoryview(carry), number, carry.count(b"\n") + 1)
+                carry = buffer[cut + 1 : end].tobytes()
+
+    def parsed_blocks(
+        self, path: str, batch_id: int, checksum: Checksum | None = None
+    ) -> Iterator[tuple[Block, pa.Table, pa.BooleanArray | None]]:
+        """(block, entries, layout) for each block of one log file (:meth:`blocks`,
+        :meth:`parse_block_layout`), in file order: blocks are parsed two at a time on threads while the
+        next one is read (a file of one block is parsed here)."""
+
+        def parse(block: Block) -> tuple[Block, pa.Table, pa.BooleanArray | None]:
+            return (block, *self.parse_block_layout(block, path, batch_id))
+
+        return mapped_ahead(parse, self.blocks(path, batch_id, checksum))
 
     def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
         """The entries of one block of lines, validated (see :meth:`parse_block_layout`)."""
@@ -341,8 +373,8 @@ class LogFiles:
         checksum, tables = Checksum(), []
         made = None  # a large compact file without a copy: its copy, encoded on a thread as blocks are parsed
         try:
-            for block in self.blocks(path, batch_id, checksum):
-                tables.append(self.parse_block(block, path, batch_id))
+            for _, table, _ in self.parsed_blocks(path, batch_id, checksum):
+                tables.append(table)
                 if made is None and sidecar is None and is_compact_path(path) and checksum.size >= COPY_MIN_BYTES:
                     made = SidecarWriter()
                     for table in tables:

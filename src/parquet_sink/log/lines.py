@@ -101,7 +101,8 @@ def stamped_lines(
 
 def split_lines(data: bytes | memoryview) -> pa.BinaryArray:
     """The lines of a block (joined by ``\\n``), as a binary array."""
-    return pc.split_pattern(pa.array([data], pa.binary()), "\n").values
+    whole = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int32)), pa.py_buffer(data)])
+    return pc.split_pattern(whole, "\n").values  # the block as one value, without a copy
 
 
 def joined(values: pa.BinaryArray) -> pa.Buffer:

@@ -1,0 +1,74 @@
+"""Bounded, ordered pipelines on threads, so that the log's CPU work (Arrow kernels, numpy, zlib and file
+I/O all release the GIL) runs on both cores while the next block is read or the previous one written.
+
+Both helpers keep results in input order and hold at most a few items ahead of the consumer (bounded
+memory); an error surfaces at the item that raised it, in order; a consumer that stops early cancels what
+has not started (what runs finishes before the generator closes).
+
+Example::
+
+    >>> list(mapped_ahead(len, iter([b"ab", b"c"]), threads=2))
+    [2, 1]
+    >>> list(ahead(iter(range(3))))
+    [0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_END = object()
+
+
+def mapped_ahead(function: Callable[[T], R], items: Iterable[T], threads: int = 2) -> Iterator[R]:
+    """``function(item)`` for each item, computed on ``threads`` threads while the caller's thread draws
+    the next items from ``items`` (at most ``threads`` + 1 items drawn and not yet returned)."""
+    iterator = iter(items)
+    first = next(iterator, _END)
+    if first is _END:
+        return
+    second = next(iterator, _END)
+    if second is _END:  # one item (a small log file): no thread
+        yield function(first)  # type: ignore[arg-type]
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="log-work") as pool:
+        pending: deque[Future[R]] = deque([pool.submit(function, first), pool.submit(function, second)])  # type: ignore[arg-type]
+        try:
+            for item in iterator:
+                if len(pending) >= threads:
+                    result = pending.popleft().result()
+                    pending.append(pool.submit(function, item))
+                    yield result
+                else:
+                    pending.append(pool.submit(function, item))
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """The items of ``items``, produced on a thread of their own up to ``depth`` items ahead of the
+    consumer (a producer that computes while the consumer writes)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="log-ahead") as pool:
+        pending: deque[Future[object]] = deque(pool.submit(next, items, _END) for _ in range(depth))
+        try:
+            while True:
+                item = pending.popleft().result()
+                if item is _END:
+                    return
+                pending.append(pool.submit(next, items, _END))
+                yield item  # type: ignore[misc]
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+__all__ = ["ahead", "mapped_ahead"]
