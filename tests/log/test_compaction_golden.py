@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from parquet_sink.log import compaction as log_compaction
+from parquet_sink.log import files as log_files
 from parquet_sink.log.metadata_log import CommitRecord, LogEntry, MetadataLog
 from parquet_sink.storage.filesystem import Storage
 
@@ -112,10 +113,16 @@ def _build(root: Path, shape: str) -> tuple[MetadataLog, int]:
             assert log.add(b, _ours(root, b, query, query_batch, files, mtime, -1, shape.startswith("figures")))
         return log, 9
     # a compact file at batch 4 (Spark's, ours with a copy, ours whose copy is gone), then deltas 5-8
-    if shape == "spark_compact":
-        _write(root, "4.compact", [_spark_line(root, f"s-{k}.parquet", 500 + k, NOW_MS) for k in range(60)])
+    if shape.startswith("spark_compact"):
+        # with retention, every third entry of Spark's compact file is older than a day; "then_ours": our sink
+        # continues Spark's output (deltas with commit records)
+        old = [NOW_MS - 3 * DAY_MS if shape.endswith("retention") and k % 3 == 0 else NOW_MS for k in range(60)]
+        _write(root, "4.compact", [_spark_line(root, f"s-{k}.parquet", 500 + k, old[k]) for k in range(60)])
         for b in range(5, 9):
-            _write(root, str(b), [_spark_line(root, f"s-{b}-{k}.parquet", 1000 + k, NOW_MS) for k in range(5)])
+            if shape.endswith("then_ours"):
+                assert log.add(b, _ours(root, b, "q1", b - 5, 2, NOW_MS - b, -1, figures=True))
+            else:
+                _write(root, str(b), [_spark_line(root, f"s-{b}-{k}.parquet", 1000 + k, NOW_MS) for k in range(5)])
         return log, 9
     for b in range(9):
         assert log.add(b, _ours(root, b, "q1", b, 2, NOW_MS - b, -1))
@@ -125,13 +132,19 @@ def _build(root: Path, shape: str) -> tuple[MetadataLog, int]:
 
 
 SHAPES = ["spark_deltas", "odd_lines", "old_entries", "records", "retention", "spark_compact", "ours_compact",
-          "ours_compact_no_copy", "figures", "figures_retention"]
+          "ours_compact_no_copy", "figures", "figures_retention", "spark_compact_retention", "spark_compact_then_ours"]
 
 
+@pytest.mark.parametrize("block", [None, 300], ids=["blocks of 4 MiB", "blocks of 300 bytes"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_compact_file_is_byte_identical_to_the_recorded_output(tmp_path, monkeypatch, shape):
+def test_compact_file_is_byte_identical_to_the_recorded_output(tmp_path, monkeypatch, shape, block):
+    """Blocks of 300 bytes (a line or two) split every file into many blocks, parsed on threads: some go
+    straight into the new columnar copy and are stamped in pass one, the rest (from the first commit record
+    or line for the JSON parser on) wait for pass two; the bytes must not depend on where blocks end."""
     root = tmp_path / "out"
     monkeypatch.setattr(log_compaction.time, "time", lambda: NOW_MS / 1000)  # the retention marker's time
+    if block:
+        monkeypatch.setattr(log_files, "_BLOCK", block)
     log, batch = _build(root, shape)
     assert log.add(batch, _ours(root, batch, "q1", 20, 2, NOW_MS, -1, shape.startswith("figures")))
     written = (root / "_spark_metadata" / f"{batch}.compact").read_bytes().replace(f"file://{root}".encode(), ROOT.encode())

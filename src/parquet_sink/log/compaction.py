@@ -31,8 +31,8 @@ import logging
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,8 +41,8 @@ from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
 from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
 from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
-from .sidecar import Checksum, Sidecar, SidecarWriter, sidecar_path
-from .threads import ahead
+from .sidecar import Checksum, Sidecar, SidecarWriter, log_memory_pool, sidecar_path
+from .threads import ahead, mapped_ahead
 from .entry import (
     BATCH_KEY,
     COMMIT_ID_KEY,
@@ -64,7 +64,6 @@ from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
 
-_PLAN_THREADS = 2
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -172,9 +171,12 @@ class _SourcePlan:
     standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
     figured: set[int] = field(default_factory=set)  # rows carrying a batch's figures (commit time, rows)
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
-    sidecar: Sidecar | None = None  # the source's columnar copy, when the plan was made from it
-    table: pa.Table | None = None  # a delta's entries (small), for the new columnar copy
+    sidecar: Sidecar | None = None  # a compact source's columnar copy (its rows from ``direct`` on)
+    table: pa.Table | None = None  # a delta's entries from row ``direct`` on, for the new columnar copy
     layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
+    direct: int = 0  # rows (a prefix) pass one already wrote to the new columnar copy
+    copied: list[pa.Buffer] = field(default_factory=list)  # a delta's first blocks as the compact file holds them
+    read: tuple[int, int] | None = None  # a compact source's (size, CRC-32) as the plan saw it
 
     def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
         """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
@@ -261,6 +263,26 @@ def _apply(table: pa.Table, drop: set[int], rewrite: dict[int, str], storage: St
 _PLAN_COLUMNS = [
     "isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, EXPIRED_KEY, COMMIT_TIME_KEY,
 ]
+
+
+class _Lines(NamedTuple):
+    """A block's ``lines`` and the same lines as a compact file holds them (``out``, each ``"\\n"`` first):
+    a delta's stamped with its batch id ``stamp``, ``redo`` marking those to re-serialise one by one."""
+
+    lines: pa.BinaryArray
+    out: pa.BinaryArray
+    redo: pa.BooleanArray | None
+    stamp: int | None
+
+
+def _lines(block: Block, stamp: int | None, table: pa.Table | None, layout: pa.BooleanArray | None) -> _Lines:
+    """The :class:`_Lines` of a block of a compact file (``stamp`` None) or of delta file ``stamp``
+    (column-wise, :func:`~parquet_sink.log.lines.stamped_lines`)."""
+    lines = split_lines(block.data)
+    if stamp is None:
+        return _Lines(lines, pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None, None)
+    out, redo = stamped_lines(lines, table, stamp, layout)
+    return _Lines(lines, out, redo, stamp)
 
 
 class _StaleSidecar(LogError):
@@ -427,6 +449,12 @@ class CompactibleLog(LogFiles):
     ) -> bool:
         """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.sidecar`).
         A failure to write the copy is logged, not raised: the batch is committed, readers use the JSON."""
+        with log_memory_pool():
+            return self._write_compact_file(path, batch_id, sources, sidecars, entries)
+
+    def _write_compact_file(
+        self, path: str, batch_id: int, sources: list[tuple[int, str]], sidecars: dict[int, str], entries: list[LogEntry]
+    ) -> bool:
         written = Checksum()
         copy = SidecarWriter()
         try:
@@ -458,47 +486,65 @@ class CompactibleLog(LogFiles):
         self.put_copy(path, copy, checksum)
         return sidecar_path(path)
 
-    def _plan(self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None) -> tuple[_SourcePlan, int]:
+    def _plan(
+        self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None, copy: SidecarWriter | None
+    ) -> tuple[_SourcePlan, int]:
         """Pass one over one source (see :meth:`_SourcePlan.scan`), from its columnar copy when there is one,
-        else from its JSON (validated block by block); a compact file without a copy gets one, in memory,
-        that pass two carries over (and checks against the bytes it copies, as any copy)."""
+        else from its JSON (validated block by block, blocks parsed on threads).
+
+        ``copy``: the new compact file's columnar copy when every row before this source is in it already.
+        Parsed rows whose fate the plan knows at once (every row but commit records, whose keeping depends on
+        the sources after them) go straight into it, up to the first block that holds a record or that the
+        JSON parser read; the rest are kept for pass two (a delta's entries, or, for a compact file without a
+        copy, a copy made in memory that pass two carries over and checks against the bytes it copies)."""
         compact = is_compact_path(path)
         sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
         plan = _SourcePlan(sidecar=sidecar)
-        parsed: list[pa.Table] = []
         expired_upto = -1
-        checksum, made = Checksum(), SidecarWriter() if compact and sidecar is None else None
         if sidecar:
-            blocks = _checked(sidecar.groups(_PLAN_COLUMNS), path)
-        else:
-            blocks = (
-                (block.first_line - 2, self._parse_source(table, layout, plan))
-                for block, table, layout in self.parsed_blocks(path, source, checksum)
-            )
+            for offset, table in _checked(sidecar.groups(_PLAN_COLUMNS), path):
+                expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+            plan.read = (sidecar.size, sidecar.crc)
+            return plan, expired_upto
+        parsed: list[pa.Table] = []
+        checksum, made = Checksum(), None
+
+        def parse(block: Block) -> tuple[Block, pa.Table, pa.BooleanArray | None, _Lines | None]:
+            """On a thread: one block parsed and, for a delta in the layout, stamped (see pass two)."""
+            table, layout = self.parse_block_layout(block, path, source)
+            return block, table, layout, None if compact or layout is None else _lines(block, source, None, layout)
+
         try:
-            for offset, table in blocks:
+            for block, table, layout, lines in mapped_ahead(parse, self.blocks(path, source, checksum)):
+                offset = block.first_line - 2
                 if not compact:
                     table = stamp_batch_id(table, source)
-                    parsed.append(table)
-                elif made is not None:
-                    made.write(table)
+                    plan.layouts.append(layout)
+                records = len(plan.records)
                 expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+                if copy is not None and layout is not None and len(plan.records) == records:
+                    copy.write(_without(table, plan.drop, offset))
+                    plan.direct += table.num_rows
+                    if not compact:  # stamped now, while the block is in memory: pass two need not read it again
+                        dropped = sorted(row for row in plan.drop if offset <= row < offset + block.lines)
+                        plan.copied.append(self._copy_block(offset, dropped, plan.drop, {}, lines))
+                    continue
+                copy = None
+                if not compact:
+                    parsed.append(table)
+                else:
+                    made = made or SidecarWriter()
+                    made.write(table)
         except BaseException:
             if made is not None:
                 made.discard()
             raise
-        if made is not None:  # pass two copies the bytes and carries the entries over from this copy
+        plan.read = (checksum.size, checksum.crc)
+        if made is not None:  # pass two carries the entries over from this copy
             plan.sidecar = made.finish_copy(path.rsplit("/", 1)[-1], checksum)
         if not compact:
             plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
         return plan, expired_upto
-
-    @staticmethod
-    def _parse_source(table: pa.Table, layout: pa.BooleanArray | None, plan: _SourcePlan) -> pa.Table:
-        """One parsed block of a source; which of its lines are in the writer's layout goes to ``plan``
-        (pass two stamps those column-wise)."""
-        plan.layouts.append(layout)
-        return table
 
     def _compact_chunks(
         self,
@@ -515,12 +561,14 @@ class CompactibleLog(LogFiles):
         cutoff = None if self.retention_ms is None else now - self.retention_ms
         plans: list[_SourcePlan] = []
         expired_upto = -1
-        # pass one over two sources at a time: parsing and the kernels release the GIL (two cores here)
-        with ThreadPoolExecutor(_PLAN_THREADS, thread_name_prefix="compaction-plan") as pool:
-            for plan, expired in pool.map(lambda source: self._plan(*source, sidecars, cutoff), sources):
-                plans.append(plan)
-                expired_upto = max(expired_upto, expired)
-                failpoint("compaction")
+        direct: SidecarWriter | None = copy  # None once a row before the next source is not in the copy
+        for source, path in sources:
+            plan, expired = self._plan(source, path, sidecars, cutoff, direct)
+            plans.append(plan)
+            expired_upto = max(expired_upto, expired)
+            if plan.sidecar is not None or plan.table is not None and plan.table.num_rows:
+                direct = None
+            failpoint("compaction")
         new = _SourcePlan()
         new.scan(entries_table(new_entries), 0, cutoff, batch_id)  # retention markers cover older batches only
         keep = records_to_keep([record for plan in [*plans, new] for _, record in plan.records])
@@ -529,18 +577,27 @@ class CompactibleLog(LogFiles):
             drop, rewrite = plan.rewrites(keep)
             changed = sorted(drop | set(rewrite))
             stamp = None if is_compact_path(path) else source
-            checksum = Checksum() if plan.sidecar else None
+            checksum = Checksum() if plan.read else None
             if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
-                copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite))
+                copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite, plan.direct))
+            yield from plan.copied
+            if stamp is not None and plan.table is not None and not plan.table.num_rows:
+                continue  # every block of this delta was copied in pass one
             for index, block in enumerate(self.blocks(path, source, checksum)):
+                if stamp is not None and index < len(plan.copied):
+                    continue
                 offset = block.first_line - 2
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
                 layout = plan.layouts[index] if stamp is not None else None
-                yield from self._copy_block(block, offset, here, drop, rewrite, stamp, plan.table, layout)
-            if plan.sidecar is not None and (checksum.size, checksum.crc) != (plan.sidecar.size, plan.sidecar.crc):
-                raise _StaleSidecar(f"the columnar copy of {self.display(path)} does not match its bytes")
+                if not here and stamp is None:  # nothing changes in this block of a compact file: its bytes
+                    yield from (b"\n", block.data)
+                    continue
+                table = plan.table.slice(offset - plan.direct, block.lines) if layout is None and stamp is not None else None
+                yield self._copy_block(offset, here, drop, rewrite, _lines(block, stamp, table, layout))
+            if checksum is not None and (checksum.size, checksum.crc) != plan.read:
+                raise _StaleSidecar(f"{self.display(path)} changed while it was compacted, or its columnar copy is stale")
             if plan.table is not None:
-                copy.write(_apply(plan.table, drop, rewrite, self.storage))
+                copy.write(_apply(plan.table, drop, rewrite, self.storage, plan.direct))
         drop, rewrite = new.rewrites(keep)
         kept_new = [
             _rewritten(e, rewrite[row], self.storage) if row in rewrite else e
@@ -552,53 +609,36 @@ class CompactibleLog(LogFiles):
         copy.write(entries_table(kept_new))
         yield "".join("\n" + e.to_json() for e in kept_new).encode()
 
-    def _carried(self, sidecar: Sidecar, path: str, drop: set[int], rewrite: dict[int, str]) -> Iterator[pa.Table]:
-        """The previous compact file's entries for the new columnar copy, from its own copy, group by group."""
+    def _carried(
+        self, sidecar: Sidecar, path: str, drop: set[int], rewrite: dict[int, str], first: int
+    ) -> Iterator[pa.Table]:
+        """A compact source's entries for the new columnar copy, from a copy of its rows from ``first`` on,
+        group by group."""
         for start, group in _checked(sidecar.groups(), path):
-            yield _apply(group, drop, rewrite, self.storage, start)
+            yield _apply(group, drop, rewrite, self.storage, first + start)
 
     def _copy_block(
-        self,
-        block: Block,
-        offset: int,
-        changed: list[int],
-        drop: set[int],
-        rewrite: dict[int, str],
-        stamp: int | None,
-        table: pa.Table | None,
-        layout: pa.BooleanArray | None,
-    ) -> Iterator[bytes]:
-        """One source block (rows from ``offset``) for the compact file: raw bytes when nothing changes,
-        else its lines with ``changed`` rows dropped or rewritten. Lines of a delta file (``table``: their
-        parsed entries, ``layout``: which lines are in the writer's layout) all get their ``batchId``
-        stamped, column-wise (:func:`~parquet_sink.log.lines.stamped_lines`); only changed rows and lines
-        the writer would lay out differently are re-serialised one by one."""
-        if not changed and stamp is None:
-            yield b"\n"
-            yield block.data
-            return
-        lines = split_lines(block.data)
-        if stamp is None:
-            out, redo = pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None
-        else:
-            assert table is not None
-            out, redo = stamped_lines(lines, table.slice(offset, block.lines), stamp, layout)
-        rows = {row - offset for row in changed}
-        if redo is not None and redo.true_count:
-            rows.update(pc.indices_nonzero(redo).to_pylist())
+        self, offset: int, changed: list[int], drop: set[int], rewrite: dict[int, str], lines: _Lines
+    ) -> pa.Buffer:
+        """One source block (rows from ``offset``, its :func:`_lines`) as the compact file holds it, with
+        ``changed`` rows dropped or rewritten; only those, and the lines of a delta that the writer would lay
+        out differently, are re-serialised one by one."""
+        out, rows = lines.out, {row - offset for row in changed}
+        if lines.redo is not None and lines.redo.true_count:
+            rows.update(pc.indices_nonzero(lines.redo).to_pylist())
         if rows:
-            redone, mask = [], bytearray(len(lines))
+            redone, mask = [], bytearray(len(lines.lines))
             for row in sorted(rows):
                 mask[row] = 1
                 if offset + row in drop:
                     redone.append(b"")  # an empty value adds no bytes to the block
                     continue
-                entry = LogEntry.from_json(lines[row].as_py().decode("utf-8"), stamp)
+                entry = LogEntry.from_json(lines.lines[row].as_py().decode("utf-8"), lines.stamp)
                 if offset + row in rewrite:
                     entry = _rewritten(entry, rewrite[offset + row], self.storage)
                 redone.append(b"\n" + entry.to_json().encode())
             out = pc.replace_with_mask(out, _mask(mask), pa.array(redone, pa.binary()))
-        yield joined(out)
+        return joined(out)
 
     def _marker(self, batch_id: int, expired_upto: int, now: int) -> LogEntry:
         """The entry (skipped by Spark, like a commit record) saying that retention dropped entries of

@@ -29,7 +29,7 @@ import pyarrow.json as pa_json
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
 from .lines import parse_lines
 from .threads import mapped_ahead
-from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, sidecar_path
+from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from ..storage.filesystem import FileInfo, Storage
 
@@ -41,7 +41,7 @@ METADATA_DIR = "_spark_metadata"
 # package's rename, kept so outputs written before it read the same
 HIDDEN_DIR = "_exactly_once"
 COMPACT_SUFFIX = ".compact"
-_BLOCK = 1 << 24  # bytes parsed at once: bounds the memory next to the columns themselves
+_BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
 _NEWLINE = 10
 # A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
 COPY_MIN_BYTES = 1 << 22
@@ -370,6 +370,14 @@ class LogFiles:
                     logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", batch_id, exc)
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
+        with log_memory_pool():
+            table = self._parse_table(path, batch_id, sidecar)
+        if not is_compact_path(path):
+            table = stamp_batch_id(table, batch_id)
+        return table if columns is None else table.select(columns)
+
+    def _parse_table(self, path: str, batch_id: int, sidecar: str | None) -> pa.Table:
+        """Every entry of one log file, parsed from its JSON; a big compact file without a copy gets one."""
         checksum, tables = Checksum(), []
         made = None  # a large compact file without a copy: its copy, encoded on a thread as blocks are parsed
         try:
@@ -387,10 +395,7 @@ class LogFiles:
             raise
         if made is not None:
             self.keep_copy(path, batch_id, made, checksum)
-        table = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
-        if not is_compact_path(path):
-            table = stamp_batch_id(table, batch_id)
-        return table if columns is None else table.select(columns)
+        return pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
 
     def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
         """Store the columnar copy of compact file ``path`` (whose bytes ``checksum`` saw) from the

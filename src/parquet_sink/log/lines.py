@@ -79,11 +79,11 @@ def _in_layout(lines: pa.BinaryArray, prefixes: pa.BinaryArray, table: pa.Table)
 
 
 def stamped_lines(
-    lines: pa.BinaryArray, table: pa.Table, batch_id: int, layout: pa.BooleanArray | None = None
+    lines: pa.BinaryArray, table: pa.Table | None, batch_id: int, layout: pa.BooleanArray | None = None
 ) -> tuple[pa.BinaryArray, pa.BooleanArray]:
     """(each line of a delta file as a compact file holds it, ``"\\n"`` first; which rows the caller must
-    re-serialise one by one). ``table`` holds the lines' parsed entries, ``layout`` which lines are in the
-    layout (from :func:`parse_lines`; checked here when not given). A line in the layout gets
+    re-serialise one by one). ``layout``: which lines are in the layout (from :func:`parse_lines`); when
+    not given it is checked here against ``table``, the lines' parsed entries. A line in the layout gets
     ``,"batchId":N`` after its action, column-wise; any other line (extra keys such as a commit record,
     a ``batchId`` of its own, another layout) is marked.
 
@@ -92,6 +92,7 @@ def stamped_lines(
     """
     suffix = pa.scalar(f',"batchId":{batch_id}}}'.encode(), pa.binary())
     if layout is None:
+        assert table is not None
         prefixes = entry_prefixes(table)
         layout = _in_layout(lines, prefixes, table)
     else:
