@@ -176,7 +176,7 @@ class _SourcePlan:
     layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
     direct: int = 0  # rows (a prefix) pass one already wrote to the new columnar copy
     copied: list[pa.Buffer] = field(default_factory=list)  # a delta's first blocks as the compact file holds them
-    read: tuple[int, int] | None = None  # a compact source's (size, CRC-32) as the plan saw it
+    read: tuple[int, int] | None = None  # the source's (size, CRC-32) as the plan saw it (pass two checks it)
 
     def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
         """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
@@ -508,11 +508,12 @@ class CompactibleLog(LogFiles):
             return plan, expired_upto
         parsed: list[pa.Table] = []
         checksum, made = Checksum(), None
+        stamp_now = copy is not None and not compact  # a delta that may go straight in: stamp on the threads
 
         def parse(block: Block) -> tuple[Block, pa.Table, pa.BooleanArray | None, _Lines | None]:
             """On a thread: one block parsed and, for a delta in the layout, stamped (see pass two)."""
             table, layout = self.parse_block_layout(block, path, source)
-            return block, table, layout, None if compact or layout is None else _lines(block, source, None, layout)
+            return block, table, layout, _lines(block, source, None, layout) if stamp_now and layout is not None else None
 
         try:
             for block, table, layout, lines in mapped_ahead(parse, self.blocks(path, source, checksum)):
