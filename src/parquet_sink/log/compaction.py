@@ -30,7 +30,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -175,7 +175,8 @@ class _SourcePlan:
     table: pa.Table | None = None  # a delta's entries from row ``direct`` on, for the new columnar copy
     layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
     direct: int = 0  # rows (a prefix) pass one already wrote to the new columnar copy
-    copied: list[pa.Buffer] = field(default_factory=list)  # a delta's first blocks as the compact file holds them
+    written: int = 0  # blocks (a prefix) pass one already wrote to the compact file and the copy
+    whole: bool = False  # pass one wrote every row
     read: tuple[int, int] | None = None  # the source's (size, CRC-32) as the plan saw it (pass two checks it)
 
     def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
@@ -283,6 +284,17 @@ def _lines(block: Block, stamp: int | None, table: pa.Table | None, layout: pa.B
         return _Lines(lines, pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None, None)
     out, redo = stamped_lines(lines, table, stamp, layout)
     return _Lines(lines, out, redo, stamp)
+
+
+class _Read(NamedTuple):
+    """One item of pass one (see :meth:`CompactibleLog._sources_read`) for source ``index``, with a block's
+    entries, which of its lines are in the layout, and its :class:`_Lines` if the parse thread stamped it."""
+
+    index: int
+    item: Block | Checksum | Sidecar
+    table: pa.Table | None = None
+    layout: pa.BooleanArray | None = None
+    lines: _Lines | None = None
 
 
 class _StaleSidecar(LogError):
@@ -486,51 +498,98 @@ class CompactibleLog(LogFiles):
         self.put_copy(path, copy, checksum)
         return sidecar_path(path)
 
-    def _plan(
-        self, source: int, path: str, sidecars: dict[int, str], cutoff: int | None, copy: SidecarWriter | None
-    ) -> tuple[_SourcePlan, int]:
-        """Pass one over one source (see :meth:`_SourcePlan.scan`), from its columnar copy when there is one,
-        else from its JSON (validated block by block, blocks parsed on threads).
+    def _sources_read(
+        self, sources: list[tuple[int, str]], sidecars: dict[int, str]
+    ) -> Iterator[tuple[int, Block | Checksum | Sidecar]]:
+        """What pass one reads, in log order, as (index in ``sources``, item): a compact source's columnar
+        copy when it has a usable one; else the source's blocks, then the :class:`Checksum` of its bytes."""
+        for index, (source, path) in enumerate(sources):
+            if is_compact_path(path) and source in sidecars:
+                sidecar = self.read_sidecar(sidecars[source], path, source)
+                if sidecar is not None:
+                    yield index, sidecar
+                    continue
+            checksum = Checksum()
+            for block in self.blocks(path, source, checksum):
+                yield index, block
+            yield index, checksum
 
-        ``copy``: the new compact file's columnar copy when every row before this source is in it already.
-        Parsed rows whose fate the plan knows at once (every row but commit records, whose keeping depends on
-        the sources after them) go straight into it, up to the first block that holds a record or that the
-        JSON parser read; the rest are kept for pass two (a delta's entries, or, for a compact file without a
-        copy, a copy made in memory that pass two carries over and checks against the bytes it copies)."""
-        compact = is_compact_path(path)
-        sidecar = self.read_sidecar(sidecars[source], path, source) if compact and source in sidecars else None
-        plan = _SourcePlan(sidecar=sidecar)
+    def _pass_one(
+        self,
+        sources: list[tuple[int, str]],
+        sidecars: dict[int, str],
+        cutoff: int | None,
+        copy: SidecarWriter,
+        plans: list[_SourcePlan],
+    ) -> Generator[bytes | memoryview | pa.Buffer, None, int]:
+        """Pass one (see :meth:`_SourcePlan.scan`) over every source, appending their plans to ``plans``:
+        from a compact source's columnar copy when there is one, else from its JSON, validated block by
+        block. The blocks of all sources are parsed two at a time on threads, in one pipeline.
+
+        While every row before it is written, a block whose rows' fate the plan knows at once (every row
+        but commit records, whose keeping depends on the sources after them) is written here, to the
+        compact file (yielded) and to ``copy``; a delta's block stamped on the parse thread. From the first
+        block that holds a record (or, in a delta, that the JSON parser read) on, pass two writes: a delta's
+        entries are kept for it, a compact file's go to a copy made in memory that pass two carries over and
+        checks against the bytes it copies. Returns the newest batch whose entries retention dropped, -1 if
+        none."""
         expired_upto = -1
-        if sidecar:
-            for offset, table in _checked(sidecar.groups(_PLAN_COLUMNS), path):
-                expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
-            plan.read = (sidecar.size, sidecar.crc)
-            return plan, expired_upto
-        parsed: list[pa.Table] = []
-        checksum, made = Checksum(), None
-        stamp_now = copy is not None and not compact  # a delta that may go straight in: stamp on the threads
+        direct: list[SidecarWriter | None] = [copy]  # None once a row before the next block waits for pass two
+        parsed: list[pa.Table] = []  # the current delta's entries kept for pass two
+        made: SidecarWriter | None = None  # the current compact source's copy, made in memory
 
-        def parse(block: Block) -> tuple[Block, pa.Table, pa.BooleanArray | None, _Lines | None]:
-            """On a thread: one block parsed and, for a delta in the layout, stamped (see pass two)."""
+        def parse(read: tuple[int, Block | Checksum | Sidecar]) -> _Read:
+            """On a thread: one block parsed and, for a delta in the layout that goes straight in, stamped."""
+            index, block = read
+            if not isinstance(block, Block):
+                return _Read(index, block)
+            source, path = sources[index]
             table, layout = self.parse_block_layout(block, path, source)
-            return block, table, layout, _lines(block, source, None, layout) if stamp_now and layout is not None else None
+            stamp = direct[0] is not None and layout is not None and not is_compact_path(path)
+            return _Read(index, block, table, layout, _lines(block, source, None, layout) if stamp else None)
 
         try:
-            for block, table, layout, lines in mapped_ahead(parse, self.blocks(path, source, checksum)):
-                offset = block.first_line - 2
+            for index, item, table, layout, lines in mapped_ahead(parse, self._sources_read(sources, sidecars)):
+                source, path = sources[index]
+                compact = is_compact_path(path)
+                if index == len(plans):
+                    plans.append(_SourcePlan())
+                plan = plans[index]
+                if isinstance(item, Sidecar):
+                    plan.sidecar, plan.read, direct[0] = item, (item.size, item.crc), None
+                    for offset, group in _checked(item.groups(_PLAN_COLUMNS), path):
+                        expired_upto = max(expired_upto, plan.scan(group, offset, cutoff, source))
+                    failpoint("compaction")
+                    continue
+                if isinstance(item, Checksum):  # the end of this source's JSON
+                    plan.read, plan.whole = (item.size, item.crc), direct[0] is not None
+                    if made is not None:  # pass two carries the entries over from this copy
+                        plan.sidecar, made = made.finish_copy(path.rsplit("/", 1)[-1], item), None
+                    if not compact:
+                        plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
+                    parsed = []
+                    failpoint("compaction")
+                    continue
+                assert table is not None
+                offset = item.first_line - 2
                 if not compact:
                     table = stamp_batch_id(table, source)
                     plan.layouts.append(layout)
                 records = len(plan.records)
                 expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
-                if copy is not None and layout is not None and len(plan.records) == records:
-                    copy.write(_without(table, plan.drop, offset))
+                if direct[0] is not None and (compact or layout is not None) and len(plan.records) == records:
+                    direct[0].write(_without(table, plan.drop, offset))
                     plan.direct += table.num_rows
-                    if not compact:  # stamped now, while the block is in memory: pass two need not read it again
-                        dropped = sorted(row for row in plan.drop if offset <= row < offset + block.lines)
-                        plan.copied.append(self._copy_block(offset, dropped, plan.drop, {}, lines))
+                    plan.written += 1
+                    dropped = sorted(row for row in plan.drop if offset <= row < offset + item.lines)
+                    if compact and not dropped:  # its bytes, as they are
+                        yield b"\n"
+                        yield item.data
+                    else:
+                        lines = lines or _lines(item, None if compact else source, None, layout)
+                        yield self._copy_block(offset, dropped, plan.drop, {}, lines)
                     continue
-                copy = None
+                direct[0] = None
                 if not compact:
                     parsed.append(table)
                 else:
@@ -540,12 +599,7 @@ class CompactibleLog(LogFiles):
             if made is not None:
                 made.discard()
             raise
-        plan.read = (checksum.size, checksum.crc)
-        if made is not None:  # pass two carries the entries over from this copy
-            plan.sidecar = made.finish_copy(path.rsplit("/", 1)[-1], checksum)
-        if not compact:
-            plan.table = pa.concat_tables(parsed) if parsed else ENTRY_SCHEMA.empty_table()
-        return plan, expired_upto
+        return expired_upto
 
     def _compact_chunks(
         self,
@@ -554,38 +608,30 @@ class CompactibleLog(LogFiles):
         sidecars: dict[int, str],
         new_entries: list[LogEntry],
         copy: SidecarWriter,
-    ) -> Iterator[bytes]:
-        """The compact file: pass one validates every source and plans what to drop, pass two copies
-        (and feeds the same entries to ``copy``). Raises _StaleSidecar, before the file is published,
-        when a columnar copy the plan came from does not match its compact file's bytes."""
+    ) -> Iterator[bytes | memoryview | pa.Buffer]:
+        """The compact file: pass one validates every source, plans what to drop and writes what it can
+        (:meth:`_pass_one`), pass two copies the rest (and feeds the same entries to ``copy``). Raises
+        _StaleSidecar, before the file is published, when a columnar copy the plan came from does not match
+        its compact file's bytes."""
         now = int(time.time() * 1000)
         cutoff = None if self.retention_ms is None else now - self.retention_ms
         plans: list[_SourcePlan] = []
-        expired_upto = -1
-        direct: SidecarWriter | None = copy  # None once a row before the next source is not in the copy
-        for source, path in sources:
-            plan, expired = self._plan(source, path, sidecars, cutoff, direct)
-            plans.append(plan)
-            expired_upto = max(expired_upto, expired)
-            if plan.sidecar is not None or plan.table is not None and plan.table.num_rows:
-                direct = None
-            failpoint("compaction")
+        yield b"v1"
+        expired_upto = yield from self._pass_one(sources, sidecars, cutoff, copy, plans)
         new = _SourcePlan()
         new.scan(entries_table(new_entries), 0, cutoff, batch_id)  # retention markers cover older batches only
         keep = records_to_keep([record for plan in [*plans, new] for _, record in plan.records])
-        yield b"v1"
         for (source, path), plan in zip(sources, plans):
+            if plan.whole:  # pass one wrote every row of this source
+                continue
             drop, rewrite = plan.rewrites(keep)
             changed = sorted(drop | set(rewrite))
             stamp = None if is_compact_path(path) else source
-            checksum = Checksum() if plan.read else None
+            checksum = Checksum()
             if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
                 copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite, plan.direct))
-            yield from plan.copied
-            if stamp is not None and plan.table is not None and not plan.table.num_rows:
-                continue  # every block of this delta was copied in pass one
             for index, block in enumerate(self.blocks(path, source, checksum)):
-                if stamp is not None and index < len(plan.copied):
+                if index < plan.written:
                     continue
                 offset = block.first_line - 2
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
@@ -595,7 +641,7 @@ class CompactibleLog(LogFiles):
                     continue
                 table = plan.table.slice(offset - plan.direct, block.lines) if layout is None and stamp is not None else None
                 yield self._copy_block(offset, here, drop, rewrite, _lines(block, stamp, table, layout))
-            if checksum is not None and (checksum.size, checksum.crc) != plan.read:
+            if (checksum.size, checksum.crc) != plan.read:
                 raise _StaleSidecar(f"{self.display(path)} changed while it was compacted, or its columnar copy is stale")
             if plan.table is not None:
                 copy.write(_apply(plan.table, drop, rewrite, self.storage, plan.direct))

@@ -28,7 +28,6 @@ import contextlib
 import functools
 import logging
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from zlib_ng import zlib_ng
 
 from .entry import BATCH_ROWS_KEY, COMMIT_TIME_KEY, ENTRY_SCHEMA
 
@@ -229,7 +229,8 @@ class SidecarWriter:
 
 
 class Checksum:
-    """Size and CRC-32 of the chunks passed through :meth:`wrap`."""
+    """Size and CRC-32 (zlib's) of the chunks passed through :meth:`wrap`, computed by zlib-ng: the log's
+    compaction checksums every byte it reads and writes, at ~3 GB/s with zlib, ~30 GB/s with zlib-ng."""
 
     def __init__(self) -> None:
         self.size = 0
@@ -237,7 +238,7 @@ class Checksum:
 
     def update(self, chunk: bytes | memoryview) -> None:
         self.size += len(chunk)
-        self.crc = zlib.crc32(chunk, self.crc)
+        self.crc = zlib_ng.crc32(chunk, self.crc)
 
     def wrap(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
         for chunk in chunks:

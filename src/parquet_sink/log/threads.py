@@ -1,4 +1,4 @@
-"""Bounded, ordered pipelines on threads, so that the log's CPU work (Arrow kernels, numpy, zlib and file
+"""Bounded, ordered pipelines on threads, so that the log's CPU work (Arrow kernels, numpy, CRC-32 and file
 I/O all release the GIL) runs on both cores while the next block is read or the previous one written.
 
 Both helpers keep results in input order and hold at most a few items ahead of the consumer (bounded
