@@ -157,7 +157,8 @@ def test_compaction_over_a_damaged_copy_uses_the_json(tmp_path, caplog):
     log = _log(tmp_path, 6)
     copy = tmp_path / LOG / "5.compact.parquet"
     flipped = bytearray(copy.read_bytes())
-    flipped[len(flipped) // 3] ^= 0xFF
+    chunk = pq.ParquetFile(copy).metadata.row_group(0).column(0)  # the paths: damage inside their data page
+    flipped[chunk.data_page_offset + chunk.total_compressed_size - 2] ^= 0xFF
     copy.write_bytes(bytes(flipped))
     with caplog.at_level(logging.WARNING, logger="parquet_sink.log.compaction"):
         for b in range(6, 9):

@@ -111,6 +111,15 @@ def _read_into(fh: IO[bytes], view: memoryview) -> int:
     return filled
 
 
+def _last_newline(data: np.ndarray) -> int:
+    """Where the last newline of ``data`` is, -1 if it has none (its tail searched first: lines are short)."""
+    start = max(0, len(data) - (1 << 16))
+    found = np.flatnonzero(data[start:] == _NEWLINE)
+    if not len(found) and start:
+        start, found = 0, np.flatnonzero(data[:start] == _NEWLINE)
+    return start + int(found[-1]) if len(found) else -1
+
+
 class _CopyNotStored(Exception):
     """Storing a columnar copy failed (the cause says why); ``sidecar`` is the copy."""
 
@@ -275,13 +284,12 @@ class LogFiles:
                 end, last = len(carry) + got, got < _BLOCK
                 if not end:
                     return
-                newlines = np.flatnonzero(buffer[:end] == _NEWLINE)
-                if not last and not len(newlines):  # a line longer than a block
+                # a block ends before the last newline read, the last block with the file (less a trailing newline)
+                cut = end if last and buffer[end - 1] != _NEWLINE else _last_newline(buffer[:end])
+                if cut < 0:  # a line longer than a block
                     carry = buffer[:end].tobytes()
                     continue
-                # a block ends before the last newline read, the last block with the file (less a trailing newline)
-                cut = int(newlines[-1]) if not last or buffer[end - 1] == _NEWLINE else end
-                lines = int(np.searchsorted(newlines, cut)) + 1
+                lines = int(np.count_nonzero(buffer[:cut] == _NEWLINE)) + 1
                 yield Block(memoryview(buffer)[:cut], number, lines)  # no copy of the block
                 if last:
                     return
