@@ -35,6 +35,7 @@ _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_beha
 _MAX_OTHERS = 8  # past one line in this many in another layout, the JSON parser reads the whole block
 _BACKSLASH = 92
 _ZERO = pa.scalar(b"0", pa.binary())
+_POWERS = 10 ** np.arange(19, dtype=np.int64)  # a non-negative int64 of d > 0 digits is below _POWERS[d]
 _QUOTE = 34
 _LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
 
@@ -153,13 +154,14 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
 
     def number(index: int, key: str) -> pa.Array:
         digits = value(index, f'"{key}":'.encode())
-        digits = pc.if_else(checks[-1], digits, _ZERO)  # another key here: not in the layout, parsed as 0
+        digits = _text(pc.if_else(checks[-1], digits, _ZERO))  # another key here: not in the layout, parsed as 0
         # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
-        # a sign or a leading zero is not how the writer writes a size or a time
-        padded = pc.and_(pc.starts_with(digits, "0"), pc.greater(pc.binary_length(digits), 1))
-        odd = pc.or_(pc.starts_with(digits, "-"), padded)
-        checks.append(pc.invert(odd))
-        return pc.cast(_text(digits), pa.int64())
+        # a sign or a leading zero is not how the writer writes a size or a time: the digits must be as many
+        # as the number's
+        parsed = pc.cast(digits, pa.int64())
+        shortest = np.maximum(np.searchsorted(_POWERS, parsed.to_numpy(), "right"), 1)
+        checks.append(pa.array(pc.binary_length(digits).to_numpy() == shortest))
+        return parsed
 
     n = len(fields[0])
     path = _text(value(0, b'{"path":"', b'"'))
