@@ -8,11 +8,14 @@ batches are deleted (Spark's rule).
 Compaction is a streamed copy of raw lines at C speed. Pass one plans what to drop (retention, and commit
 records that :func:`~parquet_sink.log.entry.records_to_keep` does not keep) from the previous compact
 file's columnar copy (:mod:`.sidecar`), or, without one, by validating the JSON block by block
-(:meth:`LogFiles.parse_block`, column-wise) and making the copy in memory. Pass two copies the blocks as
-bytes, stamping ``batchId`` into a delta file's lines column-wise (:func:`.lines.stamped_lines`;
-only dropped or rewritten lines, and lines in another layout, cost Python work), checks a compact file's
-bytes against its copy's CRC-32, and writes the new compact file's columnar copy alongside. Memory stays
-bounded by one block plus the compressed copies (and the entries of the deltas).
+(:meth:`LogFiles.parse_block_layout`, column-wise, two blocks at a time on threads). While no row before it
+waits for the plan, a block whose rows' fate is known at once (no commit record in it) is written as soon as
+it is parsed: a compact file's bytes as they are, a delta's lines with ``batchId`` stamped column-wise
+(:func:`.lines.stamped_lines`), its entries to the new columnar copy. Pass two copies the rest as bytes (only
+dropped or rewritten lines, and lines in another layout, cost Python work), checks each source's bytes
+against the CRC-32 pass one saw (or its copy records), and writes the new columnar copy alongside. A log
+Spark's sink wrote (no commit records) is thus read once and written in one pass. Memory stays bounded by a
+few blocks plus the compressed copies (and the entries of the deltas pass two writes).
 
 Example::
 

@@ -101,10 +101,22 @@ def stamped_lines(
     return pc.binary_join_element_wise(NEWLINE, prefixes, suffix, EMPTY), pc.invert(layout)
 
 
+def _whole(data: bytes | memoryview) -> pa.BinaryArray:
+    """The block as one binary value, without a copy."""
+    return pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int32)), pa.py_buffer(data)])
+
+
+def _is_utf8(data: bytes | memoryview) -> bool:
+    try:
+        _whole(data).cast(pa.string())  # validates, without a copy
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def split_lines(data: bytes | memoryview) -> pa.BinaryArray:
     """The lines of a block (joined by ``\\n``), as a binary array."""
-    whole = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int32)), pa.py_buffer(data)])
-    return pc.split_pattern(whole, "\n").values  # the block as one value, without a copy
+    return pc.split_pattern(_whole(data), "\n").values
 
 
 def joined(values: pa.BinaryArray) -> pa.Buffer:
@@ -198,8 +210,12 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     Example: ``parse_lines(block.data, block.lines)[0].num_rows == block.lines``.
     """
     buffer = np.frombuffer(data, np.uint8)
-    if np.count_nonzero(buffer < 32) != lines - 1 or np.count_nonzero(buffer == _BACKSLASH):
-        return None  # a control character (corrupt) or an escape: the JSON parser handles those
+    # one pass finds what is neither the newlines nor ASCII text: bytes below 32 and above 127 both wrap to >= 96
+    if np.count_nonzero(buffer - np.uint8(32) >= 96) != lines - 1:
+        if np.count_nonzero(buffer < 32) != lines - 1 or not _is_utf8(data):
+            return None  # a control character (corrupt) or invalid UTF-8: the JSON parser reports the line
+    if np.count_nonzero(buffer == _BACKSLASH):
+        return None  # an escape: the JSON parser reads those
     try:
         found = _fields(data, lines)
         if found is None:
