@@ -4,9 +4,9 @@ written column-wise: ``{"path":"P","size":S,"isDir":B,"modificationTime":M,"bloc
 
 A log of a million files is a quarter of a gigabyte of such lines. A JSON parser reads them at a few tens
 of MB/s here; this module reads lines in the exact layout as seven comma-separated fields (Arrow's CSV
-reader, quoting off), checks each line against its entry written back (:func:`entry_prefixes`), and
-leaves every other line (other spacing or key order, escapes, extra keys, a comma in a path) to the JSON
-parser. The same rebuilt prefixes stamp ``batchId`` into a delta file's lines at compaction
+reader, quoting off), or eight in a compact file this package wrote (``,"batchId":N`` after the action),
+checks each field is written as the writer writes it, and leaves every other line (other spacing or key
+order, escapes, other keys, a comma in a path) to the JSON parser. The same rebuilt prefixes stamp ``batchId`` into a delta file's lines at compaction
 (:func:`stamped_lines`). Both give exactly what parsing and :meth:`~parquet_sink.log.entry.LogEntry.to_json`
 give, line for line.
 
@@ -19,17 +19,19 @@ Example::
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
-from .entry import ENTRY_SCHEMA, REQUIRED_KEYS
+from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS
 
 NEWLINE = pa.scalar(b"\n", pa.binary())
 EMPTY = pa.scalar(b"", pa.binary())
-_NAMES = [f"f{i}" for i in range(7)]  # the seven comma-separated fields of a line in the layout
+_NAMES = [f"f{i}" for i in range(8)]  # the comma-separated fields of a line in the layout (and its batchId)
 _CONVERT = pa_csv.ConvertOptions(column_types={name: pa.binary() for name in _NAMES}, strings_can_be_null=False)
 _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 _MAX_OTHERS = 8  # past one line in this many in another layout, the JSON parser reads the whole block
@@ -38,6 +40,8 @@ _ZERO = pa.scalar(b"0", pa.binary())
 _POWERS = 10 ** np.arange(19, dtype=np.int64)  # a non-negative int64 of d > 0 digits is below _POWERS[d]
 _QUOTE = 34
 _LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
+_STAMPED = re.compile(rb',"batchId":\d+}$')  # how a line of a compact file this package wrote ends
+_PEEK = 1 << 12  # bytes of a block that show how its first line ends
 
 
 def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -126,8 +130,9 @@ def joined(values: pa.BinaryArray) -> pa.Buffer:
     return data[bounds[values.offset] : bounds[values.offset + len(values)]]
 
 
-def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[int]] | None:
-    """The seven comma-separated fields of every line that has seven, and the (0-based) lines that do not."""
+def _fields(data: bytes | memoryview, lines: int, count: int) -> tuple[list[pa.Array], list[int]] | None:
+    """The ``count`` comma-separated fields of every line that has that many, and the (0-based) lines that
+    do not."""
     others: list[int] = []
 
     def other(row: pa_csv.InvalidRow) -> str:
@@ -136,7 +141,7 @@ def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[
 
     table = pa_csv.read_csv(
         pa.BufferReader(pa.py_buffer(data)),
-        read_options=pa_csv.ReadOptions(column_names=_NAMES, use_threads=False, block_size=max(len(data) + 1, 1 << 20)),
+        read_options=pa_csv.ReadOptions(column_names=_NAMES[:count], use_threads=False, block_size=max(len(data) + 1, 1 << 20)),
         parse_options=pa_csv.ParseOptions(
             delimiter=",", quote_char=False, escape_char=False, double_quote=False, invalid_row_handler=other
         ),
@@ -148,24 +153,26 @@ def _fields(data: bytes | memoryview, lines: int) -> tuple[list[pa.Array], list[
 
 
 def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.BooleanArray]:
-    """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, whether each line is exactly
-    its entry written back, i.e. in the layout). Every field must be its key and a value written as the
-    writer writes it: numbers without a sign or a leading zero, a path and an action without a quote
-    (the block has no backslash: no escapes), an ASCII action. ``quotes``: the quotes in the block, when these are all its lines; if every
-    line has the layout's 18 and no more, no path or action holds one. ArrowInvalid for a number that does
-    not parse (or does not fit 64 bits) and a field that is not valid UTF-8."""
+    """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, or eight with ``batchId`` last,
+    whether each line is exactly its entry written back, i.e. in the layout). Every field must be its key
+    and a value written as the writer writes it: numbers without a sign or a leading zero, a path and an
+    action without a quote (the block has no backslash: no escapes), an ASCII action. ``quotes``: the
+    quotes in the block, when these are all its lines; if every line has the layout's and no more, no path
+    or action holds one. ArrowInvalid for a number that does not parse (or does not fit 64 bits) and a
+    field that is not valid UTF-8."""
     checks = []
+    stamped = len(fields) == 8
 
     def value(index: int, prefix: bytes, suffix: bytes = b"") -> pa.Array:
         field = fields[index]
         checks.append(pc.starts_with(field, prefix.decode()))
         if suffix:  # and the two do not overlap
-            checks.append(pc.ends_with(field, suffix.decode()))
-            checks.append(pc.greater_equal(pc.binary_length(field), len(prefix) + len(suffix)))
+            ends = pc.and_(pc.ends_with(field, suffix.decode()), pc.greater_equal(pc.binary_length(field), len(prefix) + len(suffix)))
+            checks[-1] = pc.and_(checks[-1], ends)
         return pc.binary_slice(field, len(prefix), -len(suffix) if suffix else 2**31 - 1)
 
-    def number(index: int, key: str) -> pa.Array:
-        digits = value(index, f'"{key}":'.encode())
+    def number(index: int, key: str, suffix: bytes = b"") -> pa.Array:
+        digits = value(index, f'"{key}":'.encode(), suffix)
         digits = _text(pc.if_else(checks[-1], digits, _ZERO))  # another key here: not in the layout, parsed as 0
         # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
         # a sign or a leading zero is not how the writer writes a size or a time: the digits must be as many
@@ -177,7 +184,7 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
 
     n = len(fields[0])
     path = _text(value(0, b'{"path":"', b'"'))
-    action = _text(value(6, b'"action":"', b'"}'))
+    action = _text(value(6, b'"action":"', b'"' if stamped else b'"}'))
     columns = {
         "path": path,
         "size": number(1, "size"),
@@ -187,6 +194,8 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
         "blockSize": number(5, "blockSize"),
         "action": action,
     }
+    if stamped:
+        columns[BATCH_KEY] = number(7, BATCH_KEY, b"}")
     checks += [
         pc.or_(columns["isDir"], pc.equal(fields[2], pa.scalar(b'"isDir":false', pa.binary()))),
         pc.string_is_ascii(action),
@@ -194,18 +203,18 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
     layout = checks[0]
     for check in checks[1:]:
         layout = pc.and_(layout, check)
-    if quotes != _LAYOUT_QUOTES * n or layout.false_count:
+    if quotes != (_LAYOUT_QUOTES + 2 * stamped) * n or layout.false_count:
         layout = pc.and_(layout, pc.invert(pc.or_(pc.match_substring(path, '"'), pc.match_substring(action, '"'))))
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), pc.fill_null(layout, False)
 
 
-def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.BooleanArray] | None:
+def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.BooleanArray | None] | None:
     """(the entries of ``lines`` log lines (``data``, joined by ``\n``) as :data:`ENTRY_SCHEMA`, the
-    same table a JSON parser gives; whether each line is in the layout), or None when this block is for
-    the JSON parser and its line-by-line errors (an escape or a control character in it, many lines in
-    another layout, a line that does not parse). Lines in the layout are read as fields; the few others
-    by the JSON parser.
+    same table a JSON parser gives; whether each line is in the layout, None for a block of a compact file
+    this package wrote, whose lines carry ``batchId``), or None when this block is for the JSON parser and
+    its line-by-line errors (an escape or a control character in it, many lines in another layout, a line
+    that does not parse). Lines in the layout are read as fields; the few others by the JSON parser.
 
     Example: ``parse_lines(block.data, block.lines)[0].num_rows == block.lines``.
     """
@@ -216,8 +225,10 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
             return None  # a control character (corrupt) or invalid UTF-8: the JSON parser reports the line
     if np.count_nonzero(buffer == _BACKSLASH):
         return None  # an escape: the JSON parser reads those
+    first = bytes(data[:_PEEK]).split(b"\n", 1)[0]
+    count = 8 if _STAMPED.search(first) else 7
     try:
-        found = _fields(data, lines)
+        found = _fields(data, lines, count)
         if found is None:
             return None
         fields, others = found
@@ -225,7 +236,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     except pa.ArrowInvalid:
         return None
     if not others and good.false_count == 0:
-        return table, good
+        return table, good if count == 7 else None
     skipped = set(others)
     csv_lines = [row for row in range(lines) if row not in skipped] if others else range(lines)
     bad = sorted({*others, *(csv_lines[i] for i in pc.indices_nonzero(pc.invert(good)).to_pylist())})
@@ -237,7 +248,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     layout = bytearray(b"\x01") * lines
     for line in bad:
         layout[line] = 0
-    return merged, pa.Array.from_buffers(pa.uint8(), lines, [None, pa.py_buffer(layout)]).cast(pa.bool_())
+    return merged, pa.Array.from_buffers(pa.uint8(), lines, [None, pa.py_buffer(layout)]).cast(pa.bool_()) if count == 7 else None
 
 
 def _merged(good: pa.Table, bad: list[int], lines: pa.BinaryArray) -> pa.Table | None:

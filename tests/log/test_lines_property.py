@@ -1,0 +1,112 @@
+"""Property-based: the column-wise line reader (``log/lines.py``) against the JSON parser, the oracle.
+
+Blocks of log lines as Spark's sink writes them (seven keys), as this package's compact files hold them (eight,
+``batchId`` last), with commit records, other spacing or key order, escapes, commas and quotes in paths,
+numbers at the int64 edges: whenever :func:`parse_lines` answers, its entries are the JSON parser's row for
+row, every line it says is in the layout is exactly its entry written back, and the ``batchId`` it stamps
+into a delta's lines is what :meth:`LogEntry.to_json` writes. Only blocks with an escape or with many lines in
+another layout may be left to the JSON parser (~4x slower): a fast path gone dead fails too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parquet_sink.log.entry import ENTRY_SCHEMA, LogEntry, entry_from_row
+from parquet_sink.log.lines import joined, parse_lines, split_lines, stamped_lines
+
+_JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
+_RECORD = {"commitId": "c0001", "queryId": "5f2c1a9e-7c4b-4d0e-9a61-000000000001", "queryBatchId": 3}
+
+plain_paths = st.text("abz09-_./", min_size=1, max_size=30).map(lambda s: "file:///out/" + s)
+# a comma splits a line into more fields; a quote or a tab is escaped (a backslash); é and ü are UTF-8 as they are
+odd_paths = st.text("abz,\"\t\\é ü{}:", min_size=1, max_size=12).map(lambda s: "file:///out/" + s)
+numbers = st.sampled_from([0, 1, 9, 10, 4096, 10**18, 2**63 - 1]) | st.integers(0, 2**63 - 1)
+
+
+@st.composite
+def entries(draw: st.DrawFn, stamped: bool, odd: bool) -> LogEntry:
+    return LogEntry(
+        draw(odd_paths if odd else plain_paths),
+        draw(numbers),
+        draw(st.booleans()),
+        draw(numbers),
+        draw(st.integers(0, 3)),
+        draw(numbers),
+        draw(st.sampled_from(["add", "delete", "ädd", "x\"y"] if odd else ["add", "delete"])),
+        draw(st.integers(0, 10**6)) if stamped else None,
+        _RECORD if odd and draw(st.booleans()) else {},
+    )
+
+
+def _other_layout(entry: LogEntry, how: str) -> str:
+    """The entry as another writer might lay it out: spaced, keys reversed, non-ASCII escaped."""
+    obj = json.loads(entry.to_json())
+    if how == "spaced":
+        return json.dumps(obj, ensure_ascii=False)
+    if how == "reversed":
+        return json.dumps(dict(reversed(list(obj.items()))), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(obj, separators=(",", ":"))  # \u escapes
+
+
+@st.composite
+def blocks(draw: st.DrawFn, odd_lines: bool = True) -> tuple[list[str], int]:
+    """(a block's lines: mostly one writer's layout, then a few odd ones at random places; how many odd)."""
+    stamped = draw(st.booleans())
+    lines = [e.to_json() for e in draw(st.lists(entries(stamped, False), min_size=1, max_size=40))]
+    odd = draw(st.integers(0, 4)) if odd_lines else 0
+    if odd:
+        for _ in range(odd):
+            entry = draw(entries(stamped, True))
+            how = draw(st.sampled_from(["as written", "spaced", "reversed", "escaped"]))
+            line = entry.to_json() if how == "as written" else _other_layout(entry, how)
+            lines.insert(draw(st.integers(0, len(lines))), line)
+    return lines, odd
+
+
+def _check(lines: list[str], odd: int) -> None:
+    """The properties of one block of ``lines``, ``odd`` of them perhaps not in the layout."""
+    data = "\n".join(lines).encode()
+    parsed = parse_lines(data, len(lines))
+    if parsed is None:  # only a block with an escape, or with many lines in another layout, is the JSON parser's
+        assert b"\\" in data or odd * 8 > len(lines), lines
+        return
+    table, layout = parsed
+    assert table.to_pylist() == pa_json.read_json(pa.BufferReader(data), parse_options=_JSON).to_pylist()
+    if layout is not None:  # lines of Spark's layout: those marked are their entries written back
+        rows = table.to_pylist()
+        for line, row, marked in zip(lines, rows, layout.to_pylist()):
+            if marked:
+                assert line == entry_from_row(row).to_json()
+        out, redo = stamped_lines(split_lines(data), None, 7, layout)
+        stamped = [v for v, again in zip(out.to_pylist(), redo.to_pylist()) if not again]
+        expected = [b"\n" + entry_from_row({**row, "batchId": 7}).to_json().encode()
+                    for row, marked in zip(rows, layout.to_pylist()) if marked]
+        assert stamped == expected
+        assert joined(out).to_pybytes() == b"".join(out.to_pylist())
+
+
+def _config(fuzz_minutes: float, examples: int) -> settings:
+    if fuzz_minutes:
+        return settings(max_examples=10_000, derandomize=False, deadline=None, database=None,
+                        suppress_health_check=list(HealthCheck))
+    return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def test_lines_read_as_fields_match_the_json_parser(fuzz_minutes: float) -> None:
+    @_config(fuzz_minutes, 300)
+    @given(blocks())
+    def run(block: tuple[list[str], int]) -> None:
+        _check(*block)
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
