@@ -31,16 +31,17 @@ numbers = st.sampled_from([0, 1, 9, 10, 4096, 10**18, 2**63 - 1]) | st.integers(
 
 
 @st.composite
-def entries(draw: st.DrawFn, stamped: bool, odd: bool) -> LogEntry:
+def entries(draw: st.DrawFn, stamped: bool, odd: bool, spark: bool = False) -> LogEntry:
+    """An entry; ``spark``: with the replication, block size and action Spark's sink writes on every line."""
     return LogEntry(
         draw(odd_paths if odd else plain_paths),
         draw(numbers),
         draw(st.booleans()),
         draw(numbers),
-        draw(st.integers(0, 3)),
-        draw(numbers),
-        draw(st.sampled_from(["add", "delete", "ädd", "x\"y"] if odd else ["add", "delete"])),
-        draw(st.integers(0, 10**6)) if stamped else None,
+        1 if spark else draw(st.integers(0, 3)),
+        134217728 if spark else draw(numbers),
+        "add" if spark else draw(st.sampled_from(["add", "delete", "ädd", "x\"y"] if odd else ["add", "delete"])),
+        draw(st.sampled_from([0, 7]) if spark else st.integers(0, 10**6)) if stamped else None,
         _RECORD if odd and draw(st.booleans()) else {},
     )
 
@@ -58,8 +59,8 @@ def _other_layout(entry: LogEntry, how: str) -> str:
 @st.composite
 def blocks(draw: st.DrawFn, odd_lines: bool = True) -> tuple[list[str], int]:
     """(a block's lines: mostly one writer's layout, then a few odd ones at random places; how many odd)."""
-    stamped = draw(st.booleans())
-    lines = [e.to_json() for e in draw(st.lists(entries(stamped, False), min_size=1, max_size=40))]
+    stamped, spark = draw(st.booleans()), draw(st.booleans())
+    lines = [e.to_json() for e in draw(st.lists(entries(stamped, False, spark), min_size=1, max_size=40))]
     odd = draw(st.integers(0, 4)) if odd_lines else 0
     if odd:
         for _ in range(odd):

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,8 @@ _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_beha
 _MAX_OTHERS = 8  # past one line in this many in another layout, the JSON parser reads the whole block
 _BACKSLASH = 92
 _ZERO = pa.scalar(b"0", pa.binary())
+_TRUE = pa.scalar(b'"isDir":true', pa.binary())
+_FALSE = pa.scalar(b'"isDir":false', pa.binary())
 _POWERS = 10 ** np.arange(19, dtype=np.int64)  # a non-negative int64 of d > 0 digits is below _POWERS[d]
 _QUOTE = 34
 _LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
@@ -183,23 +186,44 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
         return parsed
 
     n = len(fields[0])
+    repeat: list[pa.Array] = []  # index 0 for every line, made once
+
+    def once(index: int, read: Callable[[], pa.Array]) -> pa.Array:
+        """``read()``, which reads field ``index`` and adds its checks; when every line holds the same bytes
+        there (Spark's sink writes one blockReplication, blockSize and action), on the first line, repeated."""
+        field = fields[index]
+        if n < 2 or not pc.all(pc.equal(field, field[0])).as_py():
+            return read()
+        repeat[:] = repeat or [pa.array(np.zeros(n, np.int32))]
+        first = len(checks)
+        fields[index] = field.slice(0, 1)
+        try:
+            result = read()
+        finally:
+            fields[index] = field
+        checks[first:] = [check.take(repeat[0]) for check in checks[first:]]
+        return result.take(repeat[0])
+
+    def action_field() -> pa.Array:
+        action = _text(value(6, b'"action":"', b'"' if stamped else b'"}'))
+        checks.append(pc.string_is_ascii(action))
+        return action
+
     path = _text(value(0, b'{"path":"', b'"'))
-    action = _text(value(6, b'"action":"', b'"' if stamped else b'"}'))
+    action = once(6, action_field)
+    is_dir = pc.equal(fields[2], _TRUE)
+    checks.append(pc.or_(is_dir, pc.equal(fields[2], _FALSE)))
     columns = {
         "path": path,
         "size": number(1, "size"),
-        "isDir": pc.equal(fields[2], pa.scalar(b'"isDir":true', pa.binary())),
+        "isDir": is_dir,
         "modificationTime": number(3, "modificationTime"),
-        "blockReplication": number(4, "blockReplication"),
-        "blockSize": number(5, "blockSize"),
+        "blockReplication": once(4, lambda: number(4, "blockReplication")),
+        "blockSize": once(5, lambda: number(5, "blockSize")),
         "action": action,
     }
     if stamped:
-        columns[BATCH_KEY] = number(7, BATCH_KEY, b"}")
-    checks += [
-        pc.or_(columns["isDir"], pc.equal(fields[2], pa.scalar(b'"isDir":false', pa.binary()))),
-        pc.string_is_ascii(action),
-    ]
+        columns[BATCH_KEY] = once(7, lambda: number(7, BATCH_KEY, b"}"))
     layout = checks[0]
     for check in checks[1:]:
         layout = pc.and_(layout, check)
