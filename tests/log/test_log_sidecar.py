@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from parquet_sink import committed_files, errors
 from parquet_sink.maintenance import read_output
 from parquet_sink.log.metadata_log import LogEntry, MetadataLog
+from parquet_sink.log.sidecar import Checksum
 
 LOG = "_spark_metadata"
 
@@ -188,3 +191,13 @@ def test_a_reader_stores_a_copy_of_a_large_compact_file_without_one(tmp_path):
     raw = (meta / "9.compact").read_bytes()
     (meta / "9.compact").write_bytes(raw.replace(b'"size":100005,', b'"size":100009,'))  # same length
     assert _sizes(tmp_path)["s-5.parquet"] == 100_005  # answered from the copy
+
+
+def test_checksum_is_zlibs_crc32():
+    """The CRC-32 recorded in copies is zlib's (computed by zlib-ng), over chunks of any kind: copies written
+    by earlier versions, with zlib itself, stay valid."""
+    data = bytes(range(256)) * 4099
+    checksum = Checksum()
+    for chunk in (data[:1], memoryview(data)[1:70_000], np.frombuffer(data, np.uint8)[70_000:].data):
+        checksum.update(chunk)
+    assert (checksum.size, checksum.crc) == (len(data), zlib.crc32(data))
