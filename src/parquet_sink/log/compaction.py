@@ -182,11 +182,12 @@ class _SourcePlan:
     whole: bool = False  # pass one wrote every row
     read: tuple[int, int] | None = None  # the source's (size, CRC-32) as the plan saw it (pass two checks it)
 
-    def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> int:
+    def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> tuple[int, list[int]]:
         """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
         records, its older retention markers and, with a retention ``cutoff``, its expired data entries.
-        Returns the newest batch whose entries retention dropped (or a marker says were dropped), -1 if none;
-        ``source`` stands for entries of unknown batch (a compact file Spark wrote)."""
+        Returns (the newest batch whose entries retention dropped (or a marker says were dropped), -1 if
+        none; the rows of ``table`` it drops, in order); ``source`` stands for entries of unknown batch (a
+        compact file Spark wrote)."""
         expired_upto = -1
         has_record = pc.is_valid(table.column(COMMIT_ID_KEY))
         rows = pc.indices_nonzero(has_record).to_pylist()
@@ -196,7 +197,7 @@ class _SourcePlan:
         figured = pc.is_valid(table.column(COMMIT_TIME_KEY))
         self.figured.update(offset + row for row in pc.indices_nonzero(figured).to_pylist())
         markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
-        self.drop.update(offset + row for row in markers)
+        dropped = {offset + row for row in markers}
         if markers:
             expired_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
         if cutoff is not None:
@@ -205,12 +206,13 @@ class _SourcePlan:
             entries = pc.or_(pc.invert(table.column("isDir")), lone_figures)
             old = pc.and_(pc.less(table.column("modificationTime"), cutoff), entries)
             expired = pc.indices_nonzero(old).to_pylist()
-            self.drop.update(offset + row for row in expired)
+            dropped.update(offset + row for row in expired)
             if expired:
                 batches = table.column(BATCH_KEY).take(expired)
                 newest = pc.max(batches).as_py()
                 expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
-        return expired_upto
+        self.drop |= dropped
+        return expired_upto, sorted(dropped)
 
     def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
         """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
@@ -561,7 +563,7 @@ class CompactibleLog(LogFiles):
                 if isinstance(item, Sidecar):
                     plan.sidecar, plan.read, direct[0] = item, (item.size, item.crc), None
                     for offset, group in _checked(item.groups(_PLAN_COLUMNS), path):
-                        expired_upto = max(expired_upto, plan.scan(group, offset, cutoff, source))
+                        expired_upto = max(expired_upto, plan.scan(group, offset, cutoff, source)[0])
                     failpoint("compaction")
                     continue
                 if isinstance(item, Checksum):  # the end of this source's JSON
@@ -579,12 +581,12 @@ class CompactibleLog(LogFiles):
                     table = stamp_batch_id(table, source)
                     plan.layouts.append(layout)
                 records = len(plan.records)
-                expired_upto = max(expired_upto, plan.scan(table, offset, cutoff, source))
+                expired, dropped = plan.scan(table, offset, cutoff, source)
+                expired_upto = max(expired_upto, expired)
                 if direct[0] is not None and (compact or layout is not None) and len(plan.records) == records:
-                    direct[0].write(_without(table, plan.drop, offset))
+                    direct[0].write(_without(table, dropped, offset))
                     plan.direct += table.num_rows
                     plan.written += 1
-                    dropped = sorted(row for row in plan.drop if offset <= row < offset + item.lines)
                     if compact and not dropped:  # its bytes, as they are
                         yield b"\n"
                         yield item.data

@@ -166,16 +166,15 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
     checks = []
     stamped = len(fields) == 8
 
-    def value(index: int, prefix: bytes, suffix: bytes = b"") -> pa.Array:
-        field = fields[index]
+    def value(field: pa.Array, prefix: bytes, suffix: bytes = b"") -> pa.Array:
         checks.append(pc.starts_with(field, prefix.decode()))
         if suffix:  # and the two do not overlap
             ends = pc.and_(pc.ends_with(field, suffix.decode()), pc.greater_equal(pc.binary_length(field), len(prefix) + len(suffix)))
             checks[-1] = pc.and_(checks[-1], ends)
         return pc.binary_slice(field, len(prefix), -len(suffix) if suffix else 2**31 - 1)
 
-    def number(index: int, key: str, suffix: bytes = b"") -> pa.Array:
-        digits = value(index, f'"{key}":'.encode(), suffix)
+    def number(field: pa.Array, key: str, suffix: bytes = b"") -> pa.Array:
+        digits = value(field, f'"{key}":'.encode(), suffix)
         digits = _text(pc.if_else(checks[-1], digits, _ZERO))  # another key here: not in the layout, parsed as 0
         # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
         # a sign or a leading zero is not how the writer writes a size or a time: the digits must be as many
@@ -186,44 +185,38 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
         return parsed
 
     n = len(fields[0])
-    repeat: list[pa.Array] = []  # index 0 for every line, made once
+    first_line = pa.array(np.zeros(n, np.int32))  # take() indices repeating the first line's value
 
-    def once(index: int, read: Callable[[], pa.Array]) -> pa.Array:
-        """``read()``, which reads field ``index`` and adds its checks; when every line holds the same bytes
-        there (Spark's sink writes one blockReplication, blockSize and action), on the first line, repeated."""
-        field = fields[index]
+    def once(field: pa.Array, read: Callable[[pa.Array], pa.Array]) -> pa.Array:
+        """``read(field)``, which adds the field's checks; when every line holds the same bytes there (Spark's
+        sink writes one blockReplication, blockSize and action), read on the first line and repeated."""
         if n < 2 or not pc.all(pc.equal(field, field[0])).as_py():
-            return read()
-        repeat[:] = repeat or [pa.array(np.zeros(n, np.int32))]
+            return read(field)
         first = len(checks)
-        fields[index] = field.slice(0, 1)
-        try:
-            result = read()
-        finally:
-            fields[index] = field
-        checks[first:] = [check.take(repeat[0]) for check in checks[first:]]
-        return result.take(repeat[0])
+        result = read(field.slice(0, 1))
+        checks[first:] = [check.take(first_line) for check in checks[first:]]
+        return result.take(first_line)
 
-    def action_field() -> pa.Array:
-        action = _text(value(6, b'"action":"', b'"' if stamped else b'"}'))
+    def action_field(field: pa.Array) -> pa.Array:
+        action = _text(value(field, b'"action":"', b'"' if stamped else b'"}'))
         checks.append(pc.string_is_ascii(action))
         return action
 
-    path = _text(value(0, b'{"path":"', b'"'))
-    action = once(6, action_field)
+    path = _text(value(fields[0], b'{"path":"', b'"'))
+    action = once(fields[6], action_field)
     is_dir = pc.equal(fields[2], _TRUE)
     checks.append(pc.or_(is_dir, pc.equal(fields[2], _FALSE)))
     columns = {
         "path": path,
-        "size": number(1, "size"),
+        "size": number(fields[1], "size"),
         "isDir": is_dir,
-        "modificationTime": number(3, "modificationTime"),
-        "blockReplication": once(4, lambda: number(4, "blockReplication")),
-        "blockSize": once(5, lambda: number(5, "blockSize")),
+        "modificationTime": number(fields[3], "modificationTime"),
+        "blockReplication": once(fields[4], lambda field: number(field, "blockReplication")),
+        "blockSize": once(fields[5], lambda field: number(field, "blockSize")),
         "action": action,
     }
     if stamped:
-        columns[BATCH_KEY] = once(7, lambda: number(7, BATCH_KEY, b"}"))
+        columns[BATCH_KEY] = once(fields[7], lambda field: number(field, BATCH_KEY, b"}"))
     layout = checks[0]
     for check in checks[1:]:
         layout = pc.and_(layout, check)
