@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -111,3 +112,24 @@ def test_lines_read_as_fields_match_the_json_parser(fuzz_minutes: float) -> None
     run()
     while time.monotonic() < deadline:
         run()
+
+
+def test_blocks_with_invalid_utf8_go_to_the_json_parser(fuzz_minutes: float) -> None:
+    """A byte that is not UTF-8 anywhere in a block (the shape of a defect: it once raised inside Arrow's CSV
+    reader) sends the block to the JSON parser, which names the line, quietly."""
+
+    @_config(fuzz_minutes, 100)
+    @given(blocks(), st.data())
+    def run(block: tuple[list[str], int], data: st.DataObject) -> None:
+        lines = block[0]
+        raw = bytearray("\n".join(lines).encode())
+        at = data.draw(st.sampled_from([i for i, byte in enumerate(raw) if byte != 10]))
+        raw[at] = data.draw(st.sampled_from([0x80, 0xC3, 0xFF]))
+        try:
+            bytes(raw).decode()
+        except UnicodeDecodeError:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert parse_lines(bytes(raw), len(lines)) is None
+
+    run()
