@@ -2,7 +2,7 @@
 
 A compact file holds every live entry of the log, so on a big output reading it is most of a reader's
 planning time, and most of the next compaction's. When the log writes a compact file it also writes the
-same entries, in the same order, as a small zstd Parquet file (the *side-car*; ~4 bytes per entry
+same entries, in the same order, as a small LZ4 Parquet file (the *side-car*; ~10 bytes per entry
 against ~240 for the JSON line). Spark's log ignores it (``N.compact.parquet`` is not a batch file name)
 and the JSON stays the source of truth:
 
@@ -45,6 +45,7 @@ SIDECAR_SUFFIX = ".parquet"
 _SOURCE = "exactly_once.source"
 _SIZE = "exactly_once.source_size"
 _CRC = "exactly_once.source_crc32"
+_DELTA_ENCODED = {"size": "DELTA_BINARY_PACKED", "modificationTime": "DELTA_BINARY_PACKED"}
 _ROW_GROUP = 1 << 17  # rows: readers decode a row group at a time, which bounds their transient memory
 # Every data page carries a CRC-32 that readers verify: a damaged copy fails to decode, it never decodes wrong.
 _FORMAT = ds.ParquetFileFormat(
@@ -167,10 +168,12 @@ class SidecarWriter:
 
     def __init__(self) -> None:
         self._sink = pa.BufferOutputStream()
-        # no statistics: nothing filters a copy by them, and a path column's min and max cost ~15% of the encoding
+        # no statistics: nothing filters a copy by them, and a path column's min and max cost ~15% of the encoding.
+        # LZ4, with sizes and times delta-encoded: 1M entries encode in ~0.12 s of CPU and decode in ~0.05 s into
+        # ~10 MB, against zstd's 0.21 s, 0.12 s and 5 MB (the encoding runs beside the parse, on two cores).
         self._writer = pq.ParquetWriter(
-            self._sink, ENTRY_SCHEMA, compression="zstd", use_dictionary=["action"], write_page_checksum=True,
-            write_statistics=False,
+            self._sink, ENTRY_SCHEMA, compression="lz4", use_dictionary=["action"], write_page_checksum=True,
+            write_statistics=False, column_encoding=_DELTA_ENCODED,
         )
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="sidecar")
         self._pending: list[Future[None]] = []
