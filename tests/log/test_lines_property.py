@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink.log.entry import ENTRY_SCHEMA, LogEntry, entry_from_row
-from parquet_sink.log.lines import joined, parse_lines, split_lines, stamped_lines
+from parquet_sink.log.lines import framed_lines, joined, parse_lines, stamped_lines
 
 _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 _RECORD = {"commitId": "c0001", "queryId": "5f2c1a9e-7c4b-4d0e-9a61-000000000001", "queryBatchId": 3}
@@ -86,12 +86,15 @@ def _check(lines: list[str], odd: int) -> None:
         for line, row, marked in zip(lines, rows, layout.to_pylist()):
             if marked:
                 assert line == entry_from_row(row).to_json()
-        out, redo = stamped_lines(split_lines(data), None, 7, layout)
-        stamped = [v for v, again in zip(out.to_pylist(), redo.to_pylist()) if not again]
+        framed = framed_lines(b"\n" + data)
+        assert framed.to_pylist() == [b"\n" + line.encode() for line in lines]
         expected = [b"\n" + entry_from_row({**row, "batchId": 7}).to_json().encode()
                     for row, marked in zip(rows, layout.to_pylist()) if marked]
-        assert stamped == expected
-        assert joined(out).to_pybytes() == b"".join(out.to_pylist())
+        # the layout from the parse, or checked against the entries: the same lines stamped, the rest marked
+        for out, redo in (stamped_lines(framed, None, 7, layout), stamped_lines(framed, table, 7)):
+            assert redo.to_pylist() == [not marked for marked in layout.to_pylist()]
+            assert [v for v, again in zip(out.to_pylist(), redo.to_pylist()) if not again] == expected
+            assert joined(out).to_pybytes() == b"".join(out.to_pylist())
 
 
 def _config(fuzz_minutes: float, examples: int) -> settings:

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
-from .lines import EMPTY, NEWLINE, joined, split_lines, stamped_lines
+from .lines import framed_lines, joined, stamped_lines
 from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .sidecar import Checksum, Sidecar, SidecarWriter, log_memory_pool, sidecar_path
 from .threads import ahead, mapped_ahead
@@ -272,7 +272,7 @@ _PLAN_COLUMNS = [
 
 
 class _Lines(NamedTuple):
-    """A block's ``lines`` and the same lines as a compact file holds them (``out``, each ``"\\n"`` first):
+    """A block's ``lines`` (each ``"\\n"`` first) and the same lines as a compact file holds them (``out``):
     a delta's stamped with its batch id ``stamp``, ``redo`` marking those to re-serialise one by one."""
 
     lines: pa.BinaryArray
@@ -284,9 +284,9 @@ class _Lines(NamedTuple):
 def _lines(block: Block, stamp: int | None, table: pa.Table | None, layout: pa.BooleanArray | None) -> _Lines:
     """The :class:`_Lines` of a block of a compact file (``stamp`` None) or of delta file ``stamp``
     (column-wise, :func:`~parquet_sink.log.lines.stamped_lines`)."""
-    lines = split_lines(block.data)
+    lines = framed_lines(block.framed)
     if stamp is None:
-        return _Lines(lines, pc.binary_join_element_wise(NEWLINE, lines, EMPTY), None, None)
+        return _Lines(lines, lines, None, None)
     out, redo = stamped_lines(lines, table, stamp, layout)
     return _Lines(lines, out, redo, stamp)
 
@@ -588,8 +588,7 @@ class CompactibleLog(LogFiles):
                     plan.direct += table.num_rows
                     plan.written += 1
                     if compact and not dropped:  # its bytes, as they are
-                        yield b"\n"
-                        yield item.data
+                        yield item.framed
                     else:
                         lines = lines or _lines(item, None if compact else source, None, layout)
                         yield self._copy_block(offset, dropped, plan.drop, {}, lines)
@@ -642,7 +641,7 @@ class CompactibleLog(LogFiles):
                 here = changed[bisect.bisect_left(changed, offset) : bisect.bisect_left(changed, offset + block.lines)]
                 layout = plan.layouts[index] if stamp is not None else None
                 if not here and stamp is None:  # nothing changes in this block of a compact file: its bytes
-                    yield from (b"\n", block.data)
+                    yield block.framed
                     continue
                 table = plan.table.slice(offset - plan.direct, block.lines) if layout is None and stamp is not None else None
                 yield self._copy_block(offset, here, drop, rewrite, _lines(block, stamp, table, layout))
@@ -685,7 +684,7 @@ class CompactibleLog(LogFiles):
                 if offset + row in drop:
                     redone.append(b"")  # an empty value adds no bytes to the block
                     continue
-                entry = LogEntry.from_json(lines.lines[row].as_py().decode("utf-8"), lines.stamp)
+                entry = LogEntry.from_json(lines.lines[row].as_py()[1:].decode("utf-8"), lines.stamp)
                 if offset + row in rewrite:
                     entry = _rewritten(entry, rewrite[offset + row], self.storage)
                 redone.append(b"\n" + entry.to_json().encode())

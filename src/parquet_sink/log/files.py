@@ -161,12 +161,17 @@ class Listing(dict[int, str]):
 
 @dataclass(frozen=True)
 class Block:
-    """Whole lines of one log file: ``data`` (lines joined by ``\\n``), the number of the first line
-    (the header is line 1) and how many lines it holds."""
+    """Whole lines of one log file: ``framed`` (each line after its ``\\n``, as the file holds it), the
+    number of the first line (the header is line 1) and how many lines it holds."""
 
-    data: memoryview
+    framed: memoryview
     first_line: int
     lines: int
+
+    @property
+    def data(self) -> memoryview:
+        """The lines joined by ``\\n`` (no copy)."""
+        return self.framed[1:]
 
     def split(self) -> list[bytes]:
         """The lines, as bytes."""
@@ -276,25 +281,26 @@ class LogFiles:
                 checksum.update(header)
             number, carry = 2, b""
             while True:
-                buffer = np.empty(len(carry) + _BLOCK, np.uint8)
-                buffer[: len(carry)] = np.frombuffer(carry, np.uint8)
-                got = _read_into(fh, memoryview(buffer)[len(carry) :])
+                buffer = np.empty(1 + len(carry) + _BLOCK, np.uint8)  # the newline before the first line, then
+                buffer[0] = _NEWLINE  # the lines: the block as the file holds it
+                buffer[1 : 1 + len(carry)] = np.frombuffer(carry, np.uint8)
+                got = _read_into(fh, memoryview(buffer)[1 + len(carry) :])
                 if checksum:
-                    checksum.update(memoryview(buffer)[len(carry) : len(carry) + got])
-                end, last = len(carry) + got, got < _BLOCK
-                if not end:
+                    checksum.update(memoryview(buffer)[1 + len(carry) : 1 + len(carry) + got])
+                body, last = buffer[1 : 1 + len(carry) + got], got < _BLOCK
+                if not len(body):
                     return
                 # a block ends before the last newline read, the last block with the file (less a trailing newline)
-                cut = end if last and buffer[end - 1] != _NEWLINE else _last_newline(buffer[:end])
+                cut = len(body) if last and body[-1] != _NEWLINE else _last_newline(body)
                 if cut < 0:  # a line longer than a block
-                    carry = buffer[:end].tobytes()
+                    carry = body.tobytes()
                     continue
-                lines = int(np.count_nonzero(buffer[:cut] == _NEWLINE)) + 1
-                yield Block(memoryview(buffer)[:cut], number, lines)  # no copy of the block
+                lines = int(np.count_nonzero(body[:cut] == _NEWLINE)) + 1
+                yield Block(memoryview(buffer)[: 1 + cut], number, lines)  # no copy of the block
                 if last:
                     return
                 number += lines
-                carry = buffer[cut + 1 : end].tobytes()
+                carry = body[cut + 1 :].tobytes()
 
     def parsed_blocks(
         self, path: str, batch_id: int, checksum: Checksum | None = None

@@ -6,7 +6,8 @@ A log of a million files is a quarter of a gigabyte of such lines. A JSON parser
 of MB/s here; this module reads lines in the exact layout as seven comma-separated fields (Arrow's CSV
 reader, quoting off), or eight in a compact file this package wrote (``,"batchId":N`` after the action),
 checks each field is written as the writer writes it, and leaves every other line (other spacing or key
-order, escapes, other keys, a comma in a path) to the JSON parser. The same rebuilt prefixes stamp ``batchId`` into a delta file's lines at compaction
+order, escapes, other keys, a comma in a path) to the JSON parser. At compaction, a delta file's lines in
+the layout get ``batchId`` before their closing brace, column-wise over the file's bytes
 (:func:`stamped_lines`). Both give exactly what parsing and :meth:`~parquet_sink.log.entry.LogEntry.to_json`
 give, line for line.
 
@@ -30,7 +31,6 @@ import pyarrow.json as pa_json
 
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS
 
-NEWLINE = pa.scalar(b"\n", pa.binary())
 EMPTY = pa.scalar(b"", pa.binary())
 _NAMES = [f"f{i}" for i in range(8)]  # the comma-separated fields of a line in the layout (and its batchId)
 _CONVERT = pa_csv.ConvertOptions(column_types={name: pa.binary() for name in _NAMES}, strings_can_be_null=False)
@@ -42,6 +42,7 @@ _TRUE = pa.scalar(b'"isDir":true', pa.binary())
 _FALSE = pa.scalar(b'"isDir":false', pa.binary())
 _POWERS = 10 ** np.arange(19, dtype=np.int64)  # a non-negative int64 of d > 0 digits is below _POWERS[d]
 _QUOTE = 34
+_NEWLINE = 10
 _LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
 _STAMPED = re.compile(rb',"batchId":\d+}$')  # how a line of a compact file this package wrote ends
 _PEEK = 1 << 12  # bytes of a block that show how its first line ends
@@ -90,22 +91,33 @@ def stamped_lines(
     lines: pa.BinaryArray, table: pa.Table | None, batch_id: int, layout: pa.BooleanArray | None = None
 ) -> tuple[pa.BinaryArray, pa.BooleanArray]:
     """(each line of a delta file as a compact file holds it, ``"\\n"`` first; which rows the caller must
-    re-serialise one by one). ``layout``: which lines are in the layout (from :func:`parse_lines`); when
-    not given it is checked here against ``table``, the lines' parsed entries. A line in the layout gets
-    ``,"batchId":N`` after its action, column-wise; any other line (extra keys such as a commit record,
-    a ``batchId`` of its own, another layout) is marked.
+    re-serialise one by one). ``lines``: the delta's lines, ``"\\n"`` first (:func:`framed_lines`);
+    ``layout``: which are in the layout (from :func:`parse_lines`); when not given it is checked here
+    against ``table``, the lines' parsed entries. A line in the layout gets ``,"batchId":N`` before its
+    closing brace, column-wise; any other line (extra keys such as a commit record, a ``batchId`` of its
+    own, another layout) is marked.
 
-    Example: ``stamped_lines(lines, *parse_lines(data, n), 7)[0]``
+    Example: ``stamped_lines(framed_lines(block.framed), *parse_lines(block.data, n), 7)[0]``
     -> ``[b'\\n{"path":...,"action":"add","batchId":7}', ...]``.
     """
-    suffix = pa.scalar(f',"batchId":{batch_id}}}'.encode(), pa.binary())
     if layout is None:
         assert table is not None
-        prefixes = entry_prefixes(table)
-        layout = _in_layout(lines, prefixes, table)
-    else:
-        prefixes = pc.binary_slice(lines, 0, -1)  # the line is its entry written back: drop the brace
-    return pc.binary_join_element_wise(NEWLINE, prefixes, suffix, EMPTY), pc.invert(layout)
+        bare = pc.binary_slice(lines, 1, 2**31 - 1)
+        layout = _in_layout(bare, entry_prefixes(table), table)
+    return pc.binary_replace_slice(lines, -1, -1, f',"batchId":{batch_id}'), pc.invert(layout)
+
+
+def framed_lines(framed: bytes | memoryview) -> pa.BinaryArray:
+    """The lines of a block each after its ``"\\n"`` (``framed``: lines each after a newline) as a binary
+    array over the block's bytes (no copy): the values a log file holds.
+
+    Example: ``framed_lines(b'\\n{"a":1}\\n{"b":2}').to_pylist()`` -> ``[b'\\n{"a":1}', b'\\n{"b":2}']``.
+    """
+    data = np.frombuffer(framed, np.uint8)
+    starts = np.flatnonzero(data == _NEWLINE)
+    offsets = np.empty(len(starts) + 1, np.int32)
+    offsets[:-1], offsets[-1] = starts, len(data)
+    return pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(framed)])
 
 
 def _whole(data: bytes | memoryview) -> pa.BinaryArray:
