@@ -11,6 +11,7 @@ another layout may be left to the JSON parser (~4x slower): a fast path gone dea
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 
@@ -134,5 +135,40 @@ def test_blocks_with_invalid_utf8_go_to_the_json_parser(fuzz_minutes: float) -> 
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 assert parse_lines(bytes(raw), len(lines)) is None
+
+    run()
+
+
+def test_blocks_read_into_reused_buffers_keep_their_bytes(tmp_path, monkeypatch, fuzz_minutes: float) -> None:
+    """A log file read in blocks of a few lines, into buffers reused once free: lines taken without a copy
+    from any blocks (kept by a parse thread, a compaction's output) still hold their bytes after every
+    later block was read, and the blocks give back the file's lines, in order, numbered from 2."""
+    from parquet_sink.log import files as log_files
+    from parquet_sink.storage.filesystem import Storage
+
+    storage = Storage(str(tmp_path))
+    files = log_files.LogFiles(storage)
+    path = storage.join("_spark_metadata/0")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    @_config(fuzz_minutes, 60)
+    @given(blocks(odd_lines=False), st.integers(1, 400), st.data())
+    def run(block: tuple[list[str], int], size: int, data: st.DataObject) -> None:
+        lines = [line.encode() for line in block[0]]
+        with open(path, "wb") as fh:
+            fh.write(b"v1\n" + b"\n".join(lines))
+        monkeypatch.setattr(log_files, "_BLOCK", size)
+        kept, seen, number = [], [], 2
+        for read in files.blocks(path, 0):
+            assert read.first_line == number and read.framed[:1] == b"\n"
+            values = framed_lines(read.framed)
+            assert len(values) == read.lines
+            number += read.lines
+            seen += values.to_pylist()
+            if data.draw(st.booleans()):
+                kept.append((len(seen) - len(values), values))
+        assert seen == [b"\n" + line for line in lines]
+        for start, values in kept:
+            assert values.to_pylist() == seen[start : start + len(values)]
 
     run()

@@ -17,6 +17,8 @@ Example::
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 from collections.abc import Iterator
 from typing import IO
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ METADATA_DIR = "_spark_metadata"
 HIDDEN_DIR = "_exactly_once"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
+_CARRY_ROOM = 1 << 16  # room in a block's buffer for the start of a line the previous block cut
 _NEWLINE = 10
 # A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
 COPY_MIN_BYTES = 1 << 22
@@ -120,6 +123,30 @@ def _last_newline(data: np.ndarray) -> int:
     return start + int(found[-1]) if len(found) else -1
 
 
+class _Buffers:
+    """The buffers log blocks are read into, each reused once nothing refers to it any more (a block being
+    parsed, or anything made over its bytes without a copy, holds a reference to its buffer): reading into
+    fresh memory costs a page fault per 4 KiB, measured at 0.12 of the 0.14 s it takes to read the blocks of
+    a 240 MB log file. Thread-safe."""
+
+    _KEEP = 8  # buffers kept for reuse (more blocks alive at once get fresh memory)
+
+    def __init__(self) -> None:
+        self._kept: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def get(self, size: int) -> np.ndarray:
+        """A buffer of ``size`` bytes, over memory nothing else uses."""
+        with self._lock:
+            for kept in self._kept:
+                if len(kept) >= size and sys.getrefcount(kept) == 3:  # only this list, ``kept`` and the call
+                    return kept[:size]
+            fresh = np.empty(size + _CARRY_ROOM, np.uint8)
+            if len(self._kept) < self._KEEP:
+                self._kept.append(fresh)
+            return fresh[:size]
+
+
 class _CopyNotStored(Exception):
     """Storing a columnar copy failed (the cause says why); ``sidecar`` is the copy."""
 
@@ -190,6 +217,7 @@ class LogFiles:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.log_dir = storage.join(METADATA_DIR)
+        self._buffers = _Buffers()
 
     def display(self, path: str) -> str:
         return self.storage.display(path)
@@ -273,7 +301,8 @@ class LogFiles:
     def blocks(self, path: str, batch_id: int, checksum: Checksum | None = None) -> Iterator[Block]:
         """The body of one log file (after the header) in blocks of whole lines. FileNotFoundError if the
         file does not exist. ``checksum`` sees every byte of the file as it is read. Each block is read into
-        a buffer of its own (callers parse blocks on threads) and scanned without holding the GIL."""
+        a buffer of its own (callers parse blocks on threads; buffers are reused once free) and scanned without
+        holding the GIL."""
         with self.storage.open(path, "rb") as fh:
             header = fh.readline()
             self.check_header(header, path, batch_id)
@@ -281,7 +310,7 @@ class LogFiles:
                 checksum.update(header)
             number, carry = 2, b""
             while True:
-                buffer = np.empty(1 + len(carry) + _BLOCK, np.uint8)  # the newline before the first line, then
+                buffer = self._buffers.get(1 + len(carry) + _BLOCK)  # the newline before the first line, then
                 buffer[0] = _NEWLINE  # the lines: the block as the file holds it
                 buffer[1 : 1 + len(carry)] = np.frombuffer(carry, np.uint8)
                 got = _read_into(fh, memoryview(buffer)[1 + len(carry) :])
