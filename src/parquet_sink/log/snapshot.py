@@ -25,12 +25,14 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import MissingLogFileError, OutsideRootError, SnapshotError, SnapshotNotFoundError
 from .compaction import CompactibleLog, infer_interval
 from .files import Listing
+from .lines import joined
 from .sidecar import columns_pool
 from .entry import BATCH_KEY, ENTRY_SCHEMA
 from ..storage.filesystem import Storage
@@ -39,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 _ATTEMPTS = 20
 _MAX_SLICES = 256  # data_files: past this many skipped rows, one filtered copy beats many slices
+_SCAN = 1 << 20  # bytes of paths scanned at once for escapes and dots
+_PERCENT = ord("%")
+_DOTS = ord(".") * 0x101  # two dots as a 16-bit value, in either byte order
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,22 @@ def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
     return pc.binary_slice(strings.view(pa.binary()), length, 2**31 - 1, memory_pool=columns_pool()).view(pa.string())
 
 
+def _may_hold_escapes_or_dots(strings: pa.Array) -> bool:
+    """Whether a value of ``strings`` may hold a ``%`` or a ``..``: one scan of their bytes, a megabyte at a
+    time (Arrow's substring kernels take ~0.13 s each on 1M paths, this ~0.03 s for both). A ``..`` across
+    two values says yes too: the caller then asks the kernels row by row."""
+    data = np.frombuffer(joined(strings.view(pa.binary())), np.uint8)
+    for start in range(0, len(data), _SCAN):
+        piece = data[start : start + _SCAN + 1]  # a byte more: a pair across two pieces
+        if (piece == _PERCENT).any():
+            return True
+        for first in (0, 1):  # both byte pairs at once: two dots read as one 16-bit value
+            pairs = piece[first : first + (len(piece) - first) // 2 * 2].view(np.uint16)
+            if (pairs == _DOTS).any():
+                return True
+    return False
+
+
 def resolve_paths(
     storage: Storage, uris: pa.ChunkedArray, batch_ids: pa.ChunkedArray, allow_outside_root: bool
 ) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
@@ -181,8 +202,10 @@ def resolve_paths(
     relatives, outsides = [], []
     for chunk, ids in zip(uris.chunks, batch_ids.chunks):
         relative = _drop_prefix(chunk, len(uri_prefix.encode()))
-        plain = pc.and_(pc.invert(pc.match_substring(relative, "%")), pc.invert(pc.match_substring(relative, "..")))
-        unusual = pc.invert(pc.and_(pc.starts_with(chunk, uri_prefix), plain))
+        unusual = pc.invert(pc.starts_with(chunk, uri_prefix))
+        if _may_hold_escapes_or_dots(relative):
+            plain = pc.and_(pc.invert(pc.match_substring(relative, "%")), pc.invert(pc.match_substring(relative, "..")))
+            unusual = pc.or_(unusual, pc.invert(plain))
         outside = pa.nulls(len(chunk), pa.string())
         if pc.any(unusual).as_py():
             rows = pc.indices_nonzero(unusual)
