@@ -15,7 +15,9 @@ import os
 import time
 import warnings
 
+import numpy as np
 import pyarrow as pa
+import pytest
 import pyarrow.json as pa_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -170,5 +172,26 @@ def test_blocks_read_into_reused_buffers_keep_their_bytes(tmp_path, monkeypatch,
         assert seen == [b"\n" + line for line in lines]
         for start, values in kept:
             assert values.to_pylist() == seen[start : start + len(values)]
+
+    run()
+
+
+@pytest.mark.parametrize("piece", [None, 5], ids=["pieces of 64 KiB", "pieces of 5 bytes"])
+def test_bytes_counted_piece_by_piece_match_numpy(monkeypatch, piece) -> None:
+    """The scans a block gets (newlines, the bytes that send it to the JSON parser, quotes) run piece by
+    piece in scratch memory: they must count and place what one numpy expression over the block does."""
+    from parquet_sink.log import lines as log_lines
+
+    if piece:
+        monkeypatch.setattr(log_lines, "_PIECE", piece)
+
+    @settings(max_examples=200, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.binary(max_size=64) | st.lists(st.sampled_from([b"\n", b'"', b"\\", b"a", b"\x01", b"\xc3\xa9", b"\xff"])).map(b"".join))
+    def run(data: bytes) -> None:
+        buffer = np.frombuffer(data, np.uint8)
+        assert log_lines.count_byte(buffer, 10) == np.count_nonzero(buffer == 10)
+        assert log_lines.byte_positions(buffer, 10).tolist() == np.flatnonzero(buffer == 10).tolist()
+        odd = np.count_nonzero((buffer < 32) | (buffer > 127))
+        assert log_lines._byte_counts(buffer) == (odd, np.count_nonzero(buffer == 92), np.count_nonzero(buffer == 34))
 
     run()

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
-from .lines import parse_lines
+from .lines import count_byte, parse_lines
 from .threads import mapped_ahead
 from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
@@ -324,7 +324,7 @@ class LogFiles:
                 if cut < 0:  # a line longer than a block
                     carry = body.tobytes()
                     continue
-                lines = int(np.count_nonzero(body[:cut] == _NEWLINE)) + 1
+                lines = count_byte(body[:cut], _NEWLINE) + 1
                 yield Block(memoryview(buffer)[: 1 + cut], number, lines)  # no copy of the block
                 if last:
                     return

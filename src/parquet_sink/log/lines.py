@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -114,7 +114,7 @@ def framed_lines(framed: bytes | memoryview) -> pa.BinaryArray:
     Example: ``framed_lines(b'\\n{"a":1}\\n{"b":2}').to_pylist()`` -> ``[b'\\n{"a":1}', b'\\n{"b":2}']``.
     """
     data = np.frombuffer(framed, np.uint8)
-    starts = np.flatnonzero(data == _NEWLINE)
+    starts = byte_positions(data, _NEWLINE)
     offsets = np.empty(len(starts) + 1, np.int32)
     offsets[:-1], offsets[-1] = starts, len(data)
     return pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(framed)])
@@ -238,6 +238,42 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
     return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), pc.fill_null(layout, False)
 
 
+_PIECE = 1 << 16  # bytes of a block scanned at once, into scratch memory that stays in the cache
+
+
+def _pieces(buffer: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(start, piece, a scratch boolean array as long) for each piece of ``buffer``: a numpy temporary as big
+    as a block would be fresh pages on every call (a page fault per 4 KiB costs more than the scan here)."""
+    found = np.empty(min(len(buffer), _PIECE), np.bool_)
+    for start in range(0, len(buffer), _PIECE):
+        piece = buffer[start : start + _PIECE]
+        yield start, piece, found[: len(piece)]
+
+
+def count_byte(buffer: np.ndarray, byte: int) -> int:
+    """How many times ``byte`` is in ``buffer``. Example: ``count_byte(np.frombuffer(b"a\\nb\\n", np.uint8), 10) == 2``."""
+    return sum(int(np.count_nonzero(np.equal(piece, byte, out=found))) for _, piece, found in _pieces(buffer))
+
+
+def byte_positions(buffer: np.ndarray, byte: int) -> np.ndarray:
+    """Where ``byte`` is in ``buffer``. Example: ``byte_positions(np.frombuffer(b"a\\nb", np.uint8), 10)`` -> ``[1]``."""
+    hits = [np.flatnonzero(np.equal(piece, byte, out=found)) + start for start, piece, found in _pieces(buffer)]
+    return np.concatenate(hits) if hits else np.empty(0, np.intp)
+
+
+def _byte_counts(buffer: np.ndarray) -> tuple[int, int, int]:
+    """(bytes that are not ASCII text: control characters, newlines included, and bytes above 127; backslashes;
+    quotes) in ``buffer``, in one pass."""
+    codes = np.empty(min(len(buffer), _PIECE), np.uint8)
+    odd = escapes = quotes = 0
+    for _, piece, found in _pieces(buffer):
+        np.subtract(piece, np.uint8(32), out=codes[: len(piece)])  # bytes below 32 and above 127 both wrap to >= 96
+        odd += np.count_nonzero(np.greater_equal(codes[: len(piece)], 96, out=found))
+        escapes += np.count_nonzero(np.equal(piece, _BACKSLASH, out=found))
+        quotes += np.count_nonzero(np.equal(piece, _QUOTE, out=found))
+    return odd, escapes, quotes
+
+
 def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.BooleanArray | None] | None:
     """(the entries of ``lines`` log lines (``data``, joined by ``\n``) as :data:`ENTRY_SCHEMA`, the
     same table a JSON parser gives; whether each line is in the layout, None for a block of a compact file
@@ -248,11 +284,11 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     Example: ``parse_lines(block.data, block.lines)[0].num_rows == block.lines``.
     """
     buffer = np.frombuffer(data, np.uint8)
-    # one pass finds what is neither the newlines nor ASCII text: bytes below 32 and above 127 both wrap to >= 96
-    if np.count_nonzero(buffer - np.uint8(32) >= 96) != lines - 1:
+    odd, escapes, quotes = _byte_counts(buffer)
+    if odd != lines - 1:  # more than the newlines is not ASCII text
         if np.count_nonzero(buffer < 32) != lines - 1 or not _is_utf8(data):
             return None  # a control character (corrupt) or invalid UTF-8: the JSON parser reports the line
-    if np.count_nonzero(buffer == _BACKSLASH):
+    if escapes:
         return None  # an escape: the JSON parser reads those
     first = bytes(data[:_PEEK]).split(b"\n", 1)[0]
     count = 8 if _STAMPED.search(first) else 7
@@ -261,7 +297,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
         if found is None:
             return None
         fields, others = found
-        table, good = _entries(fields, None if others else int(np.count_nonzero(buffer == _QUOTE)))
+        table, good = _entries(fields, None if others else quotes)
     except pa.ArrowInvalid:
         return None
     if not others and good.false_count == 0:
