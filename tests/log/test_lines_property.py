@@ -17,8 +17,8 @@ import warnings
 
 import numpy as np
 import pyarrow as pa
-import pytest
 import pyarrow.json as pa_json
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
