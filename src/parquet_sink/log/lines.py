@@ -167,15 +167,17 @@ def _fields(data: bytes | memoryview, lines: int, count: int) -> tuple[list[pa.A
     return [_array(column) for column in table.columns], others
 
 
-def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.BooleanArray]:
+def _entries(fields: list[pa.Array], quotes: int | None, ascii: bool = False) -> tuple[pa.Table, pa.BooleanArray]:
     """(entries of :data:`ENTRY_SCHEMA` from the seven fields of each line, or eight with ``batchId`` last,
     whether each line is exactly its entry written back, i.e. in the layout). Every field must be its key
     and a value written as the writer writes it: numbers without a sign or a leading zero, a path and an
     action without a quote (the block has no backslash: no escapes), an ASCII action. ``quotes``: the
     quotes in the block, when these are all its lines; if every line has the layout's and no more, no path
-    or action holds one. ArrowInvalid for a number that does not parse (or does not fit 64 bits) and a
-    field that is not valid UTF-8."""
+    or action holds one. ``ascii``: the block is ASCII text, so its fields are valid UTF-8 as they are.
+    ArrowInvalid for a number that does not parse (or does not fit 64 bits) and a field that is not valid
+    UTF-8."""
     checks = []
+    text = (lambda column: column.view(pa.string())) if ascii else _text
     stamped = len(fields) == 8
 
     def value(field: pa.Array, prefix: bytes, suffix: bytes = b"") -> pa.Array:
@@ -187,7 +189,9 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
 
     def number(field: pa.Array, key: str, suffix: bytes = b"") -> pa.Array:
         digits = value(field, f'"{key}":'.encode(), suffix)
-        digits = _text(pc.if_else(checks[-1], digits, _ZERO))  # another key here: not in the layout, parsed as 0
+        if checks[-1].false_count:  # another key here: not in the layout, parsed as 0
+            digits = pc.if_else(checks[-1], digits, _ZERO)
+        digits = text(digits)
         # the cast refuses anything but an optional sign and digits (the block then goes to the JSON parser);
         # a sign or a leading zero is not how the writer writes a size or a time: the digits must be as many
         # as the number's
@@ -210,11 +214,11 @@ def _entries(fields: list[pa.Array], quotes: int | None) -> tuple[pa.Table, pa.B
         return result.take(first_line)
 
     def action_field(field: pa.Array) -> pa.Array:
-        action = _text(value(field, b'"action":"', b'"' if stamped else b'"}'))
+        action = text(value(field, b'"action":"', b'"' if stamped else b'"}'))
         checks.append(pc.string_is_ascii(action))
         return action
 
-    path = _text(value(fields[0], b'{"path":"', b'"'))
+    path = text(value(fields[0], b'{"path":"', b'"'))
     action = once(fields[6], action_field)
     is_dir = pc.equal(fields[2], _TRUE)
     checks.append(pc.or_(is_dir, pc.equal(fields[2], _FALSE)))
@@ -297,7 +301,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
         if found is None:
             return None
         fields, others = found
-        table, good = _entries(fields, None if others else quotes)
+        table, good = _entries(fields, None if others else quotes, odd == lines - 1)
     except pa.ArrowInvalid:
         return None
     if not others and good.false_count == 0:
