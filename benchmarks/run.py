@@ -54,6 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "the last one is also compacted",
     )
     p.add_argument("--shape-entries", type=int, help="entries of each log shape (default 1,000,000, quick 100,000)")
+    p.add_argument(
+        "--shape-repeats", type=int,
+        help="repeats per log shape (default 5, quick 2): this host runs a process at one of two speeds ~1.35x apart, "
+        "so a median of 3 can land in either",
+    )
     p.add_argument("--stream-batches", type=int, help="appended batches of the stream section (default 30, quick 10)")
     p.add_argument("--delta-batches", type=int, help="write_batch appends synced to Delta (default 200, quick 20)")
     p.add_argument("--delta-rows", type=int, help="rows per Delta-synced batch (default 10,000, quick 1,000)")
@@ -73,10 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
-                    "shape_entries": 100_000, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000}
+                    "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
-                    "shape_entries": 1_000_000, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000}
+                    "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx["compaction"] = compaction_bench.run(spark, ctx["planning"].histories[-1].root, args.repeats)
         if "shapes" in args.sections:
             os.sync()
-            ctx["shapes"] = compaction_bench.run_shapes(spark, meta, args.shape_entries, args.repeats)
+            ctx["shapes"] = compaction_bench.run_shapes(spark, meta, args.shape_entries, args.shape_repeats)
         if "stream" in args.sections:
             os.sync()
             ctx["stream"] = stream_bench.run(spark, work, args.shape_entries, args.stream_batches)
