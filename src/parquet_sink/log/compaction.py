@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
-from .lines import framed_lines, joined, stamped_lines
+from .lines import joined, stamped_lines
 from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .sidecar import Checksum, Sidecar, SidecarWriter, log_memory_pool, sidecar_path
 from .threads import ahead, mapped_ahead
@@ -284,7 +284,7 @@ class _Lines(NamedTuple):
 def _lines(block: Block, stamp: int | None, table: pa.Table | None, layout: pa.BooleanArray | None) -> _Lines:
     """The :class:`_Lines` of a block of a compact file (``stamp`` None) or of delta file ``stamp``
     (column-wise, :func:`~parquet_sink.log.lines.stamped_lines`)."""
-    lines = framed_lines(block.framed)
+    lines = block.framed_lines()
     if stamp is None:
         return _Lines(lines, lines, None, None)
     out, redo = stamped_lines(lines, table, stamp, layout)

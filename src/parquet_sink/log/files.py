@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
-from .lines import count_byte, parse_lines
+from .lines import byte_positions, framed_lines, parse_lines
 from .threads import mapped_ahead
 from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
@@ -189,11 +189,17 @@ class Listing(dict[int, str]):
 @dataclass(frozen=True)
 class Block:
     """Whole lines of one log file: ``framed`` (each line after its ``\\n``, as the file holds it), the
-    number of the first line (the header is line 1) and how many lines it holds."""
+    number of the first line (the header is line 1), how many lines it holds and where each starts in
+    ``framed`` (at its ``\\n``: the scan that counted the lines found them)."""
 
     framed: memoryview
     first_line: int
     lines: int
+    starts: np.ndarray
+
+    def framed_lines(self) -> pa.BinaryArray:
+        """The lines, each ``"\\n"`` first, as a binary array over ``framed`` (no copy)."""
+        return framed_lines(self.framed, self.starts)
 
     @property
     def data(self) -> memoryview:
@@ -324,8 +330,11 @@ class LogFiles:
                 if cut < 0:  # a line longer than a block
                     carry = body.tobytes()
                     continue
-                lines = count_byte(body[:cut], _NEWLINE) + 1
-                yield Block(memoryview(buffer)[: 1 + cut], number, lines)  # no copy of the block
+                newlines = byte_positions(body[:cut], _NEWLINE)
+                lines = len(newlines) + 1
+                starts = np.empty(lines, np.int32)  # in the block as framed: each line's newline
+                starts[0], starts[1:] = 0, newlines + 1
+                yield Block(memoryview(buffer)[: 1 + cut], number, lines, starts)  # no copy of the block
                 if last:
                     return
                 number += lines

@@ -107,14 +107,15 @@ def stamped_lines(
     return pc.binary_replace_slice(lines, -1, -1, f',"batchId":{batch_id}'), pc.invert(layout)
 
 
-def framed_lines(framed: bytes | memoryview) -> pa.BinaryArray:
+def framed_lines(framed: bytes | memoryview, starts: np.ndarray | None = None) -> pa.BinaryArray:
     """The lines of a block each after its ``"\\n"`` (``framed``: lines each after a newline) as a binary
-    array over the block's bytes (no copy): the values a log file holds.
+    array over the block's bytes (no copy); ``starts``: where each line's newline is, if known.
 
     Example: ``framed_lines(b'\\n{"a":1}\\n{"b":2}').to_pylist()`` -> ``[b'\\n{"a":1}', b'\\n{"b":2}']``.
     """
     data = np.frombuffer(framed, np.uint8)
-    starts = byte_positions(data, _NEWLINE)
+    if starts is None:
+        starts = byte_positions(data, _NEWLINE)
     offsets = np.empty(len(starts) + 1, np.int32)
     offsets[:-1], offsets[-1] = starts, len(data)
     return pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(framed)])
@@ -201,17 +202,17 @@ def _entries(fields: list[pa.Array], quotes: int | None, ascii: bool = False) ->
         return parsed
 
     n = len(fields[0])
-    first_line = pa.array(np.zeros(n, np.int32))  # take() indices repeating the first line's value
 
     def once(field: pa.Array, read: Callable[[pa.Array], pa.Array]) -> pa.Array:
         """``read(field)``, which adds the field's checks; when every line holds the same bytes there (Spark's
         sink writes one blockReplication, blockSize and action), read on the first line and repeated."""
-        if n < 2 or not pc.all(pc.equal(field, field[0])).as_py():
+        if n < 2 or not _same_everywhere(field):
             return read(field)
         first = len(checks)
         result = read(field.slice(0, 1))
-        checks[first:] = [check.take(first_line) for check in checks[first:]]
-        return result.take(first_line)
+        held = all(check[0].as_py() for check in checks[first:])  # a null (not in the layout) counts as false
+        checks[first:] = [] if held else [pa.repeat(False, n)]
+        return _repeated(result, n)
 
     def action_field(field: pa.Array) -> pa.Array:
         action = text(value(field, b'"action":"', b'"' if stamped else b'"}'))
@@ -242,6 +243,28 @@ def _entries(fields: list[pa.Array], quotes: int | None, ascii: bool = False) ->
     return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), pc.fill_null(layout, False)
 
 
+def _same_everywhere(field: pa.BinaryArray) -> bool:
+    """Whether every value of ``field`` (no nulls) holds the same bytes, compared as one block of rows."""
+    _, offsets, data = field.buffers()
+    bounds = np.frombuffer(offsets, np.int32, len(field) + 1, field.offset * 4)
+    lengths = np.diff(bounds)
+    if np.any(lengths != lengths[0]):
+        return False
+    if not lengths[0]:
+        return True
+    first = data[int(bounds[0]) : int(bounds[1])].to_pybytes()
+    return data[int(bounds[0]) : int(bounds[-1])].equals(pa.py_buffer(first * len(field)))  # a memcmp
+
+
+def _repeated(value: pa.Array, n: int) -> pa.Array:
+    """The one value of ``value`` (an int64 or a string) ``n`` times."""
+    if pa.types.is_integer(value.type):
+        return pa.array(np.full(n, value[0].as_py(), np.int64), value.type)
+    text = value[0].as_py().encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(text)
+    return pa.Array.from_buffers(value.type, n, [None, pa.py_buffer(offsets), pa.py_buffer(text * n)])
+
+
 _PIECE = 1 << 16  # bytes of a block scanned at once, into scratch memory that stays in the cache
 
 
@@ -252,11 +275,6 @@ def _pieces(buffer: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     for start in range(0, len(buffer), _PIECE):
         piece = buffer[start : start + _PIECE]
         yield start, piece, found[: len(piece)]
-
-
-def count_byte(buffer: np.ndarray, byte: int) -> int:
-    """How many times ``byte`` is in ``buffer``. Example: ``count_byte(np.frombuffer(b"a\\nb\\n", np.uint8), 10) == 2``."""
-    return sum(int(np.count_nonzero(np.equal(piece, byte, out=found))) for _, piece, found in _pieces(buffer))
 
 
 def byte_positions(buffer: np.ndarray, byte: int) -> np.ndarray:
