@@ -26,9 +26,10 @@ R = TypeVar("R")
 _END = object()
 
 
-def mapped_ahead(function: Callable[[T], R], items: Iterable[T], threads: int = 2) -> Iterator[R]:
+def mapped_ahead(function: Callable[[T], R], items: Iterable[T], threads: int = 2, queued: int = 2) -> Iterator[R]:
     """``function(item)`` for each item, computed on ``threads`` threads while the caller's thread draws
-    the next items from ``items`` (at most ``threads`` + 1 items drawn and not yet returned)."""
+    the next items from ``items``: up to ``threads + queued`` items are submitted and not yet returned, so
+    that a thread that finishes finds the next item waiting even while the caller is busy with a result."""
     iterator = iter(items)
     first = next(iterator, _END)
     if first is _END:
@@ -41,7 +42,7 @@ def mapped_ahead(function: Callable[[T], R], items: Iterable[T], threads: int = 
         pending: deque[Future[R]] = deque([pool.submit(function, first), pool.submit(function, second)])  # type: ignore[arg-type]
         try:
             for item in iterator:
-                if len(pending) >= threads:
+                if len(pending) >= threads + queued:
                     result = pending.popleft().result()
                     pending.append(pool.submit(function, item))
                     yield result
