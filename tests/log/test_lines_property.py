@@ -181,7 +181,7 @@ def test_blocks_read_into_reused_buffers_keep_their_bytes(tmp_path, monkeypatch,
     run()
 
 
-@pytest.mark.parametrize("piece", [None, 5], ids=["pieces of 64 KiB", "pieces of 5 bytes"])
+@pytest.mark.parametrize("piece", [None, 5], ids=["pieces of 256 KiB", "pieces of 5 bytes"])
 def test_bytes_counted_piece_by_piece_match_numpy(monkeypatch, piece) -> None:
     """The scans a block gets (newlines, the bytes that send it to the JSON parser, quotes) run piece by
     piece in scratch memory: they must count and place what one numpy expression over the block does."""

@@ -266,7 +266,8 @@ def _repeated(value: pa.Array, n: int) -> pa.Array:
 
 
 _PIECE = 1 << 18  # bytes of a block scanned at once, into scratch memory that stays in the cache (256 KiB:
-# a 64 KiB piece costs twice the time in per-call overhead, a whole block misses the cache)
+# a 64 KiB piece costs twice the time in per-call overhead; a whole 4 MiB block at once, 0.649 s against 0.623 s
+# to compact nine deltas of 1M entries)
 
 
 def _pieces(buffer: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
