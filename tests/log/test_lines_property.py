@@ -196,6 +196,6 @@ def test_bytes_counted_piece_by_piece_match_numpy(monkeypatch, piece) -> None:
         buffer = np.frombuffer(data, np.uint8)
         assert log_lines.byte_positions(buffer, 10).tolist() == np.flatnonzero(buffer == 10).tolist()
         odd = np.count_nonzero((buffer < 32) | (buffer > 127))
-        assert log_lines.byte_counts(buffer) == (odd, np.count_nonzero(buffer == 92), np.count_nonzero(buffer == 34))
+        assert log_lines._byte_counts(buffer) == (odd, np.count_nonzero(buffer == 92), np.count_nonzero(buffer == 34))
 
     run()

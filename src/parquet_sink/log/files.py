@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
-from .lines import byte_counts, byte_positions, framed_lines, parse_lines
+from .lines import byte_positions, framed_lines, parse_lines
 from .threads import mapped_ahead
 from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
@@ -189,15 +189,13 @@ class Listing(dict[int, str]):
 @dataclass(frozen=True)
 class Block:
     """Whole lines of one log file: ``framed`` (each line after its ``\\n``, as the file holds it), the
-    number of the first line (the header is line 1), how many lines it holds, where each starts in
-    ``framed`` (at its ``\\n``: the scan that counted the lines found them) and the counts of its bytes
-    that :func:`~parquet_sink.log.lines.parse_lines` needs (:func:`~parquet_sink.log.lines.byte_counts`)."""
+    number of the first line (the header is line 1), how many lines it holds and where each starts in
+    ``framed`` (at its ``\\n``: the scan that counted the lines found them)."""
 
     framed: memoryview
     first_line: int
     lines: int
     starts: np.ndarray
-    counts: tuple[int, int, int]
 
     def framed_lines(self) -> pa.BinaryArray:
         """The lines, each ``"\\n"`` first, as a binary array over ``framed`` (no copy)."""
@@ -336,8 +334,7 @@ class LogFiles:
                 lines = len(newlines) + 1
                 starts = np.empty(lines, np.int32)  # in the block as framed: each line's newline
                 starts[0], starts[1:] = 0, newlines + 1
-                counts = byte_counts(body[:cut])
-                yield Block(memoryview(buffer)[: 1 + cut], number, lines, starts, counts)  # no copy of the block
+                yield Block(memoryview(buffer)[: 1 + cut], number, lines, starts)  # no copy of the block
                 if last:
                     return
                 number += lines
@@ -365,7 +362,7 @@ class LogFiles:
         missing key or a wrong type fails a check on the whole block); a block that fails is parsed again
         line by line, which raises CorruptLogError naming the exact line. Returns (entries, which lines
         are in the layout, or None when the JSON parser read the block)."""
-        parsed = parse_lines(block.data, block.lines, block.counts)
+        parsed = parse_lines(block.data, block.lines)
         if parsed is not None:
             return parsed
         try:

@@ -285,12 +285,9 @@ def byte_positions(buffer: np.ndarray, byte: int) -> np.ndarray:
     return np.concatenate(hits) if hits else np.empty(0, np.intp)
 
 
-def byte_counts(buffer: np.ndarray) -> tuple[int, int, int]:
+def _byte_counts(buffer: np.ndarray) -> tuple[int, int, int]:
     """(bytes that are not ASCII text: control characters, newlines included, and bytes above 127; backslashes;
-    quotes) in ``buffer``, in one pass: what :func:`parse_lines` needs to know of a block.
-
-    Example: ``byte_counts(np.frombuffer(b'{"a":1}\\n{}', np.uint8)) == (1, 0, 2)``.
-    """
+    quotes) in ``buffer``, in one pass."""
     codes = np.empty(min(len(buffer), _PIECE), np.uint8)
     odd = escapes = quotes = 0
     for _, piece, found in _pieces(buffer):
@@ -301,21 +298,17 @@ def byte_counts(buffer: np.ndarray) -> tuple[int, int, int]:
     return odd, escapes, quotes
 
 
-def parse_lines(
-    data: bytes | memoryview, lines: int, counts: tuple[int, int, int] | None = None
-) -> tuple[pa.Table, pa.BooleanArray | None] | None:
+def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.BooleanArray | None] | None:
     """(the entries of ``lines`` log lines (``data``, joined by ``\n``) as :data:`ENTRY_SCHEMA`, the
     same table a JSON parser gives; whether each line is in the layout, None for a block of a compact file
     this package wrote, whose lines carry ``batchId``), or None when this block is for the JSON parser and
     its line-by-line errors (an escape or a control character in it, many lines in another layout, a line
     that does not parse). Lines in the layout are read as fields; the few others by the JSON parser.
-    ``counts``: the block's :func:`byte_counts` when the caller has them (the thread that reads blocks
-    scans them, so that the threads that parse, the compaction's busiest, do not).
 
     Example: ``parse_lines(block.data, block.lines)[0].num_rows == block.lines``.
     """
     buffer = np.frombuffer(data, np.uint8)
-    odd, escapes, quotes = byte_counts(buffer) if counts is None else counts
+    odd, escapes, quotes = _byte_counts(buffer)
     if odd != lines - 1:  # more than the newlines is not ASCII text
         if np.count_nonzero(buffer < 32) != lines - 1 or not _is_utf8(data):
             return None  # a control character (corrupt) or invalid UTF-8: the JSON parser reports the line
