@@ -67,6 +67,7 @@ def child(root: str, batch: int) -> None:
     import gc
     import resource
 
+    import parquet_sink
     from parquet_sink import MetadataLog
 
     entries = _entries(root, batch)
@@ -75,11 +76,15 @@ def child(root: str, batch: int) -> None:
     reset_peak()
     before = status_kb("VmRSS")
     hwm_before = status_kb("VmHWM")
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     ok = log.add(batch, entries)
     seconds = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
     after = status_kb("VmHWM")
-    print(json.dumps({"ok": ok, "seconds": seconds, "rss_before_kb": before, "hwm_before_kb": hwm_before,
+    cpu = cpu_after.ru_utime - cpu_before.ru_utime + cpu_after.ru_stime - cpu_before.ru_stime
+    print(json.dumps({"ok": ok, "seconds": seconds, "cpu_seconds": cpu, "module": parquet_sink.__file__,
+                      "rss_before_kb": before, "hwm_before_kb": hwm_before,
                       "hwm_after_kb": after, "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
 

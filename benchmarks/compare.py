@@ -1,15 +1,16 @@
 """Compare the log compaction of two checkouts: alternating fresh-process compactions of the same Spark-written
-log (a shape of section 4b), the only comparison that survives this host's two speeds (a process runs in one of
-two speeds ~1.35x apart, for minutes at a time: medians from separate runs, even minutes apart, mislead).
+log (a shape of section 4b). A process here runs in one of two speeds ~1.35x apart, for minutes at a time, so
+medians from separate runs mislead; even alternating in the same minutes, two identical trees measured a wall-time
+ratio of 0.88 over 8 rounds: run 16 rounds or more and trust CPU time (both are printed) over wall time.
 
 Usage (the base in a git worktree, this tree as the change)::
 
     git worktree add /tmp/base HEAD~1
-    .venv/bin/python -m benchmarks.compare /tmp/base . --shape deltas --rounds 12
+    .venv/bin/python -m benchmarks.compare /tmp/base . --shape deltas --rounds 16
 
 Each round runs the base and the change once each, in alternating order, on the same log (each compaction in a
-fresh subprocess of its checkout, as section 4b times ours); prints per checkout the median and min wall time
-and the median peak RSS growth, and the median of the per-round ratios change/base.
+fresh subprocess of its checkout, as section 4b times ours); prints per checkout the median and min wall and CPU
+time and the median peak RSS growth, and the medians of the per-round ratios change/base.
 """
 
 from __future__ import annotations
@@ -25,24 +26,28 @@ import tempfile
 
 from .compaction_bench import SHAPES, _cleanup, synth_shape
 
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository this module is in
 
-def compact_once(checkout: str, root: str, batch: int) -> tuple[float, float]:
-    """(seconds, peak RSS growth in MB) of one compaction of ``batch`` under ``root`` by ``checkout``'s code."""
+
+def compact_once(checkout: str, root: str, batch: int) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS growth in MB) of one compaction of ``batch`` under ``root`` by ``checkout``'s code."""
     _cleanup(root, batch)
     meta = os.path.join(root, "_spark_metadata")
     for name in os.listdir(meta):  # the log stays as Spark's sink wrote it: no columnar copy
         if name.endswith(".compact.parquet"):
             os.remove(os.path.join(meta, name))
-    checkout = os.path.abspath(checkout)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([checkout, os.path.join(checkout, "src")]))
+    src = os.path.join(os.path.abspath(checkout), "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, _HERE]))  # this tree's timing code, its package
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.compaction_bench", root, str(batch)],
-        capture_output=True, text=True, env=env, cwd=checkout, check=True,
+        capture_output=True, text=True, env=env, cwd=_HERE, check=True,
     )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if not out["ok"]:
         raise RuntimeError(f"{checkout}: the compaction of batch {batch} was refused")
-    return out["seconds"], (out["hwm_after_kb"] - out["rss_before_kb"]) / 1024
+    if not out["module"].startswith(src + os.sep):
+        raise RuntimeError(f"{checkout}: the child imported parquet_sink from {out['module']}, not from {src}")
+    return out["seconds"], out["cpu_seconds"], (out["hwm_after_kb"] - out["rss_before_kb"]) / 1024
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("change", help="the checkout with the change (e.g. .)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="deltas")
     p.add_argument("--entries", type=int, default=1_000_000)
-    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=16)
     p.add_argument("--meta-tmpdir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                    help="where the log is synthesized (default /dev/shm: tmpfs)")
     args = p.parse_args(argv)
@@ -59,18 +64,19 @@ def main(argv: list[str] | None = None) -> None:
     try:
         root = os.path.join(work, args.shape)
         batch = synth_shape(root, args.shape, args.entries)
-        runs: dict[str, list[tuple[float, float]]] = {"base": [], "change": []}
+        runs: dict[str, list[tuple[float, float, float]]] = {"base": [], "change": []}
         for rnd in range(args.rounds):
             order = [("base", args.base), ("change", args.change)]
             for who, checkout in order if rnd % 2 == 0 else reversed(order):
                 runs[who].append(compact_once(checkout, root, batch))
         for who, values in runs.items():
-            seconds = [s for s, _ in values]
-            print(f"{who:6s} median {statistics.median(seconds):.3f} s, min {min(seconds):.3f} s, "
-                  f"peak RSS growth median {statistics.median(m for _, m in values):.0f} MB")
-        ratios = [c[0] / b[0] for b, c in zip(runs["base"], runs["change"])]
-        print(f"change/base per round: median {statistics.median(ratios):.3f} "
-              f"({min(ratios):.3f}-{max(ratios):.3f}), {args.rounds} rounds of {args.shape}, {args.entries:,} entries")
+            wall, cpu, memory = zip(*values)
+            print(f"{who:6s} wall median {statistics.median(wall):.3f} s (min {min(wall):.3f}), CPU median "
+                  f"{statistics.median(cpu):.3f} s (min {min(cpu):.3f}), peak RSS growth median {statistics.median(memory):.0f} MB")
+        for name, column in (("wall", 0), ("CPU", 1)):
+            ratios = [c[column] / b[column] for b, c in zip(runs["base"], runs["change"])]
+            print(f"change/base {name} per round: median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+        print(f"{args.rounds} rounds of {args.shape}, {args.entries:,} entries")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
