@@ -266,8 +266,7 @@ def _repeated(value: pa.Array, n: int) -> pa.Array:
 
 
 _PIECE = 1 << 18  # bytes of a block scanned at once, into scratch memory that stays in the cache (256 KiB:
-# a 64 KiB piece costs twice the time in per-call overhead; a whole 4 MiB block at once, 0.649 s against 0.623 s
-# to compact nine deltas of 1M entries)
+# a 64 KiB piece costs twice the time in per-call overhead; a whole 4 MiB block at once made compaction no faster)
 
 
 def _pieces(buffer: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
