@@ -177,9 +177,12 @@ def spark_add(spark, log_cls, status_cls, root: str, batch: int) -> tuple[float,
     return seconds, jvm_peak_heap_mb(spark) - base, ok
 
 
-def _ours(root: str, batch: int) -> dict:
-    """One compaction by ours in a fresh subprocess (see :func:`child`)."""
+def _ours(root: str, batch: int, src: str | None = None) -> dict:
+    """One compaction by ours in a fresh subprocess (see :func:`child`); ``src``: import the package from
+    this ``src`` directory (another checkout's) instead of this one's."""
     repo, env = subprocess_env()
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([src, env["PYTHONPATH"]])
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.compaction_bench", root, str(batch)],
         capture_output=True, text=True, env=env, cwd=repo, check=True,
@@ -187,6 +190,8 @@ def _ours(root: str, batch: int) -> dict:
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if not out["ok"]:
         raise RuntimeError(f"our compaction of batch {batch} was refused")
+    if src is not None and not out["module"].startswith(src + os.sep):
+        raise RuntimeError(f"the child imported parquet_sink from {out['module']}, not from {src}")
     return out
 
 

@@ -16,37 +16,23 @@ time and the median peak RSS growth, and the medians of the per-round ratios cha
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 
-from .compaction_bench import SHAPES, _cleanup, synth_shape
-
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository this module is in
+from .compaction_bench import SHAPES, _cleanup, _ours, synth_shape
 
 
 def compact_once(checkout: str, root: str, batch: int) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds, peak RSS growth in MB) of one compaction of ``batch`` under ``root`` by ``checkout``'s code."""
+    """(wall seconds, CPU seconds, peak RSS growth in MB) of one compaction of ``batch`` under ``root`` by the
+    package of ``checkout``."""
     _cleanup(root, batch)
     meta = os.path.join(root, "_spark_metadata")
     for name in os.listdir(meta):  # the log stays as Spark's sink wrote it: no columnar copy
         if name.endswith(".compact.parquet"):
             os.remove(os.path.join(meta, name))
-    src = os.path.join(os.path.abspath(checkout), "src")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, _HERE]))  # this tree's timing code, its package
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compaction_bench", root, str(batch)],
-        capture_output=True, text=True, env=env, cwd=_HERE, check=True,
-    )
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not out["ok"]:
-        raise RuntimeError(f"{checkout}: the compaction of batch {batch} was refused")
-    if not out["module"].startswith(src + os.sep):
-        raise RuntimeError(f"{checkout}: the child imported parquet_sink from {out['module']}, not from {src}")
+    out = _ours(root, batch, os.path.join(os.path.abspath(checkout), "src"))  # this tree's timing code
     return out["seconds"], out["cpu_seconds"], (out["hwm_after_kb"] - out["rss_before_kb"]) / 1024
 
 
