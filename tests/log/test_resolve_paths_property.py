@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink.errors import OutsideRootError
-from parquet_sink.log import snapshot
+from parquet_sink.log import lines as log_lines
 from parquet_sink.log.snapshot import _Resolver, resolve_paths
 from parquet_sink.storage.filesystem import Storage
 
@@ -43,10 +43,10 @@ def _one_by_one(storage: Storage, uris: list[str]) -> tuple[list[str], list[str 
     return relative, outside
 
 
-@pytest.mark.parametrize("scan", [None, 3], ids=["scan 1 MiB", "scan 3 bytes"])
+@pytest.mark.parametrize("scan", [None, 3], ids=["scan 256 KiB", "scan 3 bytes"])
 def test_paths_resolved_column_wise_match_one_by_one(tmp_path, monkeypatch, scan) -> None:
     if scan:  # a path's bytes split across scans: a pair of dots on the edge of two
-        monkeypatch.setattr(snapshot, "_SCAN", scan)
+        monkeypatch.setattr(log_lines, "_PIECE", scan)
     root = str(tmp_path / "out")
     storage = Storage(root)
 

@@ -269,18 +269,22 @@ _PIECE = 1 << 18  # bytes of a block scanned at once, into scratch memory that s
 # a 64 KiB piece costs twice the time in per-call overhead; a whole 4 MiB block at once made compaction no faster)
 
 
-def _pieces(buffer: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(start, piece, a scratch boolean array as long) for each piece of ``buffer``: a numpy temporary as big
-    as a block would be fresh pages on every call (a page fault per 4 KiB costs more than the scan here)."""
-    found = np.empty(min(len(buffer), _PIECE), np.bool_)
+def scan_pieces(buffer: np.ndarray, overlap: int = 0) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(start, piece, a scratch boolean array as long) for each piece of ``buffer``, each piece running
+    ``overlap`` bytes into the next (to see a pair of bytes across two): a numpy temporary as big as a block
+    would be fresh pages on every call (a page fault per 4 KiB costs more than the scan here).
+
+    Example: ``[start for start, _, _ in scan_pieces(np.zeros(3 * _PIECE, np.uint8))] == [0, _PIECE, 2 * _PIECE]``.
+    """
+    found = np.empty(min(len(buffer), _PIECE + overlap), np.bool_)
     for start in range(0, len(buffer), _PIECE):
-        piece = buffer[start : start + _PIECE]
+        piece = buffer[start : start + _PIECE + overlap]
         yield start, piece, found[: len(piece)]
 
 
 def byte_positions(buffer: np.ndarray, byte: int) -> np.ndarray:
     """Where ``byte`` is in ``buffer``. Example: ``byte_positions(np.frombuffer(b"a\\nb", np.uint8), 10)`` -> ``[1]``."""
-    hits = [np.flatnonzero(np.equal(piece, byte, out=found)) + start for start, piece, found in _pieces(buffer)]
+    hits = [np.flatnonzero(np.equal(piece, byte, out=found)) + start for start, piece, found in scan_pieces(buffer)]
     return np.concatenate(hits) if hits else np.empty(0, np.intp)
 
 
@@ -289,7 +293,7 @@ def _byte_counts(buffer: np.ndarray) -> tuple[int, int, int]:
     quotes) in ``buffer``, in one pass."""
     codes = np.empty(min(len(buffer), _PIECE), np.uint8)
     odd = escapes = quotes = 0
-    for _, piece, found in _pieces(buffer):
+    for _, piece, found in scan_pieces(buffer):
         np.subtract(piece, np.uint8(32), out=codes[: len(piece)])  # bytes below 32 and above 127 both wrap to >= 96
         odd += np.count_nonzero(np.greater_equal(codes[: len(piece)], 96, out=found))
         escapes += np.count_nonzero(np.equal(piece, _BACKSLASH, out=found))

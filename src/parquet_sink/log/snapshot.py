@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from ..errors import MissingLogFileError, OutsideRootError, SnapshotError, SnapshotNotFoundError
 from .compaction import CompactibleLog, infer_interval
 from .files import Listing
-from .lines import joined
+from .lines import joined, scan_pieces
 from .sidecar import columns_pool
 from .entry import BATCH_KEY, ENTRY_SCHEMA
 from ..storage.filesystem import Storage
@@ -41,7 +41,6 @@ logger = logging.getLogger(__name__)
 
 _ATTEMPTS = 20
 _MAX_SLICES = 256  # data_files: past this many skipped rows, one filtered copy beats many slices
-_SCAN = 1 << 18  # bytes of paths scanned at once for escapes and dots (see lines._PIECE)
 _PERCENT = ord("%")
 _DOTS = ord(".") * 0x101  # two dots as a 16-bit value, in either byte order
 
@@ -165,14 +164,12 @@ def _drop_prefix(strings: pa.Array, length: int) -> pa.Array:
 
 
 def _may_hold_escapes_or_dots(strings: pa.Array) -> bool:
-    """Whether a value of ``strings`` may hold a ``%`` or a ``..``: one scan of their bytes, 256 KiB at a
+    """Whether a value of ``strings`` may hold a ``%`` or a ``..``: one scan of their bytes, a piece at a
     time (Arrow's substring kernels take ~0.13 s each on 1M paths, this ~0.03 s for both). A ``..`` across
     two values says yes too: the caller then asks the kernels row by row."""
     data = np.frombuffer(joined(strings.view(pa.binary())), np.uint8)
-    found = np.empty(_SCAN + 1, np.bool_)  # scratch memory that stays in the cache
-    for start in range(0, len(data), _SCAN):
-        piece = data[start : start + _SCAN + 1]  # a byte more: a pair across two pieces
-        if np.equal(piece, _PERCENT, out=found[: len(piece)]).any():
+    for _, piece, found in scan_pieces(data, overlap=1):  # a byte more: a pair across two pieces
+        if np.equal(piece, _PERCENT, out=found).any():
             return True
         for first in (0, 1):  # both byte pairs at once: two dots read as one 16-bit value
             pairs = piece[first : first + (len(piece) - first) // 2 * 2].view(np.uint16)
