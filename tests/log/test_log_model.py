@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,6 +34,7 @@ from parquet_sink import failpoints
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.cli.options import OPTIONS_ENV
 from parquet_sink.errors import MissingLogFileError, SnapshotExpiredError, StaleVersionError
+from parquet_sink.log import files as log_files
 from parquet_sink.log.files import is_compact_path
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.parquet_files import WriteSpec, write_rows
@@ -268,6 +270,36 @@ class LogModel(RuleBasedStateMachine):
         self.compacts -= set(gone)
         if len(self.compacts) == 1:  # as in Spark, the next writer derives the interval from the one left
             self.current = spark_derived_interval(self.interval, min(self.compacts))
+
+    @rule(retain=st.integers(1, 4), lose_copy=st.booleans())
+    def spark_cleanup(self, retain: int, lose_copy: bool) -> None:
+        """Spark's own cleanup (``deleteExpiredLog``, no delay) deletes the log files below its threshold
+        and never a columnar copy (not a batch file name to it); with ``lose_copy`` the newest compact file
+        has no copy either (as one Spark's sink wrote). The next read stores the copy of a compact file
+        without one (any size here) and deletes the copies whose compact file is gone (any age here)."""
+        if not self.history:
+            return
+        min_batch = self.latest + 1 - retain
+        threshold = min_batch - (min_batch % self.current) - 1
+        log = MetadataLog(self.url, self.options, cleanup=False)
+        names = log.list_names()
+        gone = [b for b in names if b < threshold]
+        for batch in gone:
+            self.storage.delete(names[batch])
+        if gone:
+            self.cleaned = True
+        self.compacts -= set(gone)
+        if len(self.compacts) == 1:
+            self.current = spark_derived_interval(self.interval, min(self.compacts))
+        newest = max(self.compacts, default=None)
+        if lose_copy and newest is not None and newest in names.sidecars:
+            self.storage.delete(names.sidecars[newest])
+        with mock.patch.object(log_files, "COPY_MIN_BYTES", 0), mock.patch.object(log_files, "ORPHANED_COPY_AGE_MS", 0):
+            files = committed_files(self.url, storage_options=self.options)
+        assert {f.relative_path for f in files} == self.live()
+        if newest is not None and (lose_copy or newest not in names.sidecars):  # the read stored its copy
+            after = log.list_names()
+            assert newest in after.sidecars and set(after.sidecars) <= set(after), (sorted(after.sidecars), sorted(after))
 
     # -- what every reader must agree on -----------------------------------------------------------
 

@@ -193,6 +193,43 @@ def test_a_reader_stores_a_copy_of_a_large_compact_file_without_one(tmp_path):
     assert _sizes(tmp_path)["s-5.parquet"] == 100_005  # answered from the copy
 
 
+def test_a_reader_following_spark_deletes_the_copies_spark_orphaned(tmp_path):
+    """Spark's log cleanup deletes old compact files, never their copies (not batch file names to it): a
+    reader that stores the copy of a new compact file deletes the copies whose compact file is gone once
+    they are older than Spark's cleanup delay (10 minutes), so copies never outlive Spark's log; the copy of
+    a compact file that is still there stays, and every read answers what the JSON says."""
+    meta = tmp_path / LOG
+    meta.mkdir()
+    line = ('{{"path":"file://{root}/s-{k}.parquet","size":{size},"isDir":false,"modificationTime":1,'
+            '"blockReplication":1,"blockSize":33554432,"action":"add"}}')
+
+    def spark_compacts(batch: int, files: int) -> dict[str, int]:
+        lines = [line.format(root=tmp_path, k=k, size=100_000 + k) for k in range(files)]
+        (meta / f"{batch}.compact").write_text("v1\n" + "\n".join(lines))  # > 4 MB: readers store a copy
+        return {f"s-{k}.parquet": 100_000 + k for k in range(files)}
+
+    def age(path: Path, minutes: int) -> None:
+        old = path.stat().st_mtime - minutes * 60
+        os.utime(path, (old, old))
+
+    expected = spark_compacts(9, 25_000)
+    assert _sizes(tmp_path) == expected
+    expected = spark_compacts(19, 25_001)
+    assert _sizes(tmp_path) == expected  # 9.compact is still there: its copy stays
+    assert sorted(p.name for p in meta.iterdir()) == ["19.compact", "19.compact.parquet", "9.compact", "9.compact.parquet"]
+    (meta / "9.compact").unlink()  # Spark's cleanup
+    age(meta / "9.compact.parquet", 11)
+    expected = spark_compacts(29, 25_002)
+    (meta / "19.compact").unlink()  # a copy orphaned less than 10 minutes ago stays (a writer may be at work)
+    assert _sizes(tmp_path) == expected
+    assert sorted(p.name for p in meta.iterdir()) == ["19.compact.parquet", "29.compact", "29.compact.parquet"]
+    age(meta / "19.compact.parquet", 11)
+    (meta / "29.compact.parquet").unlink()
+    assert _sizes(tmp_path) == expected
+    assert sorted(p.name for p in meta.iterdir()) == ["29.compact", "29.compact.parquet"]
+    assert MetadataLog(str(tmp_path), cleanup=False).check() == []
+
+
 def test_checksum_is_zlibs_crc32():
     """The CRC-32 recorded in copies is zlib's (computed by zlib-ng), over chunks of any kind: copies written
     by earlier versions, with zlib itself, stay valid."""

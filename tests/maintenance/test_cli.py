@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from parquet_sink.log.files import parse_batch_name
-from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed
+from parquet_sink import ParquetSink, committed_files, read_committed
 from parquet_sink.partitioning import is_data_file
 from tests.helpers.spark_util import run_available_now
 

@@ -5,7 +5,6 @@ is proven by every Spark interop test, whose outputs now carry them)."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
 import time
 from pathlib import Path

@@ -720,14 +720,7 @@ class CompactibleLog(LogFiles):
         candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
         if not candidates:
             return []
-        expired_before = int(time.time() * 1000) - self.cleanup_delay_ms
-        deleted = []
-        for info in self.storage.ls(self.log_dir):
-            if info.path not in candidates or info.mtime_ms > expired_before:
-                continue
-            self.storage.delete(info.path)
-            deleted.append(info.path)
-            failpoint("cleanup")
+        deleted = self.delete_older(self.storage.ls(self.log_dir), candidates, self.cleanup_delay_ms)
         if deleted:
             logger.info("%s: deleted %d expired log files below batch %d", self, len(deleted), threshold)
         return deleted

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import IO
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from ..failpoints import failpoint
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
 from .lines import byte_positions, framed_lines, parse_lines
 from .threads import mapped_ahead
@@ -48,6 +50,9 @@ _CARRY_ROOM = 1 << 16  # room in a block's buffer for the start of a line the pr
 _NEWLINE = 10
 # A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
 COPY_MIN_BYTES = 1 << 22
+# A reader that stores a copy deletes the copies whose compact file is gone once they are this old (Spark's
+# spark.sql.streaming.fileSink.log.cleanupDelay default, the sink's cleanup_delay default).
+ORPHANED_COPY_AGE_MS = 10 * 60 * 1000
 _PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 
 
@@ -445,8 +450,8 @@ class LogFiles:
             if made is not None:
                 made.discard()
             raise
-        if made is not None:
-            self.keep_copy(path, batch_id, made, checksum)
+        if made is not None and self.keep_copy(path, batch_id, made, checksum):
+            self.delete_orphaned_copies()
         return pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
 
     def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
@@ -459,20 +464,55 @@ class LogFiles:
             raise _CopyNotStored(sidecar) from exc
         return sidecar
 
-    def keep_copy(self, path: str, batch_id: int, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
+    def keep_copy(self, path: str, batch_id: int, copy: SidecarWriter, checksum: Checksum) -> bool:
         """As :meth:`put_copy`, where a copy is a help, not a duty: after a compaction, or for a compact file
         that has none (written by Spark's sink or an older version), so that readers and the next
-        compaction read it instead of the JSON. A failure to store it (a read-only reader, say) is logged;
-        the copy is returned either way."""
+        compaction read it instead of the JSON. Whether it was stored: a failure to store it (a read-only
+        reader, say) is logged."""
         try:
-            sidecar = self.put_copy(path, copy, checksum)
+            self.put_copy(path, copy, checksum)
         except _CopyNotStored as exc:
             logger.warning(
                 "could not store a columnar copy of log batch %d (%s): readers parse the JSON", batch_id, exc.__cause__
             )
-            return exc.sidecar
+            return False
         logger.info("wrote the columnar copy of log batch %d (%d bytes of JSON)", batch_id, checksum.size)
-        return sidecar
+        return True
+
+    def delete_orphaned_copies(self, older_than_ms: int | None = None) -> list[str]:
+        """Delete the columnar copies whose compact file is gone, last modified more than ``older_than_ms``
+        (default :data:`ORPHANED_COPY_AGE_MS`) ago; returns their paths. Spark's log cleanup deletes old compact files and never sees their copies
+        (not batch file names): a reader that stores copies in an output Spark's sink writes calls this after
+        each, so copies never outlive Spark's log (the sink's own cleanup deletes them with its log files).
+        A copy is only ever read beside its compact file, so deleting one can cost a reader time, never an
+        answer. A failure to delete (a reader allowed to create files, not to delete them) is logged.
+
+        Example: ``MetadataLog("/data/events").delete_orphaned_copies()`` -> ``['/data/events/_spark_metadata/9.compact.parquet']``.
+        """
+        older_than_ms = ORPHANED_COPY_AGE_MS if older_than_ms is None else older_than_ms
+        infos = self.storage.ls(self.log_dir)
+        listing = Listing()
+        for info in infos:
+            listing.add(info.path)
+        orphans = {path for batch_id, path in listing.sidecars.items() if batch_id not in listing}
+        try:
+            return self.delete_older(infos, orphans, older_than_ms)
+        except (OSError, ParquetSinkError) as exc:
+            logger.warning("could not delete the orphaned columnar copies in %s (%s)", self.display(self.log_dir), exc)
+            return []
+
+    def delete_older(self, infos: list[FileInfo], candidates: set[str], older_than_ms: int) -> list[str]:
+        """Delete those of ``candidates`` that ``infos`` (a listing of the log directory) says were last
+        modified more than ``older_than_ms`` ago; returns their paths."""
+        expired_before = int(time.time() * 1000) - older_than_ms
+        deleted = []
+        for info in infos:
+            if info.path not in candidates or info.mtime_ms > expired_before:
+                continue
+            self.storage.delete(info.path)
+            deleted.append(info.path)
+            failpoint("cleanup")
+        return deleted
 
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
