@@ -191,6 +191,10 @@ def test_a_reader_stores_a_copy_of_a_large_compact_file_without_one(tmp_path):
     raw = (meta / "9.compact").read_bytes()
     (meta / "9.compact").write_bytes(raw.replace(b'"size":100005,', b'"size":100009,'))  # same length
     assert _sizes(tmp_path)["s-5.parquet"] == 100_005  # answered from the copy
+    copy = (meta / "9.compact.parquet").read_bytes()
+    problems = log.check()  # verify reports the stale copy; it never writes one over it
+    assert [type(p) for p in problems] == [errors.CorruptLogError] and "9.compact.parquet" in str(problems[0])
+    assert (meta / "9.compact.parquet").read_bytes() == copy
 
 
 def test_a_reader_following_spark_deletes_the_copies_spark_orphaned(tmp_path):
