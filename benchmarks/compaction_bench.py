@@ -282,6 +282,8 @@ class ShapeResults:
     spark_seconds: Stat = field(default_factory=Stat)
     plan_first_seconds: Stat = field(default_factory=Stat)  # no columnar copy: parses the JSON, stores one
     plan_copy_seconds: Stat = field(default_factory=Stat)  # later plans, from the copy the first one stored
+    # after Spark's own compaction of the next batch: the first plan of its compact file, from the older copy
+    plan_follow_seconds: Stat = field(default_factory=Stat)
 
 
 def _spark_log_file(path: str, root: str, batch: int, count: int) -> None:
@@ -374,6 +376,18 @@ def run_shapes(spark, work: str, entries: int, repeats: int) -> list[ShapeResult
                 result.plan_copy_seconds.add(timed(lambda: len(committed_files(root)))[0])
             logger.info("shape %s planning: first (no copy) %.2fs, with the stored copy %.2fs", shape,
                         result.plan_first_seconds.median, result.plan_copy_seconds.median)
+            if log_cls is not None:  # Spark compacts the next batch: its compact file starts with 9.compact's bytes
+                spark_add(spark, log_cls, status_cls, root, batch)
+                follow = os.path.join(root, "_spark_metadata", f"{batch}.compact.parquet")
+                for rep in range(repeats):
+                    if os.path.exists(follow):
+                        os.remove(follow)
+                    seconds, count = timed(lambda: len(committed_files(root)))
+                    result.plan_follow_seconds.add(seconds)
+                    if not os.path.exists(follow) or count != result.entries + len(_entries(root, batch)):
+                        raise RuntimeError(f"planning {root} after Spark's compaction: {count} files")
+                logger.info("shape %s planning after Spark's next compaction: first %.2fs", shape,
+                            result.plan_follow_seconds.median)
         shutil.rmtree(root, ignore_errors=True)
         results.append(result)
     return results

@@ -130,6 +130,10 @@ def headline(ctx: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append((f"Planning {shape.entries:,} files of Spark's compact file: first (no copy) vs with the copy",
                          shape.plan_first_seconds.fmt(), shape.plan_copy_seconds.fmt(),
                          _over(shape.plan_first_seconds, shape.plan_copy_seconds), "first/later time; goal <= 1.5x"))
+        if shape.plan_follow_seconds.values:
+            rows.append(("Planning after Spark compacts again: first read of its new compact file (from the older "
+                         "copy) vs a read with a copy", shape.plan_follow_seconds.fmt(), shape.plan_copy_seconds.fmt(),
+                         _over(shape.plan_follow_seconds, shape.plan_copy_seconds), "first/later time"))
     stream = ctx.get("stream")
     if stream:
         rows.append((f"Stream continuing on a {stream.entries:,}-entry Spark-written log: p50 / p99 batch (addBatch)",
@@ -445,6 +449,11 @@ def _shapes_section(w, shapes) -> None:
             w(f"\nPlanning {shape.entries:,} files: first read without a copy {shape.plan_first_seconds.fmt()}, "
               f"later reads from the stored copy {shape.plan_copy_seconds.fmt()} "
               f"({_over(shape.plan_first_seconds, shape.plan_copy_seconds)}).")
+        if shape.plan_follow_seconds.values:
+            w(f"After Spark's own compaction of the next batch (its compact file: the previous one's lines, then the "
+              f"new ones), the first read of it {shape.plan_follow_seconds.fmt()} "
+              f"({_over(shape.plan_follow_seconds, shape.plan_copy_seconds)} a read with a copy): it starts from "
+              f"the older compact file's copy, checks the bytes it was made from by CRC-32 and parses the new lines.")
     goals = [_compaction_goals(SHAPE_LABELS.get(s.shape, s.shape), s.ours_seconds, s.floor_seconds, s.spark_seconds)
              for s in shapes]
     for shape in shapes:

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from parquet_sink import committed_files, errors
 from parquet_sink.maintenance import read_output
 from parquet_sink.log.metadata_log import LogEntry, MetadataLog
+from parquet_sink.log import files as log_files
 from parquet_sink.log.sidecar import Checksum
 
 LOG = "_spark_metadata"
@@ -154,6 +155,37 @@ def test_spark_log_ignores_copies_and_compacts_over_them(spark, tmp_path):
     assert (tmp_path / LOG / "11.compact").exists() and not (tmp_path / LOG / "11.compact.parquet").exists()
     assert len(spark_log.allFiles()) == 12 + 6
     assert _sizes(tmp_path) == {**_expected(6), **{f"b{b}-0.parquet": 1000 * b + 1 for b in range(6, 12)}}
+
+
+def test_a_reader_following_spark_parses_only_its_new_lines(spark, tmp_path, monkeypatch):
+    """Spark's own FileStreamSinkLog writes each compact file as the previous one's lines then the newer
+    batches': a reader that stored the copy of compact file 9 reads compact file 19 from that copy and
+    parses only the lines Spark added (the bytes before them checked against the copy's CRC-32), and the
+    copy it stores for 19 holds 19's entries."""
+    monkeypatch.setattr(log_files, "COPY_MIN_BYTES", 1)  # any compact file gets a copy
+    parsed = []
+    parse = log_files.LogFiles.parse_block_layout
+
+    def counted(self, block, *args):
+        parsed.append(block.lines)
+        return parse(self, block, *args)
+
+    monkeypatch.setattr(log_files.LogFiles, "parse_block_layout", counted)
+    log_cls, status_cls = _spark_sink_log_classes(spark)
+    spark_log = log_cls(1, spark._jsparkSession, str(tmp_path / LOG), spark._jvm.scala.Option.empty())
+    expected = {}
+    for b in range(20):
+        statuses = spark.sparkContext._gateway.new_array(status_cls, 3)
+        for k in range(3):
+            statuses[k] = status_cls(f"file://{tmp_path}/b{b}-{k}.parquet", 1000 * b + k + 1, False, b, 1, 1, "add")
+            expected[f"b{b}-{k}.parquet"] = 1000 * b + k + 1
+        assert spark_log.add(b, statuses)
+        if b in (9, 19):
+            parsed.clear()
+            assert _sizes(tmp_path) == expected
+            assert (tmp_path / LOG / f"{b}.compact.parquet").exists()
+            assert sum(parsed) == (30 if b == 9 else 10 * 3), b  # 19: only the lines of batches 10-19
+    assert MetadataLog(str(tmp_path), cleanup=False).check() == []  # each copy holds its compact file's entries
 
 
 def test_compaction_over_a_damaged_copy_uses_the_json(tmp_path, caplog):

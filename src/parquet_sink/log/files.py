@@ -46,6 +46,7 @@ METADATA_DIR = "_spark_metadata"
 HIDDEN_DIR = "_exactly_once"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
+_PREFIX_CHUNK = 1 << 24  # bytes read at once to checksum the start of a compact file (see LogFiles._older_copy)
 _CARRY_ROOM = 1 << 16  # room in a block's buffer for the start of a line the previous block cut
 _NEWLINE = 10
 # A compact file without a columnar copy this big (~20k entries) gets one the first time it is read.
@@ -309,17 +310,24 @@ class LogFiles:
                 "parquet_sink to read it."
             )
 
-    def blocks(self, path: str, batch_id: int, checksum: Checksum | None = None) -> Iterator[Block]:
+    def blocks(
+        self, path: str, batch_id: int, checksum: Checksum | None = None, start: tuple[int, int] = (0, 2)
+    ) -> Iterator[Block]:
         """The body of one log file (after the header) in blocks of whole lines. FileNotFoundError if the
         file does not exist. ``checksum`` sees every byte of the file as it is read. Each block is read into
         a buffer of its own (callers parse blocks on threads; buffers are reused once free) and scanned without
-        holding the GIL."""
+        holding the GIL. ``start``: (offset of a line break, number of the line after it) to read the lines
+        from there on instead (``checksum`` then sees the bytes from that line break on)."""
         with self.storage.open(path, "rb") as fh:
             header = fh.readline()
             self.check_header(header, path, batch_id)
+            offset, number = start
+            if offset:  # the line break at offset stands where the header's does
+                fh.seek(offset + 1)
+                header = b"\n"
             if checksum:
                 checksum.update(header)
-            number, carry = 2, b""
+            carry = b""
             while True:
                 buffer = self._buffers.get(1 + len(carry) + _BLOCK)  # the newline before the first line, then
                 buffer[0] = _NEWLINE  # the lines: the block as the file holds it
@@ -346,16 +354,16 @@ class LogFiles:
                 carry = body[cut + 1 :].tobytes()
 
     def parsed_blocks(
-        self, path: str, batch_id: int, checksum: Checksum | None = None
+        self, path: str, batch_id: int, checksum: Checksum | None = None, start: tuple[int, int] = (0, 2)
     ) -> Iterator[tuple[Block, pa.Table, pa.BooleanArray | None]]:
-        """(block, entries, layout) for each block of one log file (:meth:`blocks`,
+        """(block, entries, layout) for each block of one log file (:meth:`blocks`, from ``start``;
         :meth:`parse_block_layout`), in file order: blocks are parsed two at a time on threads while the
         next one is read (a file of one block is parsed here)."""
 
         def parse(block: Block) -> tuple[Block, pa.Table, pa.BooleanArray | None]:
             return (block, *self.parse_block_layout(block, path, batch_id))
 
-        return mapped_ahead(parse, self.blocks(path, batch_id, checksum))
+        return mapped_ahead(parse, self.blocks(path, batch_id, checksum, start))
 
     def parse_block(self, block: Block, path: str, batch_id: int) -> pa.Table:
         """The entries of one block of lines, validated (see :meth:`parse_block_layout`)."""
@@ -411,12 +419,16 @@ class LogFiles:
             return None
 
     def read_table(
-        self, path: str, batch_id: int, sidecar: str | None = None, columns: list[str] | None = None
+        self, path: str, batch_id: int, copies: dict[int, str] | None = None, columns: list[str] | None = None
     ) -> pa.Table:
         """Every entry of one log file as columns of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA` (only
         ``columns``, if given), validated. Entries of a delta file without ``batchId`` get the file's batch
-        id. ``sidecar``: the compact file's columnar copy, used instead of parsing the JSON when it matches
-        the file's size."""
+        id. ``copies``: the columnar copies a listing found (``Listing.sidecars``); a compact file's own is
+        used instead of parsing the JSON when it matches the file's size. A big compact file without one gets
+        one, from the JSON or, when the file starts with the bytes an older copy holds, from that copy and
+        the lines after them (:meth:`_older_copy`)."""
+        copies = copies or {}
+        sidecar = copies.get(batch_id) if is_compact_path(path) else None
         if sidecar is not None:
             copy = self.read_sidecar(sidecar, path, batch_id)
             if copy is not None and copy.size == self.storage.info(path).size:
@@ -428,19 +440,34 @@ class LogFiles:
             if copy is not None:
                 logger.warning("the columnar copy of log batch %d is stale: reading %s", batch_id, self.display(path))
         with log_memory_pool():
-            table = self._parse_table(path, batch_id, sidecar)
+            table = self._parse_table(path, batch_id, copies if sidecar is None else None)
         if not is_compact_path(path):
             table = stamp_batch_id(table, batch_id)
         return table if columns is None else table.select(columns)
 
-    def _parse_table(self, path: str, batch_id: int, sidecar: str | None) -> pa.Table:
-        """Every entry of one log file, parsed from its JSON; a big compact file without a copy gets one."""
-        checksum, tables = Checksum(), []
+    def _parse_table(self, path: str, batch_id: int, copies: dict[int, str] | None) -> pa.Table:
+        """Every entry of one log file, parsed from its JSON. ``copies``: the listing's columnar copies, when
+        a big compact file is to get a copy of its own (None: parse only, store nothing); when the file
+        starts with the bytes the newest older one was made from (:meth:`_older_copy`), only the lines after
+        them are parsed."""
+        checksum, tables, start = Checksum(), [], (0, 2)
         made = None  # a large compact file without a copy: its copy, encoded on a thread as blocks are parsed
+        store = copies is not None and is_compact_path(path)
+        base = self._older_copy(batch_id, copies) if store and copies else None
+        if base is not None:
+            copy, entries = base
+            made = SidecarWriter()
+            made.write(entries)  # encoded on a thread while this one checks the file's first bytes
+            if self._starts_with(path, copy.size, copy.crc):
+                checksum.size, checksum.crc = copy.size, copy.crc
+                tables, start = [entries], (copy.size, entries.num_rows + 2)
+            else:
+                made.discard()
+                made = None
         try:
-            for _, table, _ in self.parsed_blocks(path, batch_id, checksum):
+            for _, table, _ in self.parsed_blocks(path, batch_id, checksum, start):
                 tables.append(table)
-                if made is None and sidecar is None and is_compact_path(path) and checksum.size >= COPY_MIN_BYTES:
+                if made is None and store and checksum.size >= COPY_MIN_BYTES:
                     made = SidecarWriter()
                     for table in tables:
                         made.write(table)
@@ -453,6 +480,37 @@ class LogFiles:
         if made is not None and self.keep_copy(path, batch_id, made, checksum):
             self.delete_orphaned_copies()
         return pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
+
+    def _older_copy(self, batch_id: int, copies: dict[int, str]) -> tuple[Sidecar, pa.Table] | None:
+        """(the newest of ``copies`` of a compact file older than batch ``batch_id``, its entries), if it is
+        big enough to be worth starting from and readable. Spark's sink writes each compact file as the
+        previous one's lines, then the newer batches' (``compactLogs`` keeps every entry when none is a
+        delete, which its sink never writes): when a compact file starts with the bytes the copy was made
+        from (:meth:`_starts_with`, never assumed), a reader following an output Spark writes parses only
+        the lines after them."""
+        older = [b for b in copies if b < batch_id]
+        if not older:
+            return None
+        base_id = max(older)
+        copy = self.read_sidecar(copies[base_id], self.path_of(base_id, True), base_id)
+        if copy is None or copy.size < COPY_MIN_BYTES:
+            return None
+        try:
+            return copy, copy.table()
+        except (pa.ArrowException, OSError) as exc:  # damaged inside: a page CRC-32 failed
+            logger.warning("ignoring the damaged columnar copy of log batch %d (%s)", base_id, exc)
+            return None
+
+    def _starts_with(self, path: str, size: int, crc: int) -> bool:
+        """Whether file ``path``'s first ``size`` bytes have CRC-32 ``crc`` and a line break follows them."""
+        seen = Checksum()
+        with self.storage.open(path, "rb") as fh:
+            while seen.size < size:
+                chunk = fh.read(min(_PREFIX_CHUNK, size - seen.size))
+                if not chunk:
+                    return False
+                seen.update(chunk)
+            return seen.crc == crc and fh.read(1) == b"\n"
 
     def put_copy(self, path: str, copy: SidecarWriter, checksum: Checksum) -> Sidecar:
         """Store the columnar copy of compact file ``path`` (whose bytes ``checksum`` saw) from the

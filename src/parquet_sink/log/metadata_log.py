@@ -148,8 +148,8 @@ class MetadataLog(CompactibleLog):
                 if sidecar is None:
                     for block in self.blocks(path, batch_id):
                         self.parse_block(block, path, batch_id)
-                else:  # parsed whole once (the copy listed: no copy stored over it), then compared with it
-                    problem = self._check_sidecar(batch_id, sidecar, path, self._parse_table(path, batch_id, sidecar))
+                else:  # parsed whole once (storing no copy over it), then compared with it
+                    problem = self._check_sidecar(batch_id, sidecar, path, self._parse_table(path, batch_id, None))
                     if problem:
                         problems.append(problem)
             except LogError as exc:

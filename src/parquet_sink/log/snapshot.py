@@ -61,7 +61,7 @@ def read_log_files(
     """The entries of the snapshot at ``batch`` from the files ``listing`` holds (MissingLogFileError if one
     of them is not there, FileNotFoundError if it vanished since the listing); only ``columns`` if given."""
     files = log.files_for(batch, listing, interval)
-    tables = [log.read_table(path, batch_id, listing.sidecars.get(batch_id), columns) for batch_id, path in files]
+    tables = [log.read_table(path, batch_id, listing.sidecars, columns) for batch_id, path in files]
     return pa.concat_tables(tables) if tables else _empty(columns)
 
 

@@ -413,7 +413,7 @@ class ParquetSink:
                     "file). Remove the stray file or restore the missing one from backup; the query cannot commit "
                     "until the log is an unbroken chain."
                 )
-            tables = [log.read_table(listing[b], b, listing.sidecars.get(b)) for b in new]
+            tables = [log.read_table(listing[b], b, listing.sidecars) for b in new]
             table = pa.concat_tables(tables)
         else:
             table = ENTRY_SCHEMA.empty_table()
