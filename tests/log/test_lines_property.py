@@ -5,7 +5,9 @@ Blocks of log lines as Spark's sink writes them (seven keys), as this package's 
 numbers at the int64 edges: whenever :func:`parse_lines` answers, its entries are the JSON parser's row for
 row, every line it says is in the layout is exactly its entry written back, and the ``batchId`` it stamps
 into a delta's lines is what :meth:`LogEntry.to_json` writes. Only blocks with an escape or with many lines in
-another layout may be left to the JSON parser (~4x slower): a fast path gone dead fails too.
+another layout may be left to the JSON parser (~4x slower): a fast path gone dead fails too. Each runs twice:
+with the compiled scanner (``log/_layout.c``) and with the column-wise reader a build without a compiler uses;
+a differential test holds the two to the same answers on lines bent just off the layout.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink.log.entry import ENTRY_SCHEMA, LogEntry, entry_from_row
+from parquet_sink.log import lines as log_lines
 from parquet_sink.log.lines import framed_lines, joined, parse_lines, stamped_lines
 
 _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
@@ -113,7 +116,19 @@ def _config(fuzz_minutes: float, examples: int) -> settings:
                     suppress_health_check=list(HealthCheck))
 
 
-def test_lines_read_as_fields_match_the_json_parser(fuzz_minutes: float) -> None:
+@pytest.fixture(params=["compiled", "column-wise"])
+def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Lines read by the compiled scanner first, or by the column-wise reader alone (a build without a compiler)."""
+    if request.param == "column-wise":
+        monkeypatch.setattr(log_lines, "_layout", None)
+    return request.param
+
+
+def test_the_compiled_scanner_is_built() -> None:
+    assert log_lines._layout is not None, "log/_layout.c is not built: reinstall with a C compiler (./dev.sh setup)"
+
+
+def test_lines_read_as_fields_match_the_json_parser(scanner: str, fuzz_minutes: float) -> None:
     @_config(fuzz_minutes, 300)
     @given(blocks())
     def run(block: tuple[list[str], int]) -> None:
@@ -125,7 +140,7 @@ def test_lines_read_as_fields_match_the_json_parser(fuzz_minutes: float) -> None
         run()
 
 
-def test_blocks_with_invalid_utf8_go_to_the_json_parser(fuzz_minutes: float) -> None:
+def test_blocks_with_invalid_utf8_go_to_the_json_parser(scanner: str, fuzz_minutes: float) -> None:
     """A byte that is not UTF-8 anywhere in a block (the shape of a defect: it once raised inside Arrow's CSV
     reader) sends the block to the JSON parser, which names the line, quietly."""
 
@@ -144,6 +159,82 @@ def test_blocks_with_invalid_utf8_go_to_the_json_parser(fuzz_minutes: float) -> 
                 assert parse_lines(bytes(raw), len(lines)) is None
 
     run()
+
+
+# Ways to bend one line just off the layout, each a byte or a few from it: where the compiled scanner checks
+# a byte, and the column-wise reader checks it another way (a number's digits, the text of a path, the ends).
+_BENDS = [
+    (rb'"size":(\d+)', rb'"size":0\1'),  # a leading zero (not JSON)
+    (rb'"size":(\d+)', rb'"size":-\1'),  # a sign (JSON, not how the writer writes a size)
+    (rb'"modificationTime":\d+', b'"modificationTime":9223372036854775808'),  # 2**63: does not fit an int64
+    (rb'"modificationTime":\d+', b'"modificationTime":9999999999999999999'),  # 19 digits, out of range
+    (rb'"modificationTime":\d+', b'"modificationTime":00'),
+    (rb'"blockSize":\d+', b'"blockSize":'),  # no digits
+    (rb'"blockSize":(\d+)', rb'"blockSize":\1.0'),  # a float
+    (rb'"isDir":false', b'"isDir":False'),
+    (rb'"path":"', b'"path":"\x7f'),  # DEL: ASCII text, written as it is
+    (rb'"path":"', b'"path":"\x1f'),  # a control character (not JSON)
+    (rb'"path":"', '"path":"\u00e9'.encode()),  # UTF-8, written as it is
+    (rb'"path":"', b'"path":"\x80'),  # not UTF-8
+    (rb'"path":"', b'"path":"\\\\'),  # an escaped backslash
+    (rb'"path":"', b'"path":"\\"'),  # an escaped quote
+    (rb'"action":"add"', b'"action":"addition"'),  # a longer action than the writer's
+    (rb'"action":"add"', b'"action":""'),
+    (rb'"path":"[^"]*"', b'"path":""'),  # an empty path
+    (rb'}$', b'} '),  # after the closing brace
+    (rb'}$', b'}\r'),  # a Windows line end
+    (rb'}$', b''),  # no closing brace
+    (rb'^{', b' {'),
+    (rb'^.*$', b''),  # an empty line
+    (rb',"batchId":\d+', b''),  # a compact file's line without its batchId
+    (rb'"action":"(\w*)"}', rb'"action":"\1","batchId":3}'),  # a delta's line with one
+]
+
+
+@st.composite
+def bent_blocks(draw: st.DrawFn) -> tuple[list[bytes], bool]:
+    """(a block's lines in one layout, a few of them bent just off it; whether none was bent)."""
+    import re
+
+    stamped, spark = draw(st.booleans()), draw(st.booleans())
+    lines = [e.to_json().encode() for e in draw(st.lists(entries(stamped, False, spark), min_size=1, max_size=30))]
+    bends = draw(st.lists(st.tuples(st.integers(0, len(lines) - 1), st.sampled_from(_BENDS)), max_size=3))
+    for at, (pattern, replacement) in bends:
+        literal = b"\\1" not in replacement  # a backslash in a literal is a byte of the line
+        lines[at] = re.sub(pattern, (lambda _, r=replacement: r) if literal else replacement, lines[at], count=1)
+    return lines, not bends
+
+
+def test_the_compiled_scanner_answers_as_the_column_wise_reader(monkeypatch, fuzz_minutes: float) -> None:
+    """The compiled scanner (answering only for a block whose every line is in the layout) and the column-wise
+    reader give the same answer for every block, lines bent just off the layout included: the same entries and
+    layout, or both leave the block to the JSON parser. A block of lines as the writer writes them (ASCII
+    paths) is the scanner's to answer: it must not fall back."""
+    scan = log_lines._layout
+    assert scan is not None
+
+    @_config(fuzz_minutes, 400)
+    @given(bent_blocks())
+    def run(block: tuple[list[bytes], bool]) -> None:
+        lines, as_written = block
+        data = b"\n".join(lines)
+        compiled = parse_lines(data, len(lines))
+        monkeypatch.setattr(log_lines, "_layout", None)
+        try:
+            reference = parse_lines(data, len(lines))
+        finally:
+            monkeypatch.setattr(log_lines, "_layout", scan)
+        assert (compiled is None) == (reference is None), lines
+        if compiled is not None:
+            assert compiled[0].equals(reference[0]), lines
+            assert (compiled[1] is None) == (reference[1] is None) and (compiled[1] is None or compiled[1].equals(reference[1]))
+        if as_written:
+            assert scan.parse(data, len(lines), b'"batchId"' in lines[0]) is not None, lines
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
 
 
 def test_blocks_read_into_reused_buffers_keep_their_bytes(tmp_path, monkeypatch, fuzz_minutes: float) -> None:
