@@ -107,6 +107,8 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     dist = f"parquet_sink-{__version__}.dist-info"
     assert {"parquet_sink/py.typed", f"{dist}/licenses/LICENSE", "parquet_sink/cli/main.py"} <= set(names)
+    # the compiled line scanner (optional in the build: this machine has a compiler, so the wheel must hold it)
+    assert [n for n in names if n.startswith("parquet_sink/log/_layout.") and n.endswith((".so", ".pyd"))], names
     metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode()
     fields = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line and not line.startswith(" ")]
     assert ["Name", "parquet-sink"] in fields and ["Version", __version__] in fields
@@ -124,3 +126,8 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
     assert version.returncode == 0 and version.stdout.strip() == f"parquet-sink {__version__}"
     usage = subprocess.run([script, "vacuum", "--help"], capture_output=True, text=True, env=clean, cwd=tmp_path)
     assert usage.returncode == 0 and "--older-than" in usage.stdout
+    scanned = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "from parquet_sink.log import _layout; print(_layout.parse(b'x', 1, False))"],
+        capture_output=True, text=True, env=clean, cwd=tmp_path,
+    )
+    assert scanned.returncode == 0 and scanned.stdout.strip() == "None", scanned.stderr
