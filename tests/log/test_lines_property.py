@@ -229,7 +229,7 @@ def test_the_compiled_scanner_answers_as_the_column_wise_reader(monkeypatch, fuz
             assert compiled[0].equals(reference[0]), lines
             assert (compiled[1] is None) == (reference[1] is None) and (compiled[1] is None or compiled[1].equals(reference[1]))
         if as_written:
-            assert scan.parse(data, len(lines), b'"batchId"' in lines[0]) is not None, lines
+            assert log_lines._scanned(data, len(lines), b'"batchId"' in lines[0]) is not None, lines
 
     deadline = time.monotonic() + 60 * fuzz_minutes
     run()
@@ -290,3 +290,17 @@ def test_bytes_counted_piece_by_piece_match_numpy(monkeypatch, piece) -> None:
         assert log_lines._byte_counts(buffer) == (odd, np.count_nonzero(buffer == 92), np.count_nonzero(buffer == 34))
 
     run()
+
+
+def test_the_compiled_scanner_refuses_buffers_too_small_for_the_lines() -> None:
+    """The scanner writes into the caller's buffers: one too small for the lines is a ValueError, never a write
+    past its end."""
+    line = LogEntry("file:///out/a", 1, False, 1, 1, 1, "add").to_json().encode()
+    sizes = [4 * 3, 2 * len(line) + 1, 16, 1, 16, 16, 16, 4 * 3, 16]
+    assert log_lines._layout.parse(line + b"\n" + line, 2, False, *[bytearray(s) for s in sizes], None) == (26, 6)
+    for short in range(len(sizes)):
+        small = [bytearray(s - 1 if i == short else s) for i, s in enumerate(sizes)]
+        with pytest.raises(ValueError):
+            log_lines._layout.parse(line + b"\n" + line, 2, False, *small, None)
+    with pytest.raises(ValueError):
+        log_lines._layout.parse(line + b"\n" + line, 2, True, *[bytearray(s) for s in sizes], bytearray(15))

@@ -127,7 +127,7 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
     usage = subprocess.run([script, "vacuum", "--help"], capture_output=True, text=True, env=clean, cwd=tmp_path)
     assert usage.returncode == 0 and "--older-than" in usage.stdout
     scanned = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "from parquet_sink.log import _layout; print(_layout.parse(b'x', 1, False))"],
+        [str(venv / "bin" / "python"), "-c", "from parquet_sink.log import _layout; print(_layout.parse(b'x', 1, False, *[bytearray(8) for _ in range(9)], None))"],
         capture_output=True, text=True, env=clean, cwd=tmp_path,
     )
     assert scanned.returncode == 0 and scanned.stdout.strip() == "None", scanned.stderr

@@ -112,72 +112,67 @@ static int scan(const char *data, Py_ssize_t size, Py_ssize_t lines, int stamped
     return at == end;
 }
 
-static PyObject *bytes_of(Py_ssize_t size) { return PyBytes_FromStringAndSize(NULL, size); }
-
-/* parse(data, lines, stamped) -> None, or the columns as bytes: (path offsets (int32), path data, size,
- * isDir (a bitmap), modificationTime, blockReplication, blockSize (int64), action offsets, action data,
- * batchId (int64, or None unless stamped)). */
+/* parse(data, lines, stamped, path_offsets, paths, size, is_dir, mtime, replication, block_size, action_offsets,
+ * actions, batch) -> None, or (bytes of paths used, bytes of actions used). The columns are written into the
+ * writable buffers given (the caller's memory pool reuses them; fresh memory would cost a page fault per 4 KiB):
+ * int32 offsets (lines + 1), path data (len(data)), int64 values (lines), isDir as a bitmap in Arrow's bit
+ * order ((lines + 7) / 8 bytes), action data (8 bytes a line: a longer action goes the slow way), and batchId
+ * (int64 values, or None unless stamped). */
 static PyObject *parse(PyObject *module, PyObject *args) {
-    Py_buffer view;
+    enum { OUTPUTS = 9 };
+    Py_buffer view, out[OUTPUTS];
     Py_ssize_t lines;
-    int stamped, ok;
-    PyObject *out[10] = {NULL}, *result = NULL;
+    int stamped, ok, held = 0;
+    PyObject *batch, *result = NULL;
+    Py_buffer batch_view = {0};
     Columns c;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*np", &view, &lines, &stamped))
+    if (!PyArg_ParseTuple(args, "y*npw*w*w*w*w*w*w*w*w*O", &view, &lines, &stamped, &out[0], &out[1], &out[2],
+                          &out[3], &out[4], &out[5], &out[6], &out[7], &out[8], &batch))
         return NULL;
-    if (lines <= 0 || view.len >= INT32_MAX) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t action_room = lines * 8;  /* "add" and "delete" fit; a longer action goes the slow way */
-    Py_ssize_t sizes[10] = {(lines + 1) * 4, view.len, lines * 8, (lines + 7) / 8, lines * 8, lines * 8,
-                            lines * 8, (lines + 1) * 4, action_room, stamped ? lines * 8 : 0};
-    for (int k = 0; k < 10; k++) {
-        if (k == 9 && !stamped) {
-            out[k] = Py_NewRef(Py_None);
-        } else if ((out[k] = bytes_of(sizes[k])) == NULL) {
+    held = OUTPUTS;
+    if (stamped && PyObject_GetBuffer(batch, &batch_view, PyBUF_WRITABLE) < 0)
+        goto done;
+    Py_ssize_t need[OUTPUTS] = {(lines + 1) * 4, view.len, lines * 8, (lines + 7) / 8, lines * 8, lines * 8,
+                                lines * 8, (lines + 1) * 4, lines * 8};
+    for (int k = 0; k < OUTPUTS; k++) {
+        if (lines <= 0 || out[k].len < need[k] || (stamped && batch_view.len < lines * 8)) {
+            PyErr_SetString(PyExc_ValueError, "parse: a column buffer is too small for the lines");
             goto done;
         }
     }
-    c.path_offsets = (int32_t *)PyBytes_AS_STRING(out[0]);
-    c.path_data = PyBytes_AS_STRING(out[1]);
-    c.size = (int64_t *)PyBytes_AS_STRING(out[2]);
-    c.is_dir = (uint8_t *)PyBytes_AS_STRING(out[3]);
-    c.mtime = (int64_t *)PyBytes_AS_STRING(out[4]);
-    c.replication = (int64_t *)PyBytes_AS_STRING(out[5]);
-    c.block_size = (int64_t *)PyBytes_AS_STRING(out[6]);
-    c.action_offsets = (int32_t *)PyBytes_AS_STRING(out[7]);
-    c.action_data = PyBytes_AS_STRING(out[8]);
-    c.batch = stamped ? (int64_t *)PyBytes_AS_STRING(out[9]) : NULL;
-    c.action_room = action_room;
-    Py_BEGIN_ALLOW_THREADS
-    ok = scan((const char *)view.buf, view.len, lines, stamped, &c);
-    Py_END_ALLOW_THREADS
-    if (!ok) {
+    if (view.len >= INT32_MAX) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    if (_PyBytes_Resize(&out[1], c.path_offsets[lines]) < 0 ||
-        _PyBytes_Resize(&out[8], c.action_offsets[lines]) < 0)
-        goto done;
-    result = PyTuple_New(10);
-    if (result != NULL) {
-        for (int k = 0; k < 10; k++) {
-            PyTuple_SET_ITEM(result, k, out[k]);
-            out[k] = NULL;
-        }
-    }
+    c.path_offsets = (int32_t *)out[0].buf;
+    c.path_data = (char *)out[1].buf;
+    c.size = (int64_t *)out[2].buf;
+    c.is_dir = (uint8_t *)out[3].buf;
+    c.mtime = (int64_t *)out[4].buf;
+    c.replication = (int64_t *)out[5].buf;
+    c.block_size = (int64_t *)out[6].buf;
+    c.action_offsets = (int32_t *)out[7].buf;
+    c.action_data = (char *)out[8].buf;
+    c.action_room = out[8].len;
+    c.batch = stamped ? (int64_t *)batch_view.buf : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    ok = scan((const char *)view.buf, view.len, lines, stamped, &c);
+    Py_END_ALLOW_THREADS
+    result = ok ? Py_BuildValue("(ii)", c.path_offsets[lines], c.action_offsets[lines]) : Py_NewRef(Py_None);
 done:
-    for (int k = 0; k < 10; k++)
-        Py_XDECREF(out[k]);
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&out[k]);
+    if (batch_view.obj != NULL)
+        PyBuffer_Release(&batch_view);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS,
-     "parse(data, lines, stamped) -> the columns of a block whose every line is in the log's layout, else None"},
+     "parse(data, lines, stamped, *columns) -> the columns of a block whose every line is in the log's layout "
+     "(written into the buffers given), else None"},
     {NULL, NULL, 0, NULL},
 };
 

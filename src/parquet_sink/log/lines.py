@@ -319,10 +319,10 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     """
     first = bytes(data[:_PEEK]).split(b"\n", 1)[0]
     count = 8 if _STAMPED.search(first) else 7
-    if _layout is not None:
-        columns = _layout.parse(data, lines, count == 8)
-        if columns is not None:
-            return _scanned(columns, lines)
+    if _layout is not None and lines > 0:
+        scanned = _scanned(data, lines, count == 8)
+        if scanned is not None:
+            return scanned
     buffer = np.frombuffer(data, np.uint8)
     odd, escapes, quotes = _byte_counts(buffer)
     if odd != lines - 1:  # more than the newlines is not ASCII text
@@ -354,26 +354,33 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     return merged, pa.Array.from_buffers(pa.uint8(), lines, [None, pa.py_buffer(layout)]).cast(pa.bool_()) if count == 7 else None
 
 
-def _scanned(columns: tuple[bytes | None, ...], n: int) -> tuple[pa.Table, pa.BooleanArray | None]:
-    """:func:`parse_lines`'s answer from the compiled scanner's columns (every line in the layout)."""
-    path_offsets, paths, size, is_dir, mtime, replication, block_size, action_offsets, actions, batch = columns
+def _scanned(data: bytes | memoryview, n: int, stamped: bool) -> tuple[pa.Table, pa.BooleanArray | None] | None:
+    """:func:`parse_lines`'s answer from the compiled scanner, or None unless every line is in the layout. Its
+    columns go into buffers of pyarrow's memory pool, which reuses them from block to block."""
+    offsets = 4 * (n + 1)
+    buffers = [pa.allocate_buffer(size) for size in (offsets, len(data), 8 * n, (n + 7) // 8, 8 * n, 8 * n, 8 * n, offsets, 8 * n)]
+    batch = pa.allocate_buffer(8 * n) if stamped else None
+    used = _layout.parse(data, n, stamped, *buffers, batch)
+    if used is None:
+        return None
+    path_offsets, paths, size, is_dir, mtime, replication, block_size, action_offsets, actions = buffers
 
-    def column(kind: pa.DataType, *buffers: bytes | None) -> pa.Array:
-        return pa.Array.from_buffers(kind, n, [None, *(pa.py_buffer(b) for b in buffers)])
+    def column(kind: pa.DataType, *values: pa.Buffer) -> pa.Array:
+        return pa.Array.from_buffers(kind, n, [None, *values])
 
     found = {
-        "path": column(pa.string(), path_offsets, paths),
+        "path": column(pa.string(), path_offsets, paths.slice(0, used[0])),
         "size": column(pa.int64(), size),
         "isDir": column(pa.bool_(), is_dir),
         "modificationTime": column(pa.int64(), mtime),
         "blockReplication": column(pa.int64(), replication),
         "blockSize": column(pa.int64(), block_size),
-        "action": column(pa.string(), action_offsets, actions),
+        "action": column(pa.string(), action_offsets, actions.slice(0, used[1])),
     }
     if batch is not None:
         found[BATCH_KEY] = column(pa.int64(), batch)
     arrays = [found[f.name] if f.name in found else pa.nulls(n, f.type) for f in ENTRY_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), None if batch is not None else pa.repeat(True, n)
+    return pa.Table.from_arrays(arrays, schema=ENTRY_SCHEMA), None if stamped else pa.repeat(True, n)
 
 
 def _merged(good: pa.Table, bad: list[int], lines: pa.BinaryArray) -> pa.Table | None:
