@@ -304,3 +304,29 @@ def test_the_compiled_scanner_refuses_buffers_too_small_for_the_lines() -> None:
             log_lines._layout.parse(line + b"\n" + line, 2, False, *small, None)
     with pytest.raises(ValueError):
         log_lines._layout.parse(line + b"\n" + line, 2, True, *[bytearray(s) for s in sizes], bytearray(15))
+
+
+def test_the_compiled_newline_scan_and_stamp_match_numpy_and_arrow() -> None:
+    """The compiled scanner's newline positions are numpy's, and the lines it stamps are Arrow's
+    ``binary_replace_slice(lines, -1, -1, text)`` (text before each line's last byte), over a slice of an
+    array too (an offset into the buffers)."""
+    import pyarrow.compute as pc
+
+    @settings(max_examples=300, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(
+        st.lists(st.binary(max_size=12).map(lambda b: b"\n" + b), min_size=1, max_size=30),
+        st.binary(max_size=16),
+        st.data(),
+    )
+    def run(values: list[bytes], text: bytes, data: st.DataObject) -> None:
+        framed = b"".join(values)
+        buffer = np.frombuffer(framed, np.uint8)
+        assert log_lines.newline_positions(buffer).tolist() == np.flatnonzero(buffer == 10).tolist()
+        lines = pa.array(values, pa.binary())
+        start = data.draw(st.integers(0, len(values) - 1))
+        lines = lines.slice(start, data.draw(st.integers(1, len(values) - start)))
+        stamped = log_lines._stamped(lines, text)
+        stamped.validate(full=True)
+        assert stamped.to_pylist() == pc.binary_replace_slice(lines, -1, -1, text).to_pylist()
+
+    run()

@@ -169,10 +169,87 @@ done:
     return result;
 }
 
+/* newlines(data) -> the positions of every newline in data, as int32 values in a bytes object. */
+static PyObject *newlines(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    int32_t *found = NULL;
+    Py_ssize_t count = 0, room = 0;
+    int failed = 0;
+    PyObject *result = NULL;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    if (view.len >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "newlines: data of 2 GiB or more");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    const char *at = (const char *)view.buf, *end = at + view.len, *hit;
+    while (at < end && (hit = memchr(at, '\n', (size_t)(end - at))) != NULL) {
+        if (count == room) {
+            room = room ? 2 * room : 4096;
+            int32_t *grown = realloc(found, (size_t)room * sizeof(int32_t));
+            if (grown == NULL) {
+                failed = 1;
+                break;
+            }
+            found = grown;
+        }
+        found[count++] = (int32_t)(hit - (const char *)view.buf);
+        at = hit + 1;
+    }
+    Py_END_ALLOW_THREADS
+    result = failed ? PyErr_NoMemory() : PyBytes_FromStringAndSize((const char *)found, count * (Py_ssize_t)sizeof(int32_t));
+done:
+    free(found);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* stamp(framed, starts, text, out) -> None: each line of framed (line i from starts[i], int32, to the next
+ * start or the end) written to out with text before its last byte, as Arrow's binary_replace_slice(-1, -1)
+ * does; out holds len(framed) + len(starts) * len(text) bytes. */
+static PyObject *stamp(PyObject *module, PyObject *args) {
+    Py_buffer framed, starts, text, out;
+    PyObject *result = NULL;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &framed, &starts, &text, &out))
+        return NULL;
+    Py_ssize_t lines = starts.len / (Py_ssize_t)sizeof(int32_t);
+    const int32_t *start = (const int32_t *)starts.buf;
+    int valid = out.len == framed.len + lines * text.len && (lines == 0 || start[0] == 0);
+    for (Py_ssize_t i = 1; valid && i < lines; i++)
+        valid = start[i - 1] <= start[i] && start[i] <= framed.len;
+    if (!valid) {
+        PyErr_SetString(PyExc_ValueError, "stamp: line starts out of order or an output of the wrong size");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        const char *from = (const char *)framed.buf;
+        char *to = (char *)out.buf;
+        for (Py_ssize_t i = 0; i < lines; i++) {
+            Py_ssize_t length = (i + 1 < lines ? start[i + 1] : framed.len) - start[i];
+            Py_ssize_t head = length ? length - 1 : 0;
+            memcpy(to, from + start[i], (size_t)head);
+            memcpy(to + head, text.buf, (size_t)text.len);
+            memcpy(to + head + text.len, from + start[i] + head, (size_t)(length - head));
+            to += length + text.len;
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&framed);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&text);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS,
      "parse(data, lines, stamped, *columns) -> the columns of a block whose every line is in the log's layout "
      "(written into the buffers given), else None"},
+    {"newlines", newlines, METH_VARARGS, "newlines(data) -> the positions of its newlines (int32 values, as bytes)"},
+    {"stamp", stamp, METH_VARARGS, "stamp(framed, starts, text, out) -> None: text before each line's last byte"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,7 +31,7 @@ import pyarrow.json as pa_json
 
 from ..failpoints import failpoint
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
-from .lines import byte_positions, framed_lines, parse_lines
+from .lines import framed_lines, newline_positions, parse_lines
 from .threads import mapped_ahead
 from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
@@ -343,7 +343,7 @@ class LogFiles:
                 if cut < 0:  # a line longer than a block
                     carry = body.tobytes()
                     continue
-                newlines = byte_positions(body[:cut], _NEWLINE)
+                newlines = newline_positions(body[:cut])
                 lines = len(newlines) + 1
                 starts = np.empty(lines, np.int32)  # in the block as framed: each line's newline
                 starts[0], starts[1:] = 0, newlines + 1

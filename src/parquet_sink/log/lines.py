@@ -111,7 +111,21 @@ def stamped_lines(
         assert table is not None
         bare = pc.binary_slice(lines, 1, 2**31 - 1)
         layout = _in_layout(bare, entry_prefixes(table), table)
-    return pc.binary_replace_slice(lines, -1, -1, f',"batchId":{batch_id}'), pc.invert(layout)
+    text = f',"batchId":{batch_id}'.encode()
+    if _layout is None or lines.null_count:
+        return pc.binary_replace_slice(lines, -1, -1, text), pc.invert(layout)
+    return _stamped(lines, text), pc.invert(layout)
+
+
+def _stamped(lines: pa.BinaryArray, text: bytes) -> pa.BinaryArray:
+    """``text`` before the last byte of each of ``lines`` (no nulls), by the compiled scanner into one buffer of
+    the exact size: what ``binary_replace_slice(lines, -1, -1, text)`` gives, without its growing buffer."""
+    _, offsets, data = lines.buffers()
+    bounds = np.frombuffer(offsets, np.int32, len(lines) + 1, lines.offset * 4)
+    out = pa.allocate_buffer(int(bounds[-1] - bounds[0]) + len(lines) * len(text))
+    _layout.stamp(data[int(bounds[0]) : int(bounds[-1])], bounds[:-1] - bounds[0], text, out)
+    stamped = bounds - bounds[0] + np.arange(len(lines) + 1, dtype=np.int32) * len(text)
+    return pa.Array.from_buffers(pa.binary(), len(lines), [None, pa.py_buffer(stamped), out])
 
 
 def framed_lines(framed: bytes | memoryview, starts: np.ndarray | None = None) -> pa.BinaryArray:
@@ -122,7 +136,7 @@ def framed_lines(framed: bytes | memoryview, starts: np.ndarray | None = None) -
     """
     data = np.frombuffer(framed, np.uint8)
     if starts is None:
-        starts = byte_positions(data, _NEWLINE)
+        starts = newline_positions(data)
     offsets = np.empty(len(starts) + 1, np.int32)
     offsets[:-1], offsets[-1] = starts, len(data)
     return pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(framed)])
@@ -293,6 +307,14 @@ def byte_positions(buffer: np.ndarray, byte: int) -> np.ndarray:
     """Where ``byte`` is in ``buffer``. Example: ``byte_positions(np.frombuffer(b"a\\nb", np.uint8), 10)`` -> ``[1]``."""
     hits = [np.flatnonzero(np.equal(piece, byte, out=found)) + start for start, piece, found in scan_pieces(buffer)]
     return np.concatenate(hits) if hits else np.empty(0, np.intp)
+
+
+def newline_positions(buffer: np.ndarray) -> np.ndarray:
+    """Where the newlines of ``buffer`` are: the compiled scanner's ``memchr`` (~3x numpy's scan), else
+    :func:`byte_positions`. Example: ``newline_positions(np.frombuffer(b"a\\nb", np.uint8))`` -> ``[1]``."""
+    if _layout is not None:
+        return np.frombuffer(_layout.newlines(buffer), np.int32)
+    return byte_positions(buffer, _NEWLINE)
 
 
 def _byte_counts(buffer: np.ndarray) -> tuple[int, int, int]:
