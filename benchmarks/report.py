@@ -612,9 +612,10 @@ def analysis(ctx: dict[str, Any]) -> list[str]:
         if slower:
             text += f"; ours beats {' and '.join(slower)}"
         text += (
-            ". Ours reads the newest compact file's columnar copy (`N.compact.parquet`: the same entries as zstd "
+            ". Ours reads the newest compact file's columnar copy (`N.compact.parquet`: the same entries as LZ4 "
             "Parquet, written by compaction, used while it matches the compact file's size; the JSON stays the "
-            "source of truth and what Spark reads) and parses the few deltas after it with `pyarrow.json`, "
+            "source of truth and what Spark reads) and parses the few deltas after it (a compiled scanner for "
+            "lines in the writer's exact layout, `pyarrow.json` for any other), "
             "resolves paths column-wise and keeps the snapshot as Arrow columns (only the columns a reader "
             "needs): `committed_files` builds a `CommittedFile` only for the files accessed. The profile above "
             "shows what is left: decoding the copy, then a few Arrow compute passes on the paths (prefix check, "
@@ -630,9 +631,10 @@ def analysis(ctx: dict[str, Any]) -> list[str]:
             f"({comp.ours_seconds.median:.1f} s vs {comp.spark_seconds.median:.1f} s for {comp.entries_before:,} "
             f"entries) with {comp.ours_peak_growth_mb.median:.0f} MB of RSS growth against "
             f"{comp.spark_heap_mb.median:.0f} MB of Spark heap ({mr:.0f}x less).** Ours plans from the previous "
-            "compact file's columnar copy, copies the compact file's blocks (16 MB) as raw bytes while checking "
-            "them against the copy's CRC-32 (a mismatch goes back to validating the JSON with `pyarrow.json`), "
-            "and encodes the new columnar copy on a second thread meanwhile; only rewritten lines (commit "
+            "compact file's columnar copy, copies the compact file's blocks (4 MiB) as raw bytes while checking "
+            "them against the copy's CRC-32 (a mismatch goes back to validating the JSON), parses the deltas "
+            "with a compiled line scanner on two threads, stamps their `batchId`, "
+            "and encodes the new columnar copy on another thread meanwhile; only rewritten lines (commit "
             "records compaction no longer keeps) cost Python work. Spark parses every entry into a "
             "`SinkFileStatus`, holds them all, then serializes them back."
         )
