@@ -517,7 +517,7 @@ class LogFiles:
         entries written to ``copy``, atomically (a concurrent reader sees no copy or all of it); returns it."""
         sidecar = copy.finish_copy(path.rsplit("/", 1)[-1], checksum)
         try:
-            self.storage.put(sidecar_path(path), sidecar.data)
+            self.storage.put(sidecar_path(path), memoryview(sidecar.data))
         except (OSError, ParquetSinkError) as exc:
             raise _CopyNotStored(sidecar) from exc
         return sidecar

@@ -68,7 +68,7 @@ class Sidecar:
     """A side-car's bytes, checked to describe ``source`` (a compact file name) with the log's entry
     columns, and that file's size and CRC-32; decoded on demand."""
 
-    data: bytes
+    data: bytes | pa.Buffer  # a copy just encoded stays in Arrow's buffer (tens of MB: not copied to write it)
     source: str
     size: int
     crc: int
@@ -104,7 +104,7 @@ class Sidecar:
             offset += group.num_rows
 
 
-def decode_sidecar(data: bytes, source: str) -> Sidecar:
+def decode_sidecar(data: bytes | pa.Buffer, source: str) -> Sidecar:
     """Check side-car bytes: ValueError if they are not a side-car of ``source`` (another compact file,
     another schema), ``pa.ArrowException`` if they are not Parquet.
 
@@ -212,7 +212,7 @@ class SidecarWriter:
             self._writer.write_table(pa.concat_tables(self._buffered), _ROW_GROUP)
         self._buffered, self._rows = [], 0
 
-    def finish(self, source: str, size: int, crc: int) -> bytes:
+    def finish(self, source: str, size: int, crc: int) -> pa.Buffer:
         """The side-car's bytes, recording the compact file it copies (name, byte size, CRC-32)."""
         try:
             for future in self._pending:
@@ -222,7 +222,7 @@ class SidecarWriter:
             self._encoder.shutdown()
         self._writer.add_key_value_metadata({_SOURCE: source, _SIZE: str(size), _CRC: str(crc)})
         self._writer.close()
-        return self._sink.getvalue().to_pybytes()
+        return self._sink.getvalue()
 
     def finish_copy(self, source: str, checksum: Checksum) -> Sidecar:
         """:meth:`finish`, as the side-car of ``source`` whose bytes ``checksum`` saw."""

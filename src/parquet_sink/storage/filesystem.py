@@ -226,7 +226,7 @@ def _to_epoch_ms(value: Any) -> int:
 
 
 @contextlib.contextmanager
-def _local_temp(path: str, data: bytes | Iterable[bytes], durable: bool) -> Iterator[str]:
+def _local_temp(path: str, data: bytes | memoryview | Iterable[bytes], durable: bool) -> Iterator[str]:
     """A temporary file next to ``path`` holding ``data`` (fsynced if ``durable``), removed on the way
     out: the caller links or renames it into place. Its name (``.<name>.<uuid>.tmp``) is one Spark's log
     ignores and log cleanup removes."""
@@ -235,7 +235,7 @@ def _local_temp(path: str, data: bytes | Iterable[bytes], durable: bool) -> Iter
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            for chunk in [data] if isinstance(data, bytes) else data:
+            for chunk in [data] if isinstance(data, (bytes, memoryview)) else data:
                 fh.write(chunk)
             if durable:
                 fh.flush()
@@ -587,17 +587,17 @@ class Storage:
         return pyarrow.fs.PyFileSystem(_FetchedFiles({self.fs._strip_protocol(k): v for k, v in contents.items()}))
 
     @_backend_errors
-    def put(self, path: str, data: bytes) -> None:
+    def put(self, path: str, data: bytes | memoryview) -> None:
         """Create or replace ``path`` atomically (readers see the old bytes or the new, never a part). For
         files derived from committed ones, such as a compact file's columnar copy; commits use
-        :meth:`put_if_absent`.
+        :meth:`put_if_absent`. ``data``: bytes, or any contiguous buffer (written without a copy on local disk).
 
         Example: ``st.put("/tmp/out/_spark_metadata/9.compact.parquet", data)``.
         """
         if not self.is_local:
-            self.fs.pipe_file(path, data)
+            self.fs.pipe_file(path, bytes(data))
             return
-        with _local_temp(path, data, durable=False) as tmp:
+        with _local_temp(path, memoryview(data), durable=False) as tmp:
             os.replace(tmp, path)
 
     # -- exclusive create ------------------------------------------------------------------------
