@@ -79,7 +79,8 @@ def blocks(draw: st.DrawFn, odd_lines: bool = True) -> tuple[list[str], int]:
             entry = draw(entries(stamped, True))
             how = draw(st.sampled_from(["as written", "spaced", "reversed", "escaped"]))
             line = entry.to_json() if how == "as written" else _other_layout(entry, how)
-            lines.insert(draw(st.integers(0, len(lines))), line)
+            # first, half the time: a block once went to the JSON parser whole when its first line was spaced
+            lines.insert(0 if draw(st.booleans()) else draw(st.integers(0, len(lines))), line)
     return lines, unlike + odd
 
 
@@ -330,3 +331,17 @@ def test_the_compiled_newline_scan_and_stamp_match_numpy_and_arrow() -> None:
         assert stamped.to_pylist() == pc.binary_replace_slice(lines, -1, -1, text).to_pylist()
 
     run()
+
+
+@pytest.mark.parametrize("first", ["spaced", "reversed", "as written"])
+def test_a_block_whose_first_line_is_in_another_layout_is_read_as_fields(scanner: str, first: str) -> None:
+    """Found by the fuzzer: whether a block's lines carry ``batchId`` was judged on its first line alone, so a
+    compact file's block starting with a spaced line (one another writer laid out) went to the JSON parser
+    whole. Most of its first lines decide; the one odd line is the JSON parser's, the rest are read as fields."""
+    lines = [LogEntry(f"file:///out/{i}", i, False, i, 1, 134217728, "add", 3).to_json() for i in range(20)]
+    odd = LogEntry("file:///out/x", 1, False, 1, 1, 1, "add", 3)
+    lines.insert(0, odd.to_json() if first == "as written" else _other_layout(odd, first))
+    data = "\n".join(lines).encode()
+    parsed = parse_lines(data, len(lines))
+    assert parsed is not None
+    assert parsed[0].to_pylist() == pa_json.read_json(pa.BufferReader(data), parse_options=_JSON).to_pylist()

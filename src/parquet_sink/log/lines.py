@@ -52,7 +52,8 @@ _QUOTE = 34
 _NEWLINE = 10
 _LAYOUT_QUOTES = 18  # the quotes of a line in the layout: its seven keys, the path and the action
 _STAMPED = re.compile(rb',"batchId":\d+}$')  # how a line of a compact file this package wrote ends
-_PEEK = 1 << 12  # bytes of a block that show how its first line ends
+_PEEK = 1 << 12  # bytes of a block whose lines show whether its lines carry batchId
+_LAYOUT_START = b'{"path":"'
 
 
 def _array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -339,8 +340,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
 
     Example: ``parse_lines(block.data, block.lines)[0].num_rows == block.lines``.
     """
-    first = bytes(data[:_PEEK]).split(b"\n", 1)[0]
-    count = 8 if _STAMPED.search(first) else 7
+    count = 8 if _stamped_block(data) else 7
     if _layout is not None and lines > 0:
         scanned = _scanned(data, lines, count == 8)
         if scanned is not None:
@@ -374,6 +374,17 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
     for line in bad:
         layout[line] = 0
     return merged, pa.Array.from_buffers(pa.uint8(), lines, [None, pa.py_buffer(layout)]).cast(pa.bool_()) if count == 7 else None
+
+
+def _stamped_block(data: bytes | memoryview) -> bool:
+    """Whether the block's lines carry ``batchId`` (a compact file this package wrote): most of the whole lines
+    in its first bytes that start as the layout does end with it. Not the first line alone: a line in another
+    layout there (a spaced one) would send every other line of the block to the JSON parser."""
+    peeked = bytes(data[:_PEEK]).split(b"\n")
+    if len(data) > _PEEK and len(peeked) > 1:
+        peeked.pop()  # cut by the peek
+    marks = [bool(_STAMPED.search(line)) for line in peeked if line.startswith(_LAYOUT_START)]
+    return 2 * sum(marks) > len(marks)
 
 
 def _scanned(data: bytes | memoryview, n: int, stamped: bool) -> tuple[pa.Table, pa.BooleanArray | None] | None:
