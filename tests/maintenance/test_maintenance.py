@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import parquet_sink
-from parquet_sink import doctor, read_committed, vacuum, verify, write_batch
+from parquet_sink import MetadataLog, doctor, read_committed, vacuum, verify, write_batch
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.errors import ParameterError
 
@@ -84,6 +84,34 @@ def test_vacuum_keeps_files_younger_than_the_safe_minimum_unless_told(tmp_path, 
     told = vacuum(out, dt.timedelta(days=1), allow_short_retention=True, include_files_before_log=True)
     assert [f.path for f in told.plan.orphans] == [str(orphan)] and not orphan.exists()
     assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 10, 11, 20, 21]
+
+
+def test_vacuum_deletes_the_copies_of_compact_files_spark_deleted(tmp_path, capsys):
+    """Spark's log cleanup deletes old compact files, never their columnar copies: ``vacuum`` deletes a copy whose
+    compact file is gone once it is older than ``older_than`` and the readers' ten minutes; a copy younger than
+    that, and the copy of a compact file still there, stay; the output reads the same."""
+    out = tmp_path / "out"
+    for version in range(10):  # compact files 4 and 9
+        write_batch(str(out), pa.table({"id": [version]}), app_id="app", version=version, compact_interval=5)
+    meta = out / "_spark_metadata"
+    log = MetadataLog(str(out))
+    for batch in (4, 9):
+        log.write_columnar_copy(batch)  # 9's stays: its compact file is there
+    (meta / "3.compact.parquet").write_bytes((meta / "4.compact.parquet").read_bytes())  # as if 3 had been one
+    for name in ("0", "1", "2", "3", "4.compact"):  # what Spark's log cleanup deletes, never the copies
+        (meta / name).unlink()
+    for name, days in (("4.compact.parquet", 2), ("3.compact.parquet", 0)):
+        os.utime(meta / name, (time.time() - days * 86400,) * 2)
+    before = sorted(p.name for p in meta.iterdir())
+    planned = vacuum(str(out), "1d", allow_short_retention=True, dry_run=True)
+    assert [Path(i.path).name for i in planned.plan.orphaned_copies] == ["4.compact.parquet"]
+    assert sorted(p.name for p in meta.iterdir()) == before, "a dry run deletes nothing"
+    assert cli_main(["vacuum", str(out), "--older-than", "1d", "--allow-short-retention"]) == 0
+    assert "deleted 1 columnar cop(y/ies) of compact files Spark's log cleanup deleted" in capsys.readouterr().out
+    assert sorted(set(before) - {p.name for p in meta.iterdir()}) == ["4.compact.parquet"]
+    assert vacuum(str(out), "0s", allow_short_retention=True).plan.orphaned_copies == []  # 3's is 0 days old
+    assert (meta / "3.compact.parquet").exists() and (meta / "9.compact.parquet").exists()
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(10))
 
 
 def test_cli_help_does_not_import_pyarrow_fsspec_or_spark():

@@ -155,6 +155,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "removed_dirs": [storage.display(d) for d in removed_dirs],
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
+        "orphaned_copies": [storage.display(i.path) for i in plan.orphaned_copies],
     }
     verb = "would delete" if args.dry_run else "deleted"
     lines = [f"{verb} {len(orphans)} orphan file(s), {format_size(total)}, older than {args.older_than}"]
@@ -165,6 +166,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         lines.append(
             f"{verb} {len(plan.dead_staging)} staging director(y/ies) and {len(plan.dead_leases)} lease(s) of dead "
             "attempts"
+        )
+    if plan.orphaned_copies:
+        lines.append(
+            f"{verb} {len(plan.orphaned_copies)} columnar cop(y/ies) of compact files Spark's log cleanup deleted, "
+            f"{format_size(sum(i.size for i in plan.orphaned_copies))}"
         )
     if plan.young:
         lines.append(

@@ -547,17 +547,28 @@ class LogFiles:
 
         Example: ``MetadataLog("/data/events").delete_orphaned_copies()`` -> ``['/data/events/_spark_metadata/9.compact.parquet']``.
         """
+        try:
+            found = self.orphaned_copies(older_than_ms)
+            return self.delete_older(found, {info.path for info in found}, 0)
+        except (OSError, ParquetSinkError) as exc:
+            logger.warning("could not delete the orphaned columnar copies in %s (%s)", self.display(self.log_dir), exc)
+            return []
+
+    def orphaned_copies(self, older_than_ms: int | None = None) -> list[FileInfo]:
+        """The columnar copies whose compact file is gone (Spark's log cleanup deleted it), last modified more
+        than ``older_than_ms`` (default :data:`ORPHANED_COPY_AGE_MS`) ago: what :meth:`delete_orphaned_copies`
+        and ``vacuum`` delete.
+
+        Example: ``[i.path for i in MetadataLog("/data/events").orphaned_copies()]`` -> ``['/data/events/_spark_metadata/9.compact.parquet']``.
+        """
         older_than_ms = ORPHANED_COPY_AGE_MS if older_than_ms is None else older_than_ms
         infos = self.storage.ls(self.log_dir)
         listing = Listing()
         for info in infos:
             listing.add(info.path)
         orphans = {path for batch_id, path in listing.sidecars.items() if batch_id not in listing}
-        try:
-            return self.delete_older(infos, orphans, older_than_ms)
-        except (OSError, ParquetSinkError) as exc:
-            logger.warning("could not delete the orphaned columnar copies in %s (%s)", self.display(self.log_dir), exc)
-            return []
+        expired_before = int(time.time() * 1000) - older_than_ms
+        return [info for info in infos if info.path in orphans and info.mtime_ms <= expired_before]
 
     def delete_older(self, infos: list[FileInfo], candidates: set[str], older_than_ms: int) -> list[str]:
         """Delete those of ``candidates`` that ``infos`` (a listing of the log directory) says were last

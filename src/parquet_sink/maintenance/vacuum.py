@@ -31,7 +31,7 @@ from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError
 from ..log.compaction import parse_duration_ms
 from ..log.entry import CommitRecord
-from ..log.files import parse_batch_name
+from ..log.files import ORPHANED_COPY_AGE_MS, parse_batch_name
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..read.chain import app_commits
@@ -59,6 +59,7 @@ class VacuumPlan:
     dead_staging: list[str]
     before_log: list[FileInfo] = field(default_factory=list)
     delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within older_than references them
+    orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
 
 
 def find_orphans(
@@ -68,7 +69,8 @@ def find_orphans(
     include_before_log: bool = False,
 ) -> VacuumPlan:
     """Data files (:func:`~parquet_sink.partitioning.is_data_file`) under ``url`` that no entry of the latest
-    snapshot references. Refuses (raises) if any log file is unreadable. Files older than the log's first
+    snapshot references, and the log's columnar copies whose compact file Spark's log cleanup deleted (older than
+    ``older_than_ms``, and at least :data:`~parquet_sink.log.files.ORPHANED_COPY_AGE_MS`). Refuses (raises) if any log file is unreadable. Files older than the log's first
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
     the output was created over (``ParquetSink(allow_existing_files=True)``). With a Delta log, a file that a
@@ -120,6 +122,7 @@ def find_orphans(
     cutoff = int(time.time() * 1000) - older_than_ms
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
+    plan.orphaned_copies = log.orphaned_copies(max(older_than_ms, ORPHANED_COPY_AGE_MS))
     for info in listed:
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         if not is_data_file(relative) or info.path in committed:
@@ -212,8 +215,8 @@ def vacuum(
 ) -> VacuumResult:
     """Delete the orphan data files under ``path`` older than ``older_than`` (a duration with its unit: ``"12h"``,
     ``"7d"``, or a ``timedelta``; at least :data:`SAFE_AGE` unless ``allow_short_retention``, see
-    :func:`check_age`), then the directories that left empty (unless a batch is in flight) and the leases and
-    staging directories of dead attempts. ``dry_run``: delete nothing, report what would go. Refuses (LogError)
+    :func:`check_age`), then the directories that left empty (unless a batch is in flight), the leases and
+    staging directories of dead attempts, and the log's columnar copies whose compact file is gone. ``dry_run``: delete nothing, report what would go. Refuses (LogError)
     when the log cannot be read. Safe while writers run (see :func:`find_orphans`).
 
     Example::
@@ -233,6 +236,9 @@ def vacuum(
     for info in progress(plan.orphans, "deleting"):
         storage.delete(info.path)
         logger.info("deleted orphan %s", storage.display(info.path))
+    for info in plan.orphaned_copies:
+        storage.delete(info.path)
+        logger.info("deleted orphaned columnar copy %s", storage.display(info.path))
     for staging in plan.dead_staging:
         storage.remove_tree(staging)
     for lease in plan.dead_leases:
