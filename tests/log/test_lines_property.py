@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import warnings
 
@@ -204,8 +205,6 @@ _BENDS = [
 @st.composite
 def bent_blocks(draw: st.DrawFn) -> tuple[list[bytes], bool]:
     """(a block's lines in one layout, a few of them bent just off it; whether none was bent)."""
-    import re
-
     stamped, spark = draw(st.booleans()), draw(st.booleans())
     lines = [e.to_json().encode() for e in draw(st.lists(entries(stamped, False, spark), min_size=1, max_size=30))]
     bends = draw(st.lists(st.tuples(st.integers(0, len(lines) - 1), st.sampled_from(_BENDS)), max_size=3))

@@ -6,8 +6,8 @@
  *   {"path":"P","size":S,"isDir":B,"modificationTime":M,"blockReplication":R,"blockSize":Z,"action":"A"}
  *
  * and, in a compact file this package wrote, ,"batchId":N before the closing brace. P and A are ASCII
- * text (no control character) without a quote or a backslash (no escapes), B is true or false, every number is digits without a
- * sign or a leading zero that fits an int64. parse() answers only for a block whose every line is in the
+ * text (no control character) without a quote or a backslash (no escapes), B is true or false, every number
+ * is digits without a sign or a leading zero that fits an int64. parse() answers only for a block whose every line is in the
  * layout, and answers None for anything else (another spacing or key order, an escape, a control character or
  * a byte above 127, a number out of range, an empty line): the caller then reads the block column-wise or with
  * a JSON parser, which report what is wrong. Answering None is never wrong, only slower.
@@ -135,11 +135,12 @@ static PyObject *parse(PyObject *module, PyObject *args) {
         goto done;
     Py_ssize_t need[OUTPUTS] = {(lines + 1) * 4, view.len, lines * 8, (lines + 7) / 8, lines * 8, lines * 8,
                                 lines * 8, (lines + 1) * 4, lines * 8};
-    for (int k = 0; k < OUTPUTS; k++) {
-        if (lines <= 0 || out[k].len < need[k] || (stamped && batch_view.len < lines * 8)) {
-            PyErr_SetString(PyExc_ValueError, "parse: a column buffer is too small for the lines");
-            goto done;
-        }
+    int fits = lines > 0 && (!stamped || batch_view.len >= lines * 8);
+    for (int k = 0; k < OUTPUTS; k++)
+        fits = fits && out[k].len >= need[k];
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "parse: a column buffer is too small for the lines");
+        goto done;
     }
     if (view.len >= INT32_MAX) {
         result = Py_NewRef(Py_None);

@@ -129,6 +129,12 @@ def _last_newline(data: np.ndarray) -> int:
     return start + int(found[-1]) if len(found) else -1
 
 
+def _expired(infos: list[FileInfo], candidates: set[str], older_than_ms: int) -> list[FileInfo]:
+    """Those of ``candidates`` that ``infos`` says were last modified more than ``older_than_ms`` ago."""
+    expired_before = int(time.time() * 1000) - older_than_ms
+    return [info for info in infos if info.path in candidates and info.mtime_ms <= expired_before]
+
+
 class _Buffers:
     """The buffers log blocks are read into, each reused once nothing refers to it any more (a block being
     parsed, or anything made over its bytes without a copy, holds a reference to its buffer): reading into
@@ -567,17 +573,13 @@ class LogFiles:
         for info in infos:
             listing.add(info.path)
         orphans = {path for batch_id, path in listing.sidecars.items() if batch_id not in listing}
-        expired_before = int(time.time() * 1000) - older_than_ms
-        return [info for info in infos if info.path in orphans and info.mtime_ms <= expired_before]
+        return _expired(infos, orphans, older_than_ms)
 
     def delete_older(self, infos: list[FileInfo], candidates: set[str], older_than_ms: int) -> list[str]:
         """Delete those of ``candidates`` that ``infos`` (a listing of the log directory) says were last
         modified more than ``older_than_ms`` ago; returns their paths."""
-        expired_before = int(time.time() * 1000) - older_than_ms
         deleted = []
-        for info in infos:
-            if info.path not in candidates or info.mtime_ms > expired_before:
-                continue
+        for info in _expired(infos, candidates, older_than_ms):
             self.storage.delete(info.path)
             deleted.append(info.path)
             failpoint("cleanup")

@@ -113,9 +113,8 @@ def stamped_lines(
         bare = pc.binary_slice(lines, 1, 2**31 - 1)
         layout = _in_layout(bare, entry_prefixes(table), table)
     text = f',"batchId":{batch_id}'.encode()
-    if _layout is None or lines.null_count:
-        return pc.binary_replace_slice(lines, -1, -1, text), pc.invert(layout)
-    return _stamped(lines, text), pc.invert(layout)
+    compiled = _layout is not None and not lines.null_count
+    return (_stamped(lines, text) if compiled else pc.binary_replace_slice(lines, -1, -1, text)), pc.invert(layout)
 
 
 def _stamped(lines: pa.BinaryArray, text: bytes) -> pa.BinaryArray:
