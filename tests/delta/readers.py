@@ -88,3 +88,9 @@ def assert_delta_matches(out: str, time_zone: str = "UTC", **options: Any) -> pa
     assert sorted(on_delta.fetchall(), key=_key) == sorted(on_committed.fetchall(), key=_key)
     assert duck.execute("select count(*) from delta_dataset").fetchall()[0][0] == expected.num_rows
     return expected
+
+
+def data_commits(out: str) -> list[dict[str, Any]]:
+    """The Delta versions that add or remove files: the history without the creation's second version, which
+    records the session time zone as a table property (delta-rs takes none at creation)."""
+    return [h for h in deltalake.DeltaTable(out).history() if h["operation"] != "SET TBLPROPERTIES"]

@@ -199,7 +199,9 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
 
 def _cmd_delta_sync(args: argparse.Namespace) -> int:
     """``delta-sync PATH``: the Delta log follows ``_spark_metadata``."""
-    result = sync_delta_log(args.path, storage_options=storage_options(args), time_zone=args.time_zone)
+    result = sync_delta_log(
+        args.path, storage_options=storage_options(args), time_zone=args.time_zone, recreate=args.recreate
+    )
     data = {
         "path": result.path,
         "log_batch": result.log_batch_id,
@@ -209,6 +211,7 @@ def _cmd_delta_sync(args: argparse.Namespace) -> int:
         "created": result.created,
         "added": result.added,
         "removed": result.removed,
+        "duplicates": result.duplicates,
     }
     if result.log_batch_id is None or result.delta_version is None:
         text = f"{result.path}: no committed file yet, no Delta log written"

@@ -138,10 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     delta_sync.add_argument(
         "--time-zone",
-        default="UTC",
+        default=None,
         metavar="ZONE",
         help="the zone timestamp partition directories were written in (the writer's spark.sql.session.timeZone; "
-        "default UTC): Delta stores them as UTC",
+        "default: the one the Delta log recorded, else UTC): Delta stores them as UTC",
+    )
+    delta_sync.add_argument(
+        "--recreate",
+        action="store_true",
+        help="delete _delta_log and write it again from _spark_metadata (after another Delta writer committed to "
+        "it, or it diverged; Delta readers lose its history)",
     )
     delta_sync.set_defaults(run="_cmd_delta_sync")
     doctor = command(

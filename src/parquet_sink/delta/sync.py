@@ -13,6 +13,13 @@ Delta log's ``txn`` at the latest log batch does nothing, so a replay never comm
 lists a file the log does not commit; it can only be behind (a crash between the two commits), and the next
 sync catches up. Concurrent syncs are serialized by Delta's own commit protocol (the loser re-reads).
 
+The Delta log is a read-only view for Delta tools: every version this module commits carries the commitInfo
+marker ``parquetSinkLogBatchId`` (and ``parquetSinkCheckedVersion``, the version up to which every commit was
+found to be ours), so a commit of another Delta writer (``write_deltalake``, a Delta-side ``VACUUM`` or
+``OPTIMIZE``, a table another tool created) is found and refused (:class:`DeltaLogError` naming the remedy,
+``recreate=True``), never silently undone. The Delta state is read before ``_spark_metadata``: a sync beside a
+batch and its own sync can then only find the Delta log behind the log, never ahead of it.
+
 Example::
 
     >>> result = sync_delta_log("/data/events")
@@ -24,11 +31,13 @@ Example::
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import posixpath
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -36,24 +45,38 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import MissingDependencyError, ParquetSinkError
+from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredError
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..partitioning import parse_partition_path
 from ..read.reader import CommittedFile, Snapshot, dataset_of, snapshot
 from ..storage.filesystem import Storage
-from .actions import delta_partition_value, delta_schema, file_stats
+from .actions import delta_partition_value, delta_schema, delta_type, file_stats
 
 logger = logging.getLogger(__name__)
 
 DELTA_DIR = "_delta_log"
 APP_ID = "parquet-sink/_spark_metadata"  # the txn app id whose version is the last log batch mirrored
+MARKER = "parquetSinkLogBatchId"  # commitInfo key of every version this module commits
+CHECKED = "parquetSinkCheckedVersion"  # commitInfo key: every version up to this one was found to be ours
+TIME_ZONE_PROPERTY = "parquetSink.timeZone"  # table property: the session time zone of timestamp partitions
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+LOG_RETENTION = "delta.logRetentionDuration"
 INSTALL = 'pip install "parquet-sink[delta]"'
 _ATTEMPTS = 10
+_REREADS = 3  # a Delta log found ahead of the log is read again this many times before it is called reset
 _FOOTER_THREADS = 8
+_WEEK_MS = 7 * 86_400_000  # Delta's default deletedFileRetentionDuration
+_MONTH_MS = 30 * 86_400_000  # Delta's default logRetentionDuration
+_COMMIT_FILE = re.compile(r"^\d{20}\.json$")
+_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
+_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {"nanosecond": 1e-6, "microsecond": 1e-3, "millisecond": 1, "second": 1000, "minute": 60_000,
+            "hour": 3_600_000, "day": 86_400_000, "week": 7 * 86_400_000}
 
 
 class DeltaDependencyError(MissingDependencyError):
@@ -61,8 +84,9 @@ class DeltaDependencyError(MissingDependencyError):
 
 
 class DeltaLogError(ParquetSinkError):
-    """The Delta log cannot be brought in step with ``_spark_metadata`` (it is ahead of it, its partition
-    columns or their types differ, or concurrent commits kept winning)."""
+    """The Delta log cannot be brought in step with ``_spark_metadata``: it is ahead of it, another Delta writer
+    committed to it, its files diverged from the log's, its partition columns, their types or its session time
+    zone differ, or concurrent commits kept winning."""
 
 
 def require_deltalake(what: str) -> ModuleType:
@@ -86,7 +110,8 @@ class DeltaSyncResult:
     committed yet); ``previous_log_batch_id``: the log batch the Delta log mirrored before (None: no Delta log
     or none recorded); ``delta_version``: the Delta table version after the sync (None: no Delta log, the
     output has no file yet); ``added``/``removed``: files the commit added and removed; ``committed``: whether
-    a Delta commit was made (False: already in step)."""
+    a Delta commit was made (False: already in step); ``duplicates``: files ``_spark_metadata`` commits more
+    than once (listed once by Delta, logged as a warning)."""
 
     path: str
     log_batch_id: int | None
@@ -97,12 +122,14 @@ class DeltaSyncResult:
     committed: bool = False
     created: bool = False
     seconds: float = 0.0
+    duplicates: int = 0
 
 
 @dataclass
 class DeltaState:
     """The Delta log of an output as the latest Delta version sees it: its files (root-relative, decoded),
-    the last log batch it mirrors (its ``txn`` version, None if none), its version, partition columns and schema."""
+    the last log batch it mirrors (its ``txn`` version, None if none), its version, partition columns, schema
+    and table properties."""
 
     version: int
     log_batch_id: int | None
@@ -110,6 +137,7 @@ class DeltaState:
     partition_columns: list[str]
     schema: pa.Schema
     table: Any = field(repr=False)
+    configuration: dict[str, str] = field(default_factory=dict)
 
 
 def delta_failure(storage: Storage, what: str, exc: Exception) -> DeltaLogError:
@@ -121,6 +149,14 @@ def delta_failure(storage: Storage, what: str, exc: Exception) -> DeltaLogError:
     return DeltaLogError(
         f"{what} of {where}/{DELTA_DIR} failed ({detail}). The data and {where}/_spark_metadata are not affected; "
         f"fix the cause, then run `parquet-sink delta-sync {where}`."
+    )
+
+
+def _recreate_remedy(where: str) -> str:
+    """The remedy of a Delta log that cannot follow the log any more: write it again from the log."""
+    return (
+        f"Run `parquet-sink delta-sync --recreate {where}` (sync_delta_log(..., recreate=True)): it deletes "
+        f"{where}/{DELTA_DIR} and writes it again from {where}/_spark_metadata (Delta readers lose its history)."
     )
 
 
@@ -140,9 +176,42 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
     except (deltalake.exceptions.DeltaError, OSError) as exc:
         raise delta_failure(storage, "reading", exc) from exc
     files = dict(zip(map(unquote, actions.column("path").to_pylist()), actions.column("size_bytes").to_pylist()))
-    schema = pa.schema(table.schema())
+    metadata = table.metadata()
     return DeltaState(
-        table.version(), table.transaction_version(APP_ID), files, list(table.metadata().partition_columns), schema, table
+        table.version(), table.transaction_version(APP_ID), files, list(metadata.partition_columns),
+        pa.schema(table.schema()), table, dict(metadata.configuration),
+    )
+
+
+def foreign_commits(state: DeltaState) -> list[dict[str, Any]]:
+    """The commits of other Delta writers (commitInfo without :data:`MARKER`) among the versions no sync has
+    checked yet: the latest one, and those between the version the latest one's sync checked and it (commits
+    delta-rs let that sync's commit pass). Each sync checks before it commits and records what it checked
+    (:data:`CHECKED`), so every older version was found to be ours. Newest first; empty when all are ours.
+
+    Example: after ``write_deltalake(out, data, mode="append")``, ``foreign_commits(state)[0]["operation"]``
+    -> ``'WRITE'``.
+    """
+    latest = state.table.history(limit=1)
+    if not latest or MARKER not in latest[0]:
+        return latest
+    checked = int(latest[0].get(CHECKED, state.version - 1))
+    if checked >= state.version - 1:
+        return []
+    return [info for info in state.table.history(limit=state.version - checked) if MARKER not in info]
+
+
+def _foreign_error(where: str, commits: list[dict[str, Any]]) -> DeltaLogError:
+    """The refusal of a Delta log another Delta writer committed to: what it did, why it is refused, what to do."""
+    first = commits[-1]
+    engine = first.get("engineInfo") or first.get("clientVersion") or "an unknown engine"
+    return DeltaLogError(
+        f"{where}/{DELTA_DIR}: {len(commits)} version(s) were committed by another Delta writer, first version "
+        f"{first.get('version')} ({first.get('operation')} by {engine}). The Delta log of a parquet-sink output is "
+        f"a read-only view of {where}/_spark_metadata: an append or overwrite (write_deltalake), a Delta-side "
+        "VACUUM or OPTIMIZE, or a table another tool created would be undone by the next sync, so nothing was "
+        "committed. Write rows through parquet-sink (write_batch, ParquetSink) instead; the other writer's rows "
+        f"are not part of the output. {_recreate_remedy(where)}"
     )
 
 
@@ -159,6 +228,31 @@ def _relative_files(snap: Snapshot) -> dict[str, int]:
             "under the root (and rewrite the log) before syncing the Delta log."
         )
     return {path: index for index, path in enumerate(table.column("relative_path").to_pylist())}
+
+
+def duplicate_files(snap: Snapshot) -> list[tuple[str, list[int | None]]]:
+    """The files ``snap`` commits more than once (the same path in two entries), each with the batches that
+    commit it. Spark's readers read such a file once per entry; a Delta log keys files by path and lists it
+    once, so the two views differ: reported, never collapsed silently.
+
+    Example: ``duplicate_files(snapshot("/data/events"))`` -> ``[('part-0...parquet', [3, 7])]``.
+    """
+    table = snap.files.table.select(["relative_path", "batch_id"])
+    if pc.count_distinct(table.column("relative_path")).as_py() == table.num_rows:
+        return []
+    grouped = table.group_by("relative_path").aggregate([("batch_id", "list"), ("relative_path", "count")])
+    grouped = grouped.filter(pc.greater(grouped.column("relative_path_count"), 1))
+    return sorted(zip(grouped.column("relative_path").to_pylist(), grouped.column("batch_id_list").to_pylist()))
+
+
+def _duplicates_text(where: str, duplicates: list[tuple[str, list[int | None]]]) -> str:
+    path, batches = duplicates[0]
+    return (
+        f"{where}/_spark_metadata commits {len(duplicates)} file(s) more than once (first: {path}, in batches "
+        f"{batches}): Spark's readers and read_committed read their rows once per entry, Delta readers once (a "
+        "Delta log keys files by path). Each file should be committed once: if an entry was copied into a "
+        "later batch by hand or by another tool, that batch's log file is wrong."
+    )
 
 
 def _add_actions(
@@ -201,14 +295,28 @@ def _partition_columns(snap: Snapshot, relative_paths: Iterable[str]) -> list[st
     return list(found.pop()) if found else []
 
 
+def _holds(table_type: pa.DataType, inferred: pa.DataType) -> bool:
+    """Whether every directory value inferred as ``inferred`` (Spark's inference) reads as a value of a
+    partition column the table declares as ``table_type``: Spark's widening of the two is the table's type
+    (an int column keeps being a string column when retention dropped the values that made it a string)."""
+    inferred = delta_type(inferred) if not pa.types.is_null(inferred) else inferred
+    if pa.types.is_null(inferred) or table_type.equals(inferred) or pa.types.is_string(table_type):
+        return True
+    if pa.types.is_int64(table_type) or pa.types.is_float64(table_type):
+        return pa.types.is_int32(inferred)
+    if pa.types.is_decimal(table_type) and table_type.scale == 0:
+        width = {pa.int32(): 10, pa.int64(): 20}.get(inferred, getattr(inferred, "precision", 99))
+        return (pa.types.is_integer(inferred) or pa.types.is_decimal(inferred)) and width <= table_type.precision
+    if pa.types.is_timestamp(table_type):
+        return pa.types.is_date(inferred)
+    return False
+
+
 def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: list[str], where: str) -> list[pa.Field]:
     """The columns to add to the Delta table's schema; DeltaLogError when the output's partition columns or a
     column's type differ from the table's (types of partition columns are inferred from directory names, as
-    Spark does: a new value can widen them)."""
-    remedy = (
-        f"Delete {where}/{DELTA_DIR} and run `parquet-sink delta-sync {where}` to create it again from the log "
-        "(readers of the Delta log lose its history)."
-    )
+    Spark does: a new value can widen them beyond the table's type)."""
+    remedy = _recreate_remedy(where)
     if partition_columns != state.partition_columns:
         raise DeltaLogError(
             f"{where}: the Delta log is partitioned by {state.partition_columns} but the committed files by "
@@ -227,58 +335,155 @@ def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: l
     return added
 
 
-def _properties(deltalake: ModuleType, log_batch_id: int, creating: bool) -> Any:
-    """The commit's ``txn`` (the idempotency key) and commitInfo. A creation that loses the race for version 0
-    must fail (delta-rs would otherwise commit it again as version 1); an append is retried by delta-rs only
-    past commits its ``txn`` does not conflict with."""
+def _table_partition_types(state: DeltaState, snap: Snapshot, inferred: pa.Schema, zone: str) -> dict[str, pa.DataType]:
+    """The partition types to read the committed directories with: the table's for each column whose inferred
+    type it holds (:func:`_holds`; a timestamp read in the session zone ``zone``), so a sync never flips the
+    table's type back; the inferred one otherwise (then refused by :func:`_check_compatible`)."""
+    forced = {}
+    for column in state.partition_columns:
+        if column in inferred.names and column in state.schema.names:
+            table_type = state.schema.field(column).type
+            if not table_type.equals(delta_type(inferred.field(column).type)) and _holds(table_type, inferred.field(column).type):
+                forced[column] = pa.timestamp("us", zone) if pa.types.is_timestamp(table_type) else table_type
+    return forced
+
+
+def _session_zone(state: DeltaState | None, time_zone: str | None, where: str) -> str:
+    """The session time zone to read timestamp partition directories in: ``time_zone``, else the table's
+    recorded one (:data:`TIME_ZONE_PROPERTY`), else UTC. DeltaLogError when the table has a timestamp
+    partition column and recorded another zone: the same directory names would be other instants."""
+    recorded = None if state is None else state.configuration.get(TIME_ZONE_PROPERTY)
+    zone = time_zone or recorded or "UTC"
+    timestamps = state is not None and any(
+        pa.types.is_timestamp(state.schema.field(c).type) for c in state.partition_columns if c in state.schema.names
+    )
+    if recorded and zone != recorded and timestamps:
+        raise DeltaLogError(
+            f"{where}: the Delta log's timestamp partition values were read in session time zone {recorded!r} "
+            f"(table property {TIME_ZONE_PROPERTY}), this sync was given {zone!r}: the same directory names would "
+            f"be other instants, so nothing was committed. Sync with time_zone={recorded!r} (`--time-zone "
+            f"{recorded}`); if the directories were written in {zone!r}, run `parquet-sink delta-sync --recreate "
+            f"--time-zone {zone} {where}`."
+        )
+    return zone
+
+
+def _properties(deltalake: ModuleType, log_batch_id: int, checked: int, creating: bool = False) -> Any:
+    """The commit's ``txn`` (the idempotency key) and commitInfo marker (:data:`MARKER`, :data:`CHECKED`). A
+    creation that loses the race for version 0 must fail (delta-rs would otherwise commit it again as version
+    1); an append is retried by delta-rs only past commits its ``txn`` does not conflict with."""
     return deltalake.CommitProperties(
         app_transactions=[deltalake.Transaction(APP_ID, log_batch_id)],
-        custom_metadata={"parquetSinkLogBatchId": str(log_batch_id)},
+        custom_metadata={MARKER: str(log_batch_id), CHECKED: str(checked)},
         max_commit_retries=0 if creating else None,
     )
 
 
+def _record_zone(deltalake: ModuleType, table: Any, zone: str, log_batch_id: int, checked: int) -> None:
+    """Record the session time zone as a table property (delta-rs takes no custom property at creation)."""
+    table.alter.set_table_properties(
+        {TIME_ZONE_PROPERTY: zone}, raise_if_not_exists=False,
+        commit_properties=_properties(deltalake, log_batch_id, checked),
+    )
+    table.update_incremental()
+
+
 def _create(
     deltalake: ModuleType, storage: Storage, schema: pa.Schema, partition_columns: list[str], adds: list[Any],
-    log_batch_id: int, configuration: dict[str, str],
+    log_batch_id: int, configuration: dict[str, str], zone: str,
 ) -> int:
-    """Create the table (version 0) with the files ``adds`` already there; its Delta version."""
+    """Create the table (version 0) with the files ``adds`` already there and record the session time zone;
+    its Delta version."""
     from deltalake.transaction import create_table_with_add_actions
 
     uri, options = storage.object_store_location()
     create_table_with_add_actions(
         uri, deltalake.Schema.from_arrow(schema), adds, mode="error", partition_by=partition_columns or None,
         configuration=configuration, storage_options=options,
-        commit_properties=_properties(deltalake, log_batch_id, creating=True),
+        commit_properties=_properties(deltalake, log_batch_id, -1, creating=True),
     )
-    return 0
+    table = deltalake.DeltaTable(uri, storage_options=options, version=0)
+    _record_zone(deltalake, table, zone, log_batch_id, 0)
+    return table.version()
 
 
 def _append(
     deltalake: ModuleType, state: DeltaState, schema: pa.Schema, added_columns: list[pa.Field], actions: list[Any],
-    log_batch_id: int,
+    log_batch_id: int, zone: str,
 ) -> int:
     """Commit ``actions`` (adds and removes) to the existing table, after adding ``added_columns`` (new nullable
-    columns: the schema evolution the writers allow); the table's version after it."""
+    columns: the schema evolution the writers allow) and recording the session zone if the table has none; the
+    table's version after it."""
     table = state.table
+    if TIME_ZONE_PROPERTY not in state.configuration:
+        _record_zone(deltalake, table, zone, log_batch_id, state.version)
     if added_columns:
-        table.alter.add_columns([deltalake.Field.from_arrow(f) for f in added_columns])
+        table.alter.add_columns(
+            [deltalake.Field.from_arrow(f) for f in added_columns],
+            commit_properties=_properties(deltalake, log_batch_id, state.version),
+        )
         table.update_incremental()
     table.create_write_transaction(
         actions, mode="append", schema=deltalake.Schema.from_arrow(schema),
-        partition_by=state.partition_columns or None, commit_properties=_properties(deltalake, log_batch_id, False),
+        partition_by=state.partition_columns or None,
+        commit_properties=_properties(deltalake, log_batch_id, state.version),
     )
     table.update_incremental()
     return table.version()
+
+
+def _file_set_problems(
+    state: DeltaState, storage: Storage, options: dict[str, Any], latest: Snapshot | None = None
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of comparing the Delta log's files with the files ``_spark_metadata`` commits as of
+    the log batch the Delta log mirrors (its ``txn``; ``latest`` when that is the latest snapshot): a file only
+    Delta lists (another writer's, or a log replaced) or only the log commits (removed by another writer) is
+    a problem; a snapshot that cannot be read as of that batch any more a warning."""
+    where = storage.display(storage.root)
+    mirrored = state.log_batch_id
+    if mirrored is None:
+        return [f"{where}/{DELTA_DIR} (version {state.version}) records no log batch of parquet-sink: another tool "
+                f"created it. {_recreate_remedy(where)}"], []
+    try:
+        snap = latest if latest is not None and latest.latest_batch_id == mirrored else snapshot(
+            storage.url, as_of_batch=mirrored,
+            storage_options=options,
+        )
+    except SnapshotExpiredError as exc:
+        return [], [f"{where}/{DELTA_DIR} was not compared file by file with the log as of batch {mirrored}: {exc}"]
+    committed = _relative_files(snap)
+    extra = sorted(set(state.files) - set(committed))
+    missing = sorted(set(committed) - set(state.files))
+    problems = []
+    if extra:
+        problems.append(
+            f"{where}/{DELTA_DIR} (version {state.version}, mirroring log batch {mirrored}) lists {len(extra)} "
+            f"file(s) that {where}/_spark_metadata does not commit as of that batch (first: {extra[0]}): Delta "
+            f"readers read them. {_recreate_remedy(where)}"
+        )
+    if missing:
+        problems.append(
+            f"{where}/{DELTA_DIR} (version {state.version}, mirroring log batch {mirrored}) misses {len(missing)} "
+            f"file(s) that {where}/_spark_metadata commits as of that batch (first: {missing[0]}): Delta readers "
+            f"miss their rows. {_recreate_remedy(where)}"
+        )
+    return problems, []
+
+
+def _now_ms() -> int:
+    """This machine's clock in epoch ms (the deletion time of a ``remove`` action)."""
+    return int(time.time() * 1000)
 
 
 def sync_delta_log(
     path: str,
     *,
     storage_options: dict[str, Any] | None = None,
-    time_zone: str = "UTC",
+    time_zone: str | None = None,
     checkpoint_interval: int = 10,
     log_retention: str = "7d",
+    recreate: bool = False,
+    check_files: bool = True,
 ) -> DeltaSyncResult:
     """Create or bring up to date the Delta log (``<path>/_delta_log``) of the output at ``path`` (written by
     :class:`~parquet_sink.ParquetSink`, :func:`~parquet_sink.write_batch` or Spark's own
@@ -288,10 +493,18 @@ def sync_delta_log(
 
     ``time_zone``: the zone timestamp partition directories were written in (Spark's session time zone,
     ``write_batch``'s ``time_zone``), as :func:`~parquet_sink.read_committed` takes it: Delta stores them as UTC.
+    It is recorded in the table (property ``parquetSink.timeZone``); None takes the recorded one (else UTC), and
+    another one than recorded is refused when the table has a timestamp partition column.
 
     ``checkpoint_interval`` (``delta.checkpointInterval``) and ``log_retention`` (a duration, ``7d``:
     ``delta.logRetentionDuration``) are set when the table is created: delta-rs then writes a checkpoint every
     that many versions and deletes expired commit files after it, so the Delta log stays bounded.
+    ``delta.deletedFileRetentionDuration`` is set to the longer of ``log_retention`` and 7 days, so checkpoints
+    keep every tombstone a Delta version within the log's retention still needs.
+
+    ``recreate``: delete ``_delta_log`` first and write it again from the log (the remedy of a Delta log another
+    writer committed to or that diverged). ``check_files``: compare the Delta log's files with the log's as of the
+    batch it mirrors before committing (costs a read of that snapshot; the writers' per-batch hook skips it).
 
     Raises DeltaDependencyError (deltalake not installed), NotAnOutputError (no ``_spark_metadata``),
     DeltaLogError (see its docstring).
@@ -312,11 +525,21 @@ def sync_delta_log(
     retention_s = max(1, math.ceil(parse_duration_ms(log_retention) / 1000))
     started = time.monotonic()
     options = dict(storage_options or {})
+    storage = Storage(path, options)
+    where = storage.display(storage.root)
+    if recreate:
+        logger.warning("%s: deleting %s to write it again from _spark_metadata", where, DELTA_DIR)
+        storage.remove_tree(storage.join(DELTA_DIR))
+    ahead = 0
     for attempt in range(_ATTEMPTS):
-        snap = snapshot(path, storage_options=options)
-        storage = snap.storage
-        where = storage.display(storage.root)
+        # the Delta log first, then _spark_metadata: a batch committed in between leaves the Delta log behind
         state = read_delta_state(storage, deltalake)
+        if state is not None:
+            foreign = foreign_commits(state)
+            if foreign:
+                raise _foreign_error(where, foreign)
+        failpoint("delta_read")
+        snap = snapshot(path, storage_options=options)
         previous = None if state is None else state.log_batch_id
         latest = snap.latest_batch_id
 
@@ -325,38 +548,55 @@ def sync_delta_log(
             return DeltaSyncResult(where, latest, previous, version, seconds=time.monotonic() - started, **kw)
 
         if previous is not None and (latest is None or previous > latest):
+            ahead += 1
+            if ahead < _REREADS:
+                logger.info("%s: the Delta log mirrors log batch %d, the log read is at %s: reading again", where, previous, latest)
+                continue
             raise DeltaLogError(
                 f"{where}: the Delta log mirrors log batch {previous} but {storage.display(storage.join('_spark_metadata'))} "
-                f"holds batches up to {latest}: the output was reset or its log replaced, and the Delta log may list "
-                f"files it no longer commits. Delete {where}/{DELTA_DIR} and run `parquet-sink delta-sync {where}` "
-                "to create it again from the log."
+                f"holds batches up to {latest} (read {_REREADS} times): the output was reset or its log replaced, and "
+                f"the Delta log may list files it no longer commits. {_recreate_remedy(where)}"
             )
+        zone = _session_zone(state, time_zone, where)
+        if state is not None and check_files:
+            problems, warnings = _file_set_problems(state, storage, options, snap)
+            if problems:
+                raise DeltaLogError(f"{problems[0]} Nothing was committed.")
+            for warning in warnings:
+                logger.warning("%s", warning)
         if latest is None or (previous is not None and previous >= latest):
             return result()
         files = _relative_files(snap)
         if state is None and not files:
             logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
             return result()
+        duplicates = duplicate_files(snap)
+        if duplicates:
+            logger.warning("%s", _duplicates_text(where, duplicates))
         partition_columns = _partition_columns(snap, files) if files else state.partition_columns
-        dataset = dataset_of(snap, time_zone) if files else None
+        dataset = dataset_of(snap, zone) if files else None
+        if dataset is not None and state is not None:
+            forced = _table_partition_types(state, snap, dataset.schema, zone)
+            dataset = dataset_of(snap, zone, partition_types=forced) if forced else dataset
         schema = delta_schema(dataset.schema) if dataset is not None else state.schema
         added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
         known = {} if state is None else state.files
         new = [r for r in files if r not in known]
         gone = [r for r in known if r not in files]
         adds = _add_actions(snap, files, dataset, new, partition_columns, schema) if new else []
-        now_ms = int(time.time() * 1000)
+        now_ms = _now_ms()
         removes = [RemoveAction(r, True, now_ms, known[r]) for r in gone]
         failpoint("delta_commit")
         try:
             if state is None:
                 configuration = {
                     "delta.checkpointInterval": str(checkpoint_interval),
-                    "delta.logRetentionDuration": f"interval {retention_s} seconds",
+                    LOG_RETENTION: f"interval {retention_s} seconds",
+                    DELETED_FILE_RETENTION: f"interval {max(retention_s, _WEEK_MS // 1000)} seconds",
                 }
-                version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration)
+                version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration, zone)
             else:
-                version = _append(deltalake, state, schema, added_columns, adds + removes, latest)
+                version = _append(deltalake, state, schema, added_columns, adds + removes, latest, zone)
         except (DeltaError, OSError) as exc:
             # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
             if not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
@@ -367,7 +607,10 @@ def sync_delta_log(
             "%s: Delta log version %d mirrors log batch %d (was %s): %d files added, %d removed",
             where, version, latest, previous, len(adds), len(removes),
         )
-        return result(delta_version=version, added=len(adds), removed=len(removes), committed=True, created=state is None)
+        return result(
+            delta_version=version, added=len(adds), removed=len(removes), committed=True, created=state is None,
+            duplicates=len(duplicates),
+        )
     raise DeltaLogError(
         f"{path}: other commits to {DELTA_DIR} won {_ATTEMPTS} times in a row; run `parquet-sink delta-sync {path}` "
         "again when fewer writers sync at once."
@@ -378,13 +621,16 @@ def sync_after_commit(
     path: str, storage_options: Mapping[str, Any] | None, what: str, time_zone: str = "UTC"
 ) -> DeltaSyncResult | None:
     """The writers' hook (``delta_log=True``), called on the driver after a ``_spark_metadata`` commit: the
-    sync, whose failure never fails the batch (committed already): it is logged as a WARNING with the remedy,
-    and the next batch's sync catches up. Returns None when it failed.
+    sync (without the file-by-file check: ``verify`` and ``delta-sync`` make it), whose failure never fails the
+    batch (committed already): it is logged as a WARNING with the remedy, and the next batch's sync catches up.
+    Returns None when it failed.
 
     Example: ``sync_after_commit("/data/events", None, "batch 7")``.
     """
     try:
-        return sync_delta_log(path, storage_options=dict(storage_options or {}), time_zone=time_zone)
+        return sync_delta_log(
+            path, storage_options=dict(storage_options or {}), time_zone=time_zone, check_files=False
+        )
     except Exception as exc:  # the batch is committed: a Delta failure must not fail or retry it
         logger.warning(
             "%s: %s is committed, but the Delta log could not follow (%s: %s); Delta readers see the previous "
@@ -394,58 +640,111 @@ def sync_after_commit(
         return None
 
 
+def _interval_ms(text: str | None, default_ms: int) -> int:
+    """A Delta table property's interval (``interval 604800 seconds``, ``7 days``) in ms; ``default_ms`` (Delta's
+    default) when absent, the longer of both when it cannot be parsed."""
+    match = _INTERVAL.match(text or "")
+    unit = _UNIT_MS.get(match.group(2).lower()) if match else None
+    if unit is None:
+        return default_ms if text is None else max(default_ms, _MONTH_MS)
+    return int(int(match.group(1)) * unit)
+
+
+def _tombstones(storage: Storage) -> Iterator[tuple[str, int | None, bool]]:
+    """Every ``remove`` action the Delta log still records: (path as logged, deletion time in ms or None,
+    whether it is in a commit file still present, i.e. a version Delta time travel can still reach), from the
+    commit files and the newest checkpoint (which keeps tombstones ``delta.deletedFileRetentionDuration``)."""
+    names = {posixpath.basename(p): p for p in storage.ls_names(storage.join(DELTA_DIR))}
+    for name, full in names.items():
+        if _COMMIT_FILE.match(name):
+            for line in storage.read_bytes(full).splitlines():
+                if b'"remove"' in line:
+                    remove = json.loads(line).get("remove")
+                    if remove:
+                        yield remove["path"], remove.get("deletionTimestamp"), True
+    checkpoints = [(int(m.group(1)), full) for name, full in names.items() if (m := _CHECKPOINT_FILE.match(name))]
+    newest = max((v for v, _ in checkpoints), default=None)
+    filesystem = storage.arrow_filesystem()
+    for version, full in checkpoints:
+        if version != newest:
+            continue
+        column = pq.read_table(full, columns=["remove"], filesystem=filesystem).column("remove")
+        for remove in column.drop_null().to_pylist():
+            yield remove["path"], remove.get("deletionTimestamp"), False
+
+
 def referenced_files(storage: Storage, retention_ms: int) -> set[str]:
-    """The fsspec paths of the files a Delta version within ``retention_ms`` still references: the latest
-    version's files and the files removed less than ``retention_ms`` ago (delta-rs's vacuum, dry run, tells
-    which removed files expired). Empty when the output has no Delta log.
+    """The fsspec paths of the files a Delta version within retention may still read: the latest version's
+    files, and every file a ``remove`` action (tombstone) names when that action is in a commit file still
+    present (Delta time travel reaches the versions before it), or is younger than the longest of
+    ``retention_ms``, the table's ``delta.deletedFileRetentionDuration`` and ``delta.logRetentionDuration``,
+    or has no time or one in the future (a syncing clock ahead). Empty when the output has no Delta log.
 
     Example: ``referenced_files(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``{'/data/events/k=a/part-0...parquet'}``.
     """
     state = read_delta_state(storage)
     if state is None:
         return set()
-    def expired(hours: int) -> set[str]:
-        return set(state.table.vacuum(hours, dry_run=True, enforce_retention_duration=False, full=False))
-
-    removed_recently = expired(0) - expired(math.ceil(retention_ms / 3_600_000))
+    keep_ms = max(
+        retention_ms,
+        _interval_ms(state.configuration.get(DELETED_FILE_RETENTION), _WEEK_MS),
+        _interval_ms(state.configuration.get(LOG_RETENTION), _MONTH_MS),
+    )
+    cutoff = int(time.time() * 1000) - keep_ms
     prefix = storage.root.rstrip("/") + "/"
-    return {prefix + r for r in state.files} | {_under(storage, prefix, p) for p in removed_recently}
+    kept = {prefix + r for r in state.files}
+    for logged, deleted_ms, reachable in _tombstones(storage):
+        if reachable or deleted_ms is None or deleted_ms > cutoff:
+            kept.add(_under(storage, prefix, logged if "://" in logged else unquote(logged)))
+    return kept
 
 
 def _under(storage: Storage, prefix: str, found: str) -> str:
-    """A path delta-rs's vacuum returns (relative to the root and decoded, or a URI) as an fsspec path."""
+    """A path of the Delta log (relative to the root and decoded, or a URI) as an fsspec path."""
     path = storage.from_uri(found) if "://" in found else found
     return path if path.startswith(prefix) else posixpath.join(prefix, path)
 
 
 def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
     """What disagrees between ``_delta_log`` and ``_spark_metadata`` at ``path``: (problems, warnings).
-    A file the Delta log lists and the log does not commit is a problem (Delta readers read data the output
-    does not hold as committed); a Delta log behind the log (files or batches not mirrored yet) a warning.
-    Both empty without a Delta log.
+    Problems: a commit of another Delta writer, a Delta log that lists a file the log does not commit as of
+    the batch it mirrors or misses one it does (file sets compared, not batch ids), a Delta log ahead of the
+    log, a file the log commits more than once; a Delta log behind the log is a warning. Both empty without a
+    Delta log. The Delta log is read first, then the log (a batch and its sync running beside can only leave
+    the Delta log behind); a disagreement is read again before it is reported.
 
     Example: ``compare_logs("/data/events")`` -> ``([], ['... the Delta log mirrors log batch 55, the log is at 57 ...'])``.
     """
-    snap = snapshot(path, storage_options=dict(storage_options or {}))
-    storage = snap.storage
-    state = read_delta_state(storage)
-    if state is None:
-        return [], []
+    options = dict(storage_options or {})
+    storage = Storage(path, options)
     where = storage.display(storage.root)
-    committed = _relative_files(snap)
-    extra = sorted(set(state.files) - set(committed))
-    missing = sorted(set(committed) - set(state.files))
-    problems = [
-        f"{where}/{DELTA_DIR} (version {state.version}) lists {len(extra)} file(s) that {where}/_spark_metadata does "
-        f"not commit (first: {extra[0]}): Delta readers read them. Run `parquet-sink delta-sync {where}` (it removes "
-        "files the log dropped), or delete the Delta log and sync again if it was written by another tool."
-    ] if extra else []
-    warnings = []
-    if missing or state.log_batch_id != snap.latest_batch_id:
+    problems: list[str] = []
+    for _ in range(_REREADS):
+        state = read_delta_state(storage)
+        if state is None:
+            return [], []
+        snap = snapshot(path, storage_options=options)
+        foreign = foreign_commits(state)
+        problems = [str(_foreign_error(where, foreign))] if foreign else []
+        warnings: list[str] = []
+        if state.log_batch_id is not None and (snap.latest_batch_id is None or state.log_batch_id > snap.latest_batch_id):
+            problems.append(
+                f"{where}/{DELTA_DIR} mirrors log batch {state.log_batch_id} but the log holds batches up to "
+                f"{snap.latest_batch_id}: the output was reset or its log replaced. {_recreate_remedy(where)}"
+            )
+        else:
+            found, warnings = _file_set_problems(state, storage, options, snap)
+            problems += found
+        duplicates = duplicate_files(snap)
+        if duplicates:
+            problems.append(_duplicates_text(where, duplicates))
+        if not problems:
+            break
+    if state.log_batch_id is not None and snap.latest_batch_id is not None and state.log_batch_id < snap.latest_batch_id:
         warnings.append(
             f"{where}/{DELTA_DIR} is behind: it mirrors log batch {state.log_batch_id}, the log is at "
-            f"{snap.latest_batch_id} ({len(missing)} committed file(s) not in the Delta log); Delta readers miss "
-            f"them until `parquet-sink delta-sync {where}` or the next batch written with delta_log=True."
+            f"{snap.latest_batch_id}; Delta readers miss the later batches' files until `parquet-sink delta-sync "
+            f"{where}` or the next batch written with delta_log=True."
         )
     return problems, warnings
 
@@ -457,13 +756,18 @@ def has_delta_log(storage: Storage) -> bool:
 
 __all__ = [
     "APP_ID",
+    "CHECKED",
     "DELTA_DIR",
+    "MARKER",
+    "TIME_ZONE_PROPERTY",
     "DeltaDependencyError",
     "DeltaLogError",
     "DeltaState",
     "DeltaSyncResult",
     "compare_logs",
     "delta_failure",
+    "duplicate_files",
+    "foreign_commits",
     "has_delta_log",
     "read_delta_state",
     "referenced_files",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
@@ -299,10 +299,14 @@ def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedF
     return snapshot(path, **options).files
 
 
-def dataset_of(snap: Snapshot, time_zone: str = "UTC", filesystem: pyarrow.fs.FileSystem | None = None) -> ds.Dataset:
+def dataset_of(
+    snap: Snapshot, time_zone: str = "UTC", filesystem: pyarrow.fs.FileSystem | None = None,
+    partition_types: Mapping[str, pa.DataType] | None = None,
+) -> ds.Dataset:
     """A ``pyarrow.dataset.Dataset`` over the committed files of ``snap`` with Spark's partition columns (see
     :func:`committed_dataset`), for a caller that holds a snapshot; ``filesystem``: where to read them (default:
-    the snapshot's storage).
+    the snapshot's storage); ``partition_types``: types that replace the inferred ones of these partition
+    columns (a Delta table's, which every directory value must read as).
 
     Example: ``dataset_of(snapshot("/data/events")).count_rows()`` -> ``1000``.
     """
@@ -319,7 +323,7 @@ def dataset_of(snap: Snapshot, time_zone: str = "UTC", filesystem: pyarrow.fs.Fi
     for partition in partitions:
         for column, raw in partition:
             raw_values.setdefault(column, []).append(raw)
-    types = infer_partition_types(raw_values, time_zone)
+    types = infer_partition_types(raw_values, time_zone) | dict(partition_types or {})
     filesystem = filesystem or storage.arrow_filesystem()
     try:
         schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]

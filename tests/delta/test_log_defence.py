@@ -1,0 +1,163 @@
+"""The Delta log is ours to write, and it defends itself (issue 35, item 3): a commit of another Delta writer
+(``write_deltalake`` append and overwrite, delta-rs's OPTIMIZE, a table another tool created) is refused with a
+typed error naming ``--recreate``, never undone by the next sync, and the remedy works end to end; ``delta-sync``
+and ``verify`` compare file sets (a replaced Delta log whose batch ids match is found); a file committed twice is
+reported; the session time zone is recorded and another one refused; a partition column keeps the table's type
+when retention drops the values that made it a string."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink.cli.main import main as cli_main
+from parquet_sink.delta import DeltaLogError
+from parquet_sink.delta.sync import MARKER, TIME_ZONE_PROPERTY
+from parquet_sink.log.entry import LogEntry
+from parquet_sink.maintenance import verify
+from tests.delta.readers import assert_delta_matches, delta_files, spark_style_batch
+
+
+def _batch(version: int, rows: int = 3) -> pa.Table:
+    return pa.table({"id": pa.array([version * 100 + i for i in range(rows)], pa.int64()),
+                     "name": [f"n{version}-{i}" for i in range(rows)]})
+
+
+def _ids(table: pa.Table) -> list[int]:
+    return sorted(table.column("id").to_pylist())
+
+
+def _foreign(out: str, how: str) -> None:
+    """Another Delta writer commits to the Delta log of ``out``."""
+    if how == "optimize":
+        deltalake.DeltaTable(out).optimize.compact()
+    else:
+        deltalake.write_deltalake(out, _batch(9, 1), mode=how)
+
+
+@pytest.mark.parametrize("how", ["append", "overwrite", "optimize"])
+def test_a_foreign_commit_is_refused_never_undone_and_recreate_mends_it(out, how, caplog):
+    for version in range(2):
+        write_batch(out, _batch(version), app_id="app", version=version, delta_log=True)
+    _foreign(out, how)
+    theirs = delta_files(out)
+    # the next batch commits to _spark_metadata; its Delta sync refuses (a warning), the Delta log is left as it is
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.delta.sync"):
+        assert write_batch(out, _batch(2), app_id="app", version=2, delta_log=True).committed
+    assert "another Delta writer" in caplog.text and "--recreate" in caplog.text
+    assert delta_files(out) == theirs  # not silently removed
+    with pytest.raises(DeltaLogError, match=r"another Delta writer, first version \d+ \(\w+.*read-only view.*--recreate"):
+        sync_delta_log(out)
+    assert delta_files(out) == theirs
+    report = verify(out)
+    assert not report.ok and any("another Delta writer" in p for p in report.problems), report.problems
+    # the remedy named works: the Delta log written again from _spark_metadata
+    assert cli_main(["delta-sync", "--recreate", out]) == 0
+    assert verify(out).ok and not verify(out).warnings
+    assert _ids(assert_delta_matches(out)) == [v * 100 + i for v in range(3) for i in range(3)]
+    write_batch(out, _batch(3), app_id="app", version=3, delta_log=True)  # and it follows again
+    assert _ids(assert_delta_matches(out)) == [v * 100 + i for v in range(4) for i in range(3)]
+
+
+def test_a_table_another_tool_created_is_refused(out):
+    write_batch(out, _batch(0), app_id="app", version=0)
+    deltalake.write_deltalake(out, _batch(9, 1))  # creates _delta_log in the output with its own file
+    theirs = delta_files(out)
+    with pytest.raises(DeltaLogError, match=r"another Delta writer, first version 0 \(WRITE.*--recreate"):
+        sync_delta_log(out)
+    assert delta_files(out) == theirs
+    assert not verify(out).ok
+    sync_delta_log(out, recreate=True)
+    assert verify(out).ok and _ids(assert_delta_matches(out)) == [0, 1, 2]
+
+
+def test_a_replaced_delta_log_with_matching_batch_ids_is_found_by_its_files(out, tmp_path):
+    other = str(tmp_path / "other")
+    for version in range(2):
+        write_batch(out, _batch(version), app_id="app", version=version, delta_log=True)
+        write_batch(other, _batch(5 + version), app_id="app", version=version, delta_log=True)
+    shutil.rmtree(Path(out) / "_delta_log")
+    shutil.copytree(Path(other) / "_delta_log", Path(out) / "_delta_log")  # same batch ids, other files
+    assert deltalake.DeltaTable(out).transaction_version("parquet-sink/_spark_metadata") == 1
+    with pytest.raises(DeltaLogError, match="lists 2 file.*does not commit.*--recreate"):
+        sync_delta_log(out)
+    problems = verify(out).problems
+    assert any("does not commit" in p for p in problems) and any("misses 2 file" in p for p in problems), problems
+    assert cli_main(["delta-sync", "--recreate", out]) == 0
+    assert verify(out).ok and _ids(assert_delta_matches(out)) == [v * 100 + i for v in range(2) for i in range(3)]
+
+
+def test_a_file_committed_twice_is_reported_not_collapsed(out, caplog):
+    write_batch(out, _batch(0), app_id="app", version=0)
+    log = MetadataLog(out)
+    first = log.get(0)
+    data = next(e for e in first if e.path.endswith(".parquet"))
+    assert log.add(1, [LogEntry(data.path, data.size, False, data.modification_time)])  # the same file again
+    assert _ids(read_committed(out)) == [0, 0, 1, 1, 2, 2]  # Spark's readers read it twice
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.delta.sync"):
+        result = sync_delta_log(out)
+    assert result.duplicates == 1 and "more than once" in caplog.text and "batches [0, 1]" in caplog.text
+    assert _ids(deltalake.DeltaTable(out).to_pyarrow_table()) == [0, 1, 2]  # a Delta log keys files by path
+    report = verify(out)
+    assert not report.ok and any("more than once" in p and "[0, 1]" in p for p in report.problems), report.problems
+
+
+def test_the_session_time_zone_is_recorded_and_another_is_refused(out, capsys):
+    def batch(version: int) -> pa.Table:
+        at = _dt.datetime(2024, 3, 10, 6 + version, 30, tzinfo=_dt.UTC)
+        return pa.table({"id": [version], "at": pa.array([at], pa.timestamp("us", "UTC"))})
+
+    write_batch(out, batch(0), app_id="app", version=0, partition_by=["at"], time_zone="America/New_York",
+                delta_log=True)
+    assert deltalake.DeltaTable(out).metadata().configuration[TIME_ZONE_PROPERTY] == "America/New_York"
+    write_batch(out, batch(1), app_id="app", version=1, partition_by=["at"], time_zone="America/New_York")
+    with pytest.raises(DeltaLogError, match="session time zone 'America/New_York'.*given 'UTC'.*--time-zone"):
+        sync_delta_log(out, time_zone="UTC")
+    assert cli_main(["delta-sync", out]) == 0  # no --time-zone: the recorded one
+    values = pa.table(deltalake.DeltaTable(out).get_add_actions(flatten=True)).column("partition.at").to_pylist()
+    assert sorted(values) == [_dt.datetime(2024, 3, 10, 6 + v, 30, tzinfo=_dt.UTC) for v in range(2)]
+    assert_delta_matches(out, time_zone="America/New_York")
+    # a table without a timestamp partition column takes any zone (it changes nothing)
+    plain = out + "-plain"
+    write_batch(plain, _batch(0), app_id="app", version=0, time_zone="Asia/Tokyo", delta_log=True)
+    write_batch(plain, _batch(1), app_id="app", version=1)
+    assert sync_delta_log(plain, time_zone="UTC").committed
+
+
+def test_a_partition_column_keeps_the_tables_type_when_retention_drops_its_string_values(out):
+    def batch(values: list[str]) -> pa.Table:
+        return pa.table({"id": list(range(len(values))), "k": values})
+
+    log = MetadataLog(out, compact_interval=3)
+    spark_style_batch(log, batch(["x"]), ("k",), old=True)  # makes k a string column
+    spark_style_batch(log, batch(["1", "2"]), ("k",), old=False)
+    sync_delta_log(out)
+    assert pa.schema(deltalake.DeltaTable(out).schema()).field("k").type == pa.string()
+    retaining = MetadataLog(out, compact_interval=3, retention="7d")
+    spark_style_batch(retaining, batch(["3"]), ("k",), old=False)  # compaction: retention drops k=x
+    assert read_committed(out).schema.field("k").type == pa.int32()  # the directories alone now say int
+    result = sync_delta_log(out)
+    assert result.committed and result.removed == 1
+    table = deltalake.DeltaTable(out)
+    assert pa.schema(table.schema()).field("k").type == pa.string()
+    assert delta_files(out) == {f.relative_path for f in committed_files(out)}
+    got = sorted(table.to_pyarrow_table().column("k").to_pylist())
+    assert got == sorted(str(v) for v in read_committed(out).column("k").to_pylist()) == ["1", "2", "3"]
+    assert verify(out).ok
+
+
+def test_every_version_we_commit_carries_the_marker(out):
+    for version in range(3):
+        write_batch(out, _batch(version), app_id="app", version=version, delta_log=True)
+    history = deltalake.DeltaTable(out).history()
+    assert history and all(MARKER in h for h in history)
+    assert not [h for h in history if "parquetSinkCheckedVersion" not in h]
+    assert os.path.isdir(Path(out) / "_delta_log")
