@@ -22,7 +22,8 @@ into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after
 place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
 ``after_commit``, ``compaction``, ``sidecar`` (a compact file committed, its columnar copy not yet
 written), ``cleanup``, ``delta_commit`` (``delta_log=True`` or ``sync_delta_log``: the batch is committed to
-``_spark_metadata``, its Delta commit not yet made).
+``_spark_metadata``, its Delta commit not yet made), ``delta_read`` (``sync_delta_log``, ``verify``: the Delta log
+read, ``_spark_metadata`` not yet).
 """
 
 from __future__ import annotations

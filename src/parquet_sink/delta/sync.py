@@ -723,6 +723,7 @@ def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) ->
         state = read_delta_state(storage)
         if state is None:
             return [], []
+        failpoint("delta_read")
         snap = snapshot(path, storage_options=options)
         foreign = foreign_commits(state)
         problems = [str(_foreign_error(where, foreign))] if foreign else []
