@@ -73,3 +73,87 @@ def run(work_dir: str, batches: int, rows: int, repeats: int) -> DeltaResults:
         results.read["delta-rs"].fmt(), results.read["ours"].fmt(),
     )
     return results
+
+
+@dataclass
+class SyncScaling:
+    """Per-batch Delta sync against the table's size (issue 35 item 7): for each size, the seconds of our
+    per-batch sync (what ``delta_log=True`` runs: ``sync_delta_log(check_files=False)``) and of delta-rs's own
+    one-row append to a copy of the same table (``write_deltalake``, by URI as a new writer would, and to a
+    ``DeltaTable`` kept open), interleaved batch by batch in one process."""
+
+    batches: int
+    sizes: list[int]
+    times: dict[tuple[str, int], Stat] = field(default_factory=dict)  # (who, size) -> seconds per batch
+
+
+def _scaled_output(root: str, files: int) -> str:
+    """An output of ``files`` committed files in 4 partitions (hard links to one tiny Parquet file, logged as
+    batch 0 the way the sink logs them), and its Delta log created by a first sync."""
+    from parquet_sink import MetadataLog
+    from parquet_sink.log.entry import LogEntry
+    import pyarrow.parquet as pq
+
+    out = os.path.join(root, f"scale-{files}")
+    template = os.path.join(root, f"template-{files}.parquet")
+    pq.write_table(_batch(0, 1).drop(["k"]), template)
+    size, now_ms = os.path.getsize(template), int(time.time() * 1000)
+    entries = []
+    for i in range(files):
+        directory = os.path.join(out, f"k=p{i % PARTITIONS}")
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"part-{i:07d}-0f0e0d0c-0b0a-0908-0706-050403020100.c000.snappy.parquet")
+        os.link(template, path)
+        entries.append(LogEntry("file://" + path, size, False, now_ms))
+    assert MetadataLog(out, compact_interval=10).add(0, entries)
+    sync_delta_log(out)
+    return out
+
+
+def _twin(out: str) -> str:
+    """A copy of ``out`` (data hard-linked, ``_delta_log`` copied) that delta-rs appends to: our sync refuses
+    a Delta log another writer committed to, so the two do not share one."""
+    import shutil
+
+    twin = out + "-delta-rs"
+    shutil.copytree(out, twin, copy_function=os.link, ignore=shutil.ignore_patterns("_delta_log"))
+    shutil.copytree(os.path.join(out, "_delta_log"), os.path.join(twin, "_delta_log"))
+    return twin
+
+
+def run_scaling(work_dir: str, sizes: list[int], batches: int) -> SyncScaling:
+    """See :class:`SyncScaling`. Each batch of ours is one file (a one-row table) logged as the next batch
+    (a compaction every 10 batches, as the sink's default), then synced."""
+    from deltalake import DeltaTable, write_deltalake
+    from parquet_sink import MetadataLog
+    from parquet_sink.log.entry import LogEntry
+    import pyarrow.parquet as pq
+
+    results = SyncScaling(batches, list(sizes))
+    for files in sizes:
+        out = _scaled_output(work_dir, files)
+        twin = _twin(out)
+        opened = DeltaTable(twin)
+        log = MetadataLog(out, compact_interval=10)
+        for batch in range(1, batches + 1):
+            path = os.path.join(out, "k=p0", f"part-{files + batch:07d}-1f0e0d0c-0b0a-0908-0706-050403020100.c000.snappy.parquet")
+            pq.write_table(_batch(batch, 1).drop(["k"]), path)
+            assert log.add(batch, [LogEntry("file://" + path, os.path.getsize(path), False, int(time.time() * 1000))])
+            row = _batch(files + batch, 1)
+            runs = {
+                "ours": lambda: sync_delta_log(out, check_files=False),
+                "delta-rs": lambda: write_deltalake(twin, row, mode="append", partition_by=["k"]),
+                "delta-rs open": lambda: write_deltalake(opened, row, mode="append", partition_by=["k"]),
+            }
+            order = list(runs) if batch % 2 else list(runs)[::-1]
+            for who in order:
+                seconds, result = timed(runs[who])
+                if who == "ours" and not (result.committed and result.added == 1):
+                    raise RuntimeError(f"sync of batch {batch} at {files} files: {result}")
+                results.times.setdefault((who, files), Stat()).add(seconds)
+        logger.info(
+            "delta sync at %d files: ours %s, delta-rs append %s, open table %s", files,
+            results.times[("ours", files)].fmt(), results.times[("delta-rs", files)].fmt(),
+            results.times[("delta-rs open", files)].fmt(),
+        )
+    return results

@@ -36,13 +36,14 @@ import logging
 import math
 import posixpath
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,7 +54,7 @@ from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredEr
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..partitioning import parse_partition_path
-from ..read.reader import CommittedFile, Snapshot, dataset_of, snapshot
+from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, snapshot_after
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, delta_type, file_stats
 
@@ -138,6 +139,7 @@ class DeltaState:
     schema: pa.Schema
     table: Any = field(repr=False)
     configuration: dict[str, str] = field(default_factory=dict)
+    foreign: list[dict[str, Any]] = field(default_factory=list)  # commits of other writers found so far
 
 
 def delta_failure(storage: Storage, what: str, exc: Exception) -> DeltaLogError:
@@ -181,6 +183,97 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
         table.version(), table.transaction_version(APP_ID), files, list(metadata.partition_columns),
         pa.schema(table.schema()), table, dict(metadata.configuration),
     )
+
+
+_STATES: dict[tuple[str, str], tuple[DeltaState, tuple[int, int]]] = {}  # per process: the last state read
+_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _cache_key(storage: Storage) -> tuple[str, str]:
+    uri, options = storage.object_store_location()
+    return uri, json.dumps(options or {}, sort_keys=True, default=str)
+
+
+def _sync_lock(storage: Storage) -> threading.Lock:
+    """One lock per Delta log in this process: syncs in threads of one process take turns (the cached state
+    and its delta-rs table are not shared by two at once); processes are serialized by Delta's commits."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(_cache_key(storage), threading.Lock())
+
+
+def _commit_file(storage: Storage, version: int) -> str:
+    return storage.join(DELTA_DIR, f"{version:020d}.json")
+
+
+def _stamp(storage: Storage, version: int) -> tuple[int, int]:
+    """Size and time of the commit file of ``version``: a cached state is only brought forward from a Delta
+    log whose commit file it read is still the same file (not a log deleted and written again)."""
+    info = storage.info(_commit_file(storage, version))
+    return info.size, info.mtime_ms
+
+
+def _apply(state: DeltaState, commit: bytes, version: int) -> None:
+    """Apply the actions of the commit file of ``version`` to ``state``: ``add``/``remove`` to its files,
+    our ``txn``, ``metaData`` (schema, partition columns, properties); a ``commitInfo`` without
+    :data:`MARKER` is another writer's (``state.foreign``)."""
+    import deltalake
+
+    for line in commit.splitlines():
+        if not line.strip():
+            continue
+        ((kind, body),) = json.loads(line).items()
+        if kind == "add":
+            state.files[unquote(body["path"])] = body["size"]
+        elif kind == "remove":
+            state.files.pop(unquote(body["path"]), None)
+        elif kind == "txn" and body.get("appId") == APP_ID:
+            state.log_batch_id = body["version"]
+        elif kind == "metaData":
+            state.partition_columns = list(body.get("partitionColumns") or [])
+            state.configuration = dict(body.get("configuration") or {})
+            state.schema = pa.schema(deltalake.Schema.from_json(body["schemaString"]))
+        elif kind == "commitInfo" and MARKER not in body:
+            state.foreign.insert(0, {**body, "version": version})
+    state.version = version
+
+
+def _forward(storage: Storage, state: DeltaState) -> None:
+    """Bring ``state`` to the Delta log's newest version by reading only the commit files after it: the cost
+    of the new commits, not of the table (delta-rs's own incremental update rebuilds its file list)."""
+    while True:
+        try:
+            commit = storage.read_bytes(_commit_file(storage, state.version + 1))
+        except FileNotFoundError:
+            return
+        _apply(state, commit, state.version + 1)
+
+
+def _remember(storage: Storage, state: DeltaState) -> None:
+    _STATES[_cache_key(storage)] = (state, _stamp(storage, state.version))
+
+
+def current_delta_state(storage: Storage, deltalake: ModuleType) -> DeltaState | None:
+    """The Delta log's state as :func:`read_delta_state` reads it (with ``foreign`` from
+    :func:`foreign_commits`), kept per process and brought forward commit by commit (:func:`_forward`) while
+    the same Delta log is there: a sync after a batch costs that batch, not the table. The first call of a
+    process (or after the log was replaced) reads the table whole."""
+    cached = _STATES.pop(_cache_key(storage), None)
+    state = None
+    if cached is not None:
+        try:
+            if _stamp(storage, cached[0].version) == cached[1]:
+                _forward(storage, cached[0])
+                state = cached[0]
+        except (FileNotFoundError, ValueError, KeyError, OSError, ParquetSinkError) as exc:
+            logger.debug("%s: reading the Delta log whole (%s)", storage.display(storage.root), exc)
+    if state is None:
+        state = read_delta_state(storage, deltalake)
+        if state is not None:
+            state.foreign = foreign_commits(state)
+    if state is not None:
+        _remember(storage, state)
+    return state
 
 
 def foreign_commits(state: DeltaState) -> list[dict[str, Any]]:
@@ -335,7 +428,7 @@ def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: l
     return added
 
 
-def _table_partition_types(state: DeltaState, snap: Snapshot, inferred: pa.Schema, zone: str) -> dict[str, pa.DataType]:
+def _table_partition_types(state: DeltaState, inferred: pa.Schema, zone: str) -> dict[str, pa.DataType]:
     """The partition types to read the committed directories with: the table's for each column whose inferred
     type it holds (:func:`_holds`; a timestamp read in the session zone ``zone``), so a sync never flips the
     table's type back; the inferred one otherwise (then refused by :func:`_check_compatible`)."""
@@ -407,29 +500,71 @@ def _create(
     return table.version()
 
 
+def _quote(relative: str) -> str:
+    """A root-relative path as a Delta action's ``path`` (a URI reference), percent-encoded as delta-rs does."""
+    return quote(relative, safe="/:&+=@,;'!$()")
+
+
+def _commit_lines(
+    state: DeltaState, adds: list[Any], gone: list[str], log_batch_id: int, partition_columns: list[str]
+) -> bytes:
+    """The commit file of one sync: commitInfo (with our marker), the ``add`` and ``remove`` actions and the
+    ``txn``, one JSON object a line, as the Delta protocol's "Delta Log Entries" say."""
+    now_ms = _now_ms()
+    info = {
+        "timestamp": now_ms, "operation": "WRITE",
+        "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_columns)},
+        "engineInfo": "parquet-sink", "isBlindAppend": False, MARKER: str(log_batch_id), CHECKED: str(state.version),
+    }
+    actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    actions += [
+        {"add": {"path": _quote(a.path), "partitionValues": a.partition_values, "size": a.size,
+                 "modificationTime": a.modification_time, "dataChange": True, "stats": a.stats}}
+        for a in adds
+    ]
+    actions += [
+        {"remove": {"path": _quote(r), "deletionTimestamp": now_ms, "dataChange": True, "size": state.files[r]}}
+        for r in gone
+    ]
+    actions.append({"txn": {"appId": APP_ID, "version": log_batch_id, "lastUpdated": now_ms}})
+    return "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode() + b"\n"
+
+
 def _append(
-    deltalake: ModuleType, state: DeltaState, schema: pa.Schema, added_columns: list[pa.Field], actions: list[Any],
-    log_batch_id: int, zone: str,
-) -> int:
-    """Commit ``actions`` (adds and removes) to the existing table, after adding ``added_columns`` (new nullable
-    columns: the schema evolution the writers allow) and recording the session zone if the table has none; the
-    table's version after it."""
-    table = state.table
-    if TIME_ZONE_PROPERTY not in state.configuration:
-        _record_zone(deltalake, table, zone, log_batch_id, state.version)
-    if added_columns:
-        table.alter.add_columns(
-            [deltalake.Field.from_arrow(f) for f in added_columns],
-            commit_properties=_properties(deltalake, log_batch_id, state.version),
-        )
+    deltalake: ModuleType, storage: Storage, state: DeltaState, added_columns: list[pa.Field], adds: list[Any],
+    gone: list[str], log_batch_id: int, zone: str,
+) -> int | None:
+    """Commit ``adds`` and the removal of ``gone`` to the existing table as its next version, after adding
+    ``added_columns`` (new nullable columns: the schema evolution the writers allow) and recording the session
+    zone if the table has none (both through delta-rs, rare); the table's version after it, or None when
+    another commit took that version (read again and retry). The commit file is created only if absent (the
+    Delta protocol's mutual exclusion, as delta-rs commits), and costs the batch, not the table; a checkpoint
+    is written through delta-rs every ``delta.checkpointInterval`` versions, expired commit files cleaned."""
+    if TIME_ZONE_PROPERTY not in state.configuration or added_columns:
+        table = state.table
         table.update_incremental()
-    table.create_write_transaction(
-        actions, mode="append", schema=deltalake.Schema.from_arrow(schema),
-        partition_by=state.partition_columns or None,
-        commit_properties=_properties(deltalake, log_batch_id, state.version),
-    )
-    table.update_incremental()
-    return table.version()
+        if TIME_ZONE_PROPERTY not in state.configuration:
+            _record_zone(deltalake, table, zone, log_batch_id, state.version)
+        if added_columns:
+            table.alter.add_columns(
+                [deltalake.Field.from_arrow(f) for f in added_columns],
+                commit_properties=_properties(deltalake, log_batch_id, state.version),
+            )
+        _forward(storage, state)
+    version = state.version + 1
+    commit = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns)
+    if not storage.put_if_absent(_commit_file(storage, version), commit):
+        return None
+    _apply(state, commit, version)
+    _remember(storage, state)
+    if version % int(state.configuration.get("delta.checkpointInterval") or 100) == 0:
+        try:
+            state.table.update_incremental()
+            state.table.create_checkpoint()
+            state.table.cleanup_metadata()
+        except (deltalake.exceptions.DeltaError, OSError) as exc:  # the commit is made: readers replay JSON
+            logger.warning("%s", delta_failure(storage, f"writing the checkpoint of version {version}", exc))
+    return version
 
 
 def _file_set_problems(
@@ -517,9 +652,6 @@ def sync_delta_log(
         False
     """
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
-    from deltalake.exceptions import CommitFailedError, DeltaError
-    from deltalake.transaction import RemoveAction
-
     if not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
         raise ValueError(f"checkpoint_interval must be an integer >= 1, got {checkpoint_interval!r}")
     retention_s = max(1, math.ceil(parse_duration_ms(log_retention) / 1000))
@@ -530,90 +662,129 @@ def sync_delta_log(
     if recreate:
         logger.warning("%s: deleting %s to write it again from _spark_metadata", where, DELTA_DIR)
         storage.remove_tree(storage.join(DELTA_DIR))
-    ahead = 0
-    for attempt in range(_ATTEMPTS):
-        # the Delta log first, then _spark_metadata: a batch committed in between leaves the Delta log behind
-        state = read_delta_state(storage, deltalake)
-        if state is not None:
-            foreign = foreign_commits(state)
-            if foreign:
-                raise _foreign_error(where, foreign)
-        failpoint("delta_read")
-        snap = snapshot(path, storage_options=options)
-        previous = None if state is None else state.log_batch_id
-        latest = snap.latest_batch_id
-
-        def result(**kw: Any) -> DeltaSyncResult:
-            version = kw.pop("delta_version", None if state is None else state.version)
-            return DeltaSyncResult(where, latest, previous, version, seconds=time.monotonic() - started, **kw)
-
-        if previous is not None and (latest is None or previous > latest):
-            ahead += 1
-            if ahead < _REREADS:
-                logger.info("%s: the Delta log mirrors log batch %d, the log read is at %s: reading again", where, previous, latest)
-                continue
-            raise DeltaLogError(
-                f"{where}: the Delta log mirrors log batch {previous} but {storage.display(storage.join('_spark_metadata'))} "
-                f"holds batches up to {latest} (read {_REREADS} times): the output was reset or its log replaced, and "
-                f"the Delta log may list files it no longer commits. {_recreate_remedy(where)}"
+        _STATES.pop(_cache_key(storage), None)
+    with _sync_lock(storage):
+        for attempt in range(_ATTEMPTS):
+            done = _sync_once(
+                deltalake, path, storage, options, time_zone, check_files, checkpoint_interval, retention_s, started,
+                attempt,
             )
-        zone = _session_zone(state, time_zone, where)
-        if state is not None and check_files:
-            problems, warnings = _file_set_problems(state, storage, options, snap)
-            if problems:
-                raise DeltaLogError(f"{problems[0]} Nothing was committed.")
-            for warning in warnings:
-                logger.warning("%s", warning)
-        if latest is None or (previous is not None and previous >= latest):
-            return result()
-        files = _relative_files(snap)
-        if state is None and not files:
-            logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
-            return result()
-        duplicates = duplicate_files(snap)
-        if duplicates:
-            logger.warning("%s", _duplicates_text(where, duplicates))
-        partition_columns = _partition_columns(snap, files) if files else state.partition_columns
-        dataset = dataset_of(snap, zone) if files else None
-        if dataset is not None and state is not None:
-            forced = _table_partition_types(state, snap, dataset.schema, zone)
-            dataset = dataset_of(snap, zone, partition_types=forced) if forced else dataset
-        schema = delta_schema(dataset.schema) if dataset is not None else state.schema
-        added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
-        known = {} if state is None else state.files
-        new = [r for r in files if r not in known]
-        gone = [r for r in known if r not in files]
-        adds = _add_actions(snap, files, dataset, new, partition_columns, schema) if new else []
-        now_ms = _now_ms()
-        removes = [RemoveAction(r, True, now_ms, known[r]) for r in gone]
-        failpoint("delta_commit")
-        try:
-            if state is None:
-                configuration = {
-                    "delta.checkpointInterval": str(checkpoint_interval),
-                    LOG_RETENTION: f"interval {retention_s} seconds",
-                    DELETED_FILE_RETENTION: f"interval {max(retention_s, _WEEK_MS // 1000)} seconds",
-                }
-                version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration, zone)
-            else:
-                version = _append(deltalake, state, schema, added_columns, adds + removes, latest, zone)
-        except (DeltaError, OSError) as exc:
-            # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
-            if not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
-                raise delta_failure(storage, f"committing log batch {latest}", exc) from exc
-            logger.info("%s: another commit to %s won (attempt %d): re-reading", where, DELTA_DIR, attempt + 1)
-            continue
-        logger.info(
-            "%s: Delta log version %d mirrors log batch %d (was %s): %d files added, %d removed",
-            where, version, latest, previous, len(adds), len(removes),
-        )
-        return result(
-            delta_version=version, added=len(adds), removed=len(removes), committed=True, created=state is None,
-            duplicates=len(duplicates),
-        )
+            if done is not None:
+                return done
     raise DeltaLogError(
         f"{path}: other commits to {DELTA_DIR} won {_ATTEMPTS} times in a row; run `parquet-sink delta-sync {path}` "
         "again when fewer writers sync at once."
+    )
+
+
+def _log_changes(
+    path: str, storage: Storage, options: dict[str, Any], state: DeltaState | None, full: bool
+) -> tuple[Snapshot, Snapshot, list[str], list[tuple[str, list[int | None]]]]:
+    """(the log read, the files to add, the relative paths to remove, files committed twice). Without ``full``
+    and with a Delta log that mirrors a batch, only the delta files of the batches after it are read
+    (:func:`~parquet_sink.read.reader.snapshot_after`); the whole snapshot when one of them is a compaction
+    (retention may have dropped entries: the removals are what Delta lists and the snapshot does not), when a
+    file would be added twice, or when asked."""
+    mirrored = None if state is None else state.log_batch_id
+    if not full and mirrored is not None:
+        since = snapshot_after(path, mirrored, storage_options=options)
+        if since is not None:
+            relative = since.files.table.column("relative_path").to_pylist()
+            if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
+                return since, since, [], []
+    snap = snapshot(path, storage_options=options)
+    if state is None:
+        return snap, snap, [], duplicate_files(snap)
+    table = snap.files.table
+    known = pa.array(list(state.files), pa.string())
+    live = table.column("relative_path").combine_chunks()
+    new = table.filter(pc.invert(pc.is_in(table.column("relative_path"), value_set=known)))
+    gone = known.filter(pc.invert(pc.is_in(known, value_set=live))).to_pylist()
+    return snap, Snapshot(storage, snap.latest_batch_id, CommittedFiles(storage, new)), gone, duplicate_files(snap)
+
+
+def _sync_once(
+    deltalake: ModuleType, path: str, storage: Storage, options: dict[str, Any], time_zone: str | None,
+    check_files: bool, checkpoint_interval: int, retention_s: int, started: float, attempt: int,
+) -> DeltaSyncResult | None:
+    """One attempt of :func:`sync_delta_log`: its result, or None to try again (a lost commit race, or the
+    Delta log found ahead of the log read)."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    where = storage.display(storage.root)
+    # the Delta log first, then _spark_metadata: a batch committed in between leaves the Delta log behind
+    state = current_delta_state(storage, deltalake)
+    if state is not None and state.foreign:
+        raise _foreign_error(where, state.foreign)
+    failpoint("delta_read")
+    snap, fresh, gone, duplicates = _log_changes(path, storage, options, state, check_files)
+    previous = None if state is None else state.log_batch_id
+    latest = snap.latest_batch_id
+
+    def result(**kw: Any) -> DeltaSyncResult:
+        version = kw.pop("delta_version", None if state is None else state.version)
+        return DeltaSyncResult(where, latest, previous, version, seconds=time.monotonic() - started, **kw)
+
+    if previous is not None and (latest is None or previous > latest):
+        if attempt + 1 < _REREADS:
+            logger.info("%s: the Delta log mirrors log batch %d, the log read is at %s: reading again", where, previous, latest)
+            return None
+        raise DeltaLogError(
+            f"{where}: the Delta log mirrors log batch {previous} but {storage.display(storage.join('_spark_metadata'))} "
+            f"holds batches up to {latest} (read {attempt + 1} times): the output was reset or its log replaced, "
+            f"and the Delta log may list files it no longer commits. {_recreate_remedy(where)}"
+        )
+    zone = _session_zone(state, time_zone, where)
+    if state is not None and check_files:
+        problems, warnings = _file_set_problems(state, storage, options, snap)
+        if problems:
+            raise DeltaLogError(f"{problems[0]} Nothing was committed.")
+        for warning in warnings:
+            logger.warning("%s", warning)
+    if latest is None or (previous is not None and previous >= latest):
+        return result()
+    files = _relative_files(fresh)
+    if state is None and not files:
+        logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
+        return result()
+    if duplicates:
+        logger.warning("%s", _duplicates_text(where, duplicates))
+    partition_columns = _partition_columns(fresh, files) if files else state.partition_columns
+    dataset = dataset_of(fresh, zone) if files else None
+    if dataset is not None and state is not None:
+        forced = _table_partition_types(state, dataset.schema, zone)
+        dataset = dataset_of(fresh, zone, partition_types=forced) if forced else dataset
+    schema = delta_schema(dataset.schema) if dataset is not None else state.schema
+    added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
+    if state is not None:  # the table's columns, with the new ones: a batch may lack some
+        schema = pa.schema(list(state.schema) + added_columns)
+    adds = _add_actions(fresh, files, dataset, list(files), partition_columns, schema) if files else []
+    failpoint("delta_commit")
+    try:
+        if state is None:
+            configuration = {
+                "delta.checkpointInterval": str(checkpoint_interval),
+                LOG_RETENTION: f"interval {retention_s} seconds",
+                DELETED_FILE_RETENTION: f"interval {max(retention_s, _WEEK_MS // 1000)} seconds",
+            }
+            version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration, zone)
+        else:
+            version = _append(deltalake, storage, state, added_columns, adds, gone, latest, zone)
+    except (DeltaError, OSError) as exc:
+        # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
+        if not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
+            raise delta_failure(storage, f"committing log batch {latest}", exc) from exc
+        version = None
+    if version is None:
+        logger.info("%s: another commit to %s won (attempt %d): re-reading", where, DELTA_DIR, attempt + 1)
+        return None
+    logger.info(
+        "%s: Delta log version %d mirrors log batch %d (was %s): %d files added, %d removed",
+        where, version, latest, previous, len(adds), len(gone),
+    )
+    return result(
+        delta_version=version, added=len(adds), removed=len(gone), committed=True, created=state is None,
+        duplicates=len(duplicates),
     )
 
 

@@ -37,7 +37,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
-from ..log.files import require_output
+from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
 from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
@@ -266,6 +266,31 @@ def snapshot(
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
         files = CommittedFiles(storage, files.table.filter(present))
     return Snapshot(storage, latest, files)
+
+
+def snapshot_after(path: str, batch: int, *, storage_options: dict[str, Any] | None = None) -> Snapshot | None:
+    """The files the batches after ``batch`` committed, read from those batches' own delta files only (no
+    compact file: the cost of those batches, not of the output), as a :class:`Snapshot` whose
+    ``latest_batch_id`` is the newest batch (no file when ``batch`` is the newest). None when one of those
+    batches is a compaction (retention may have dropped entries: read the whole snapshot) or its log file is
+    gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
+
+    Example: ``[f.relative_path for f in snapshot_after("/data/events", 56).files]`` -> ``['k=a/part-0...parquet']``.
+    """
+    storage = Storage(path, storage_options)
+    log = MetadataLog(path, storage=storage, cleanup=False)
+    listing = log.list_names()
+    latest = max(listing, default=None)
+    names = [listing.get(b) for b in range(batch + 1, (latest if latest is not None else batch) + 1)]
+    if any(name is None or is_compact_path(name) for name in names):
+        return None
+    try:
+        tables = [log.read_table(name, b, listing.sidecars, _LOG_COLUMNS) for b, name in enumerate(names, batch + 1)]
+    except (FileNotFoundError, MissingLogFileError):
+        return None
+    entries = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table().select(_LOG_COLUMNS)
+    entries = data_files(entries, ["path", "size", "modificationTime", BATCH_KEY])
+    return Snapshot(storage, latest, CommittedFiles(storage, _files_table(entries, storage, False)))
 
 
 def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool) -> pa.Table:
