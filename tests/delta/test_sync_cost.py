@@ -1,0 +1,88 @@
+"""A per-batch sync costs the batch, not the table (issue 35, item 7): after the first sync of a process, the
+next one reads only the new batch's log file (no compact file, no older delta), the footers of the new files
+only, and the Delta log's new commit files only (never its whole file list again); a compaction batch reads
+the snapshot once and removes what retention dropped. The figures are in benchmarks (``run_scaling``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import deltalake
+import pyarrow.parquet as pq
+import pytest
+
+from parquet_sink import MetadataLog, committed_files, sync_delta_log, write_batch
+from parquet_sink.delta import sync as sync_module
+from parquet_sink.log.files import LogFiles
+from tests.delta.readers import assert_delta_matches, delta_files, spark_style_batch
+from tests.delta.test_sync import _table
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """What a sync reads: log files (name), whole Delta states, footers (file name)."""
+    seen: dict[str, list[str]] = {"log": [], "delta": [], "footers": []}
+    log_read, delta_read, footer_read = LogFiles.read_table, sync_module.read_delta_state, pq.read_metadata
+
+    def read_table(self, path, *args, **kwargs):
+        seen["log"].append(os.path.basename(path))
+        return log_read(self, path, *args, **kwargs)
+
+    def read_state(*args, **kwargs):
+        seen["delta"].append("whole")
+        return delta_read(*args, **kwargs)
+
+    def read_metadata(where, *args, **kwargs):
+        seen["footers"].append(os.path.basename(str(where)))
+        return footer_read(where, *args, **kwargs)
+
+    monkeypatch.setattr(LogFiles, "read_table", read_table)
+    monkeypatch.setattr(sync_module, "read_delta_state", read_state)
+    monkeypatch.setattr(sync_module.pq, "read_metadata", read_metadata)
+    return seen
+
+
+def test_a_batch_sync_reads_only_that_batch(out, reads):
+    for version in range(11):  # batch 9 is a compaction (interval 10)
+        write_batch(out, _table(version), app_id="app", version=version, partition_by=["cat"])
+    sync_delta_log(out, check_files=False)  # creates the Delta log
+    write_batch(out, _table(11), app_id="app", version=11, partition_by=["cat"])
+    sync_delta_log(out, check_files=False)  # the process's first sync of an existing Delta log reads it whole
+    write_batch(out, _table(12), app_id="app", version=12, partition_by=["cat"])
+    new = {f.relative_path for f in committed_files(out, batches=(12, 12))}
+    for seen in reads.values():
+        seen.clear()
+    result = sync_delta_log(out, check_files=False)
+    assert result.committed and result.added == len(new) == 4
+    assert reads["log"] == ["12"] and not reads["delta"], reads
+    assert len(reads["footers"]) <= 2 * len(new) and set(reads["footers"]) <= {os.path.basename(p) for p in new}
+    assert_delta_matches(out)
+
+
+def test_a_compaction_batch_removes_what_retention_dropped(out, reads):
+    log = MetadataLog(out, compact_interval=3, retention="7d")
+    spark_style_batch(log, _table(0), ("cat",), old=True)
+    sync_delta_log(out, check_files=False)  # creates the Delta log
+    spark_style_batch(log, _table(1), ("cat",), old=False)
+    sync_delta_log(out, check_files=False)  # the process's first sync of an existing Delta log reads it whole
+    dropped = {f.relative_path for f in committed_files(out, batches=(0, 0))}
+    spark_style_batch(log, _table(2), ("cat",), old=False)  # the compaction drops batch 0's entries
+    for seen in reads.values():
+        seen.clear()
+    result = sync_delta_log(out, check_files=False)
+    assert result.removed == len(dropped) > 0 and not dropped & delta_files(out)
+    assert reads["log"] == ["2.compact"] and not reads["delta"], reads
+    assert_delta_matches(out)
+
+
+def test_a_delta_log_written_again_by_another_process_is_read_whole(out, reads):
+    for version in range(2):
+        write_batch(out, _table(version), app_id="app", version=version, delta_log=True)
+    import shutil
+
+    shutil.rmtree(Path(out) / "_delta_log")  # as `delta-sync --recreate` in another process
+    sync_delta_log(out)
+    write_batch(out, _table(2), app_id="app", version=2, delta_log=True)
+    assert deltalake.DeltaTable(out).transaction_version("parquet-sink/_spark_metadata") == 2
+    assert_delta_matches(out)
