@@ -161,3 +161,21 @@ def test_every_version_we_commit_carries_the_marker(out):
     assert history and all(MARKER in h for h in history)
     assert not [h for h in history if "parquetSinkCheckedVersion" not in h]
     assert os.path.isdir(Path(out) / "_delta_log")
+
+
+def test_a_hand_written_commit_without_commit_info_is_refused(out, tmp_path):
+    for version in range(2):  # the second sync keeps the Delta state in this process, the third reads forward
+        write_batch(out, _batch(version), app_id="app", version=version, delta_log=True)
+    table = deltalake.DeltaTable(out)
+    stray = tmp_path / "stray"
+    deltalake.write_deltalake(str(stray), _batch(9, 1))
+    name = next(p.name for p in stray.glob("*.parquet"))
+    os.link(stray / name, Path(out) / name)
+    commit = Path(out) / "_delta_log" / f"{table.version() + 1:020d}.json"
+    commit.write_text('{"add":{"path":"%s","partitionValues":{},"size":%d,"modificationTime":0,"dataChange":true}}\n'
+                      % (name, (stray / name).stat().st_size))
+    write_batch(out, _batch(2), app_id="app", version=2)
+    with pytest.raises(DeltaLogError, match="another Delta writer.*a commit without commitInfo"):
+        sync_delta_log(out, check_files=False)
+    assert name in delta_files(out)
+    assert not verify(out).ok

@@ -215,10 +215,11 @@ def _stamp(storage: Storage, version: int) -> tuple[int, int]:
 
 def _apply(state: DeltaState, commit: bytes, version: int) -> None:
     """Apply the actions of the commit file of ``version`` to ``state``: ``add``/``remove`` to its files,
-    our ``txn``, ``metaData`` (schema, partition columns, properties); a ``commitInfo`` without
-    :data:`MARKER` is another writer's (``state.foreign``)."""
+    our ``txn``, ``metaData`` (schema, partition columns, properties); a commit whose ``commitInfo`` lacks
+    :data:`MARKER` (or that has none) is another writer's (``state.foreign``)."""
     import deltalake
 
+    info: dict[str, Any] = {"operation": "a commit without commitInfo"}
     for line in commit.splitlines():
         if not line.strip():
             continue
@@ -233,8 +234,10 @@ def _apply(state: DeltaState, commit: bytes, version: int) -> None:
             state.partition_columns = list(body.get("partitionColumns") or [])
             state.configuration = dict(body.get("configuration") or {})
             state.schema = pa.schema(deltalake.Schema.from_json(body["schemaString"]))
-        elif kind == "commitInfo" and MARKER not in body:
-            state.foreign.insert(0, {**body, "version": version})
+        elif kind == "commitInfo":
+            info = body
+    if MARKER not in info:
+        state.foreign.insert(0, {**info, "version": version})
     state.version = version
 
 
