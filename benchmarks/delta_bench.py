@@ -7,7 +7,10 @@
 * Reading the output back whole: ``DeltaTable(out).to_pyarrow_table()`` (delta-rs, from ``_delta_log``) against
   ``read_committed(out)`` (from ``_spark_metadata``), interleaved repeats.
 
-No Spark: the output is built with ``write_batch``.
+* Per-batch sync against the table's size (:func:`run_scaling`): at 1,000 / 10,000 / 100,000 committed files,
+  our per-batch sync against delta-rs's own one-row append to a copy of the same table, in one process.
+
+No Spark: the output is built with ``write_batch`` (the scaling outputs with hard links logged as one batch).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .common import Stat, percentile, timed
 logger = logging.getLogger("benchmarks.delta")
 
 PARTITIONS = 4
+SCALING_BATCHES = 20  # batches synced per table size in run_scaling (two compactions, two checkpoints)
 
 
 @dataclass
@@ -95,11 +99,13 @@ def _scaled_output(root: str, files: int) -> str:
     import pyarrow.parquet as pq
 
     out = os.path.join(root, f"scale-{files}")
-    template = os.path.join(root, f"template-{files}.parquet")
-    pq.write_table(_batch(0, 1).drop(["k"]), template)
-    size, now_ms = os.path.getsize(template), int(time.time() * 1000)
+    templates = [os.path.join(root, f"template-{files}-{n}.parquet") for n in range(files // 30_000 + 1)]
+    for template in templates:  # a file takes at most 65,000 hard links (the twin doubles them)
+        pq.write_table(_batch(0, 1).drop(["k"]), template)
+    size, now_ms = os.path.getsize(templates[0]), int(time.time() * 1000)
     entries = []
     for i in range(files):
+        template = templates[i // 30_000]
         directory = os.path.join(out, f"k=p{i % PARTITIONS}")
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"part-{i:07d}-0f0e0d0c-0b0a-0908-0706-050403020100.c000.snappy.parquet")

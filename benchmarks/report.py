@@ -211,6 +211,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
         _read_section(w, read)
     if ctx.get("delta"):
         _delta_section(w, ctx["delta"])
+    if ctx.get("delta_scaling"):
+        _delta_scaling_section(w, ctx["delta_scaling"])
     w("## Where we are behind, and why / what would close it\n")
     for para in analysis(ctx):
         w(para + "\n")
@@ -552,6 +554,30 @@ def _delta_section(w, delta) -> None:
     ours, theirs = delta.read["ours"], delta.read["delta-rs"]
     w(f"Reading the {delta.rows:,} rows back whole: delta-rs `DeltaTable(out).to_pyarrow_table()` "
       f"{theirs.fmt()}, `read_committed(out)` {ours.fmt()} (ours vs delta-rs {_x(ratio_stat(ours, theirs, False))}).\n")
+
+
+def _delta_scaling_section(w, scaling) -> None:
+    from statistics import mean
+
+    w("### Per-batch Delta sync against the table's size (issue 35 item 7)\n")
+    w(
+        f"An output of N committed files (4 partitions), its Delta log created by a first sync; then {scaling.batches} "
+        "batches of one file each, every one synced as `delta_log=True` does (`sync_delta_log(check_files=False)`; a "
+        "compaction every 10 log batches, a Delta checkpoint every 10 versions), interleaved batch by batch with "
+        "delta-rs's own one-row `write_deltalake(mode=\"append\")` to a copy of the same table (by URI, as a new "
+        "writer; and to a `DeltaTable` kept open). Median (min-max) per batch, and the mean (with the compaction and "
+        "checkpoint batches).\n"
+    )
+    w("| files | ours | delta-rs append (URI) | delta-rs append (open table) | ours mean | delta-rs mean | ours vs delta-rs (URI) |")
+    w("|---|---|---|---|---|---|---|")
+    for files in scaling.sizes:
+        ours, uri, opened = (scaling.times[(who, files)] for who in ("ours", "delta-rs", "delta-rs open"))
+        w(f"| {files:,} | {ours.fmt(unit='ms', scale=1000)} | {uri.fmt(unit='ms', scale=1000)} | "
+          f"{opened.fmt(unit='ms', scale=1000)} | {mean(ours.values) * 1000:.1f} ms | {mean(uri.values) * 1000:.1f} ms | "
+          f"{_x(ratio_stat(ours, uri, False))} |")
+    first, last = scaling.sizes[0], scaling.sizes[-1]
+    growth = scaling.times[("ours", last)].median / scaling.times[("ours", first)].median
+    w(f"\nOurs from {first:,} to {last:,} files: {growth:.2f}x the median (goal <= 1.5x).\n")
 
 
 def analysis(ctx: dict[str, Any]) -> list[str]:

@@ -62,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stream-batches", type=int, help="appended batches of the stream section (default 30, quick 10)")
     p.add_argument("--delta-batches", type=int, help="write_batch appends synced to Delta (default 200, quick 20)")
     p.add_argument("--delta-rows", type=int, help="rows per Delta-synced batch (default 10,000, quick 1,000)")
+    p.add_argument(
+        "--delta-sizes",
+        help="table sizes (files) of the per-batch Delta sync vs delta-rs append (default 1000,10000,100000, quick 1000,10000)",
+    )
     p.add_argument("--tmpdir", help="where sink input/output go (default: the system temp dir, on disk)")
     p.add_argument(
         "--meta-tmpdir",
@@ -78,10 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
-                    "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000}
+                    "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000,
+                    "delta_sizes": "1000,10000"}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
-                    "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000}
+                    "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000,
+                    "delta_sizes": "1000,10000,100000"}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -166,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         if "delta" in args.sections:
             os.sync()
             ctx["delta"] = delta_bench.run(work, args.delta_batches, args.delta_rows, args.repeats)
+            sizes = [int(x) for x in args.delta_sizes.split(",")]
+            ctx["delta_scaling"] = delta_bench.run_scaling(work, sizes, delta_bench.SCALING_BATCHES)
     finally:
         if spark is not None:
             spark.stop()

@@ -184,8 +184,8 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         )
     if plan.delta_kept:
         lines.append(
-            f"kept {len(plan.delta_kept)} file(s) the Delta log (_delta_log) references in a version within "
-            f"{args.older_than}"
+            f"kept {len(plan.delta_kept)} file(s) a Delta version within the Delta log's retention (and "
+            f"{args.older_than}) may read (time travel)"
         )
     if plan.in_flight:
         lines.append(

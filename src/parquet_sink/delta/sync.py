@@ -1,17 +1,20 @@
 """``sync_delta_log``: keep a Delta Lake transaction log (``_delta_log/``) listing exactly the files
 ``_spark_metadata`` commits, so every Delta reader (delta-rs, polars, duckdb, Trino, Spark's Delta connector)
 reads exactly-once data without a copy. The counterpart of delta-rs's ``write_deltalake`` and of Delta's
-``OptimisticTransaction``, for files already written and committed by a streaming file sink: the protocol is
-delta-rs's (the ``deltalake`` package: table creation with add actions, commits with app transactions,
-checkpoints and log cleanup as post-commit hooks); this module only decides what to commit.
+``OptimisticTransaction``, for files already written and committed by a streaming file sink. delta-rs (the
+``deltalake`` package) creates the table, changes its schema and properties and writes checkpoints; the commit
+of each sync is a commit file this module writes itself (the protocol's "Delta Log Entries", created only if
+absent, as delta-rs commits), because delta-rs's own commit path rebuilds the table's whole file list.
 
-One sync is one Delta commit that catches up every log batch not mirrored yet: ``add`` actions for files the
-latest snapshot of ``_spark_metadata`` has and Delta has not (partition values, size, time and statistics
-from the footer, :mod:`.actions`), ``remove`` actions for files Delta lists and the snapshot dropped
-(retention at compaction), and a ``txn`` action ``(APP_ID, latest log batch id)``: a sync that finds the
-Delta log's ``txn`` at the latest log batch does nothing, so a replay never commits twice. The Delta log never
-lists a file the log does not commit; it can only be behind (a crash between the two commits), and the next
-sync catches up. Concurrent syncs are serialized by Delta's own commit protocol (the loser re-reads).
+One sync is one Delta commit that catches up every log batch not mirrored yet: ``add`` actions for the files
+the batches after the mirrored one committed (partition values, size, time and statistics from the footer,
+:mod:`.actions`), ``remove`` actions for files Delta lists and a compaction's snapshot dropped (retention), and
+a ``txn`` action ``(APP_ID, latest log batch id)``: a sync that finds the Delta log's ``txn`` at the latest log
+batch does nothing, so a replay never commits twice. The Delta log never lists a file the log does not commit;
+it can only be behind (a crash between the two commits), and the next sync catches up. Concurrent syncs are
+serialized by Delta's commit protocol (the loser re-reads). Cost per batch: the batch's delta file, its files'
+footers and the new commit files (the Delta state is kept per process and read forward); the whole snapshot only
+at a compaction batch, the whole Delta log only at a process's first sync and at checkpoints.
 
 The Delta log is a read-only view for Delta tools: every version this module commits carries the commitInfo
 marker ``parquetSinkLogBatchId`` (and ``parquetSinkCheckedVersion``, the version up to which every commit was

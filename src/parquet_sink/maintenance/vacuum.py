@@ -58,7 +58,7 @@ class VacuumPlan:
     dead_leases: list[Lease]
     dead_staging: list[str]
     before_log: list[FileInfo] = field(default_factory=list)
-    delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within older_than references them
+    delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within retention may read them
     orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
 
 
@@ -74,7 +74,9 @@ def find_orphans(
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
     the output was created over (``ParquetSink(allow_existing_files=True)``). With a Delta log, a file that a
-    Delta version within ``older_than_ms`` references (the latest, or removed since) is kept (``delta_kept``).
+    Delta version within the table's retention or ``older_than_ms`` may read (the latest version's, or removed by a
+    commit still in the Delta log or more recently than that retention, or by a tombstone stamped in the future) is
+    kept (``delta_kept``, :func:`parquet_sink.delta.referenced_files`).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
     (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
