@@ -17,8 +17,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink import failpoints
+from parquet_sink.delta import DeltaLogError
 from parquet_sink.errors import NotAnOutputError
-from tests.delta.readers import assert_delta_matches, spark_style_batch
+from tests.delta.readers import assert_delta_matches, delta_files, spark_style_batch
 
 VALUES = st.sampled_from(["a", "b c", "x:y", "p/q", None])
 INTERVAL = 2
@@ -76,6 +77,24 @@ class DeltaModel(RuleBasedStateMachine):
         self.started = True
         if sync:
             self.sync()
+
+    @precondition(lambda self: deltalake.DeltaTable.is_deltatable(self.out))
+    @rule(how=st.sampled_from(["append", "overwrite", "optimize"]), keys=st.lists(VALUES, min_size=1, max_size=2))
+    def foreign_commit(self, how: str, keys: list[str | None]) -> None:
+        """Another Delta writer commits to the Delta log: the next sync refuses and leaves it as it is, the
+        writers' hook too; ``recreate`` writes it again from the log."""
+        if how == "optimize":
+            deltalake.DeltaTable(self.out).optimize.compact()
+        else:
+            deltalake.write_deltalake(self.out, self._table(keys), mode=how, partition_by=["k"])
+        if not deltalake.DeltaTable(self.out).history(limit=1)[0].get("operation", "").startswith(("WRITE", "OPTIMIZE")):
+            return  # nothing to compact: no commit
+        theirs = delta_files(self.out)
+        with pytest.raises(DeltaLogError, match="another Delta writer"):
+            sync_delta_log(self.out)
+        assert delta_files(self.out) == theirs
+        sync_delta_log(self.out, recreate=True)
+        self.check()
 
     @rule()
     def sync(self) -> None:
