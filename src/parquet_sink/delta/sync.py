@@ -442,7 +442,8 @@ def _table_partition_types(state: DeltaState, inferred: pa.Schema, zone: str) ->
     for column in state.partition_columns:
         if column in inferred.names and column in state.schema.names:
             table_type = state.schema.field(column).type
-            if not table_type.equals(delta_type(inferred.field(column).type)) and _holds(table_type, inferred.field(column).type):
+            found = inferred.field(column).type
+            if not table_type.equals(delta_type(found)) and _holds(table_type, found):
                 forced[column] = pa.timestamp("us", zone) if pa.types.is_timestamp(table_type) else table_type
     return forced
 
@@ -733,7 +734,8 @@ def _sync_once(
 
     if previous is not None and (latest is None or previous > latest):
         if attempt + 1 < _REREADS:
-            logger.info("%s: the Delta log mirrors log batch %d, the log read is at %s: reading again", where, previous, latest)
+            logger.info("%s: the Delta log mirrors log batch %d, the log read is at %s: reading again",
+                        where, previous, latest)
             return None
         raise DeltaLogError(
             f"{where}: the Delta log mirrors log batch {previous} but {storage.display(storage.join('_spark_metadata'))} "
@@ -905,10 +907,11 @@ def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) ->
         foreign = foreign_commits(state)
         problems = [str(_foreign_error(where, foreign))] if foreign else []
         warnings: list[str] = []
-        if state.log_batch_id is not None and (snap.latest_batch_id is None or state.log_batch_id > snap.latest_batch_id):
+        mirrored, latest = state.log_batch_id, snap.latest_batch_id
+        if mirrored is not None and (latest is None or mirrored > latest):
             problems.append(
-                f"{where}/{DELTA_DIR} mirrors log batch {state.log_batch_id} but the log holds batches up to "
-                f"{snap.latest_batch_id}: the output was reset or its log replaced. {_recreate_remedy(where)}"
+                f"{where}/{DELTA_DIR} mirrors log batch {mirrored} but the log holds batches up to {latest}: the "
+                f"output was reset or its log replaced. {_recreate_remedy(where)}"
             )
         else:
             found, warnings = _file_set_problems(state, storage, options, snap)
@@ -918,10 +921,10 @@ def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) ->
             problems.append(_duplicates_text(where, duplicates))
         if not problems:
             break
-    if state.log_batch_id is not None and snap.latest_batch_id is not None and state.log_batch_id < snap.latest_batch_id:
+    if mirrored is not None and latest is not None and mirrored < latest:
         warnings.append(
-            f"{where}/{DELTA_DIR} is behind: it mirrors log batch {state.log_batch_id}, the log is at "
-            f"{snap.latest_batch_id}; Delta readers miss the later batches' files until `parquet-sink delta-sync "
+            f"{where}/{DELTA_DIR} is behind: it mirrors log batch {mirrored}, the log is at "
+            f"{latest}; Delta readers miss the later batches' files until `parquet-sink delta-sync "
             f"{where}` or the next batch written with delta_log=True."
         )
     return problems, warnings
