@@ -1,5 +1,5 @@
 """The Delta log is ours to write, and it defends itself (issue 35, item 3): a commit of another Delta writer
-(``write_deltalake`` append and overwrite, delta-rs's OPTIMIZE, a table another tool created) is refused with a
+(``write_deltalake`` append and overwrite, delta-rs's OPTIMIZE and VACUUM, a table another tool created) is refused with a
 typed error naming ``--recreate``, never undone by the next sync, and the remedy works end to end; ``delta-sync``
 and ``verify`` compare file sets (a replaced Delta log whose batch ids match is found); a file committed twice is
 reported; the session time zone is recorded and another one refused; a partition column keeps the table's type
@@ -179,3 +179,19 @@ def test_a_hand_written_commit_without_commit_info_is_refused(out, tmp_path):
         sync_delta_log(out, check_files=False)
     assert name in delta_files(out)
     assert not verify(out).ok
+
+
+def test_a_delta_side_vacuum_is_refused(out):
+    log = MetadataLog(out, compact_interval=2, retention="7d")
+    spark_style_batch(log, _batch(0), (), old=True)
+    sync_delta_log(out)
+    spark_style_batch(log, _batch(1), (), old=False)  # a compaction: retention drops batch 0's file
+    assert sync_delta_log(out).removed == 1
+    deleted = deltalake.DeltaTable(out).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert len(deleted) == 1  # delta-rs deleted the tombstoned file and committed VACUUM START / END
+    spark_style_batch(log, _batch(2), (), old=False)
+    with pytest.raises(DeltaLogError, match=r"another Delta writer, first version \d+ \(VACUUM START"):
+        sync_delta_log(out)
+    assert any("VACUUM" in p for p in verify(out).problems)
+    sync_delta_log(out, recreate=True)
+    assert verify(out).ok and _ids(assert_delta_matches(out)) == [100, 101, 102, 200, 201, 202]
