@@ -1,9 +1,9 @@
 """The Delta log is ours to write, and it defends itself (issue 35, item 3): a commit of another Delta writer
-(``write_deltalake`` append and overwrite, delta-rs's OPTIMIZE and VACUUM, a table another tool created) is refused with a
-typed error naming ``--recreate``, never undone by the next sync, and the remedy works end to end; ``delta-sync``
-and ``verify`` compare file sets (a replaced Delta log whose batch ids match is found); a file committed twice is
-reported; the session time zone is recorded and another one refused; a partition column keeps the table's type
-when retention drops the values that made it a string."""
+(``write_deltalake`` append and overwrite, delta-rs's OPTIMIZE and VACUUM, a table another tool created, a
+hand-written commit) is refused with a typed error naming ``--recreate``, never undone by the next sync, and the
+remedy works end to end; ``delta-sync`` and ``verify`` compare file sets (a replaced Delta log whose batch ids
+match is found); a file committed twice is reported; the session time zone is recorded and another one refused;
+a partition column keeps the table's type when retention drops the values that made it a string."""
 
 from __future__ import annotations
 
