@@ -195,3 +195,14 @@ def test_a_delta_side_vacuum_is_refused(out):
     assert any("VACUUM" in p for p in verify(out).problems)
     sync_delta_log(out, recreate=True)
     assert verify(out).ok and _ids(assert_delta_matches(out)) == [100, 101, 102, 200, 201, 202]
+
+
+def test_recreate_never_deletes_a_plain_delta_table(tmp_path):
+    from parquet_sink.errors import NotAnOutputError
+
+    table = str(tmp_path / "plain")
+    deltalake.write_deltalake(table, _batch(0))
+    with pytest.raises(NotAnOutputError, match="no _spark_metadata"):
+        sync_delta_log(table, recreate=True)
+    assert cli_main(["delta-sync", "--recreate", table]) == 1
+    assert _ids(deltalake.DeltaTable(table).to_pyarrow_table()) == [0, 1, 2]

@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredError
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
+from ..log.files import require_output
 from ..partitioning import parse_partition_path
 from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, snapshot_after
 from ..storage.filesystem import Storage
@@ -645,7 +646,8 @@ def sync_delta_log(
     keep every tombstone a Delta version within the log's retention still needs.
 
     ``recreate``: delete ``_delta_log`` first and write it again from the log (the remedy of a Delta log another
-    writer committed to or that diverged). ``check_files``: compare the Delta log's files with the log's as of the
+    writer committed to or that diverged); refused (NotAnOutputError) where there is no ``_spark_metadata``, so a
+    plain Delta table is never deleted. ``check_files``: compare the Delta log's files with the log's as of the
     batch it mirrors before committing (costs a read of that snapshot; the writers' per-batch hook skips it).
 
     Raises DeltaDependencyError (deltalake not installed), NotAnOutputError (no ``_spark_metadata``),
@@ -667,6 +669,7 @@ def sync_delta_log(
     storage = Storage(path, options)
     where = storage.display(storage.root)
     if recreate:
+        require_output(storage)  # never delete the Delta log of a table that is not a sink's output
         logger.warning("%s: deleting %s to write it again from _spark_metadata", where, DELTA_DIR)
         storage.remove_tree(storage.join(DELTA_DIR))
         _STATES.pop(_cache_key(storage), None)
