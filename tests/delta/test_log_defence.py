@@ -206,3 +206,17 @@ def test_recreate_never_deletes_a_plain_delta_table(tmp_path):
         sync_delta_log(table, recreate=True)
     assert cli_main(["delta-sync", "--recreate", table]) == 1
     assert _ids(deltalake.DeltaTable(table).to_pyarrow_table()) == [0, 1, 2]
+
+
+def test_a_partition_value_the_tables_type_cannot_hold_is_refused_and_recreate_mends_it(out):
+    def batch(version: int, key: str) -> pa.Table:
+        return pa.table({"id": [version], "k": [key]})
+
+    write_batch(out, batch(0, "1"), app_id="app", version=0, partition_by=["k"], delta_log=True)
+    assert pa.schema(deltalake.DeltaTable(out).schema()).field("k").type == pa.int32()
+    write_batch(out, batch(1, "x"), app_id="app", version=1, partition_by=["k"])
+    with pytest.raises(DeltaLogError, match="column 'k' is int32 in the Delta log but string.*--recreate"):
+        sync_delta_log(out)
+    sync_delta_log(out, recreate=True)
+    assert pa.schema(deltalake.DeltaTable(out).schema()).field("k").type == pa.string()
+    assert verify(out).ok and _ids(assert_delta_matches(out)) == [0, 1]

@@ -204,8 +204,11 @@ def test_delta_log_ahead_of_the_log_is_refused(out, tmp_path):
     other = str(tmp_path / "other")
     write_batch(other, _table(5), app_id="app", version=0)
     os.rename(Path(out) / "_delta_log", Path(other) / "_delta_log")
-    with pytest.raises(DeltaLogError, match="mirrors log batch 1.*delta-sync"):
+    with pytest.raises(DeltaLogError, match="mirrors log batch 1.*read 3 times.*delta-sync --recreate"):
         sync_delta_log(other)
+    assert any("reset" in p for p in verify(other).problems)
+    assert cli_main(["delta-sync", "--recreate", other]) == 0  # the remedy named
+    assert verify(other).ok and sorted(assert_delta_matches(other).column("id").to_pylist()) == list(range(500, 506))
 
 
 def test_an_output_written_before_syncs_once(out):
