@@ -4,7 +4,11 @@ dataset) returns exactly ``read_committed``'s rows with the same types, in its o
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import json
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -12,6 +16,7 @@ import deltalake
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from parquet_sink import MetadataLog, committed_files, read_committed
 from parquet_sink.delta.actions import delta_schema
@@ -88,3 +93,108 @@ def assert_delta_matches(out: str, time_zone: str = "UTC", **options: Any) -> pa
     assert sorted(on_delta.fetchall(), key=_key) == sorted(on_committed.fetchall(), key=_key)
     assert duck.execute("select count(*) from delta_dataset").fetchall()[0][0] == expected.num_rows
     return expected
+
+
+def _leaf_values(array: pa.Array, typ: pa.DataType, path: tuple[str, ...], out: dict) -> None:
+    """The non-null values of every leaf reached through structs (parent nulls applied), by tuple path."""
+    if pa.types.is_struct(typ):
+        for field, child in zip(typ, array.flatten()):
+            _leaf_values(child, field.type, path + (field.name,), out)
+        return
+    if pa.types.is_dictionary(typ):
+        array = array.dictionary_decode()
+    values = [v for v in array.to_pylist() if v is not None and v == v]  # NaN satisfies no bound
+    out[path] = values
+
+
+def _typed(value: Any, typ: pa.DataType) -> Any:
+    """A bound from a stats JSON (parsed with Decimal floats) as a value comparable with the data's."""
+    if pa.types.is_timestamp(typ):
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if pa.types.is_date(typ):
+        return datetime.date.fromisoformat(value)
+    if pa.types.is_decimal(typ):
+        return decimal.Decimal(value)
+    if pa.types.is_floating(typ):
+        return float(value)
+    return value
+
+
+def _data_value(value: Any, typ: pa.DataType) -> Any:
+    if pa.types.is_timestamp(typ) and value.tzinfo is None:
+        return value.replace(tzinfo=datetime.UTC)
+    return value
+
+
+def _bound_at(stats: dict, key: str, path: tuple[str, ...]) -> Any:
+    node = stats.get(key, {})
+    for name in path:
+        if not isinstance(node, dict) or name not in node:
+            return None
+        node = node[name]
+    return node
+
+
+def check_add_stats(root: str, add: dict, data_columns: pa.Schema, theirs: dict | None = None) -> None:
+    """The ``stats`` of the add action ``add`` hold true bounds of the file's data (every non-NaN, non-null
+    value within them; null counts exact); with ``theirs`` (delta-rs's stats of the same file), every bound
+    delta-rs writes that is true is ours too, except a string max past 32 characters (left out)."""
+    stats = json.loads(add["stats"], parse_float=decimal.Decimal)
+    table = pq.ParquetFile(f"{root}/{unquote(add['path'])}").read()
+    assert stats["numRecords"] == table.num_rows
+    leaves: dict = {}
+    for field in data_columns:
+        if field.name in table.column_names:
+            _leaf_values(table.column(field.name).combine_chunks(), table.schema.field(field.name).type, (field.name,), leaves)
+    types = {}
+    for field in data_columns:
+        stack = [((field.name,), field.type)]
+        while stack:
+            path, typ = stack.pop()
+            if pa.types.is_struct(typ):
+                stack += [(path + (f.name,), f.type) for f in typ]
+            else:
+                types[path] = typ
+    for path, values in leaves.items():
+        typ = types[path]
+        nulls = _bound_at(stats, "nullCount", path)
+        if nulls is not None:
+            assert nulls == table.num_rows - len(values) - _nans(table, path), (path, nulls)
+        values = [_data_value(v, typ) for v in values]
+        for key, pick, ok in (("minValues", min, lambda b, v: b <= v), ("maxValues", max, lambda b, v: b >= v)):
+            ours = _bound_at(stats, key, path)
+            if ours is not None and values:
+                assert ok(_typed(ours, typ), pick(values)), (path, key, ours, pick(values))
+            if theirs is None or not values:
+                continue
+            their = _bound_at(theirs, key, path)
+            if their is None or isinstance(their, dict):
+                continue
+            try:
+                their_true = ok(_typed(their, typ), pick(values))
+            except (TypeError, ValueError):
+                their_true = False
+            long_max = key == "maxValues" and isinstance(pick(values), str) and len(pick(values)) > 32
+            if their_true and not long_max:
+                assert ours is not None, (path, key, their)
+
+
+def _nans(table: pa.Table, path: tuple[str, ...]) -> int:
+    """The NaN values of a float leaf (counted as values by Parquet, left out of the bounds' check)."""
+    array = table.column(path[0]).combine_chunks()
+    for name in path[1:]:
+        array = array.flatten()[array.type.get_field_index(name)]
+    if not pa.types.is_floating(array.type):
+        return 0
+    return sum(1 for v in array.to_pylist() if v is not None and v != v)
+
+
+def add_actions(root: str) -> dict[str, dict]:
+    """Every add action of the Delta log's JSON commits, by decoded path (the latest one per path)."""
+    adds = {}
+    for log in sorted(Path(root, "_delta_log").glob("*.json")):
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds[unquote(action["add"]["path"])] = action["add"]
+    return adds

@@ -1,5 +1,6 @@
 """Partition values, statistics and types of our add actions against what delta-rs's own write_deltalake
-writes for the same data and partition columns."""
+writes for the same data and partition columns, and against the data itself (every bound true, every
+partition value read back as committed) at the edges of each type."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ import datetime as _dt
 import decimal
 import json
 from pathlib import Path
+from typing import Any
 
 import deltalake
+import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
 
-from parquet_sink import sync_delta_log, write_batch
+from parquet_sink import read_committed, sync_delta_log, write_batch
 from parquet_sink.delta.actions import STRING_PREFIX, delta_partition_value
+from tests.delta.readers import add_actions, assert_delta_matches, check_add_stats
 
 
 def _data() -> pa.Table:
@@ -60,20 +66,23 @@ def test_partition_values_stats_and_types_match_write_deltalake(tmp_path):
     ours_adds, their_adds = _adds(ours), _adds(theirs)
     assert set(ours_adds) == set(their_adds)
     assert ("pk", None) in next(k for k in ours_adds if ("pn", None) in k)  # nulls as None
+    data_columns = pa.schema([f for f in data.schema if f.name not in partition_by])
     for key, their in their_adds.items():
         mine = ours_adds[key]
         assert mine["partitionValues"] == their["partitionValues"]
         ours_stats, their_stats = json.loads(mine["stats"]), json.loads(their["stats"])
         assert ours_stats["numRecords"] == their_stats["numRecords"] == 1
         assert ours_stats["nullCount"] == their_stats["nullCount"]
-        for bound in ("minValues", "maxValues"):
-            # delta-rs keeps whole long strings; we keep a 32-character prefix as min and no max (Delta on
-            # Spark's rule: a cut max would be no upper bound)
-            theirs_cut = {k: v for k, v in their_stats[bound].items() if k != "long"}
-            assert {k: v for k, v in ours_stats[bound].items() if k != "long"} == theirs_cut
+        # every bound of ours is true, and every true one of delta-rs's is ours too (a string max past 32
+        # characters left out: a cut max is no upper bound; a timestamp max rounded up to the millisecond)
+        check_add_stats(str(ours), mine, data_columns, json.loads(their["stats"], parse_float=decimal.Decimal))
+        assert set(ours_stats["minValues"]) == set(their_stats["minValues"])
+        assert set(ours_stats["maxValues"]) == set(their_stats["maxValues"]) - ({"long"} if their_stats["maxValues"].get("long") else set())
         if their_stats["minValues"].get("long"):
             assert ours_stats["minValues"]["long"] == their_stats["minValues"]["long"][:STRING_PREFIX]
-            assert "long" not in ours_stats["maxValues"]
+        if their_stats["maxValues"].get("at"):  # delta-rs truncates the max down, we round it up
+            their_at, our_at = (_dt.datetime.fromisoformat(s["maxValues"]["at"]) for s in (their_stats, ours_stats))
+            assert _dt.timedelta(0) <= our_at - their_at <= _dt.timedelta(milliseconds=1)
     assert deltalake.DeltaTable(str(ours)).schema() == deltalake.DeltaTable(str(theirs)).schema()
     mine = deltalake.DeltaTable(str(ours)).to_pyarrow_table().sort_by("id")
     assert mine.equals(deltalake.DeltaTable(str(theirs)).to_pyarrow_table().sort_by("id").select(mine.column_names))
@@ -88,3 +97,76 @@ def test_delta_partition_value_rules():
     assert delta_partition_value(-0.0, pa.float64()) == "-0.0"
     assert delta_partition_value(decimal.Decimal(10**20), pa.decimal128(21, 0)) == "100000000000000000000"
     assert delta_partition_value(None, pa.string()) is None
+
+
+def _filtered(root: str, column: str, op: str, value: Any, typ: pa.DataType) -> list[int]:
+    """The ids delta-rs's dataset and table (with filters) read where ``column op value``."""
+    scalar = pa.scalar(value, typ)
+    expression = {"==": ds.field(column) == scalar, "<=": ds.field(column) <= scalar, ">=": ds.field(column) >= scalar}[op]
+    table = deltalake.DeltaTable(root)
+    found = [sorted(table.to_pyarrow_dataset().to_table(filter=expression).column("id").to_pylist())]
+    found.append(sorted(table.to_pyarrow_table(filters=[(column, "=" if op == "==" else op, value)]).column("id").to_pylist()))
+    assert found[0] == found[1], (column, op, found)
+    return found[0]
+
+
+EDGES = pa.table(
+    {
+        "id": pa.array([0, 1], pa.int64()),
+        "d18": pa.array([decimal.Decimal("1234567890123456.78"), decimal.Decimal("-0.01")], pa.decimal128(18, 2)),
+        "d38": pa.array([decimal.Decimal("0." + "1" * 38), decimal.Decimal("-0." + "9" * 38)], pa.decimal128(38, 38)),
+        "d380": pa.array([decimal.Decimal("9" * 38), decimal.Decimal(2**63 + 1)], pa.decimal128(38, 0)),
+        "ts": pa.array([_dt.datetime(999, 1, 1, 0, 0, 0, 999999), _dt.datetime(2024, 1, 1, 0, 0, 0, 1)],
+                       pa.timestamp("us", "UTC")),
+        "day": pa.array([_dt.date(1, 1, 1), _dt.date(999, 12, 31)]),
+        "x.y": pa.array([100, 200], pa.int64()),
+        "x": pa.array([{"y": 1}, {"y": 2}], pa.struct([("y", pa.int64())])),
+        "f": pa.array([-0.0, float("nan")]),
+        "s": ["\U0001f600" * 40, "\ufffd" + "a" * 40],
+    }
+)
+
+
+def test_bounds_at_their_edges_stay_bounds_in_every_reader(tmp_path):
+    """Decimals not exact as doubles, years below 1000, sub-millisecond maxima, a column ``x.y`` beside struct
+    ``x`` with field ``y``: one file per row, every value found by an equality and both range filters."""
+    root = str(tmp_path / "out")
+    for row in range(EDGES.num_rows):
+        write_batch(root, EDGES.slice(row, 1), app_id="a", version=row)
+    sync_delta_log(root)
+    data_columns = pa.schema([f for f in EDGES.schema if f.name != "id"])
+    for add in add_actions(root).values():
+        check_add_stats(root, add, data_columns)
+    for column in ("d18", "d38", "d380", "ts", "day", "x.y"):
+        for row, value in enumerate(EDGES.column(column).to_pylist()):
+            for op in ("==", "<=", ">="):
+                assert row in _filtered(root, column, op, value, EDGES.schema.field(column).type), (column, op, value)
+    assert json.loads(next(iter(add_actions(root).values()))["stats"])["minValues"]["x.y"] == 100
+    frame = pl.scan_delta(root).filter(pl.col("d18") == pl.lit(decimal.Decimal("1234567890123456.78"))).collect()
+    assert frame["id"].to_list() == [0]
+
+
+@pytest.mark.parametrize(
+    "column, typ, value",
+    [
+        ("day", pa.date32(), _dt.date(999, 1, 2)),
+        ("at", pa.timestamp("us", "UTC"), _dt.datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=_dt.UTC)),
+        ("at", pa.timestamp("us", "UTC"), _dt.datetime(1, 1, 1, tzinfo=_dt.UTC)),
+        ("n", pa.decimal128(25, 0), decimal.Decimal(10**24 + 1)),
+        ("v", pa.float64(), 1e20),
+        ("v", pa.float64(), -0.0),
+        ("k", pa.string(), "a b/c=d%e:f,g'h\"i\\j#k?\u00fc\U0001f600"),
+        ("k", pa.string(), " "),
+        ("k", pa.string(), None),
+    ],
+)
+def test_partition_values_parse_back_to_the_committed_value(tmp_path, column, typ, value):
+    """Every Delta reader reads a partition value back as the value read_committed gives."""
+    root = str(tmp_path / "out")
+    data = pa.table({"id": pa.array([1], pa.int64()), column: pa.array([value], typ)})
+    write_batch(root, data, app_id="a", version=0, partition_by=[column], delta_log=True)
+    assert assert_delta_matches(root).num_rows == 1
+    committed = read_committed(root).column(column)[0]
+    condition = ds.field(column) == committed if committed.is_valid else ds.field(column).is_null()
+    found = deltalake.DeltaTable(root).to_pyarrow_dataset().to_table(filter=condition)
+    assert found.column("id").to_pylist() == [1]

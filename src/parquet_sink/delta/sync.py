@@ -39,13 +39,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import MissingDependencyError, ParquetSinkError
+from ..errors import MissingDependencyError
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..partitioning import parse_partition_path
-from ..read.reader import CommittedFile, Snapshot, dataset_of, snapshot
+from ..read.reader import CommittedFile, Snapshot, dataset_of, snapshot, unreadable_file
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, file_stats
+from .errors import DeltaLogError
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +59,6 @@ _FOOTER_THREADS = 8
 
 class DeltaDependencyError(MissingDependencyError):
     """The ``deltalake`` package (delta-rs) is missing or too old for a Delta log."""
-
-
-class DeltaLogError(ParquetSinkError):
-    """The Delta log cannot be brought in step with ``_spark_metadata`` (it is ahead of it, its partition
-    columns or their types differ, or concurrent commits kept winning)."""
 
 
 def require_deltalake(what: str) -> ModuleType:
@@ -180,7 +176,15 @@ def _add_actions(
         committed: CommittedFile = snap.files[files[relative]]
         keys = ds.get_partition_keys(fragments[relative].partition_expression)
         values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
-        stats = file_stats(pq.read_metadata(committed.path, filesystem=filesystem), data_schema)
+        what = f"committed file {snap.storage.display(committed.path)} of batch {committed.batch_id}"
+        try:
+            metadata = pq.read_metadata(committed.path, filesystem=filesystem)
+        except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+            raise unreadable_file(snap.storage, committed, exc) or DeltaLogError(
+                f"reading the footer of {what} failed ({type(exc).__name__}: {exc}); nothing was committed to "
+                f"{DELTA_DIR}. Fix the cause, then run `parquet-sink delta-sync {snap.storage.display(snap.storage.root)}`."
+            ) from exc
+        stats = file_stats(metadata, data_schema, what)
         return AddAction(relative, committed.size, values, committed.modification_time, True, stats)
 
     with ThreadPoolExecutor(min(_FOOTER_THREADS, max(1, len(new)))) as pool:
@@ -339,7 +343,7 @@ def sync_delta_log(
             return result()
         partition_columns = _partition_columns(snap, files) if files else state.partition_columns
         dataset = dataset_of(snap, time_zone) if files else None
-        schema = delta_schema(dataset.schema) if dataset is not None else state.schema
+        schema = delta_schema(dataset.schema, where) if dataset is not None else state.schema
         added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
         known = {} if state is None else state.files
         new = [r for r in files if r not in known]
