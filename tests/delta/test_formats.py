@@ -7,6 +7,9 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import json
+import logging
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from parquet_sink import read_committed, sync_delta_log, write_batch
+from parquet_sink import committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink.delta import DeltaLogError
+from parquet_sink.errors import DamagedDataFileError, MissingDataFileError
 from parquet_sink.delta.actions import STRING_PREFIX, delta_partition_value
 from tests.delta.readers import add_actions, assert_delta_matches, check_add_stats
 
@@ -173,3 +178,75 @@ def test_partition_values_parse_back_to_the_committed_value(tmp_path, column, ty
     condition = ds.field(column) == committed if committed.is_valid else ds.field(column).is_null()
     found = deltalake.DeltaTable(root).to_pyarrow_dataset().to_table(filter=condition)
     assert found.column("id").to_pylist() == [1]
+
+
+_YEAR_10000_US = (_dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.UTC) - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)) // _dt.timedelta(microseconds=1) + 1
+REFUSED = {
+    "uint8": pa.array([200], pa.uint8()),
+    "uint16": pa.array([60000], pa.uint16()),
+    "uint32": pa.array([2**32 - 1], pa.uint32()),
+    "uint64": pa.array([2**64 - 1], pa.uint64()),
+    "time64": pa.array([1], pa.time64("us")),
+    "time32": pa.array([1], pa.time32("ms")),
+    "duration": pa.array([1], pa.duration("us")),
+    "float16": pa.array([1.5], pa.float16()),
+    "fixed_size_binary": pa.array([b"ab"], pa.binary(2)),
+    "struct<uint8>": pa.array([{"u": 1}], pa.struct([("u", pa.uint8())])),
+    "list<time64>": pa.array([[1]], pa.list_(pa.time64("us"))),
+    "map<string,duration>": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.duration("s"))),
+    "struct<list<float16>>": pa.array([{"l": [1.5]}], pa.struct([("l", pa.list_(pa.float16()))])),
+    "year 10000": pa.array([_YEAR_10000_US], pa.int64()).cast(pa.timestamp("us", "UTC")),
+    "year 0": pa.array([-62135596800000001], pa.int64()).cast(pa.timestamp("us")),
+    "date year 10000": pa.array([2932897], pa.date32()),
+}
+
+
+def _refused_batch(kind: str) -> pa.Table:
+    if kind == "case":
+        return pa.table({"id": [1], "Name": ["a"], "name": ["b"]})
+    if kind == "nested case":
+        return pa.table({"id": [1], "s": pa.array([{"a": 1, "A": 2}], pa.struct([("a", pa.int64()), ("A", pa.int64())]))})
+    return pa.table({"id": [1], "bad col": REFUSED[kind]})
+
+
+@pytest.mark.parametrize("kind", [*REFUSED, "case", "nested case"])
+@pytest.mark.parametrize("first", [True, False], ids=["first-batch", "later-batch"])
+def test_types_delta_lacks_are_refused_before_the_delta_log(tmp_path, caplog, kind, first):
+    """A column of a type Delta lacks (at any depth), names equal but for case, a date or timestamp outside
+    0001..9999: the batch commits to _spark_metadata, the sync refuses it with a DeltaLogError naming the
+    column, logged by the writer, and _delta_log stays as it was (absent for a first batch)."""
+    root = tmp_path / "out"
+    if not first:
+        write_batch(str(root), pa.table({"id": [0]}), app_id="a", version=0, delta_log=True)
+    before = sorted(p.name for p in (root / "_delta_log").glob("*")) if not first else []
+    bad = _refused_batch(kind)
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.delta.sync"):
+        result = write_batch(str(root), bad, app_id="a", version=1, delta_log=True)
+    assert result.committed and "DeltaLogError" in caplog.text
+    column = {"case": "name", "nested case": "s.A"}.get(kind, "bad col")
+    with pytest.raises(DeltaLogError, match=re.escape(repr(column)) if "case" in kind else "bad col") as raised:
+        sync_delta_log(str(root))
+    assert "Nothing was committed to _delta_log" in str(raised.value) and str(root) in str(raised.value)
+    assert sorted(p.name for p in (root / "_delta_log").glob("*")) == before
+    assert read_committed(str(root)).num_rows == bad.num_rows + (0 if first else 1)
+    if not first:
+        assert deltalake.DeltaTable(str(root)).to_pyarrow_table().num_rows == 1
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_missing_or_truncated_committed_file_is_the_readers_typed_error(tmp_path, damage):
+    """The sync reads each new file's footer: a committed file deleted or truncated outside the sink is the
+    reader's MissingDataFileError / DamagedDataFileError naming the file and its batch; nothing is committed."""
+    root = tmp_path / "out"
+    for version in range(3):
+        write_batch(str(root), pa.table({"id": [version]}), app_id="a", version=version)
+    middle = next(f for f in committed_files(str(root)) if f.batch_id == 1)
+    if damage == "missing":
+        os.remove(middle.path)
+    else:
+        with open(middle.path, "r+b") as handle:
+            handle.truncate(middle.size // 2)
+    error = MissingDataFileError if damage == "missing" else DamagedDataFileError
+    with pytest.raises(error, match=f"{re.escape(middle.path)} of batch 1"):
+        sync_delta_log(str(root))
+    assert not (root / "_delta_log").exists()
