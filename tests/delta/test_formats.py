@@ -191,6 +191,7 @@ REFUSED = {
     "duration": pa.array([1], pa.duration("us")),
     "float16": pa.array([1.5], pa.float16()),
     "fixed_size_binary": pa.array([b"ab"], pa.binary(2)),
+    "date64": pa.array([_dt.date(2020, 1, 1)], pa.date64()),
     "struct<uint8>": pa.array([{"u": 1}], pa.struct([("u", pa.uint8())])),
     "list<time64>": pa.array([[1]], pa.list_(pa.time64("us"))),
     "map<string,duration>": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.duration("s"))),

@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import decimal
 import json
@@ -64,6 +65,8 @@ def _refusal(typ: pa.DataType) -> str | None:
         return f"{typ} (Delta has float and double); cast it to float32"
     if pa.types.is_time(typ) or pa.types.is_duration(typ) or pa.types.is_interval(typ):
         return f"{typ} (Delta has no time-of-day, duration or interval type); cast it to int64 or string"
+    if pa.types.is_date64(typ):
+        return f"{typ} (polars reads its files as a datetime, not as Delta's date); cast it to date32"
     if pa.types.is_decimal(typ) and typ.precision > 38:
         return f"{typ} (Delta decimals hold at most 38 digits)"
     if pa.types.is_fixed_size_binary(typ) or pa.types.is_fixed_size_list(typ):
@@ -86,8 +89,6 @@ def delta_type(typ: pa.DataType) -> pa.DataType:
         return delta_type(typ.value_type)
     if pa.types.is_timestamp(typ):
         return pa.timestamp("us", tz="UTC")
-    if pa.types.is_date(typ):
-        return pa.date32()
     if pa.types.is_null(typ):  # a partition column whose values are all null: Spark reads it as string
         return pa.string()
     if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
@@ -130,7 +131,7 @@ def _problems(fields: list[pa.Field], path: str) -> list[str]:
 def delta_schema(schema: pa.Schema, where: str = "the output") -> pa.Schema:
     """``schema`` with :func:`delta_type` applied to each column, every column nullable (a later batch may
     lack a value) and no metadata; DeltaLogError naming every column (and ``where``: the output) whose type
-    Delta lacks (unsigned integers, float16, time, duration, interval, fixed-size binary and lists, decimals
+    Delta lacks (unsigned integers, float16, time, duration, interval, fixed-size binary and lists, date64, decimals
     over 38 digits; at any depth) or whose name equals another's but for case. Example: see the module
     docstring."""
     problems = _problems(list(schema), "")
@@ -275,17 +276,38 @@ def _json(value: Any) -> str:
     return value.text if isinstance(value, _Number) else json.dumps(value)
 
 
+def _writer_schema(metadata: pq.FileMetaData) -> pa.Schema:
+    """The Arrow schema the writer stored in the footer (``ARROW:schema``; empty when there is none): the types
+    as written, which pyarrow's reader may show otherwise (a date64 column reads as date32, polars reads it as a
+    datetime)."""
+    stored = (metadata.metadata or {}).get(b"ARROW:schema")
+    if stored is None:
+        return pa.schema([])
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(stored)))
+    except (pa.ArrowInvalid, ValueError):  # not an Arrow schema: nothing to learn from it
+        return pa.schema([])
+
+
 def file_stats(metadata: pq.FileMetaData, schema: pa.Schema, what: str = "a committed file") -> str:
     """The ``stats`` JSON of a Delta add action from a Parquet footer: ``numRecords``, and per data column of
     ``schema`` (the table's columns, partition columns left out) its ``minValues``, ``maxValues`` and
     ``nullCount`` where the footer has them exactly (module docstring); DeltaLogError naming the column and
-    ``what`` (the file and its batch) when a date or timestamp lies outside Delta's range.
+    ``what`` (the file and its batch) when a date or timestamp lies outside Delta's range, or when the writer's
+    Arrow schema stored in the footer has a type Delta lacks (see :func:`delta_schema`).
 
     Example::
 
         >>> json.loads(file_stats(pq.read_metadata("part-0.parquet"), pa.schema([("n", pa.int64())])))
         {'numRecords': 2, 'minValues': {'n': 1}, 'maxValues': {'n': 5}, 'nullCount': {'n': 0}}
     """
+    problems = _problems(list(_writer_schema(metadata)), "")
+    if problems:  # types Arrow reads back as others (date64 as date32) that other readers do not
+        raise DeltaLogError(
+            f"{what} was written with columns a Delta table cannot hold: {'; '.join(problems)}. Nothing was "
+            f"committed to _delta_log; the data and _spark_metadata are not affected. Write such columns with a "
+            "Delta type (or write this output without delta_log): the file keeps the Delta log from following."
+        )
     out: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     _fill(schema, file_statistics(metadata), (), out, what)
     return _json(out)
