@@ -27,13 +27,16 @@ from parquet_sink.write.parquet_files import WriteSpec, write_rows
 DAY_MS = 86_400_000
 
 
-def spark_style_batch(log: MetadataLog, table: pa.Table, partition_by: tuple[str, ...], old: bool) -> int:
+def spark_style_batch(
+    log: MetadataLog, table: pa.Table, partition_by: tuple[str, ...], old: bool, time_zone: str = "UTC"
+) -> int:
     """Commit ``table`` as the next batch of ``log`` the way Spark's own sink logs one (no commit record),
-    its entries logged 30 days ago when ``old`` (a compaction with retention then drops them); its batch id."""
+    its entries logged 30 days ago when ``old`` (a compaction with retention then drops them), timestamp
+    partitions in ``time_zone``; its batch id."""
     storage: Storage = log.storage
     latest = log.latest_batch_id() if storage.exists(storage.root) else None
     batch = 0 if latest is None else latest + 1
-    statuses = write_rows(WriteSpec(storage, partition_by, "snappy", None), [table])
+    statuses = write_rows(WriteSpec(storage, partition_by, "snappy", None, time_zone), [table])
     mtime = int(time.time() * 1000) - (30 * DAY_MS if old else 0)
     assert log.add(batch, [LogEntry(storage.to_uri(s.path), s.size, False, mtime) for s in statuses])
     return batch

@@ -61,7 +61,7 @@ def _write(case: DeltaCase, out: str) -> None:
                 assert not sync_delta_log(out, time_zone=case.time_zone).committed  # the writer's sync followed
         else:
             log = MetadataLog(out, compact_interval=2, retention="7d", cleanup=False)
-            spark_style_batch(log, table, tuple(case.partitions), old=who)
+            spark_style_batch(log, table, tuple(case.partitions), old=who, time_zone=case.time_zone)
             sync_delta_log(out, time_zone=case.time_zone)
 
 

@@ -78,13 +78,15 @@ def test_partition_values_stats_and_types_match_write_deltalake(tmp_path):
         ours_stats, their_stats = json.loads(mine["stats"]), json.loads(their["stats"])
         assert ours_stats["numRecords"] == their_stats["numRecords"] == 1
         assert ours_stats["nullCount"] == their_stats["nullCount"]
-        # every bound of ours is true, and every true one of delta-rs's is ours too (a string max past 32
-        # characters left out: a cut max is no upper bound; a timestamp max rounded up to the millisecond)
+        # every bound of ours is true, and every true one of delta-rs's is ours too (a string past 32 characters
+        # cut, its max raised: a cut max is no upper bound; a timestamp max rounded up to the millisecond)
         check_add_stats(str(ours), mine, data_columns, json.loads(their["stats"], parse_float=decimal.Decimal))
         assert set(ours_stats["minValues"]) == set(their_stats["minValues"])
-        assert set(ours_stats["maxValues"]) == set(their_stats["maxValues"]) - ({"long"} if their_stats["maxValues"].get("long") else set())
-        if their_stats["minValues"].get("long"):
+        assert set(ours_stats["maxValues"]) == set(their_stats["maxValues"])
+        if their_stats["minValues"].get("long"):  # delta-rs keeps whole strings, we a prefix (max raised)
             assert ours_stats["minValues"]["long"] == their_stats["minValues"]["long"][:STRING_PREFIX]
+            assert ours_stats["maxValues"]["long"] == their_stats["maxValues"]["long"][: STRING_PREFIX - 1] + chr(
+                ord(their_stats["maxValues"]["long"][STRING_PREFIX - 1]) + 1)
         if their_stats["maxValues"].get("at"):  # delta-rs truncates the max down, we round it up
             their_at, our_at = (_dt.datetime.fromisoformat(s["maxValues"]["at"]) for s in (their_stats, ours_stats))
             assert _dt.timedelta(0) <= our_at - their_at <= _dt.timedelta(milliseconds=1)
@@ -128,6 +130,7 @@ EDGES = pa.table(
         "x": pa.array([{"y": 1}, {"y": 2}], pa.struct([("y", pa.int64())])),
         "f": pa.array([-0.0, float("nan")]),
         "s": ["\U0001f600" * 40, "\ufffd" + "a" * 40],
+        "long": ["a" * 31 + "\uffff" * 9, "z" * 33],
     }
 )
 
@@ -142,7 +145,7 @@ def test_bounds_at_their_edges_stay_bounds_in_every_reader(tmp_path):
     data_columns = pa.schema([f for f in EDGES.schema if f.name != "id"])
     for add in add_actions(root).values():
         check_add_stats(root, add, data_columns)
-    for column in ("d18", "d38", "d380", "ts", "day", "x.y"):
+    for column in ("d18", "d38", "d380", "ts", "day", "x.y", "s", "long"):
         for row, value in enumerate(EDGES.column(column).to_pylist()):
             for op in ("==", "<=", ">="):
                 assert row in _filtered(root, column, op, value, EDGES.schema.field(column).type), (column, op, value)
@@ -251,3 +254,17 @@ def test_a_missing_or_truncated_committed_file_is_the_readers_typed_error(tmp_pa
     with pytest.raises(error, match=f"{re.escape(middle.path)} of batch 1"):
         sync_delta_log(str(root))
     assert not (root / "_delta_log").exists()
+
+
+def test_string_and_binary_views_are_written_as_their_large_variants(tmp_path):
+    """pyarrow can neither partition a view column nor filter it against the ``string`` a Delta table declares:
+    write_batch writes views as large_string/large_binary (the same Parquet column), which every reader filters."""
+    root = str(tmp_path / "out")
+    data = pa.table({"id": [1, 2], "k": ["a", "b"], "s": pa.array(["x", "y" * 40], pa.string_view()),
+                     "b": pa.array([b"\x00", None], pa.binary_view()),
+                     "n": pa.array([{"v": "q"}, None], pa.struct([("v", pa.string_view())]))})
+    write_batch(root, data, app_id="a", version=0, partition_by=["k"], delta_log=True)
+    assert assert_delta_matches(root).num_rows == 2
+    dataset = deltalake.DeltaTable(root).to_pyarrow_dataset()
+    assert dataset.to_table(filter=ds.field("s") == "y" * 40).column("id").to_pylist() == [2]
+    assert dataset.to_table(filter=ds.field("n", "v") == "q").column("id").to_pylist() == [1]

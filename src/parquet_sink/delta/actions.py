@@ -14,8 +14,9 @@ reads every Delta reader with filters against ``read_committed``):
 - statistics: the exact footer bounds of :mod:`parquet_sink.statistics` (keyed by tuple path, so a column
   ``x.y`` and field ``y`` of a struct ``x`` keep their own); decimals as exact JSON numbers (never through a
   float: a rounded bound stops being one); timestamps in milliseconds as the protocol says, a min truncated
-  down and a max rounded up; strings: a min cut to :data:`STRING_PREFIX` characters, a longer max left out;
-  binary, NaN and infinities left out;
+  down and a max rounded up; strings longer than :data:`STRING_PREFIX` characters cut to it, the max with its
+  last character raised so that it stays an upper bound; binary, NaN and infinities left out; a column gets
+  both bounds or neither (delta-rs's dataset skips a file whose column has one bound only);
 - types: Delta has only ``string``, ``binary``, signed integers, ``float``/``double``, ``decimal`` (precision
   <= 38), ``boolean``, ``date``, ``timestamp``, ``struct``, ``array`` and ``map``, names unique regardless of
   case, dates and timestamps in years 0001..9999. Anything else is refused with a :class:`DeltaLogError` naming
@@ -46,7 +47,7 @@ from ..statistics import LeafPath, LeafStatistics, file_statistics
 from .errors import DeltaLogError
 
 # Delta on Spark keeps string statistics to a 32-character prefix (dataSkippingStringPrefixLength): the
-# prefix is a lower bound (min); a cut max is no upper bound, so a longer max is left out.
+# prefix is a lower bound (min); a cut max is no upper bound, so it gets its last character raised (_string_max).
 STRING_PREFIX = 32
 
 _EPOCH = _dt.datetime(1970, 1, 1)
@@ -208,6 +209,18 @@ def _timestamp_text(micros: int, bound: str) -> str | None:
     return f"{text}.{millis % 1000:03d}Z" if millis % 1000 else f"{text}Z"
 
 
+def _string_max(value: str) -> str | None:
+    """An upper bound of ``value`` in :data:`STRING_PREFIX` characters: its prefix with the last character that
+    can be raised raised by one (greater in UTF-8 byte, code point and UTF-16 order alike: U+FFFF, whose next
+    code point sorts lower in UTF-16, is passed over, as is U+10FFFF); None when no character can be."""
+    prefix = value[:STRING_PREFIX]
+    for index in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[index])
+        if code not in (0xFFFF, 0x10FFFF):
+            return prefix[:index] + chr(0xE000 if code == 0xD7FF else code + 1)
+    return None
+
+
 def _out_of_range(column: str, what: str) -> DeltaLogError:
     return DeltaLogError(
         f"{what}: column {column!r} holds a value outside 0001-01-01..9999-12-31, the range of Delta dates and "
@@ -219,7 +232,7 @@ def _out_of_range(column: str, what: str) -> DeltaLogError:
 
 def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) -> Any:
     """A footer bound as Delta's statistics JSON holds it, or None to leave it out (binary, NaN, infinities,
-    a string max longer than :data:`STRING_PREFIX`, a timestamp max rounded past Delta's range);
+    a long string max of U+FFFF/U+10FFFF only, a timestamp max rounded past Delta's range);
     DeltaLogError for a date or timestamp outside Delta's range."""
     if scalar is None:
         return None
@@ -237,7 +250,7 @@ def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) ->
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, str):
-        return value if len(value) <= STRING_PREFIX else value[:STRING_PREFIX] if bound == "min" else None
+        return value if len(value) <= STRING_PREFIX else value[:STRING_PREFIX] if bound == "min" else _string_max(value)
     if isinstance(value, bool | int | float):
         return value
     return None  # binary: no Delta statistics
@@ -261,10 +274,9 @@ def _fill(
             continue
         stats = leaves[path]
         column = ".".join(path)
-        for key, bound, scalar in (("minValues", "min", stats.min), ("maxValues", "max", stats.max)):
-            value = _stat_value(scalar, bound, column, what)
-            if value is not None:
-                out[key][field.name] = value
+        low, high = _stat_value(stats.min, "min", column, what), _stat_value(stats.max, "max", column, what)
+        if low is not None and high is not None:  # one bound alone: delta-rs's dataset compares with null
+            out["minValues"][field.name], out["maxValues"][field.name] = low, high
         if stats.null_count is not None:
             out["nullCount"][field.name] = stats.null_count
 
