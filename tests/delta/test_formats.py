@@ -17,12 +17,14 @@ import deltalake
 import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from parquet_sink import committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink.delta import DeltaLogError
 from parquet_sink.errors import DamagedDataFileError, MissingDataFileError
-from parquet_sink.delta.actions import STRING_PREFIX, delta_partition_value
+from parquet_sink.statistics import LeafStatistics, file_statistics
+from parquet_sink.delta.actions import STRING_PREFIX, delta_partition_value, delta_schema, file_stats
 from tests.delta.readers import add_actions, assert_delta_matches, check_add_stats
 
 
@@ -268,3 +270,35 @@ def test_string_and_binary_views_are_written_as_their_large_variants(tmp_path):
     dataset = deltalake.DeltaTable(root).to_pyarrow_dataset()
     assert dataset.to_table(filter=ds.field("s") == "y" * 40).column("id").to_pylist() == [2]
     assert dataset.to_table(filter=ds.field("n", "v") == "q").column("id").to_pylist() == [1]
+
+
+def test_footer_statistics_over_row_groups_are_exact_or_absent(tmp_path):
+    """parquet_sink.statistics merges every row group's bounds (a group of nulls only adds none), keys leaves
+    by tuple path, and leaves out what is not exact (NaN, a row group without statistics)."""
+    table = pa.table({
+        "n": pa.array([5, None, None, None, -3, 7], pa.int64()),
+        "d": pa.array([decimal.Decimal("1.10"), None, None, None, decimal.Decimal("-2.25"), None], pa.decimal128(38, 19)),
+        "t": pa.array([1, None, None, None, -5, None], pa.int64()).cast(pa.timestamp("ns", "UTC")),
+        "x.y": pa.array([1, 2, None, None, 3, 4], pa.int32()),
+        "x": pa.array([{"y": "b"}, None, None, None, {"y": "a"}, {"y": None}], pa.struct([("y", pa.string())])),
+        "z": pa.array([0.0, None, None, None, -0.0, 1.0]),
+        "f": pa.array([float("nan"), None, None, None, 1.0, 2.0]),
+    })
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path, row_group_size=2)
+    found = file_statistics(pq.read_metadata(path))
+    assert pq.read_metadata(path).num_row_groups == 3
+    assert (found[("n",)].min.as_py(), found[("n",)].max.as_py(), found[("n",)].null_count) == (-3, 7, 3)
+    assert (found[("d",)].min.as_py(), found[("d",)].max.as_py()) == (decimal.Decimal("-2.25"), decimal.Decimal("1.10"))
+    assert (found[("t",)].min.value, found[("t",)].max.value, found[("t",)].min.type.unit) == (-5, 1, "ns")
+    assert (found[("x.y",)].min.as_py(), found[("x", "y")].min.as_py(), found[("x", "y")].max.as_py()) == (1, "a", "b")
+    assert found[("x", "y")].null_count == 4
+    assert str(found[("z",)].min.as_py()) == "-0.0" and str(found[("z",)].max.as_py()) == "1.0"
+    assert found[("f",)].min is None and found[("f",)].max is None  # the first group's bound is NaN (or none)
+    stats = json.loads(file_stats(pq.read_metadata(path), delta_schema(table.schema)))
+    assert (stats["minValues"]["t"], stats["maxValues"]["t"]) == ("1969-12-31T23:59:59.999Z", "1970-01-01T00:00:00.001Z")
+    assert (stats["minValues"]["x.y"], stats["minValues"]["x"], stats["maxValues"]["x"]) == (1, {"y": "a"}, {"y": "b"})
+    assert "f" not in stats["minValues"] and "f" not in stats["maxValues"] and stats["nullCount"]["f"] == 3
+    pq.write_table(table, path, row_group_size=2, write_statistics=["n"])
+    found = file_statistics(pq.read_metadata(path))
+    assert found[("n",)].max.as_py() == 7 and found[("d",)] == LeafStatistics(None, None, None)
