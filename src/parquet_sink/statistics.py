@@ -12,6 +12,8 @@ writers), float16 and INTERVAL leaves, strings that are not UTF-8; a zero float 
 and ``0.0`` as a max (either may hide behind a zero in the footer). NaN is never in a bound, as Parquet
 orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row group lacks it.
 
+:func:`data_statistics` computes the same from the data, for leaves whose footer has no bounds.
+
 Bounds are ``pyarrow`` scalars of the leaf's logical type as the file stores it (a timestamp in the unit of
 the file, UTC-adjusted or not; out-of-range years stay representable), so a caller serializes them its own
 way and checks its own ranges.
@@ -87,14 +89,18 @@ def _bound(stats: Any, which: str, typ: pa.DataType, logical: dict[str, Any]) ->
     if isinstance(value, float):
         if math.isnan(value):
             return None
-        if value == 0.0:
-            value = -0.0 if which == "min" else 0.0
+        value = _signed_zero(value, which)
     if isinstance(value, bytes) and not (pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ)):
         return None
     try:
         return pa.scalar(value, typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return None
+
+
+def _signed_zero(value: float, which: str) -> float:
+    """A zero bound as ``-0.0`` (min) or ``0.0`` (max): either zero may stand behind it."""
+    return (-0.0 if which == "min" else 0.0) if value == 0.0 else value
 
 
 def _merge(low: pa.Scalar | None, high: pa.Scalar | None, value: pa.Scalar, which: str) -> pa.Scalar:
@@ -145,4 +151,42 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
     return found
 
 
-__all__ = ["LeafPath", "LeafStatistics", "file_statistics"]
+def _leaf_array(table: pa.Table, path: LeafPath) -> pa.Array:
+    """The values of the leaf at ``path`` (through structs, their nulls applied) of ``table``."""
+    array = table.column(path[0]).combine_chunks()
+    for name in path[1:]:
+        array = array.flatten()[array.type.get_field_index(name)]
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[LeafPath, LeafStatistics]:
+    """The :class:`LeafStatistics` of the leaves ``paths`` (reached through structs) computed from the data of
+    ``parquet``, for leaves whose footer has none (INT96 timestamps, strings over the writer's statistics size):
+    exact min/max of the non-null, non-NaN values (None when there is none; a zero as in the footer's rule) and
+    the null count. Reads only the top-level columns of ``paths``.
+
+    Example: ``data_statistics(pq.ParquetFile(path), [("at",)])[("at",)].max`` -> ``<pyarrow.TimestampScalar: ...>``.
+    """
+    if not paths:
+        return {}
+    table = parquet.read(columns=sorted({path[0] for path in paths}))  # a dotted name may select more: harmless
+    found = {}
+    for path in paths:
+        array = _leaf_array(table, path)
+        values = array.drop_null()
+        if pa.types.is_floating(values.type):
+            values = values.filter(pc.invert(pc.is_nan(values)))
+        if not len(values) or not (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
+                                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type)):
+            found[path] = LeafStatistics(None, None, array.null_count)
+            continue
+        bounds = pc.min_max(values)
+        low, high = bounds["min"], bounds["max"]
+        if pa.types.is_floating(values.type):
+            low = pa.scalar(_signed_zero(low.as_py(), "min"), values.type)
+            high = pa.scalar(_signed_zero(high.as_py(), "max"), values.type)
+        found[path] = LeafStatistics(low, high, array.null_count)
+    return found
+
+
+__all__ = ["LeafPath", "LeafStatistics", "data_statistics", "file_statistics"]

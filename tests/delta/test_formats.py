@@ -20,9 +20,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink.delta import DeltaLogError
 from parquet_sink.errors import DamagedDataFileError, MissingDataFileError
+from parquet_sink.log.entry import LogEntry
 from parquet_sink.statistics import LeafStatistics, file_statistics
 from parquet_sink.delta.actions import STRING_PREFIX, delta_partition_value, delta_schema, file_stats
 from tests.delta.readers import add_actions, assert_delta_matches, check_add_stats
@@ -295,10 +296,33 @@ def test_footer_statistics_over_row_groups_are_exact_or_absent(tmp_path):
     assert found[("x", "y")].null_count == 4
     assert str(found[("z",)].min.as_py()) == "-0.0" and str(found[("z",)].max.as_py()) == "1.0"
     assert found[("f",)].min is None and found[("f",)].max is None  # the first group's bound is NaN (or none)
-    stats = json.loads(file_stats(pq.read_metadata(path), delta_schema(table.schema)))
+    stats = json.loads(file_stats(pq.ParquetFile(path), delta_schema(table.schema)))
     assert (stats["minValues"]["t"], stats["maxValues"]["t"]) == ("1969-12-31T23:59:59.999Z", "1970-01-01T00:00:00.001Z")
     assert (stats["minValues"]["x.y"], stats["minValues"]["x"], stats["maxValues"]["x"]) == (1, {"y": "a"}, {"y": "b"})
-    assert "f" not in stats["minValues"] and "f" not in stats["maxValues"] and stats["nullCount"]["f"] == 3
+    # no exact footer bound for f: from its data (NaN left out), as delta-rs's dataset needs both bounds
+    assert (stats["minValues"]["f"], stats["maxValues"]["f"], stats["nullCount"]["f"]) == (1.0, 2.0, 3)
     pq.write_table(table, path, row_group_size=2, write_statistics=["n"])
     found = file_statistics(pq.read_metadata(path))
     assert found[("n",)].max.as_py() == 7 and found[("d",)] == LeafStatistics(None, None, None)
+
+
+def test_columns_whose_footer_has_no_bounds_get_them_from_their_data(tmp_path):
+    """delta-rs's dataset compares a missing bound with null and skips the file for every filter on that
+    column: a string over the writer's statistics size (no footer bounds) and INT96 timestamps (Spark's) get
+    their bounds from the data."""
+    root = tmp_path / "out"
+    long = "\u03bb" * 3000
+    data = pa.table({"id": [0, 1], "u": [long, None], "at": pa.array([_dt.datetime(2024, 1, 1, 0, 0, 0, 1), None], pa.timestamp("us"))})
+    log = MetadataLog(str(root))
+    for batch in range(2):  # files as Spark writes timestamps (INT96: no footer statistics), logged as Spark does
+        path = root / f"part-0000{batch}-{batch}.c000.snappy.parquet"
+        root.mkdir(exist_ok=True)
+        pq.write_table(data.slice(0, 1), path, use_deprecated_int96_timestamps=True)
+        assert log.add(batch, [LogEntry(log.storage.to_uri(str(path)), path.stat().st_size, False, 0)])
+    assert pq.read_metadata(path).row_group(0).column(2).statistics is None
+    assert not pq.read_metadata(path).row_group(0).column(1).statistics.has_min_max
+    sync_delta_log(str(root))
+    dataset = deltalake.DeltaTable(str(root)).to_pyarrow_dataset()
+    assert dataset.to_table(filter=ds.field("u") == long).column("id").to_pylist() == [0, 0]
+    at = pa.scalar(_dt.datetime(2024, 1, 1, 0, 0, 0, 1), pa.timestamp("us", "UTC"))
+    assert dataset.to_table(filter=ds.field("at") == at).column("id").to_pylist() == [0, 0]

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..partitioning import java_double_str
-from ..statistics import LeafPath, LeafStatistics, file_statistics
+from ..statistics import LeafPath, LeafStatistics, data_statistics, file_statistics
 from .errors import DeltaLogError
 
 # Delta on Spark keeps string statistics to a 32-character prefix (dataSkippingStringPrefixLength): the
@@ -301,18 +301,37 @@ def _writer_schema(metadata: pq.FileMetaData) -> pa.Schema:
         return pa.schema([])
 
 
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema, what: str = "a committed file") -> str:
-    """The ``stats`` JSON of a Delta add action from a Parquet footer: ``numRecords``, and per data column of
-    ``schema`` (the table's columns, partition columns left out) its ``minValues``, ``maxValues`` and
-    ``nullCount`` where the footer has them exactly (module docstring); DeltaLogError naming the column and
+def _unbounded(
+    fields: pa.StructType | pa.Schema, leaves: dict[LeafPath, LeafStatistics], prefix: LeafPath, rows: int
+) -> list[LeafPath]:
+    """The leaves of ``fields`` (through structs) the footer gives no bounds for although they hold values,
+    binary left out (Delta has no binary bounds)."""
+    found = []
+    for field in fields:
+        path = prefix + (field.name,)
+        if pa.types.is_struct(field.type):
+            found += _unbounded(field.type, leaves, path, rows)
+        elif path in leaves and not pa.types.is_binary(field.type) and leaves[path].min is None:
+            if leaves[path].null_count != rows:
+                found.append(path)
+    return found
+
+
+def file_stats(parquet: pq.ParquetFile, schema: pa.Schema, what: str = "a committed file") -> str:
+    """The ``stats`` JSON of a Delta add action from a Parquet file's footer: ``numRecords``, and per data column
+    of ``schema`` (the table's columns, partition columns left out) its ``minValues``, ``maxValues`` and
+    ``nullCount`` (module docstring). A column with values whose footer has no bounds (INT96 timestamps, strings
+    over the writer's statistics size) gets them from its data: delta-rs's dataset skips a file whose column
+    has no bounds for every filter on it (it compares with null). DeltaLogError naming the column and
     ``what`` (the file and its batch) when a date or timestamp lies outside Delta's range, or when the writer's
     Arrow schema stored in the footer has a type Delta lacks (see :func:`delta_schema`).
 
     Example::
 
-        >>> json.loads(file_stats(pq.read_metadata("part-0.parquet"), pa.schema([("n", pa.int64())])))
+        >>> json.loads(file_stats(pq.ParquetFile("part-0.parquet"), pa.schema([("n", pa.int64())])))
         {'numRecords': 2, 'minValues': {'n': 1}, 'maxValues': {'n': 5}, 'nullCount': {'n': 0}}
     """
+    metadata = parquet.metadata
     problems = _problems(list(_writer_schema(metadata)), "")
     if problems:  # types Arrow reads back as others (date64 as date32) that other readers do not
         raise DeltaLogError(
@@ -321,7 +340,9 @@ def file_stats(metadata: pq.FileMetaData, schema: pa.Schema, what: str = "a comm
             "Delta type (or write this output without delta_log): the file keeps the Delta log from following."
         )
     out: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    _fill(schema, file_statistics(metadata), (), out, what)
+    leaves = file_statistics(metadata)
+    leaves.update(data_statistics(parquet, _unbounded(schema, leaves, (), metadata.num_rows)))
+    _fill(schema, leaves, (), out, what)
     return _json(out)
 
 

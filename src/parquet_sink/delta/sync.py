@@ -178,13 +178,12 @@ def _add_actions(
         values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
         what = f"committed file {snap.storage.display(committed.path)} of batch {committed.batch_id}"
         try:
-            metadata = pq.read_metadata(committed.path, filesystem=filesystem)
+            stats = file_stats(pq.ParquetFile(committed.path, filesystem=filesystem), data_schema, what)
         except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
             raise unreadable_file(snap.storage, committed, exc) or DeltaLogError(
-                f"reading the footer of {what} failed ({type(exc).__name__}: {exc}); nothing was committed to "
-                f"{DELTA_DIR}. Fix the cause, then run `parquet-sink delta-sync {snap.storage.display(snap.storage.root)}`."
+                f"reading {what} failed ({type(exc).__name__}: {exc}); nothing was committed to {DELTA_DIR}. Fix "
+                f"the cause, then run `parquet-sink delta-sync {snap.storage.display(snap.storage.root)}`."
             ) from exc
-        stats = file_stats(metadata, data_schema, what)
         return AddAction(relative, committed.size, values, committed.modification_time, True, stats)
 
     with ThreadPoolExecutor(min(_FOOTER_THREADS, max(1, len(new)))) as pool:
