@@ -211,7 +211,7 @@ def add_actions(root: str) -> dict[str, dict]:
     """Every add action of the Delta log's JSON commits, by decoded path (the latest one per path)."""
     adds = {}
     for log in sorted(Path(root, "_delta_log").glob("*.json")):
-        for line in log.read_text().splitlines():
+        for line in filter(None, log.read_text().split("\n")):  # not splitlines: U+2028 may stand in a string
             action = json.loads(line)
             if "add" in action:
                 adds[unquote(action["add"]["path"])] = action["add"]

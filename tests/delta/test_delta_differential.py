@@ -24,6 +24,7 @@ import deltalake
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, Phase, given, reject, settings
@@ -94,31 +95,30 @@ def _column(table: pa.Table, path: tuple[str, ...]) -> pa.Array:
 
 def _near(value: Any, typ: pa.DataType) -> list[Any]:
     """``value`` and values next to it of the same type (one step of its precision either way)."""
-    near = [value]
     if pa.types.is_boolean(typ):
         return [value, not value]
+    steps: list = []
     if pa.types.is_integer(typ):
-        near += [value - 1, value + 1]
-    elif pa.types.is_floating(typ) and math.isfinite(value):
-        near += [math.nextafter(value, -math.inf), math.nextafter(value, math.inf)]
+        steps = [lambda v: v - 1, lambda v: v + 1]
+    elif pa.types.is_floating(typ):
+        steps = [lambda v: math.nextafter(v, -math.inf), lambda v: math.nextafter(v, math.inf)]
     elif pa.types.is_decimal(typ):
         step = decimal.Decimal(1).scaleb(-typ.scale)
-        near += [value - step, value + step]
+        steps = [lambda v: v - step, lambda v: v + step]
     elif pa.types.is_string(typ):
-        near += [value + "\x00", value[:-1], value[:32]]
+        steps = [lambda v: v + "\x00", lambda v: v[:-1], lambda v: v[:32]]
     elif pa.types.is_date(typ):
-        near += [value - dt.timedelta(days=1), value + dt.timedelta(days=1)]
+        steps = [lambda v: v - dt.timedelta(days=1), lambda v: v + dt.timedelta(days=1)]
     elif pa.types.is_timestamp(typ):
-        millis = value.replace(microsecond=value.microsecond - value.microsecond % 1000)
-        near += [value - dt.timedelta(microseconds=1), value + dt.timedelta(microseconds=1), millis,
-                 millis + dt.timedelta(milliseconds=1)]
-    fits = []
-    for candidate in near:
-        try:
-            pa.scalar(candidate, typ)
-        except (pa.ArrowInvalid, OverflowError, ValueError):
+        millis = lambda v: v.replace(microsecond=v.microsecond - v.microsecond % 1000)  # noqa: E731
+        steps = [lambda v: v - dt.timedelta(microseconds=1), lambda v: v + dt.timedelta(microseconds=1), millis,
+                 lambda v: millis(v) + dt.timedelta(milliseconds=1)]
+    fits = [value]
+    for step_of in steps:
+        try:  # a value of the column's type (a float32 rounds to one), within its range
+            fits.append(pa.scalar(step_of(value), typ).as_py())
+        except (pa.ArrowInvalid, OverflowError, ValueError, decimal.InvalidOperation):
             continue
-        fits.append(candidate)
     return fits
 
 
@@ -163,10 +163,14 @@ def _check_filter(out: str, expected: pa.Table, case: DeltaCase, spec: tuple) ->
     table = deltalake.DeltaTable(out)
     arrow = _arrow_expression(path, op, value, typ)
     want = rows(expected.filter(arrow), columns)
-    assert rows(table.to_pyarrow_dataset().to_table(filter=arrow), columns) == want, ("delta-rs dataset", spec)
-    if len(path) == 1:
-        filtered = table.to_pyarrow_table(filters=[(path[0], "=" if op == "==" else op, value)])
-        assert rows(filtered, columns) == want, ("delta-rs table", spec)
+    # An infinity or a NaN has no JSON bound: delta-rs's dataset compares the missing bound with null and skips
+    # the file (on its own tables too, docs/delta.md): its filtered reads are left out for such a column.
+    leaf = _column(expected, path)
+    if not (pa.types.is_floating(typ) and pc.any(pc.invert(pc.is_finite(leaf))).as_py()):
+        assert rows(table.to_pyarrow_dataset().to_table(filter=arrow), columns) == want, ("delta-rs dataset", spec)
+        if len(path) == 1:
+            filtered = table.to_pyarrow_table(filters=[(path[0], "=" if op == "==" else op, value)])
+            assert rows(filtered, columns) == want, ("delta-rs table", spec)
 
     polars = _polars_expression(path, op, value, typ)
     frame = pl.from_arrow(expected)
@@ -215,9 +219,15 @@ def _check_actions(out: str, expected: pa.Table, case: DeltaCase, workdir: Path)
     if case.partitions and expected.num_rows:
         theirs_root = workdir / "theirs-partitioned"
         deltalake.write_deltalake(str(theirs_root), expected, partition_by=case.partitions)
-        mine = {tuple(sorted(a["partitionValues"].items())) for a in adds.values()}
-        theirs = {tuple(sorted(a["partitionValues"].items())) for a in add_actions(str(theirs_root)).values()}
-        assert mine == theirs
+        types = {c: expected.schema.field(c).type for c in case.partitions}
+
+        def parsed(values: dict) -> tuple:  # doubles: Java's 1.0E-5 where delta-rs writes 0.00001, the same double
+            return tuple(sorted((c, float(v) if v is not None and pa.types.is_floating(types[c]) else v)
+                                for c, v in values.items()))
+
+        mine = {parsed(a["partitionValues"]) for a in adds.values()}
+        theirs = {parsed(a["partitionValues"]) for a in add_actions(str(theirs_root)).values()}
+        assert {tuple((c, str(v)) for c, v in m) for m in mine} == {tuple((c, str(v)) for c, v in t) for t in theirs}
 
 
 def check_case(case: DeltaCase, workdir: Path, data: st.DataObject) -> None:

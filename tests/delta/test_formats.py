@@ -54,7 +54,7 @@ def _adds(root: Path) -> dict[tuple, dict]:
     """The add actions of every commit, keyed by their partition values."""
     adds = {}
     for log in sorted((root / "_delta_log").glob("*.json")):
-        for line in log.read_text().splitlines():
+        for line in filter(None, log.read_text().split("\n")):  # not splitlines: U+2028 may stand in a string
             action = json.loads(line)
             if "add" in action:
                 add = action["add"]
