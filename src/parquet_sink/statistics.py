@@ -90,7 +90,8 @@ def _bound(stats: Any, which: str, typ: pa.DataType, logical: dict[str, Any]) ->
         if math.isnan(value):
             return None
         value = _signed_zero(value, which)
-    if isinstance(value, bytes) and not (pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ)):
+    binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ)
+    if isinstance(value, bytes) and not binary:
         return None
     try:
         return pa.scalar(value, typ)

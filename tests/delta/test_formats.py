@@ -186,7 +186,9 @@ def test_partition_values_parse_back_to_the_committed_value(tmp_path, column, ty
     assert found.column("id").to_pylist() == [1]
 
 
-_YEAR_10000_US = (_dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.UTC) - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)) // _dt.timedelta(microseconds=1) + 1
+_YEAR_10000_US = (  # the first microsecond past Delta's range
+    _dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=_dt.UTC) - _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+) // _dt.timedelta(microseconds=1) + 1
 REFUSED = {
     "uint8": pa.array([200], pa.uint8()),
     "uint16": pa.array([60000], pa.uint16()),
@@ -312,7 +314,8 @@ def test_columns_whose_footer_has_no_bounds_get_them_from_their_data(tmp_path):
     their bounds from the data."""
     root = tmp_path / "out"
     long = "\u03bb" * 3000
-    data = pa.table({"id": [0, 1], "u": [long, None], "at": pa.array([_dt.datetime(2024, 1, 1, 0, 0, 0, 1), None], pa.timestamp("us"))})
+    at = pa.array([_dt.datetime(2024, 1, 1, 0, 0, 0, 1), None], pa.timestamp("us"))
+    data = pa.table({"id": [0, 1], "u": [long, None], "at": at})
     log = MetadataLog(str(root))
     for batch in range(2):  # files as Spark writes timestamps (INT96: no footer statistics), logged as Spark does
         path = root / f"part-0000{batch}-{batch}.c000.snappy.parquet"

@@ -61,7 +61,10 @@ _PER_US = {"s": (1_000_000, 1), "ms": (1000, 1), "us": (1, 1), "ns": (1, 1000)} 
 def _refusal(typ: pa.DataType) -> str | None:
     """Why a column of Arrow type ``typ`` (its own type, not its children's) has no Delta type, or None."""
     if pa.types.is_unsigned_integer(typ):
-        return f"{typ} (unsigned: Delta integers are signed, and delta-rs would declare it as the signed type of the same width, which polars refuses); cast it to a wider signed integer"
+        return (
+            f"{typ} (unsigned: Delta integers are signed, and delta-rs would declare it as the signed type of the "
+            "same width, which polars refuses); cast it to a wider signed integer"
+        )
     if pa.types.is_float16(typ):
         return f"{typ} (Delta has float and double); cast it to float32"
     if pa.types.is_time(typ) or pa.types.is_duration(typ) or pa.types.is_interval(typ):
@@ -115,7 +118,9 @@ def _problems(fields: list[pa.Field], path: str) -> list[str]:
         name = f"{path}{field.name}"
         other = seen.setdefault(field.name.lower(), name)
         if other != name:
-            problems.append(f"{other!r} and {name!r} differ only by case (Delta column names are case-insensitive); rename one")
+            problems.append(
+                f"{other!r} and {name!r} differ only by case (Delta column names are case-insensitive); rename one"
+            )
         typ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
         why = _refusal(typ)
         if why is not None:
