@@ -122,6 +122,8 @@ def _leaf_values(array: pa.Array, typ: pa.DataType, path: tuple[str, ...], out: 
         return
     if pa.types.is_dictionary(typ):
         array = array.dictionary_decode()
+    if pa.types.is_timestamp(typ) and typ.tz is not None:  # year 1 in New York is year 0: not a Python datetime
+        array = array.cast(pa.timestamp(typ.unit, "UTC"))
     values = [v for v in array.to_pylist() if v is not None and v == v]  # NaN satisfies no bound
     out[path] = values
 

@@ -157,6 +157,12 @@ def _duck_types(table: pa.Table) -> dict[str, str]:
     return dict(zip(relation.columns, map(str, relation.types)))
 
 
+def _pyarrow_nested_limit(exc: Exception, path: tuple[str, ...]) -> None:
+    """pyarrow does not cast a struct's field to the Delta type for a filter (a timestamp[ms, tz=...] in the
+    file, Delta's timestamp[us, tz=UTC]): it fails, it never returns wrong rows (docs/delta.md)."""
+    assert len(path) > 1 and "no kernel matching input types" in str(exc), exc
+
+
 def _check_filter(out: str, expected: pa.Table, case: DeltaCase, spec: tuple) -> None:
     path, op, value, typ = spec
     columns = expected.column_names
@@ -167,7 +173,10 @@ def _check_filter(out: str, expected: pa.Table, case: DeltaCase, spec: tuple) ->
     # the file (on its own tables too, docs/delta.md): its filtered reads are left out for such a column.
     leaf = _column(expected, path)
     if not (pa.types.is_floating(typ) and pc.any(pc.invert(pc.is_finite(leaf))).as_py()):
-        assert rows(table.to_pyarrow_dataset().to_table(filter=arrow), columns) == want, ("delta-rs dataset", spec)
+        try:
+            assert rows(table.to_pyarrow_dataset().to_table(filter=arrow), columns) == want, ("delta-rs dataset", spec)
+        except pa.ArrowNotImplementedError as exc:
+            _pyarrow_nested_limit(exc, path)
         if len(path) == 1:
             filtered = table.to_pyarrow_table(filters=[(path[0], "=" if op == "==" else op, value)])
             assert rows(filtered, columns) == want, ("delta-rs table", spec)
@@ -176,6 +185,8 @@ def _check_filter(out: str, expected: pa.Table, case: DeltaCase, spec: tuple) ->
     frame = pl.from_arrow(expected)
     want_pl = rows(frame.filter(polars).to_arrow(), columns)
     scans = [pl.scan_delta(out, use_pyarrow=True)] + ([pl.scan_delta(out)] if case.time_zone == "UTC" else [])
+    # polars with use_pyarrow=True filters in pyarrow, where NaN is no match: either semantics is the filter's
+    nan = pa.types.is_floating(typ) and pc.any(pc.is_nan(_column(expected, path))).as_py()
     for scan in scans:
         try:
             found = scan.filter(polars).collect()
@@ -184,7 +195,13 @@ def _check_filter(out: str, expected: pa.Table, case: DeltaCase, spec: tuple) ->
             # struct holds a list or map (Delta has no statistics for them): on delta-rs's own tables too
             assert "structs do not have the same number of fields" in str(exc), exc
             continue
-        assert rows(found.to_arrow(), columns) == want_pl, ("polars", spec)
+        except pa.ArrowNotImplementedError as exc:  # use_pyarrow=True
+            _pyarrow_nested_limit(exc, path)
+            continue
+        except NameError as exc:  # polars 2.1 with use_pyarrow=True writes a NaN literal as the name NaN
+            assert "NaN" in str(exc) and value != value, exc
+            continue
+        assert rows(found.to_arrow(), columns) in ([want_pl, want] if nan else [want_pl]), ("polars", spec)
 
     if len(path) == 1:
         duck = duckdb.connect()

@@ -217,7 +217,8 @@ def _timestamp_text(micros: int, bound: str) -> str | None:
 def _string_max(value: str) -> str | None:
     """An upper bound of ``value`` in :data:`STRING_PREFIX` characters: its prefix with the last character that
     can be raised raised by one (greater in UTF-8 byte, code point and UTF-16 order alike: U+FFFF, whose next
-    code point sorts lower in UTF-16, is passed over, as is U+10FFFF); None when no character can be."""
+    code point sorts lower in UTF-16, is passed over, as is U+10FFFF); None when no character can be (the
+    caller then writes the whole value)."""
     prefix = value[:STRING_PREFIX]
     for index in range(len(prefix) - 1, -1, -1):
         code = ord(prefix[index])
@@ -237,7 +238,7 @@ def _out_of_range(column: str, what: str) -> DeltaLogError:
 
 def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) -> Any:
     """A footer bound as Delta's statistics JSON holds it, or None to leave it out (binary, NaN, infinities,
-    a long string max of U+FFFF/U+10FFFF only, a timestamp max rounded past Delta's range);
+    a timestamp max rounded past Delta's range);
     DeltaLogError for a date or timestamp outside Delta's range."""
     if scalar is None:
         return None
@@ -255,7 +256,9 @@ def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) ->
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, str):
-        return value if len(value) <= STRING_PREFIX else value[:STRING_PREFIX] if bound == "min" else _string_max(value)
+        if len(value) <= STRING_PREFIX:
+            return value
+        return value[:STRING_PREFIX] if bound == "min" else _string_max(value) or value  # whole when none is raisable
     if isinstance(value, bool | int | float):
         return value
     return None  # binary: no Delta statistics
