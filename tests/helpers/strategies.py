@@ -188,3 +188,96 @@ def stream_cases(draw: st.DrawFn) -> StreamCase:
         writer=draw(st.sampled_from(WRITERS)),
         root=draw(st.sampled_from(ROOT_NAMES)),
     )
+
+
+# -- the Delta log's differential (tests/delta/test_delta_differential.py) ------------------------------
+
+_MS = dt.timedelta(milliseconds=1)
+_EDGE_TIMESTAMPS = st.one_of(
+    _TIMESTAMPS,
+    st.sampled_from([dt.datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), dt.datetime(1000, 1, 1, tzinfo=UTC),
+                     dt.datetime(2024, 1, 1, 0, 0, 0, 999, tzinfo=UTC), dt.datetime(2024, 1, 1, 0, 0, 0, 1000, tzinfo=UTC)]),
+    st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31), timezones=st.just(UTC)).map(
+        lambda t: t.replace(microsecond=t.microsecond - t.microsecond % 1000 + 999)),  # a max just under a ms
+)
+_EDGE_DATES = st.one_of(_DATES, st.sampled_from([dt.date(999, 12, 31), dt.date(1000, 1, 1), dt.date(9, 9, 9)]))
+# Every Delta type at its edges, as the writers take it (large and view variants, naive and zoned timestamps).
+DELTA_ATOMIC = [
+    *[k for k in ATOMIC if k.name not in ("timestamp", "date")],
+    Kind("timestamp", pa.timestamp("us", tz="UTC"), _EDGE_TIMESTAMPS),
+    Kind("naive timestamp", pa.timestamp("us"), _EDGE_TIMESTAMPS.map(lambda t: t.replace(tzinfo=None)), partitionable=False),
+    Kind("ms timestamp", pa.timestamp("ms", tz="America/New_York"),
+         _EDGE_TIMESTAMPS.map(lambda t: t.replace(microsecond=t.microsecond - t.microsecond % 1000)), partitionable=False),
+    Kind("date", pa.date32(), _EDGE_DATES),
+    _decimal(38, 0), _decimal(38, 38), _decimal(38, 19), _decimal(18, 2), _decimal(1, 1),
+    Kind("large string", pa.large_string(), _LONG_TEXT, partitionable=False),
+    Kind("string view", pa.string_view(), _TEXT, partitionable=False),
+    Kind("large binary", pa.large_binary(), st.binary(max_size=40), partitionable=False),
+    Kind("binary view", pa.binary_view(), st.binary(max_size=40), partitionable=False),
+    Kind("long prefix", pa.string(), st.sampled_from(["a" * 31, "a" * 32, "a" * 33, "a" * 32 + "b", "\U0001f600" * 33,
+                                                       "\uffff" * 40, "\U00010000" * 40, "a" * 32 + "\x00"]),
+         partitionable=False),
+]
+# Names at their edges: dots (``x.y`` is also drawn beside a struct ``x`` with a field ``y``; a leading dot for
+# data columns), spaces, unicode, a leading underscore, upper case.
+DELTA_NAMES = ["x.y", "s p", "ünï", "_u", "Up", "a,b", "日本", "n", ".h"]
+
+
+@st.composite
+def _delta_struct(draw: st.DrawFn) -> Kind:
+    """struct<y, ...> of atomic Delta kinds (named ``y`` first: the shape ``x.y`` beside ``x``), or nested."""
+    inner = st.sampled_from(DELTA_ATOMIC)
+    kinds = draw(st.lists(st.one_of(inner, nested_kinds(1)), min_size=1, max_size=2))
+    names = ["y", "z.w"][: len(kinds)]
+    arrow = pa.struct([pa.field(n, k.arrow) for n, k in zip(names, kinds)])
+    values = st.fixed_dictionaries({n: st.none() | k.values for n, k in zip(names, kinds)})
+    return Kind(f"struct<{','.join(k.name for k in kinds)}>", arrow, values, partitionable=False)
+
+
+@dataclass(frozen=True)
+class DeltaCase:
+    """An output written batch after batch with its Delta log kept in step: its columns, partition columns,
+    and the steps (``("write", app, rows)`` through ``write_batch(..., delta_log=True)``, ``("spark", old,
+    rows)`` a batch logged as Spark's sink logs it, dropped at the next compaction when ``old``)."""
+
+    columns: dict[str, Kind]  # besides the row id ``id``
+    partitions: list[str]
+    steps: list[tuple[str, object, list[dict]]] = field(repr=False)
+    time_zone: str = "UTC"
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema({"id": pa.int64()} | {c: k.arrow for c, k in self.columns.items()})
+
+    def __repr__(self) -> str:
+        kinds = {c: k.name for c, k in self.columns.items()}
+        return f"DeltaCase(columns={kinds}, partitions={self.partitions}, time_zone={self.time_zone!r}, steps={self.steps!r})"
+
+
+@st.composite
+def delta_cases(draw: st.DrawFn) -> DeltaCase:
+    """1-3 data columns of every Delta type (atomic, struct, array, map), 0-2 partition columns, 2-4 steps of
+    0-6 rows each by two apps and Spark-style batches (old ones dropped by retention at compaction)."""
+    names = draw(st.lists(st.sampled_from(DELTA_NAMES), min_size=1, max_size=4, unique_by=str.lower))
+    columns: dict[str, Kind] = {}
+    for name in names:
+        columns[name] = draw(st.one_of(st.sampled_from(DELTA_ATOMIC), _delta_struct(), nested_kinds(1)))
+    if "x.y" in columns and draw(st.booleans()):
+        columns["x"] = draw(_delta_struct())
+    partitionable = [c for c, k in columns.items() if k.partitionable and not c.startswith(".")]  # a hidden directory
+    partitions = draw(st.lists(st.sampled_from(partitionable), max_size=2, unique=True)) if partitionable else []
+    if len(partitions) == len(columns):
+        partitions = partitions[:-1]  # at least one data column
+    pools = {c: draw(st.lists(st.none() | columns[c].values, min_size=1, max_size=3)) for c in partitions}
+    row = st.fixed_dictionaries({
+        c: st.sampled_from(pools[c]) if c in pools else st.none() | k.values for c, k in columns.items()
+    })
+    steps, next_id = [], 0
+    for _ in range(draw(st.integers(2, 4))):
+        views = any("_view" in str(k.arrow) for k in columns.values())  # Spark's sink never writes views
+        kind = draw(st.sampled_from(["write", "write"] + ([] if views else ["spark"])))
+        rows = draw(st.lists(row, min_size=0 if kind == "write" else 1, max_size=6))
+        rows = [{"id": next_id + i} | r for i, r in enumerate(rows)]
+        next_id += len(rows)
+        steps.append((kind, draw(st.sampled_from(["a", "b"])) if kind == "write" else draw(st.booleans()), rows))
+    return DeltaCase(columns, partitions, steps, draw(st.sampled_from(["UTC", "UTC", "Asia/Kolkata"])))

@@ -1,55 +1,106 @@
 """What a Delta ``add`` action says about one committed file: its partition values serialized by the Delta
 protocol's "Partition Value Serialization", its per-file statistics (``numRecords``, ``minValues``,
 ``maxValues``, ``nullCount``) from the Parquet footer, and the table schema Delta readers expect (the
-counterpart of what delta-rs's ``write_deltalake`` computes for the files it writes itself).
+counterpart of what delta-rs's ``write_deltalake`` computes for the files it writes itself, and of Delta's
+``SchemaUtils`` type checks).
 
 Formats follow what ``deltalake.write_deltalake`` writes for the same data (``tests/delta/test_formats.py``
-compares them): timestamps are Delta ``timestamp`` (UTC instants; partition values
-``2024-01-01 01:02:03.456789`` in UTC, statistics ``2024-01-01T01:02:03.456Z`` truncated to milliseconds as the
-protocol's readers expect), decimals and doubles as JSON numbers in statistics, nulls as ``None``. Doubles in
-partition values are written as Java prints them (what Delta on Spark writes; every reader parses it).
+compares them) wherever its bound is true; where it is not, ours is safer (``tests/delta/test_delta_differential.py``
+reads every Delta reader with filters against ``read_committed``):
+
+- partition values: timestamps in UTC ``2024-01-01 01:02:03.456789``, dates ``2024-01-02``, years always four
+  digits (``0999-01-01``), doubles as Java prints them (what Delta on Spark writes), decimals in plain
+  notation, null as ``None``;
+- statistics: the exact footer bounds of :mod:`parquet_sink.statistics` (keyed by tuple path, so a column
+  ``x.y`` and field ``y`` of a struct ``x`` keep their own); decimals as exact JSON numbers (never through a
+  float: a rounded bound stops being one); timestamps in milliseconds as the protocol says, a min truncated
+  down and a max rounded up; strings longer than :data:`STRING_PREFIX` characters cut to it, the max with its
+  last character raised so that it stays an upper bound; binary, NaN and infinities left out; a column gets
+  both bounds or neither (delta-rs's dataset skips a file whose column has one bound only);
+- types: Delta has only ``string``, ``binary``, signed integers, ``float``/``double``, ``decimal`` (precision
+  <= 38), ``boolean``, ``date``, ``timestamp``, ``struct``, ``array`` and ``map``, names unique regardless of
+  case, dates and timestamps in years 0001..9999. Anything else is refused with a :class:`DeltaLogError` naming
+  the column, before the sync commits anything.
 
 Example::
 
     >>> delta_partition_value(_dt.date(2024, 1, 2), pa.date32())
     '2024-01-02'
-    >>> delta_schema(pa.schema([("t", pa.timestamp("ns"))]))
+    >>> delta_schema(pa.schema([("t", pa.timestamp("ns"))]), "/data/events")
     t: timestamp[us, tz=UTC]
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import decimal
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..partitioning import java_double_str
+from ..statistics import LeafPath, LeafStatistics, data_statistics, file_statistics
+from .errors import DeltaLogError
 
 # Delta on Spark keeps string statistics to a 32-character prefix (dataSkippingStringPrefixLength): the
-# prefix is a lower bound (min); a cut max is no upper bound, so a longer max is left out.
+# prefix is a lower bound (min); a cut max is no upper bound, so it gets its last character raised (_string_max).
 STRING_PREFIX = 32
+
+_EPOCH = _dt.datetime(1970, 1, 1)
+_US = _dt.timedelta(microseconds=1)
+# Delta's (and Spark's) range of dates and timestamps: 0001-01-01 to 9999-12-31, in microseconds from the epoch
+DELTA_MIN_US = (_dt.datetime(1, 1, 1) - _EPOCH) // _US
+DELTA_MAX_US = (_dt.datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // _US
+_PER_US = {"s": (1_000_000, 1), "ms": (1000, 1), "us": (1, 1), "ns": (1, 1000)}  # (multiply, divide)
+
+
+def _refusal(typ: pa.DataType) -> str | None:
+    """Why a column of Arrow type ``typ`` (its own type, not its children's) has no Delta type, or None."""
+    if pa.types.is_unsigned_integer(typ):
+        return (
+            f"{typ} (unsigned: Delta integers are signed, and delta-rs would declare it as the signed type of the "
+            "same width, which polars refuses); cast it to a wider signed integer"
+        )
+    if pa.types.is_float16(typ):
+        return f"{typ} (Delta has float and double); cast it to float32"
+    if pa.types.is_time(typ) or pa.types.is_duration(typ) or pa.types.is_interval(typ):
+        return f"{typ} (Delta has no time-of-day, duration or interval type); cast it to int64 or string"
+    if pa.types.is_date64(typ):
+        return f"{typ} (polars reads its files as a datetime, not as Delta's date); cast it to date32"
+    if pa.types.is_decimal(typ) and typ.precision > 38:
+        return f"{typ} (Delta decimals hold at most 38 digits)"
+    if pa.types.is_fixed_size_binary(typ) or pa.types.is_fixed_size_list(typ):
+        return f"{typ} (fixed-size: Delta readers read the column of a variable-size type); cast it to binary or a list"
+    if isinstance(typ, pa.ListViewType | pa.LargeListViewType) or pa.types.is_union(typ) or pa.types.is_run_end_encoded(typ):
+        return f"{typ} (no Delta type)"
+    return None
 
 
 def delta_type(typ: pa.DataType) -> pa.DataType:
     """The Arrow type a Delta table declares for a column of Arrow type ``typ``: every timestamp (naive,
     zoned, any unit; INT96 reads as naive nanoseconds) is Delta's ``timestamp``, UTC microseconds, which
-    every Delta reader accepts (``timestamp_ntz`` needs a table feature older readers refuse); nested types
-    are mapped field by field.
+    every Delta reader accepts (``timestamp_ntz`` needs a table feature older readers refuse); large and
+    view variants of string and binary are Delta's ``string`` and ``binary``, a dictionary its values' type;
+    nested types are mapped field by field. Types Delta lacks stay as they are (see :func:`delta_schema`).
 
     Example: ``delta_type(pa.timestamp("ns")) == pa.timestamp("us", tz="UTC")``.
     """
+    if pa.types.is_dictionary(typ):
+        return delta_type(typ.value_type)
     if pa.types.is_timestamp(typ):
         return pa.timestamp("us", tz="UTC")
     if pa.types.is_null(typ):  # a partition column whose values are all null: Spark reads it as string
         return pa.string()
     if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
         return pa.string()
+    if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
+        return pa.binary()
+    if pa.types.is_decimal(typ):
+        return pa.decimal128(typ.precision, typ.scale) if typ.precision <= 38 else typ
     if pa.types.is_struct(typ):
         return pa.struct([f.with_type(delta_type(f.type)) for f in typ])
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
@@ -59,15 +110,55 @@ def delta_type(typ: pa.DataType) -> pa.DataType:
     return typ
 
 
-def delta_schema(schema: pa.Schema) -> pa.Schema:
+def _problems(fields: list[pa.Field], path: str) -> list[str]:
+    """What keeps ``fields`` (at ``path``: ``""`` for the columns, ``"s."`` for a struct's fields) from Delta:
+    types it lacks, at any depth, and names equal but for case."""
+    problems, seen = [], {}
+    for field in fields:
+        name = f"{path}{field.name}"
+        other = seen.setdefault(field.name.lower(), name)
+        if other != name:
+            problems.append(
+                f"{other!r} and {name!r} differ only by case (Delta column names are case-insensitive); rename one"
+            )
+        typ = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        why = _refusal(typ)
+        if why is not None:
+            problems.append(f"{name!r} is {why}")
+        elif pa.types.is_struct(typ):
+            problems += _problems(list(typ), f"{name}.")
+        elif pa.types.is_map(typ):
+            problems += _problems([typ.key_field.with_name("key"), typ.item_field.with_name("value")], f"{name}.")
+        elif pa.types.is_list(typ) or pa.types.is_large_list(typ):
+            problems += _problems([typ.value_field.with_name("element")], f"{name}.")
+    return problems
+
+
+def delta_schema(schema: pa.Schema, where: str = "the output") -> pa.Schema:
     """``schema`` with :func:`delta_type` applied to each column, every column nullable (a later batch may
-    lack a value) and no metadata. Example: see the module docstring."""
+    lack a value) and no metadata; DeltaLogError naming every column (and ``where``: the output) whose type
+    Delta lacks (unsigned integers, float16, time, duration, interval, fixed-size binary and lists, date64, decimals
+    over 38 digits; at any depth) or whose name equals another's but for case. Example: see the module
+    docstring."""
+    problems = _problems(list(schema), "")
+    if problems:
+        raise DeltaLogError(
+            f"{where}: the committed files have columns a Delta table cannot hold: {'; '.join(problems)}. Nothing "
+            f"was committed to _delta_log and Delta readers keep the previous state; the data and _spark_metadata "
+            "are not affected. Write such columns with a Delta type (or write this output without delta_log): "
+            "the files already committed with them keep the Delta log from following this output."
+        )
     return pa.schema([pa.field(f.name, delta_type(f.type), nullable=True) for f in schema])
 
 
 def _utc(value: _dt.datetime) -> _dt.datetime:
-    """A footer or partition timestamp as a UTC instant (a naive one is taken as UTC wall time, as INT96)."""
+    """A partition timestamp as a UTC instant (a naive one is taken as UTC wall time, as INT96)."""
     return value.replace(tzinfo=_dt.UTC) if value.tzinfo is None else value.astimezone(_dt.UTC)
+
+
+def _date_text(value: _dt.date) -> str:
+    """A date with its year in four digits, as every Delta reader parses it (``0999-01-02``)."""
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
 
 
 def delta_partition_value(value: Any, typ: pa.DataType) -> str | None:
@@ -84,10 +175,11 @@ def delta_partition_value(value: Any, typ: pa.DataType) -> str | None:
     if value is None:
         return None
     if pa.types.is_timestamp(typ):
-        text = _utc(value).strftime("%Y-%m-%d %H:%M:%S")
-        return f"{text}.{value.microsecond:06d}" if value.microsecond else text
+        instant = _utc(value)
+        text = f"{_date_text(instant)} {instant:%H:%M:%S}"
+        return f"{text}.{instant.microsecond:06d}" if instant.microsecond else text
     if pa.types.is_date(typ):
-        return value.isoformat()
+        return _date_text(value)
     if pa.types.is_boolean(typ):
         return "true" if value else "false"
     if pa.types.is_floating(typ):
@@ -97,98 +189,171 @@ def delta_partition_value(value: Any, typ: pa.DataType) -> str | None:
     return str(value)
 
 
-def _stat_value(value: Any, typ: pa.DataType, bound: str) -> Any:
-    """A footer min or max as Delta's statistics JSON holds it, or None to leave it out (binary, NaN,
-    a string max longer than :data:`STRING_PREFIX`)."""
-    if value is None or pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
+class _Number:
+    """A JSON number written as its exact text (a decimal bound: ``json`` would go through a float)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _micros(scalar: pa.Scalar, bound: str) -> int:
+    """A timestamp scalar in microseconds from the epoch, a nanosecond min rounded down, a max up."""
+    multiply, divide = _PER_US[scalar.type.unit]
+    value = scalar.value * multiply
+    return value // divide if bound == "min" else -(-value // divide)
+
+
+def _timestamp_text(micros: int, bound: str) -> str | None:
+    """A timestamp bound in Delta's statistics format, milliseconds: a min truncated down, a max rounded up
+    (None past Delta's last millisecond)."""
+    millis = micros // 1000 if bound == "min" else -(-micros // 1000)
+    if millis * 1000 > DELTA_MAX_US:
         return None
-    if (pa.types.is_timestamp(typ) and not isinstance(value, _dt.datetime)) or (
-        pa.types.is_date(typ) and not isinstance(value, _dt.date)
-    ):
-        return None  # a footer that states the bound as a raw number (nanoseconds): no safe conversion here
-    if isinstance(value, _dt.datetime):
-        instant = _utc(value)
-        text = instant.strftime("%Y-%m-%dT%H:%M:%S")
-        millis = instant.microsecond // 1000
-        return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
-    if isinstance(value, _dt.date):
-        return value.isoformat()
+    instant = _EPOCH + _dt.timedelta(milliseconds=millis)
+    text = f"{_date_text(instant)}T{instant:%H:%M:%S}"
+    return f"{text}.{millis % 1000:03d}Z" if millis % 1000 else f"{text}Z"
+
+
+def _string_max(value: str) -> str | None:
+    """An upper bound of ``value`` in :data:`STRING_PREFIX` characters: its prefix with the last character that
+    can be raised raised by one (greater in UTF-8 byte, code point and UTF-16 order alike: U+FFFF, whose next
+    code point sorts lower in UTF-16, is passed over, as is U+10FFFF); None when no character can be (the
+    caller then writes the whole value)."""
+    prefix = value[:STRING_PREFIX]
+    for index in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[index])
+        if code not in (0xFFFF, 0x10FFFF):
+            return prefix[:index] + chr(0xE000 if code == 0xD7FF else code + 1)
+    return None
+
+
+def _out_of_range(column: str, what: str) -> DeltaLogError:
+    return DeltaLogError(
+        f"{what}: column {column!r} holds a value outside 0001-01-01..9999-12-31, the range of Delta dates and "
+        "timestamps, which Delta readers cannot read. Nothing was committed to _delta_log; the data and "
+        "_spark_metadata are not affected. Write such values as null or within that range (or write this output "
+        "without delta_log): the file keeps the Delta log from following this output."
+    )
+
+
+def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) -> Any:
+    """A footer bound as Delta's statistics JSON holds it, or None to leave it out (binary, NaN, infinities,
+    a timestamp max rounded past Delta's range);
+    DeltaLogError for a date or timestamp outside Delta's range."""
+    if scalar is None:
+        return None
+    typ = scalar.type
+    if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
+        micros = _micros(scalar, bound) if pa.types.is_timestamp(typ) else scalar.cast(pa.date32()).value * 86_400_000_000
+        if not DELTA_MIN_US <= micros <= DELTA_MAX_US:
+            raise _out_of_range(column, what)
+        if pa.types.is_date(typ):
+            return _date_text(scalar.as_py())
+        return _timestamp_text(micros, bound)
+    value = scalar.as_py()
     if isinstance(value, decimal.Decimal):
-        return float(value)
+        return _Number(format(value, "f"))
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, str) and len(value) > STRING_PREFIX:
-        return value[:STRING_PREFIX] if bound == "min" else None
-    if isinstance(value, bytes):
-        return None
-    return value
-
-
-def _column_stats(metadata: pq.FileMetaData) -> dict[str, tuple[Any, Any, int | None]]:
-    """(min, max, null count) of each leaf column (dotted Parquet path) over every row group; min/max None
-    when a row group has none (INT96, all nulls), the null count None when one is missing."""
-    found: dict[str, tuple[Any, Any, int | None]] = {}
-    for index in range(metadata.num_columns):
-        low = high = None
-        nulls: int | None = 0
-        comparable = True
-        path = ""
-        for group in range(metadata.num_row_groups):
-            column = metadata.row_group(group).column(index)
-            path = column.path_in_schema
-            stats = column.statistics
-            if stats is None:
-                comparable, nulls = False, None
-                continue
-            nulls = None if nulls is None or not stats.has_null_count else nulls + stats.null_count
-            if metadata.row_group(group).num_rows == (stats.null_count if stats.has_null_count else -1):
-                continue  # only nulls: no bound to take
-            if not stats.has_min_max:
-                comparable = False
-                continue
-            low = stats.min if low is None or stats.min < low else low
-            high = stats.max if high is None or stats.max > high else high
-        if path:
-            found[path] = (low, high, nulls) if comparable else (None, None, nulls)
-    return found
+    if isinstance(value, str):
+        if len(value) <= STRING_PREFIX:
+            return value
+        return value[:STRING_PREFIX] if bound == "min" else _string_max(value) or value  # whole when none is raisable
+    if isinstance(value, bool | int | float):
+        return value
+    return None  # binary: no Delta statistics
 
 
 def _fill(
-    fields: pa.StructType | pa.Schema, leaves: Mapping[str, tuple[Any, Any, int | None]], prefix: str, out: dict[str, dict]
+    fields: pa.StructType | pa.Schema, leaves: dict[LeafPath, LeafStatistics], prefix: LeafPath, out: dict[str, dict],
+    what: str,
 ) -> None:
     """Fill ``out["minValues"|"maxValues"|"nullCount"]`` for ``fields`` (nested dicts for structs); lists and
     maps carry no statistics in Delta."""
     for field in fields:
-        path = f"{prefix}{field.name}"
+        path = prefix + (field.name,)
         if pa.types.is_struct(field.type):
             nested: dict[str, dict] = {"minValues": {}, "maxValues": {}, "nullCount": {}}
-            _fill(field.type, leaves, path + ".", nested)
+            _fill(field.type, leaves, path, nested, what)
             for key, value in nested.items():  # as delta-rs: a struct's dicts even when empty
                 out[key][field.name] = value
             continue
         if path not in leaves:
             continue
-        low, high, nulls = leaves[path]
-        for key, value in (("minValues", _stat_value(low, field.type, "min")), ("maxValues", _stat_value(high, field.type, "max"))):
-            if value is not None:
-                out[key][field.name] = value
-        if nulls is not None:
-            out["nullCount"][field.name] = nulls
+        stats = leaves[path]
+        column = ".".join(path)
+        low, high = _stat_value(stats.min, "min", column, what), _stat_value(stats.max, "max", column, what)
+        if low is not None and high is not None:  # one bound alone: delta-rs's dataset compares with null
+            out["minValues"][field.name], out["maxValues"][field.name] = low, high
+        if stats.null_count is not None:
+            out["nullCount"][field.name] = stats.null_count
 
 
-def file_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
-    """The ``stats`` JSON of a Delta add action from a Parquet footer: ``numRecords``, and per data column of
-    ``schema`` (the table's columns, partition columns left out) its ``minValues``, ``maxValues`` and
-    ``nullCount`` where the footer has them.
+def _json(value: Any) -> str:
+    """Compact JSON of ``value``, :class:`_Number` written as its text."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    return value.text if isinstance(value, _Number) else json.dumps(value)
+
+
+def _writer_schema(metadata: pq.FileMetaData) -> pa.Schema:
+    """The Arrow schema the writer stored in the footer (``ARROW:schema``; empty when there is none): the types
+    as written, which pyarrow's reader may show otherwise (a date64 column reads as date32, polars reads it as a
+    datetime)."""
+    stored = (metadata.metadata or {}).get(b"ARROW:schema")
+    if stored is None:
+        return pa.schema([])
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(stored)))
+    except (pa.ArrowInvalid, ValueError):  # not an Arrow schema: nothing to learn from it
+        return pa.schema([])
+
+
+def _unbounded(
+    fields: pa.StructType | pa.Schema, leaves: dict[LeafPath, LeafStatistics], prefix: LeafPath, rows: int
+) -> list[LeafPath]:
+    """The leaves of ``fields`` (through structs) the footer gives no bounds for although they hold values,
+    binary left out (Delta has no binary bounds)."""
+    found = []
+    for field in fields:
+        path = prefix + (field.name,)
+        if pa.types.is_struct(field.type):
+            found += _unbounded(field.type, leaves, path, rows)
+        elif path in leaves and not pa.types.is_binary(field.type) and leaves[path].min is None:
+            if leaves[path].null_count != rows:
+                found.append(path)
+    return found
+
+
+def file_stats(parquet: pq.ParquetFile, schema: pa.Schema, what: str = "a committed file") -> str:
+    """The ``stats`` JSON of a Delta add action from a Parquet file's footer: ``numRecords``, and per data column
+    of ``schema`` (the table's columns, partition columns left out) its ``minValues``, ``maxValues`` and
+    ``nullCount`` (module docstring). A column with values whose footer has no bounds (INT96 timestamps, strings
+    over the writer's statistics size) gets them from its data: delta-rs's dataset skips a file whose column
+    has no bounds for every filter on it (it compares with null). DeltaLogError naming the column and
+    ``what`` (the file and its batch) when a date or timestamp lies outside Delta's range, or when the writer's
+    Arrow schema stored in the footer has a type Delta lacks (see :func:`delta_schema`).
 
     Example::
 
-        >>> json.loads(file_stats(pq.read_metadata("part-0.parquet"), pa.schema([("n", pa.int64())])))
+        >>> json.loads(file_stats(pq.ParquetFile("part-0.parquet"), pa.schema([("n", pa.int64())])))
         {'numRecords': 2, 'minValues': {'n': 1}, 'maxValues': {'n': 5}, 'nullCount': {'n': 0}}
     """
+    metadata = parquet.metadata
+    problems = _problems(list(_writer_schema(metadata)), "")
+    if problems:  # types Arrow reads back as others (date64 as date32) that other readers do not
+        raise DeltaLogError(
+            f"{what} was written with columns a Delta table cannot hold: {'; '.join(problems)}. Nothing was "
+            f"committed to _delta_log; the data and _spark_metadata are not affected. Write such columns with a "
+            "Delta type (or write this output without delta_log): the file keeps the Delta log from following."
+        )
     out: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    _fill(schema, _column_stats(metadata), "", out)
-    return json.dumps(out, separators=(",", ":"))
+    leaves = file_statistics(metadata)
+    leaves.update(data_statistics(parquet, _unbounded(schema, leaves, (), metadata.num_rows)))
+    _fill(schema, leaves, (), out, what)
+    return _json(out)
 
 
-__all__ = ["STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats"]
+__all__ = [
+    "DELTA_MAX_US", "DELTA_MIN_US", "STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats",
+]

@@ -58,9 +58,10 @@ from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..log.files import require_output
 from ..partitioning import parse_partition_path
-from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, snapshot_after
+from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, snapshot_after, unreadable_file
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, delta_type, file_stats
+from .errors import DeltaLogError
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +87,6 @@ _UNIT_MS = {"nanosecond": 1e-6, "microsecond": 1e-3, "millisecond": 1, "second":
 
 class DeltaDependencyError(MissingDependencyError):
     """The ``deltalake`` package (delta-rs) is missing or too old for a Delta log."""
-
-
-class DeltaLogError(ParquetSinkError):
-    """The Delta log cannot be brought in step with ``_spark_metadata``: it is ahead of it, another Delta writer
-    committed to it, its files diverged from the log's, its partition columns, their types or its session time
-    zone differ, or concurrent commits kept winning."""
 
 
 def require_deltalake(what: str) -> ModuleType:
@@ -374,7 +369,14 @@ def _add_actions(
         committed: CommittedFile = snap.files[files[relative]]
         keys = ds.get_partition_keys(fragments[relative].partition_expression)
         values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
-        stats = file_stats(pq.read_metadata(committed.path, filesystem=filesystem), data_schema)
+        what = f"committed file {snap.storage.display(committed.path)} of batch {committed.batch_id}"
+        try:
+            stats = file_stats(pq.ParquetFile(committed.path, filesystem=filesystem), data_schema, what)
+        except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+            raise unreadable_file(snap.storage, committed, exc) or DeltaLogError(
+                f"reading {what} failed ({type(exc).__name__}: {exc}); nothing was committed to {DELTA_DIR}. Fix "
+                f"the cause, then run `parquet-sink delta-sync {snap.storage.display(snap.storage.root)}`."
+            ) from exc
         return AddAction(relative, committed.size, values, committed.modification_time, True, stats)
 
     with ThreadPoolExecutor(min(_FOOTER_THREADS, max(1, len(new)))) as pool:
@@ -765,7 +767,7 @@ def _sync_once(
     if dataset is not None and state is not None:
         forced = _table_partition_types(state, dataset.schema, zone)
         dataset = dataset_of(fresh, zone, partition_types=forced) if forced else dataset
-    schema = delta_schema(dataset.schema) if dataset is not None else state.schema
+    schema = delta_schema(dataset.schema, where) if dataset is not None else state.schema
     added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
     if state is not None:  # the table's columns, with the new ones: a batch may lack some
         schema = pa.schema(list(state.schema) + added_columns)

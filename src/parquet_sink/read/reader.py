@@ -375,27 +375,42 @@ def dataset_of(
 
 
 def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
-    """Turn a read failure into a typed error naming the committed file at fault and its batch: missing
-    from storage, or not of the size the log recorded (truncated, empty, replaced). The files the failure
-    names are checked first; ``exc`` itself if every file is present with its logged size."""
+    """Turn a read failure into a typed error naming the committed file at fault and its batch
+    (:func:`unreadable_file`). The files the failure names are checked first; ``exc`` itself if every file
+    is present with its logged size."""
     named = sorted(snap.files, key=lambda f: f.path not in str(exc))
     for f in named:
-        where = f"committed file {snap.storage.display(f.path)} of batch {f.batch_id}"
-        try:
-            size = snap.storage.info(f.path).size
-        except FileNotFoundError:
-            return MissingDataFileError(
-                f"{where} is missing from storage. It was deleted outside the sink; restore it from backup, or "
-                "pass ignore_missing_files=True to read the rest (that data is then missing from the result)."
-            )
-        if size != f.size:
-            return DamagedDataFileError(
-                f"{where} cannot be read: the log says it has {f.size} bytes, storage holds {size} "
-                f"({type(exc).__name__}: {exc}). It was truncated or replaced outside the sink; run "
-                f"`parquet-sink verify {snap.storage.display(snap.storage.root)}` to list every damaged file, "
-                "then restore them from backup."
-            )
+        error = unreadable_file(snap.storage, f, exc)
+        if error is not None:
+            return error
     return exc
+
+
+def unreadable_file(
+    storage: Storage, f: CommittedFile, exc: Exception
+) -> MissingDataFileError | DamagedDataFileError | None:
+    """The typed error of committed file ``f`` whose read failed with ``exc``, naming it and its batch: missing
+    from storage, or not of the size the log recorded (truncated, empty, replaced); None when it is there with
+    its logged size (the failure is something else).
+
+    Example: ``unreadable_file(storage, f, exc)`` -> ``MissingDataFileError('committed file ... of batch 3 is missing ...')``.
+    """
+    where = f"committed file {storage.display(f.path)} of batch {f.batch_id}"
+    try:
+        size = storage.info(f.path).size
+    except FileNotFoundError:
+        return MissingDataFileError(
+            f"{where} is missing from storage. It was deleted outside the sink; restore it from backup, or "
+            "pass ignore_missing_files=True to read the rest (that data is then missing from the result)."
+        )
+    if size != f.size:
+        return DamagedDataFileError(
+            f"{where} cannot be read: the log says it has {f.size} bytes, storage holds {size} "
+            f"({type(exc).__name__}: {exc}). It was truncated or replaced outside the sink; run "
+            f"`parquet-sink verify {storage.display(storage.root)}` to list every damaged file, "
+            "then restore them from backup."
+        )
+    return None
 
 
 def committed_dataset(path: str, *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]) -> ds.Dataset:

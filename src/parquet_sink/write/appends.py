@@ -75,9 +75,27 @@ class WriteResult:
     conflicts: int = 0
 
 
+def _without_views(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with ``string_view``/``binary_view`` (at any depth) as ``large_string``/``large_binary``: the same
+    Parquet column, but a type in the footer's Arrow schema that every reader takes (pyarrow can neither split
+    views into partitions nor filter them against the ``string`` a Delta table declares)."""
+    if pa.types.is_string_view(typ) or pa.types.is_binary_view(typ):
+        return pa.large_string() if pa.types.is_string_view(typ) else pa.large_binary()
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(_without_views(f.type)) for f in typ])
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        element = typ.value_field.with_type(_without_views(typ.value_type))
+        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field.with_type(_without_views(typ.key_type)),
+                       typ.item_field.with_type(_without_views(typ.item_type)))
+    return typ
+
+
 def _as_table(data: Any) -> pa.Table:
     """pyarrow Table / RecordBatch / RecordBatchReader / iterable of RecordBatches, pandas or polars
-    DataFrame -> pyarrow Table; nanosecond timestamps become microseconds (Spark's precision)."""
+    DataFrame -> pyarrow Table; nanosecond timestamps become microseconds (Spark's precision), string and
+    binary views their large variants (:func:`_without_views`)."""
     if isinstance(data, pa.Table):
         table = data
     elif isinstance(data, pa.RecordBatch):
@@ -95,6 +113,9 @@ def _as_table(data: Any) -> pa.Table:
             f"write_batch: cannot write a {type(data).__name__}; pass a pyarrow Table or record batches, "
             "a pandas or a polars DataFrame"
         )
+    plain = pa.schema([f.with_type(_without_views(f.type)) for f in table.schema], metadata=table.schema.metadata)
+    if not plain.equals(table.schema):
+        table = table.cast(plain)
     for index, column in enumerate(table.schema):
         if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
             target = pa.timestamp("us", column.type.tz)

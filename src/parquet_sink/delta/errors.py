@@ -1,0 +1,15 @@
+"""The Delta log's typed error (Delta's own counterpart: ``DeltaErrors``), apart so that :mod:`.actions` and
+:mod:`.sync` both raise it; ``parquet_sink.delta`` and ``parquet_sink.delta.sync`` re-export it."""
+
+from __future__ import annotations
+
+from ..errors import ParquetSinkError
+
+
+class DeltaLogError(ParquetSinkError):
+    """The Delta log cannot be brought in step with ``_spark_metadata``: it is ahead of it, another Delta writer
+    committed to it, its files diverged from the log's, its partition columns, their types or its session time
+    zone differ, a column has a type or a value Delta cannot hold, or concurrent commits kept winning."""
+
+
+__all__ = ["DeltaLogError"]

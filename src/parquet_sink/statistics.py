@@ -1,0 +1,193 @@
+"""Exact per-column statistics of one Parquet file from its footer: for each leaf column reached through
+structs only (not inside a list or a map), keyed by its tuple path (``("x", "y")`` for field ``y`` of struct
+``x``, apart from a column named ``"x.y"``), the smallest and largest non-null value and the null count over
+every row group. The counterpart of parquet-mr's ``ParquetMetadataConverter`` statistics and of what Delta's
+``StatisticsCollection`` and delta-rs's ``stats_from_metadata`` derive from a footer; format-independent (the
+Delta log's ``add`` actions serialize it, :mod:`parquet_sink.delta.actions`).
+
+Exact or absent: a bound is given only when it is a true bound of every non-null value in the file, never
+an approximation. Absent are the bounds of a column when one row group with values has no min/max (INT96
+timestamps, a writer that wrote none, values over the writer's statistics size), bounds that are NaN (older
+writers), float16 and INTERVAL leaves, strings that are not UTF-8; a zero float bound is ``-0.0`` as a min
+and ``0.0`` as a max (either may hide behind a zero in the footer). NaN is never in a bound, as Parquet
+orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row group lacks it.
+
+:func:`data_statistics` computes the same from the data, for leaves whose footer has no bounds.
+
+Bounds are ``pyarrow`` scalars of the leaf's logical type as the file stores it (a timestamp in the unit of
+the file, UTC-adjusted or not; out-of-range years stay representable), so a caller serializes them its own
+way and checks its own ranges.
+
+Layering: imports pyarrow and the standard library only.
+
+Example::
+
+    >>> stats = file_statistics(pq.read_metadata("part-0.parquet"))
+    >>> stats[("n",)]
+    LeafStatistics(min=<pyarrow.Int64Scalar: 1>, max=<pyarrow.Int64Scalar: 5>, null_count=0)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+LeafPath = tuple[str, ...]
+
+_TIME_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+
+
+@dataclass(frozen=True)
+class LeafStatistics:
+    """What a footer tells exactly about one leaf column of a file: ``min``/``max`` (pyarrow scalars; None:
+    unknown or no non-null value) and ``null_count`` (None: unknown)."""
+
+    min: pa.Scalar | None
+    max: pa.Scalar | None
+    null_count: int | None
+
+
+def _leaves(field: pa.Field, path: LeafPath, repeated: bool) -> Iterator[tuple[LeafPath, pa.DataType, bool]]:
+    """The leaf columns of ``field`` in Parquet's column order: (tuple path, Arrow type, inside a list/map)."""
+    typ = field.type
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    if pa.types.is_struct(typ):
+        for child in typ:
+            yield from _leaves(child, path + (child.name,), repeated)
+    elif pa.types.is_map(typ):
+        yield from _leaves(typ.key_field, path + ("key",), True)
+        yield from _leaves(typ.item_field, path + ("value",), True)
+    elif isinstance(typ, pa.ListType | pa.LargeListType | pa.FixedSizeListType | pa.ListViewType | pa.LargeListViewType):
+        yield from _leaves(typ.value_field, path + ("element",), True)
+    else:
+        yield path, typ, repeated
+
+
+def _bound(stats: Any, which: str, typ: pa.DataType, logical: dict[str, Any]) -> pa.Scalar | None:
+    """One row group's min or max of a leaf of Arrow type ``typ`` as an exact scalar, None when there is no
+    exact one. Timestamps and dates come from the physical value (Python's datetime stops at year 9999)."""
+    kind = logical.get("Type")
+    if kind == "Timestamp":
+        unit = _TIME_UNITS[logical["timeUnit"]]
+        return pa.scalar(getattr(stats, f"{which}_raw"), pa.timestamp(unit, "UTC" if logical["isAdjustedToUTC"] else None))
+    if kind == "Date":
+        return pa.scalar(getattr(stats, f"{which}_raw"), pa.date32())
+    if kind in ("Float16", "Interval") or pa.types.is_float16(typ) or pa.types.is_timestamp(typ):
+        return None  # float16 bytes, INTERVAL, or a timestamp the footer states without its unit (INT96)
+    try:
+        value = getattr(stats, which)
+    except (UnicodeDecodeError, ValueError, OverflowError):  # a string that is not UTF-8; a value out of range
+        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        value = _signed_zero(value, which)
+    binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ)
+    if isinstance(value, bytes) and not binary:
+        return None
+    try:
+        return pa.scalar(value, typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def _signed_zero(value: float, which: str) -> float:
+    """A zero bound as ``-0.0`` (min) or ``0.0`` (max): either zero may stand behind it."""
+    return (-0.0 if which == "min" else 0.0) if value == 0.0 else value
+
+
+def _merge(low: pa.Scalar | None, high: pa.Scalar | None, value: pa.Scalar, which: str) -> pa.Scalar:
+    """The smaller (``min``) or larger (``max``) of a running bound and a row group's."""
+    current = low if which == "min" else high
+    if current is None:
+        return value
+    return value if pc.less(value, current).as_py() == (which == "min") else current
+
+
+def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]:
+    """The :class:`LeafStatistics` of every leaf column of a file reached through structs only, keyed by tuple
+    path (see the module docstring for what is left out). A footer whose columns do not line up with its
+    Arrow schema gives no statistics at all (``{}``) rather than statistics of the wrong column.
+
+    Example: ``file_statistics(pq.read_metadata(path))[("x", "y")].max`` -> ``<pyarrow.StringScalar: 'zz'>``.
+    """
+    leaves = [leaf for field in metadata.schema.to_arrow_schema() for leaf in _leaves(field, (field.name,), False)]
+    if len(leaves) != metadata.num_columns:
+        return {}
+    found: dict[LeafPath, LeafStatistics] = {}
+    for index, (path, typ, repeated) in enumerate(leaves):
+        if repeated:
+            continue
+        column_schema = metadata.schema.column(index)
+        if column_schema.path != ".".join(path):
+            return {}
+        logical = json.loads(column_schema.logical_type.to_json())
+        low: pa.Scalar | None = None
+        high: pa.Scalar | None = None
+        nulls: int | None = 0
+        exact = True
+        for group in range(metadata.num_row_groups):
+            rows = metadata.row_group(group).num_rows
+            stats = metadata.row_group(group).column(index).statistics
+            if stats is None:
+                exact, nulls = exact and rows == 0, None
+                continue
+            nulls = nulls + stats.null_count if nulls is not None and stats.has_null_count else None
+            if stats.has_null_count and stats.null_count == rows:
+                continue  # only nulls: no bound to take
+            bounds = [_bound(stats, w, typ, logical) if stats.has_min_max else None for w in ("min", "max")]
+            if None in bounds:
+                exact = False
+                continue
+            low, high = _merge(low, high, bounds[0], "min"), _merge(low, high, bounds[1], "max")
+        found[path] = LeafStatistics(low, high, nulls) if exact else LeafStatistics(None, None, nulls)
+    return found
+
+
+def _leaf_array(table: pa.Table, path: LeafPath) -> pa.Array:
+    """The values of the leaf at ``path`` (through structs, their nulls applied) of ``table``."""
+    array = table.column(path[0]).combine_chunks()
+    for name in path[1:]:
+        array = array.flatten()[array.type.get_field_index(name)]
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[LeafPath, LeafStatistics]:
+    """The :class:`LeafStatistics` of the leaves ``paths`` (reached through structs) computed from the data of
+    ``parquet``, for leaves whose footer has none (INT96 timestamps, strings over the writer's statistics size):
+    exact min/max of the non-null, non-NaN values (None when there is none; a zero as in the footer's rule) and
+    the null count. Reads only the top-level columns of ``paths``.
+
+    Example: ``data_statistics(pq.ParquetFile(path), [("at",)])[("at",)].max`` -> ``<pyarrow.TimestampScalar: ...>``.
+    """
+    if not paths:
+        return {}
+    table = parquet.read(columns=sorted({path[0] for path in paths}))  # a dotted name may select more: harmless
+    found = {}
+    for path in paths:
+        array = _leaf_array(table, path)
+        values = array.drop_null()
+        if pa.types.is_floating(values.type):
+            values = values.filter(pc.invert(pc.is_nan(values)))
+        if not len(values) or not (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
+                                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type)):
+            found[path] = LeafStatistics(None, None, array.null_count)
+            continue
+        bounds = pc.min_max(values)
+        low, high = bounds["min"], bounds["max"]
+        if pa.types.is_floating(values.type):
+            low = pa.scalar(_signed_zero(low.as_py(), "min"), values.type)
+            high = pa.scalar(_signed_zero(high.as_py(), "max"), values.type)
+        found[path] = LeafStatistics(low, high, array.null_count)
+    return found
+
+
+__all__ = ["LeafPath", "LeafStatistics", "data_statistics", "file_statistics"]

@@ -1,0 +1,300 @@
+"""The Delta log's differential: random schemas (every Delta type, nested, names at their edges), values at
+their edges, several batches by two apps and Spark-style batches dropped by retention at compaction, each
+followed by a sync. Oracle: ``read_committed``. Every Delta reader must return its rows, also with random
+filters (comparisons on random columns and struct fields, values drawn from the data and next to it), each in
+its own semantics: delta-rs's dataset and ``to_pyarrow_table(filters=)`` against the same pyarrow filter on
+``read_committed``, polars ``scan_delta`` (its own reader and ``use_pyarrow``) against the same polars filter,
+duckdb over delta-rs's dataset against the same WHERE. A filtered read that finds fewer rows is a bound that
+is not one (statistics) or a partition value that does not parse back. Every add action's statistics are
+checked true against the file's data and against what delta-rs's ``write_deltalake`` writes for the same
+file; partition values against ``write_deltalake(..., partition_by=)`` of the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import deltalake
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, Phase, given, reject, settings
+from hypothesis import strategies as st
+
+from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink.delta import DeltaLogError
+from parquet_sink.delta.actions import delta_schema
+from tests.delta.readers import add_actions, assert_delta_matches, canonical, check_add_stats, rows, spark_style_batch
+from tests.helpers.strategies import DeltaCase, delta_cases
+
+OPS = ["==", "!=", "<", "<=", ">", ">="]
+EXAMPLES = 12
+
+
+def _settings(fuzz_minutes: float) -> settings:
+    if fuzz_minutes:
+        return settings(max_examples=10_000, derandomize=False, deadline=None, database=None,
+                        suppress_health_check=list(HealthCheck), print_blob=True)
+    # No shrinking in the default run (each example writes and reads an output): the first failure is reported.
+    return settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+
+
+def _write(case: DeltaCase, out: str) -> None:
+    """The case's steps, each followed by the Delta log in step (a sync after it finds nothing to do)."""
+    versions = {"a": 0, "b": 0}
+    for kind, who, batch_rows in case.steps:
+        table = pa.Table.from_pylist(batch_rows, schema=case.schema)
+        if kind == "write":
+            write_batch(out, table, app_id=who, version=versions[who], partition_by=case.partitions,
+                        compact_interval=2, time_zone=case.time_zone, delta_log=True)
+            versions[who] += 1
+            if Path(out, "_delta_log").exists():
+                assert not sync_delta_log(out, time_zone=case.time_zone).committed  # the writer's sync followed
+        else:
+            log = MetadataLog(out, compact_interval=2, retention="7d", cleanup=False)
+            spark_style_batch(log, table, tuple(case.partitions), old=who, time_zone=case.time_zone)
+            sync_delta_log(out, time_zone=case.time_zone)
+
+
+# -- filters -------------------------------------------------------------------------------------------------
+
+
+def _orderable(typ: pa.DataType) -> bool:
+    return (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+            or pa.types.is_string(typ) or pa.types.is_date(typ) or pa.types.is_timestamp(typ)
+            or pa.types.is_boolean(typ))
+
+
+def _targets(schema: pa.Schema) -> list[tuple[tuple[str, ...], pa.DataType]]:
+    """The columns and struct fields a filter may compare: (path, Delta type)."""
+    found = []
+    for field in schema:
+        if pa.types.is_struct(field.type):
+            found += [((field.name, f.name), f.type) for f in field.type if _orderable(f.type)]
+        elif _orderable(field.type):
+            found.append(((field.name,), field.type))
+    return found
+
+
+def _column(table: pa.Table, path: tuple[str, ...]) -> pa.Array:
+    array = table.column(path[0]).combine_chunks()
+    if len(path) > 1:
+        array = array.flatten()[array.type.get_field_index(path[1])]
+    return array
+
+
+def _near(value: Any, typ: pa.DataType) -> list[Any]:
+    """``value`` and values next to it of the same type (one step of its precision either way)."""
+    if pa.types.is_boolean(typ):
+        return [value, not value]
+    steps: list = []
+    if pa.types.is_integer(typ):
+        steps = [lambda v: v - 1, lambda v: v + 1]
+    elif pa.types.is_floating(typ):
+        steps = [lambda v: math.nextafter(v, -math.inf), lambda v: math.nextafter(v, math.inf)]
+    elif pa.types.is_decimal(typ):
+        step = decimal.Decimal(1).scaleb(-typ.scale)
+        steps = [lambda v: v - step, lambda v: v + step]
+    elif pa.types.is_string(typ):
+        steps = [lambda v: v + "\x00", lambda v: v[:-1], lambda v: v[:32]]
+    elif pa.types.is_date(typ):
+        steps = [lambda v: v - dt.timedelta(days=1), lambda v: v + dt.timedelta(days=1)]
+    elif pa.types.is_timestamp(typ):
+        millis = lambda v: v.replace(microsecond=v.microsecond - v.microsecond % 1000)  # noqa: E731
+        steps = [lambda v: v - dt.timedelta(microseconds=1), lambda v: v + dt.timedelta(microseconds=1), millis,
+                 lambda v: millis(v) + dt.timedelta(milliseconds=1)]
+    fits = [value]
+    for step_of in steps:
+        try:  # a value of the column's type (a float32 rounds to one), within its range
+            fits.append(pa.scalar(step_of(value), typ).as_py())
+        except (pa.ArrowInvalid, OverflowError, ValueError, decimal.InvalidOperation):
+            continue
+    return fits
+
+
+@st.composite
+def _filters(draw: st.DrawFn, table: pa.Table) -> list[tuple[tuple[str, ...], str, Any, pa.DataType]]:
+    targets = [(path, typ) for path, typ in _targets(table.schema) if _column(table, path).null_count < table.num_rows]
+    if not targets:
+        return []
+    found = []
+    for _ in range(draw(st.integers(1, 3))):
+        path, typ = draw(st.sampled_from(targets))
+        values = [v for v in _column(table, path).to_pylist() if v is not None]
+        value = draw(st.sampled_from(_near(draw(st.sampled_from(values)), typ)))
+        ops = ["==", "!="] if pa.types.is_boolean(typ) else OPS
+        found.append((path, draw(st.sampled_from(ops)), value, typ))
+    return found
+
+
+def _arrow_expression(path: tuple[str, ...], op: str, value: Any, typ: pa.DataType) -> ds.Expression:
+    field, scalar = ds.field(*path), pa.scalar(value, typ)
+    return {"==": field == scalar, "!=": field != scalar, "<": field < scalar, "<=": field <= scalar,
+            ">": field > scalar, ">=": field >= scalar}[op]
+
+
+def _polars_expression(path: tuple[str, ...], op: str, value: Any, typ: pa.DataType) -> pl.Expr:
+    column = pl.col(path[0]) if len(path) == 1 else pl.col(path[0]).struct.field(path[1])
+    literal = pl.lit(value, dtype=pl.from_arrow(pa.array([value], typ)).dtype)
+    return {"==": column == literal, "!=": column != literal, "<": column < literal, "<=": column <= literal,
+            ">": column > literal, ">=": column >= literal}[op]
+
+
+def _duck_types(table: pa.Table) -> dict[str, str]:
+    duck = duckdb.connect()
+    duck.register("t", table)
+    relation = duck.sql("select * from t")
+    return dict(zip(relation.columns, map(str, relation.types)))
+
+
+def _pyarrow_nested_limit(exc: Exception, path: tuple[str, ...]) -> None:
+    """pyarrow does not cast a struct's field to the Delta type for a filter (a timestamp[ms, tz=...] in the
+    file, Delta's timestamp[us, tz=UTC]): it fails, it never returns wrong rows (docs/delta.md)."""
+    assert len(path) > 1 and "no kernel matching input types" in str(exc), exc
+
+
+def _check_filter(out: str, expected: pa.Table, case: DeltaCase, spec: tuple) -> None:
+    path, op, value, typ = spec
+    columns = expected.column_names
+    table = deltalake.DeltaTable(out)
+    arrow = _arrow_expression(path, op, value, typ)
+    want = rows(expected.filter(arrow), columns)
+    # An infinity or a NaN has no JSON bound: delta-rs's dataset compares the missing bound with null and skips
+    # the file (on its own tables too, docs/delta.md): its filtered reads are left out for such a column.
+    leaf = _column(expected, path)
+    if not (pa.types.is_floating(typ) and pc.any(pc.invert(pc.is_finite(leaf))).as_py()):
+        try:
+            assert rows(table.to_pyarrow_dataset().to_table(filter=arrow), columns) == want, ("delta-rs dataset", spec)
+        except pa.ArrowNotImplementedError as exc:
+            _pyarrow_nested_limit(exc, path)
+        if len(path) == 1:
+            filtered = table.to_pyarrow_table(filters=[(path[0], "=" if op == "==" else op, value)])
+            assert rows(filtered, columns) == want, ("delta-rs table", spec)
+
+    polars = _polars_expression(path, op, value, typ)
+    frame = pl.from_arrow(expected)
+    want_pl = rows(frame.filter(polars).to_arrow(), columns)
+    scans = [pl.scan_delta(out, use_pyarrow=True)] + ([pl.scan_delta(out)] if case.time_zone == "UTC" else [])
+    # polars with use_pyarrow=True filters in pyarrow, where NaN is no match: either semantics is the filter's
+    nan = pa.types.is_floating(typ) and pc.any(pc.is_nan(_column(expected, path))).as_py()
+    for scan in scans:
+        try:
+            found = scan.filter(polars).collect()
+        except pl.exceptions.InvalidOperationError as exc:
+            # polars 2.1's own reader casts a struct's statistics to the struct's type, which fails when the
+            # struct holds a list or map (Delta has no statistics for them): on delta-rs's own tables too
+            assert "structs do not have the same number of fields" in str(exc), exc
+            continue
+        except pa.ArrowNotImplementedError as exc:  # use_pyarrow=True
+            _pyarrow_nested_limit(exc, path)
+            continue
+        except NameError as exc:  # polars 2.1 with use_pyarrow=True writes a NaN literal as the name NaN
+            assert "NaN" in str(exc) and value != value, exc
+            continue
+        assert rows(found.to_arrow(), columns) in ([want_pl, want] if nan else [want_pl]), ("polars", spec)
+
+    if len(path) == 1:
+        duck = duckdb.connect()
+        duck.register("delta_dataset", table.to_pyarrow_dataset())
+        duck.register("committed", expected)
+        sql_op = "=" if op == "==" else op
+        where = f'"{path[0]}" {sql_op} CAST($1 AS {_duck_types(expected)[path[0]]})'
+        got = duck.execute(f"select * from delta_dataset where {where}", [value]).fetchall()
+        want_duck = duck.execute(f"select * from committed where {where}", [value]).fetchall()
+        key = lambda row: tuple((v is None, str(v)) for v in row)  # noqa: E731
+        assert sorted(map(canonical, got), key=key) == sorted(map(canonical, want_duck), key=key), ("duckdb", spec)
+
+
+# -- statistics and partition values against delta-rs's own writer -----------------------------------------
+
+
+def _check_actions(out: str, expected: pa.Table, case: DeltaCase, workdir: Path) -> None:
+    data_columns = pa.schema([f for f in expected.schema if f.name not in case.partitions])
+    live = {f.relative_path for f in committed_files(out)}
+    adds = {p: a for p, a in add_actions(out).items() if p in live}
+    assert set(adds) == live
+    for index, (relative, add) in enumerate(sorted(adds.items())):
+        file_table = pq.ParquetFile(f"{out}/{relative}").read()
+        theirs_root = workdir / f"theirs-{index}"
+        try:
+            deltalake.write_deltalake(str(theirs_root), file_table.cast(delta_schema(file_table.schema)))
+        except Exception:  # a shape delta-rs cannot write itself: our stats are still checked against the data
+            check_add_stats(out, add, data_columns)
+            continue
+        (their,) = add_actions(str(theirs_root)).values()
+        check_add_stats(out, add, data_columns, json.loads(their["stats"], parse_float=decimal.Decimal))
+    if case.partitions and expected.num_rows:
+        theirs_root = workdir / "theirs-partitioned"
+        deltalake.write_deltalake(str(theirs_root), expected, partition_by=case.partitions)
+        types = {c: expected.schema.field(c).type for c in case.partitions}
+
+        def parsed(values: dict) -> tuple:  # doubles: Java's 1.0E-5 where delta-rs writes 0.00001, the same double
+            return tuple(sorted((c, float(v) if v is not None and pa.types.is_floating(types[c]) else v)
+                                for c, v in values.items()))
+
+        mine = {parsed(a["partitionValues"]) for a in adds.values()}
+        theirs = {parsed(a["partitionValues"]) for a in add_actions(str(theirs_root)).values()}
+        assert {tuple((c, str(v)) for c, v in m) for m in mine} == {tuple((c, str(v)) for c, v in t) for t in theirs}
+
+
+def check_case(case: DeltaCase, workdir: Path, data: st.DataObject) -> None:
+    out = str(workdir / "out")
+    try:
+        _write(case, out)
+    except DeltaLogError as exc:
+        # Issue 35 item 3 (another branch): retention dropping the values that made a partition column a string
+        # changes its inferred type, which the Delta table cannot follow yet. Remove once that is merged.
+        if "in the Delta log but" not in str(exc):
+            raise
+        reject()
+    if not Path(out, "_delta_log").exists():
+        assert not len(committed_files(out))  # no file committed yet: no Delta log
+        return
+    committed = assert_delta_matches(out, time_zone=case.time_zone)
+    if not committed.num_columns:
+        return
+    expected = committed.cast(delta_schema(committed.schema))
+    _check_actions(out, expected, case, workdir)
+    for spec in data.draw(_filters(expected), label="filters"):
+        _check_filter(out, expected, case, spec)
+
+
+def test_every_delta_reader_with_filters_matches_read_committed(tmp_path_factory, fuzz_minutes: float) -> None:
+    """Random outputs (fixed seed, a few examples; ``--fuzz-minutes`` for a long random search)."""
+
+    @_settings(fuzz_minutes)
+    @given(delta_cases(), st.data())
+    def run(case: DeltaCase, data: st.DataObject) -> None:
+        check_case(case, tmp_path_factory.mktemp("delta-diff"), data)
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
+
+
+def test_filtered_reads_at_the_known_edges(tmp_path) -> None:
+    """The shapes that broke before, as a plain case: a decimal(18,2) not exact as a double, a year below
+    1000, a sub-millisecond maximum, a column ``x.y`` beside struct ``x`` with field ``y``."""
+    schema = pa.schema([("id", pa.int64()), ("d", pa.decimal128(18, 2)), ("t", pa.timestamp("us", "UTC")),
+                        ("x.y", pa.int64()), ("x", pa.struct([("y", pa.int64())]))])
+    rows_ = [{"id": 0, "d": decimal.Decimal("1234567890123456.78"), "t": dt.datetime(999, 1, 1, 0, 0, 0, 999999, tzinfo=dt.UTC),
+              "x.y": 100, "x": {"y": 1}}]
+    out = str(tmp_path / "out")
+    write_batch(out, pa.Table.from_pylist(rows_, schema=schema), app_id="a", version=0, delta_log=True)
+    expected = read_committed(out)
+    case = DeltaCase({}, [], [])
+    for spec in [(("d",), "==", rows_[0]["d"], schema.field("d").type), (("t",), "==", rows_[0]["t"], pa.timestamp("us", "UTC")),
+                 (("x.y",), "==", 100, pa.int64()), (("x", "y"), "==", 1, pa.int64()), (("x", "y"), ">=", 1, pa.int64())]:
+        _check_filter(out, expected, case, spec)
+    assert pl.scan_delta(out).filter(pl.col("x.y") == 100).collect().height == 1
