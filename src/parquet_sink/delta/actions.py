@@ -290,10 +290,11 @@ def _fill(
 
 
 def _json(value: Any) -> str:
-    """Compact JSON of ``value``, :class:`_Number` written as its text."""
+    """Compact JSON of ``value``, :class:`_Number` written as its text, characters beyond ASCII as themselves
+    (as delta-rs writes them: its parser reads the escaped pair ``\\udbff\\udfff`` as U+FFFFF, not U+10FFFF)."""
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in value.items()) + "}"
-    return value.text if isinstance(value, _Number) else json.dumps(value)
+        return "{" + ",".join(f"{_json(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    return value.text if isinstance(value, _Number) else json.dumps(value, ensure_ascii=False)
 
 
 def _writer_schema(metadata: pq.FileMetaData) -> pa.Schema:
