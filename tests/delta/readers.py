@@ -26,6 +26,7 @@ from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.parquet_files import WriteSpec, write_rows
 
 DAY_MS = 86_400_000
+LAST_MILLISECOND = "9999-12-31T23:59:59.999Z"  # a timestamp max there is truncated, as the protocol says
 
 
 def spark_style_batch(
@@ -195,7 +196,7 @@ def check_add_stats(root: str, add: dict, data_columns: pa.Schema, theirs: dict 
         values = [_data_value(v, typ) for v in values]
         for key, pick, ok in (("minValues", min, lambda b, v: b <= v), ("maxValues", max, lambda b, v: b >= v)):
             ours = _bound_at(stats, key, path)
-            if ours is not None and values:
+            if ours is not None and values and ours != LAST_MILLISECOND:  # the protocol's max, widened by readers
                 assert ok(_typed(ours, typ), pick(values)), (path, key, ours, pick(values))
             if theirs is None or not values:
                 continue

@@ -134,6 +134,9 @@ EDGES = pa.table(
         "f": pa.array([-0.0, float("nan")]),
         "s": ["\U0001f600" * 40, "\ufffd" + "a" * 40],
         "long": ["a" * 31 + "\uffff" * 9, "z" * 33],
+        "top": ["\uffff" * 40, "\U0010ffff" * 33],  # no character to raise: the whole max
+        "end": pa.array([_dt.datetime(9999, 12, 31, 23, 59, 59, 999999), _dt.datetime(9999, 12, 31, 23, 59, 59, 999000)],
+                        pa.timestamp("us", "UTC")),  # no millisecond to round up to
     }
 )
 
@@ -148,7 +151,7 @@ def test_bounds_at_their_edges_stay_bounds_in_every_reader(tmp_path):
     data_columns = pa.schema([f for f in EDGES.schema if f.name != "id"])
     for add in add_actions(root).values():
         check_add_stats(root, add, data_columns)
-    for column in ("d18", "d38", "d380", "ts", "day", "x.y", "s", "long"):
+    for column in ("d18", "d38", "d380", "ts", "day", "x.y", "s", "long", "top", "end"):
         for row, value in enumerate(EDGES.column(column).to_pylist()):
             for op in ("==", "<=", ">="):
                 assert row in _filtered(root, column, op, value, EDGES.schema.field(column).type), (column, op, value)

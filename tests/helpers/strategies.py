@@ -215,7 +215,8 @@ DELTA_ATOMIC = [
     Kind("large binary", pa.large_binary(), st.binary(max_size=40), partitionable=False),
     Kind("binary view", pa.binary_view(), st.binary(max_size=40), partitionable=False),
     Kind("long prefix", pa.string(), st.sampled_from(["a" * 31, "a" * 32, "a" * 33, "a" * 32 + "b", "\U0001f600" * 33,
-                                                       "\uffff" * 40, "\U00010000" * 40, "a" * 32 + "\x00"]),
+                                                       "\uffff" * 40, "\U00010000" * 40, "a" * 32 + "\x00",
+                                                       "\U0010ffff", "\U0010ffff" * 33, "\u2028"]),
          partitionable=False),
 ]
 # Names at their edges: dots (``x.y`` is also drawn beside a struct ``x`` with a field ``y``; a leading dot for

@@ -14,7 +14,7 @@ reads every Delta reader with filters against ``read_committed``):
 - statistics: the exact footer bounds of :mod:`parquet_sink.statistics` (keyed by tuple path, so a column
   ``x.y`` and field ``y`` of a struct ``x`` keep their own); decimals as exact JSON numbers (never through a
   float: a rounded bound stops being one); timestamps in milliseconds as the protocol says, a min truncated
-  down and a max rounded up; strings longer than :data:`STRING_PREFIX` characters cut to it, the max with its
+  down and a max rounded up (but for the last millisecond of 9999, truncated as the protocol says); strings longer than :data:`STRING_PREFIX` characters cut to it, the max with its
   last character raised so that it stays an upper bound; binary, NaN and infinities left out; a column gets
   both bounds or neither (delta-rs's dataset skips a file whose column has one bound only);
 - types: Delta has only ``string``, ``binary``, signed integers, ``float``/``double``, ``decimal`` (precision
@@ -203,12 +203,12 @@ def _micros(scalar: pa.Scalar, bound: str) -> int:
     return value // divide if bound == "min" else -(-value // divide)
 
 
-def _timestamp_text(micros: int, bound: str) -> str | None:
-    """A timestamp bound in Delta's statistics format, milliseconds: a min truncated down, a max rounded up
-    (None past Delta's last millisecond)."""
-    millis = micros // 1000 if bound == "min" else -(-micros // 1000)
-    if millis * 1000 > DELTA_MAX_US:
-        return None
+def _timestamp_text(micros: int, bound: str) -> str:
+    """A timestamp bound in Delta's statistics format, milliseconds: a min truncated down, a max rounded up,
+    but not past Delta's last millisecond (9999-12-31T23:59:59.999: there the protocol's truncated max, which
+    its readers widen by a millisecond, as delta-rs and polars do; leaving it out would make delta-rs skip the
+    file)."""
+    millis = micros // 1000 if bound == "min" else min(-(-micros // 1000), DELTA_MAX_US // 1000)
     instant = _EPOCH + _dt.timedelta(milliseconds=millis)
     text = f"{_date_text(instant)}T{instant:%H:%M:%S}"
     return f"{text}.{millis % 1000:03d}Z" if millis % 1000 else f"{text}Z"
@@ -237,8 +237,7 @@ def _out_of_range(column: str, what: str) -> DeltaLogError:
 
 
 def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) -> Any:
-    """A footer bound as Delta's statistics JSON holds it, or None to leave it out (binary, NaN, infinities,
-    a timestamp max rounded past Delta's range);
+    """A footer bound as Delta's statistics JSON holds it, or None to leave it out (binary, NaN, infinities);
     DeltaLogError for a date or timestamp outside Delta's range."""
     if scalar is None:
         return None
@@ -290,10 +289,11 @@ def _fill(
 
 
 def _json(value: Any) -> str:
-    """Compact JSON of ``value``, :class:`_Number` written as its text."""
+    """Compact JSON of ``value``, :class:`_Number` written as its text, characters beyond ASCII as themselves
+    (as delta-rs writes them: its parser reads the escaped pair ``\\udbff\\udfff`` as U+FFFFF, not U+10FFFF)."""
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in value.items()) + "}"
-    return value.text if isinstance(value, _Number) else json.dumps(value)
+        return "{" + ",".join(f"{_json(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    return value.text if isinstance(value, _Number) else json.dumps(value, ensure_ascii=False)
 
 
 def _writer_schema(metadata: pq.FileMetaData) -> pa.Schema:
