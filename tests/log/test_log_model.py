@@ -258,7 +258,7 @@ class LogModel(RuleBasedStateMachine):
     def cleanup(self, retain: int) -> None:
         """Spark's cleanup after the newest batch (no delay): only files Spark's rule lets go are deleted."""
         log = MetadataLog(self.url, self.options, compact_interval=self.interval,
-                          min_batches_to_retain=retain, cleanup_delay=0)
+                          min_batches_to_retain=retain, cleanup_delay="0s")
         min_batch = self.latest + 1 - retain
         spark_threshold = min_batch - (min_batch % self.current) - 1
         names = log.list_names()

@@ -41,13 +41,12 @@ logger = logging.getLogger(__name__)
 
 
 def _age(text: str) -> str:
-    from ..maintenance.vacuum import check_age  # pyarrow: only when a command uses a duration
+    from ..log.compaction import parse_duration_ms  # pyarrow: only when a command uses a duration
 
     try:
-        check_age(text, allow_short_retention=True)  # the floor is checked with --allow-short-retention known
+        parse_duration_ms(text, "--older-than")  # the floor is checked with --allow-short-retention known
     except ValueError as exc:
-        message = str(exc).replace("older_than=", "").replace(", or a datetime.timedelta", "")
-        raise argparse.ArgumentTypeError(message) from exc
+        raise argparse.ArgumentTypeError(str(exc).replace(", or a datetime.timedelta", "")) from exc
     return text.strip()
 
 

@@ -309,7 +309,7 @@ def sync_delta_log(
 
     if not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
         raise ValueError(f"checkpoint_interval must be an integer >= 1, got {checkpoint_interval!r}")
-    retention_s = max(1, math.ceil(parse_duration_ms(log_retention) / 1000))
+    retention_s = max(1, math.ceil(parse_duration_ms(log_retention, "log_retention") / 1000))
     started = time.monotonic()
     options = dict(storage_options or {})
     for attempt in range(_ATTEMPTS):

@@ -31,6 +31,7 @@ from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KE
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import data_files, read_log_files
+from ..partitioning import is_data_file
 from ..read.reader import CommittedFile, snapshot
 from ..storage.filesystem import FileInfo, Storage
 
@@ -230,6 +231,8 @@ def verify(
         if size != f.size:
             problems.append(f"{where} has {size} bytes but the log says {f.size}")
     warnings: list[str] = []
+    if latest is not None and not files and not problems:
+        warnings += _nothing_committed(storage, latest)
     if latest is not None and has_delta_log(storage):
         try:
             delta_problems, warnings = compare_logs(path, storage_options)
@@ -239,6 +242,22 @@ def verify(
         except ParquetSinkError as exc:
             problems.append(f"the Delta log could not be compared with the log: {exc}")
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
+
+
+def _nothing_committed(storage: Storage, latest: int) -> list[str]:
+    """A warning when the log commits no file yet the output holds Parquet data files: retention (a duration
+    too short) dropped every entry, or every batch was empty while others wrote files here."""
+    prefix = storage.root.rstrip("/") + "/"
+    found = [i for i in storage.find(storage.root) if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    if not found:
+        return []
+    return [
+        f"the log (up to batch {latest}) commits no data file, yet {storage.display(storage.root)} holds "
+        f"{len(found)} Parquet data file(s), e.g. {storage.display(found[0].path)}: every reader sees 0 rows. If the "
+        "writer's retention is shorter than intended (retention drops entries older than it when compacting), the "
+        "data is invisible, and `vacuum` would delete it as orphans: do not vacuum; restore the log or copy the "
+        "files into a new output."
+    ]
 
 
 __all__ = ["Batch", "Output", "VerifyReport", "count_rows", "read_output", "verify"]
