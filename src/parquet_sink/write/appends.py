@@ -44,7 +44,7 @@ from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
-from .schema import check_batch_schema, read_committed_schema
+from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
 
@@ -218,11 +218,12 @@ def write_batch(
     codec_extension(compression)  # validate early
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
-    partition_by = tuple(partition_by or ())
+    partition_by = check_partition_by(partition_by)
     log = MetadataLog(path, storage_options, compact_interval=compact_interval)
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     table = _as_table(data)
+    check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None
     try:

@@ -49,7 +49,7 @@ from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_log_files
 from ..log.compaction import LogOptions, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
-from .schema import check_batch_schema, read_committed_schema
+from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_staging import publish, write_staged
 from ..storage.filesystem import Storage
@@ -629,10 +629,7 @@ def _check_parameters(
     """ValueError naming the first ParquetSink parameter out of range (checked on the driver, so a bad
     value never reaches the executors or the log)."""
 
-    if isinstance(partition_by, str):
-        raise ParameterError(f"partition_by must be a list of column names, got the string {partition_by!r}")
-    if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
-        raise ParameterError(f"partition_by names a column twice: {list(partition_by)}")
+    check_partition_by(partition_by)
     LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
