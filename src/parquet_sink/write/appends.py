@@ -46,7 +46,7 @@ from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
-from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
+from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows, write_schema_file
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +191,9 @@ def write_batch(
 
     Args:
         data: a pyarrow Table, RecordBatch, RecordBatchReader or iterable of RecordBatches, or a pandas or
-            polars DataFrame. An empty one still commits the version (a batch with no files).
+            polars DataFrame. An empty one still commits the version (a batch with no files; the first
+            commit of an unpartitioned output gets one schema-only file, as Spark's sink writes for an empty
+            batch, so that ``spark.read.parquet`` reads the output as an empty table).
         partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
         compression, max_records_per_file: as :class:`~parquet_sink.ParquetSink`.
         time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
@@ -263,6 +265,8 @@ def write_batch(
                 failpoint("before_write")
                 spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
                 statuses = write_rows(spec, [table])
+                if not statuses and not partition_by and not data_files(snap.table).num_rows:
+                    statuses = write_schema_file(spec, table.schema)  # as the sink: readers get the schema
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]

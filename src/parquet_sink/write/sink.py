@@ -53,7 +53,7 @@ from .schema import check_batch_schema, check_partition_by, read_committed_schem
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_staging import publish, write_staged
 from ..storage.filesystem import Storage
-from .parquet_files import WriteSpec, parquet_codec, write_files
+from .parquet_files import WriteSpec, parquet_codec, write_files, write_schema_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -281,6 +281,8 @@ class ParquetSink:
             self._recent.append(progress)
             self._sync_delta(df, f"batch {batch_id} of query {query_id}")
             return
+        # no committed file yet: an empty batch commits a schema-only file, as Spark's sink, so readers get the schema
+        schema_file = state.schema is None and not self.partition_by
         self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
@@ -297,12 +299,14 @@ class ParquetSink:
                     max_records_per_file=self.max_records_per_file,
                 )
                 publishing = time.monotonic()
-                statuses = publish(batch, written)
+                statuses = publish(batch, written, schema_file)
                 progress.publish_seconds = time.monotonic() - publishing
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
                 spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
                 statuses = write_files(df, spec)
+                if not statuses and schema_file:
+                    statuses = write_schema_file(WriteSpec(storage, (), self.compression, None), _arrow_schema(df))
             progress.write_seconds = time.monotonic() - started
             failpoint("before_commit")
 
@@ -513,9 +517,7 @@ class ParquetSink:
         return None if record is None else record.query_id
 
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        incoming = to_arrow_schema(df.schema, timezone="UTC")  # time zones are not compared
+        incoming = _arrow_schema(df)
         committed = None if state.schema is None else (state.schema, state.partition_columns)
         data_schema = check_batch_schema(incoming, self.partition_by, committed, f"batch for log batch {target}", self.path)
         added = [f.name for f in data_schema if state.schema is not None and f.name not in state.schema.names]
@@ -523,6 +525,13 @@ class ParquetSink:
             logger.info("%s: schema evolves with new nullable columns %s", self, added)
         if state.schema is None or added:
             state.schema, state.partition_columns = data_schema, self.partition_by
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    """The batch's schema in Arrow types (timestamps in UTC: time zones are not compared)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
 
 
 def await_termination(query: Any, timeout: float | None = None) -> bool | None:
