@@ -97,20 +97,20 @@ def test_vacuum_deletes_the_copies_of_compact_files_spark_deleted(tmp_path, caps
     log = MetadataLog(str(out))
     for batch in (4, 9):
         log.write_columnar_copy(batch)  # 9's stays: its compact file is there
-    (meta / "3.compact.parquet").write_bytes((meta / "4.compact.parquet").read_bytes())  # as if 3 had been one
+    (meta / "3.compact.columnar").write_bytes((meta / "4.compact.columnar").read_bytes())  # as if 3 had been one
     for name in ("0", "1", "2", "3", "4.compact"):  # what Spark's log cleanup deletes, never the copies
         (meta / name).unlink()
-    for name, days in (("4.compact.parquet", 2), ("3.compact.parquet", 0)):
+    for name, days in (("4.compact.columnar", 2), ("3.compact.columnar", 0)):
         os.utime(meta / name, (time.time() - days * 86400,) * 2)
     before = sorted(p.name for p in meta.iterdir())
     planned = vacuum(str(out), "1d", allow_short_retention=True, dry_run=True)
-    assert [Path(i.path).name for i in planned.plan.orphaned_copies] == ["4.compact.parquet"]
+    assert [Path(i.path).name for i in planned.plan.orphaned_copies] == ["4.compact.columnar"]
     assert sorted(p.name for p in meta.iterdir()) == before, "a dry run deletes nothing"
     assert cli_main(["vacuum", str(out), "--older-than", "1d", "--allow-short-retention"]) == 0
     assert "deleted 1 columnar cop(y/ies) of compact files Spark's log cleanup deleted" in capsys.readouterr().out
-    assert sorted(set(before) - {p.name for p in meta.iterdir()}) == ["4.compact.parquet"]
+    assert sorted(set(before) - {p.name for p in meta.iterdir()}) == ["4.compact.columnar"]
     assert vacuum(str(out), "0s", allow_short_retention=True).plan.orphaned_copies == []  # 3's is 0 days old
-    assert (meta / "3.compact.parquet").exists() and (meta / "9.compact.parquet").exists()
+    assert (meta / "3.compact.columnar").exists() and (meta / "9.compact.columnar").exists()
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(10))
 
 

@@ -499,7 +499,7 @@ class CompactibleLog(LogFiles):
         path. Compaction writes the copy itself: this is for compact files written without one (by an older
         version or by Spark's own sink), so readers of a big output stop parsing the JSON.
 
-        Example: ``MetadataLog("/data/events").write_columnar_copy(99)`` -> ``'/data/events/_spark_metadata/99.compact.parquet'``.
+        Example: ``MetadataLog("/data/events").write_columnar_copy(99)`` -> ``'/data/events/_spark_metadata/99.compact.columnar'``.
         """
         path = self.path_of(batch_id, True)
         checksum = Checksum()
@@ -724,6 +724,7 @@ class CompactibleLog(LogFiles):
         threshold = min_batch_id - (min_batch_id % interval) - 1
         candidates = {p for b, p in listing.items() if b < threshold} | set(listing.temps)
         candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
+        candidates |= set(listing.superseded)
         if not candidates:
             return []
         deleted = self.delete_older(self.storage.ls(self.log_dir), candidates, self.cleanup_delay_ms)
