@@ -317,7 +317,7 @@ class LogModel(RuleBasedStateMachine):
         assert {f.relative_path: f.batch_id for f in files} == {p: self.added[p] for p in live} or any(
             f.batch_id is None for f in files
         )
-        result = verify(self.url, self.options)
+        result = verify(self.url, storage_options=self.options)
         assert result["ok"] and result["files"] == len(live) and result["latest_batch"] == (
             self.latest if self.history else None
         ), result

@@ -59,7 +59,7 @@ def test_readers_use_the_copy_and_verify_reports_a_mismatch(tmp_path):
     assert b'"size":5001,' in raw
     compact.write_bytes(raw.replace(b'"size":5001,', b'"size":5009,'))
     assert _sizes(tmp_path)["b5-0.parquet"] == 5001
-    shown = read_output(str(tmp_path), {})  # what `parquet-sink ls` / `show` print
+    shown = read_output(str(tmp_path), storage_options={})  # what `parquet-sink ls` / `show` print
     assert {e.path.rsplit("/", 1)[-1]: e.size for b in shown.batches.values() for e in b.data_files} == _expected(6)
     problems = [str(p) for p in log.check()]
     assert len(problems) == 1 and "5.compact.columnar" in problems[0] and "write_columnar_copy(5)" in problems[0]

@@ -18,7 +18,7 @@ from .output import emit, format_size, format_table, format_time, progress
 
 def _cmd_ls(args: argparse.Namespace) -> int:
     """``ls PATH``: batches and the compaction and retention state."""
-    output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
+    output = read_output(args.path, storage_options=storage_options(args), compact_interval=args.compact_interval)
     # rows as the log records them; --rows reads the footers of batches it does not (Spark's, older versions')
     rows = count_rows(output, progress) if args.rows else {b: batch.rows for b, batch in output.batches.items()}
     compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
@@ -66,7 +66,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     """``show PATH BATCH``: the entries of one batch."""
-    output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
+    output = read_output(args.path, storage_options=storage_options(args), compact_interval=args.compact_interval)
     batch = output.batches.get(args.batch)
     if batch is None:
         present = f"{min(output.batches)}..{max(output.batches)}" if output.batches else "none"
@@ -107,7 +107,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
-    report = verify(args.path, storage_options(args), args.compact_interval, progress)
+    report = verify(
+        args.path, storage_options=storage_options(args), compact_interval=args.compact_interval, progress=progress
+    )
     data = {
         "path": report.path,
         "ok": report.ok,

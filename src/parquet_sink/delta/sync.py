@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import posixpath
 import time
 from collections.abc import Iterable, Mapping
@@ -273,7 +274,7 @@ def _append(
 
 
 def sync_delta_log(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
     time_zone: str = "UTC",
@@ -418,7 +419,9 @@ def _under(storage: Storage, prefix: str, found: str) -> str:
     return path if path.startswith(prefix) else posixpath.join(prefix, path)
 
 
-def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+def compare_logs(
+    path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None
+) -> tuple[list[str], list[str]]:
     """What disagrees between ``_delta_log`` and ``_spark_metadata`` at ``path``: (problems, warnings).
     A file the Delta log lists and the log does not commit is a problem (Delta readers read data the output
     does not hold as committed); a Delta log behind the log (files or batches not mirrored yet) a warning.

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -90,7 +91,8 @@ class Output:
 
 
 def read_output(
-    url: str,
+    url: str | os.PathLike[str],
+    *,
     storage_options: Mapping[str, Any] | None = None,
     must_exist: bool = True,
     compact_interval: int | None = None,
@@ -194,7 +196,8 @@ class VerifyReport:
 
 
 def verify(
-    path: str,
+    path: str | os.PathLike[str],
+    *,
     storage_options: Mapping[str, Any] | None = None,
     compact_interval: int | None = None,
     progress: Progress = _silent,
@@ -205,7 +208,7 @@ def verify(
 
     Example::
 
-        >>> report = verify("s3://bucket/events", {"anon": False})
+        >>> report = verify("s3://bucket/events", storage_options={"anon": False})
         >>> report.ok, report.latest_batch, report.files
         (True, 57, 120)
     """
@@ -235,7 +238,7 @@ def verify(
         warnings += _nothing_committed(storage, latest)
     if latest is not None and has_delta_log(storage):
         try:
-            delta_problems, warnings = compare_logs(path, storage_options)
+            delta_problems, warnings = compare_logs(path, storage_options=storage_options)
             problems += delta_problems
         except DeltaDependencyError as exc:
             warnings.append(f"the Delta log was not compared with the log: {exc}")

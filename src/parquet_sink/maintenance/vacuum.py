@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import posixpath
 import time
 from collections.abc import Mapping, Sequence
@@ -197,7 +198,7 @@ def _age_text(older_than: str | _dt.timedelta) -> str:
 
 
 def vacuum(
-    path: str,
+    path: str | os.PathLike[str],
     older_than: str | _dt.timedelta = SAFE_AGE,
     *,
     dry_run: bool = False,

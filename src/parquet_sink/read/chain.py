@@ -13,6 +13,7 @@ query's records are ``(query id, query batch id)``, a :func:`parquet_sink.write_
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -82,7 +83,7 @@ def version_record(records: Sequence[CommitRecord], app_id: str, version: int) -
     return next((r for r in inferred.values() if r.query_id == app_id and r.query_batch_id == version), None)
 
 
-def committed_version(path: str, app_id: str, *, storage_options: dict[str, Any] | None = None) -> int | None:
+def committed_version(path: str | os.PathLike[str], app_id: str, *, storage_options: dict[str, Any] | None = None) -> int | None:
     """The newest version ``app_id`` has committed to the output at ``path`` (None if none, or no log yet).
     A streaming query id works too: the answer is its newest query batch id.
 
@@ -97,7 +98,7 @@ def committed_version(path: str, app_id: str, *, storage_options: dict[str, Any]
 
 
 def iter_batches(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     after: int | None = None,
     columns: Sequence[str] | None = None,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -163,7 +164,7 @@ def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_b
 
 
 def write_batch(
-    path: str,
+    path: str | os.PathLike[str],
     data: Any,
     *,
     app_id: str,

@@ -21,6 +21,7 @@ import collections
 import datetime as _dt
 import json
 import logging
+import os
 import re
 import time
 import warnings
@@ -149,7 +150,7 @@ class ParquetSink:
 
     def __init__(
         self,
-        path: str,
+        path: str | os.PathLike[str],
         *,
         partition_by: list[str] | tuple[str, ...] | None = None,
         compact_interval: int = 10,
@@ -189,7 +190,7 @@ class ParquetSink:
             )
         if check_storage:
             storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
-        self.path = path
+        self.path = os.fspath(path)
         self.partition_by = tuple(partition_by or ())
         self.compact_interval = compact_interval
         self.retention = retention
