@@ -4,13 +4,11 @@ returns, as a table or (``--json``) for scripts. Imported only when a command ru
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..delta.sync import sync_delta_log
-from ..errors import LogError
+from ..errors import LogError, ParameterError
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, read_output, vacuum, verify
-from . import PROG
 from .options import storage_options
 from .output import emit, format_size, format_table, format_time, progress
 
@@ -35,6 +33,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         for b in output.batches.values()
     ]
     data = {
+        "ok": True,
         "path": output.storage.display(output.storage.root),
         "latest_batch": output.latest,
         "compact_interval": output.log.compact_interval,
@@ -86,6 +85,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     ]
     record = batch.record
     data = {
+        "ok": True,
         "batch": batch.batch_id,
         "query_id": record.query_id if record else None,
         "query_batch": record.query_batch_id if record else None,
@@ -145,6 +145,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
     storage, orphans = plan.storage, plan.orphans
     total = result.bytes
     data = {
+        "ok": True,
         "path": storage.display(storage.root),
         "dry_run": args.dry_run,
         "older_than": args.older_than,
@@ -203,6 +204,7 @@ def _cmd_delta_sync(args: argparse.Namespace) -> int:
     """``delta-sync PATH``: the Delta log follows ``_spark_metadata``."""
     result = sync_delta_log(args.path, storage_options=storage_options(args), time_zone=args.time_zone)
     data = {
+        "ok": True,
         "path": result.path,
         "log_batch": result.log_batch_id,
         "previous_log_batch": result.previous_log_batch_id,
@@ -230,12 +232,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output;
     ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do."""
     if (args.checkpoint is None) == (args.app_id is None) or (args.app_id is None) != (args.app_version is None):
-        print(
-            f"{PROG} doctor: error: give --checkpoint CKPT (a streaming query) or --app-id ID --version V "
-            "(a write_batch app), not both",
-            file=sys.stderr,
+        raise ParameterError(
+            "give --checkpoint CKPT (a streaming query) or --app-id ID --version V (a write_batch app), not both"
         )
-        return 2
     diagnosis = doctor(
         args.path, checkpoint=args.checkpoint, app_id=args.app_id, version=args.app_version,
         storage_options=storage_options(args), on_foreign_query=args.on_foreign_query,
