@@ -128,3 +128,23 @@ def test_readme_python_examples_type_check(tmp_path):
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_inputs_a_user_gets_wrong_get_typed_errors(out, tmp_path):
+    """The attack checklist's inputs: a string where a list is meant, a column that is not there, the log
+    directory instead of the output, a negative ``after``, a non-positive ``max_records_per_file``."""
+    with pytest.raises(ParameterError, match=r"columns must be a list .* write columns=\['id'\]"):
+        read_committed(out, columns="id")  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match=r"columns \['nope'\] are not in the committed data .* \['id'\]"):
+        read_committed(out, columns=["nope"])
+    from parquet_sink import iter_batches
+    from parquet_sink.errors import NotAnOutputError
+
+    with pytest.raises(NotAnOutputError, match="is a log directory: give its parent"):
+        read_committed(out / "_spark_metadata")
+    with pytest.raises(ParameterError, match=r"^after=-5"):
+        list(iter_batches(out, after=-5))
+    for bad in (0, -1):
+        with pytest.raises(ParameterError, match="max_records_per_file must be a positive integer"):
+            write_batch(tmp_path / "o", pa.table({"id": [1]}), app_id="a", version=0, max_records_per_file=bad)
+    assert not (tmp_path / "o").exists()

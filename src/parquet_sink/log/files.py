@@ -33,7 +33,16 @@ from ..failpoints import failpoint
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
 from .lines import framed_lines, newline_positions, parse_lines
 from .threads import mapped_ahead
-from .sidecar import OLD_SIDECAR_SUFFIX, SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
+from .sidecar import (
+    OLD_SIDECAR_SUFFIX,
+    SIDECAR_SUFFIX,
+    Checksum,
+    Sidecar,
+    SidecarWriter,
+    decode_sidecar,
+    log_memory_pool,
+    sidecar_path,
+)
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from ..storage.filesystem import FileInfo, Storage
 
@@ -87,10 +96,13 @@ def require_output(storage: Storage) -> None:
     Example: ``require_output(Storage("/data/evnets"))`` raises NotAnOutputError.
     """
     if not output_started(storage):
+        where = storage.display(storage.root)
+        in_log = where.rstrip("/").endswith(f"/{METADATA_DIR}")
+        hint = f" ({where} is a log directory: give its parent, the output)" if in_log else ""
         raise NotAnOutputError(
-            f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told apart "
+            f"{where} has no {METADATA_DIR} log, so committed data cannot be told apart "
             "from files of failed batches: it is not the output of a streaming file sink (ParquetSink, write_batch "
-            "or Spark's writeStream.format('parquet')). Check the path."
+            f"or Spark's writeStream.format('parquet')). Check the path{hint}."
         )
 
 

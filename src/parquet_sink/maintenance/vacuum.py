@@ -176,9 +176,10 @@ SAFE_AGE = "7d"  # as delta-rs: files younger than this may still be read throug
 
 def check_age(older_than: str | _dt.timedelta, allow_short_retention: bool = False) -> int:
     """``older_than`` in ms: a duration with its unit (``"30m"``, ``"12h"``, ``"7d"``) or a ``timedelta``; a bare
-    number is refused (is ``7`` days or ms?), as for every duration (:func:`~parquet_sink.log.compaction.parse_duration_ms`).
-    Under :data:`SAFE_AGE` only with ``allow_short_retention``: files retention dropped from the log, or of a
-    batch whose lease was lost, may still be read by a reader of an older snapshot. ParameterError naming the accepted forms otherwise.
+    number is refused (is ``7`` days or ms?), as for every duration
+    (:func:`~parquet_sink.log.compaction.parse_duration_ms`). Under :data:`SAFE_AGE` only with
+    ``allow_short_retention``: files retention dropped from the log, or of a batch whose lease was lost, may
+    still be read by a reader of an older snapshot. ParameterError naming the accepted forms otherwise.
 
     Example: ``check_age("7d") == 604_800_000``; ``check_age("1h")`` raises ParameterError.
     """

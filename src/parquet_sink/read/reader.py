@@ -420,7 +420,9 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
     return exc
 
 
-def committed_dataset(path: str | os.PathLike[str], *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]) -> ds.Dataset:
+def committed_dataset(
+    path: str | os.PathLike[str], *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]
+) -> ds.Dataset:
     """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns
     (options as :func:`snapshot`). Timestamp partition values are read in ``time_zone``, as Spark reads
     them in its session time zone: pass the writer's ``spark.sql.session.timeZone``.
@@ -485,6 +487,10 @@ def read_committed(
         >>> read_committed("/data/events", spark=spark).count()
         1000
     """
+    if isinstance(columns, (str, bytes)):
+        raise ParameterError(
+            f"columns must be a list of column names, got the string {columns!r}: write columns=[{columns!r}]"
+        )
     snap = snapshot(path, **options)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
@@ -492,6 +498,12 @@ def read_committed(
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
     try:
         dataset = dataset_of(snap, time_zone, _fetched(snap))
+        unknown = [c for c in columns or () if c not in dataset.schema.names]
+        if unknown:
+            raise ParameterError(
+                f"columns {unknown} are not in the committed data of {snap.storage.display(snap.storage.root)}, "
+                f"whose columns are {dataset.schema.names}"
+            )
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc

@@ -43,6 +43,7 @@ from ..read.chain import app_commits, decide_write, version_record
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
+from ..log.compaction import check_positive_int
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
@@ -219,6 +220,8 @@ def write_batch(
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ParameterError(f"version must be an integer >= 0, got {version!r}")
     codec_extension(compression)  # validate early
+    if max_records_per_file is not None:
+        check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
     partition_by = check_partition_by(partition_by)

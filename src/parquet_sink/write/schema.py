@@ -147,8 +147,9 @@ def check_batch_schema(
 ) -> pa.Schema:
     """The schema rule of the sink and ``write_batch``, before anything of a batch is committed: its partition
     columns are allowed (:func:`check_partition_columns`), and its data columns fit the ``committed`` data (its
-    data schema and partition columns; None when nothing is committed yet) as :func:`schema_problems` says. Returns the batch's data schema (partition
-    columns apart); SchemaMismatchError naming ``what`` (the batch) and ``where`` (the output) otherwise.
+    data schema and partition columns; None when nothing is committed yet) as :func:`schema_problems` says.
+    Returns the batch's data schema (partition columns apart); SchemaMismatchError naming ``what`` (the batch)
+    and ``where`` (the output) otherwise.
 
     Example: ``check_batch_schema(pa.schema([("id", pa.int64())]), [], None, "batch 3", "/data/out")`` -> ``id: int64``.
     """
