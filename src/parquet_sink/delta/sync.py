@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import os
@@ -279,7 +280,7 @@ def sync_delta_log(
     storage_options: dict[str, Any] | None = None,
     time_zone: str = "UTC",
     checkpoint_interval: int = 10,
-    log_retention: str = "7d",
+    log_retention: str | datetime.timedelta = "7d",
 ) -> DeltaSyncResult:
     """Create or bring up to date the Delta log (``<path>/_delta_log``) of the output at ``path`` (written by
     :class:`~parquet_sink.ParquetSink`, :func:`~parquet_sink.write_batch` or Spark's own
