@@ -116,7 +116,7 @@ def status_kb(key: str) -> int:
 
 def _cleanup(root: str, batch: int) -> None:
     meta = os.path.join(root, "_spark_metadata")
-    for name in (f"{batch}.compact", f".{batch}.compact.crc", f"{batch}.compact.parquet"):
+    for name in (f"{batch}.compact", f".{batch}.compact.crc", f"{batch}.compact.columnar", f"{batch}.compact.parquet"):
         try:
             os.remove(os.path.join(meta, name))
         except FileNotFoundError:
@@ -243,7 +243,7 @@ def run(spark, root: str, repeats: int) -> CompactionResults:
                 counts[who] = _data_line_count(compact)
     # The first compaction after an upgrade, or over a compact file Spark wrote: no columnar copy to plan from.
     _cleanup(root, batch)
-    copy = os.path.join(meta, f"{latest}.compact.parquet")
+    copy = os.path.join(meta, f"{latest}.compact.columnar")
     os.rename(copy, copy + ".away")
     try:
         results.ours_json_seconds.add(_ours(root, batch)["seconds"])
@@ -365,7 +365,7 @@ def run_shapes(spark, work: str, entries: int, repeats: int) -> list[ShapeResult
                         result.ours_seconds.values[-1], result.spark_seconds.values[-1:] or "n/a")
         _cleanup(root, batch)
         if shape == "spark_compact":
-            copy = os.path.join(root, "_spark_metadata", "9.compact.parquet")
+            copy = os.path.join(root, "_spark_metadata", "9.compact.columnar")
             for rep in range(repeats):
                 if os.path.exists(copy):
                     os.remove(copy)

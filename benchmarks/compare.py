@@ -30,7 +30,7 @@ def compact_once(checkout: str, root: str, batch: int) -> tuple[float, float, fl
     _cleanup(root, batch)
     meta = os.path.join(root, "_spark_metadata")
     for name in os.listdir(meta):  # the log stays as Spark's sink wrote it: no columnar copy
-        if name.endswith(".compact.parquet"):
+        if name.endswith((".compact.columnar", ".compact.parquet")):  # the copy, new name or old
             os.remove(os.path.join(meta, name))
     out = _ours(root, batch, os.path.join(os.path.abspath(checkout), "src"))  # this tree's timing code
     return out["seconds"], out["cpu_seconds"], (out["hwm_after_kb"] - out["rss_before_kb"]) / 1024

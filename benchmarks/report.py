@@ -638,7 +638,7 @@ def analysis(ctx: dict[str, Any]) -> list[str]:
         if slower:
             text += f"; ours beats {' and '.join(slower)}"
         text += (
-            ". Ours reads the newest compact file's columnar copy (`N.compact.parquet`: the same entries as LZ4 "
+            ". Ours reads the newest compact file's columnar copy (`N.compact.columnar`: the same entries as LZ4 "
             "Parquet, written by compaction, used while it matches the compact file's size; the JSON stays the "
             "source of truth and what Spark reads) and parses the few deltas after it (a compiled scanner for "
             "lines in the writer's exact layout, `pyarrow.json` for any other), "

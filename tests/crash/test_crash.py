@@ -180,7 +180,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     if case.temp:
         assert any(re.fullmatch(case.temp, n) for n in names), f"no unpublished log temp file in {names}"
     if failpoint == "sidecar":  # batch 5 committed, its columnar copy never written: readers use the JSON
-        assert "5.compact" in names and "5.compact.parquet" not in names and "2.compact.parquet" in names
+        assert "5.compact" in names and "5.compact.columnar" not in names and "2.compact.columnar" in names
     if failpoint == "cleanup":
         assert "0" not in names and "1" not in names, names
         assert len({"2.compact", "3", "4"} & set(names)) == 1, f"the kill should interrupt cleanup: {names}"
@@ -193,7 +193,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
 
     assert_ok(restarted)
     if failpoint == "sidecar":  # the next compaction (8) read 5.compact as JSON and wrote its own copy
-        assert "8.compact.parquet" in log_files(out) and MetadataLog(str(out)).check() == []
+        assert "8.compact.columnar" in log_files(out) and MetadataLog(str(out)).check() == []
     first = restarted.progress()[0]
     assert first["batch_id"] == case.commit_latest + 1, restarted.progress()
     assert first["skipped"] is case.replay_skipped, f"replayed batch {first}"

@@ -322,4 +322,4 @@ def test_on_object_stores(request, tmp_path, store):
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == want
     # polars' own reader asks S3 for a space in a directory name percent-encoded (a polars limit, docs/delta.md)
     assert sorted(pl.read_delta(delta_url, storage_options=delta_options, use_pyarrow=True)["id"].to_list()) == want
-    assert verify(url, options).ok
+    assert verify(url, storage_options=options).ok

@@ -127,7 +127,7 @@ def _build(root: Path, shape: str) -> tuple[MetadataLog, int]:
     for b in range(9):
         assert log.add(b, _ours(root, b, "q1", b, 2, NOW_MS - b, -1))
     if shape == "ours_compact_no_copy":
-        os.remove(root / "_spark_metadata" / "4.compact.parquet")
+        os.remove(root / "_spark_metadata" / "4.compact.columnar")
     return log, 9
 
 

@@ -77,10 +77,11 @@ def test_old_snapshot_without_retention_is_answered_after_cleanup(tmp_path):
         ({"min_batches_to_retain": -3}, "min_batches_to_retain"),
         ({"compact_interval": 0}, "compact_interval"),
         ({"compact_interval": 2.5}, "compact_interval"),
-        ({"cleanup_delay": -1}, "negative"),
+        ({"cleanup_delay": -1}, "bare number is refused"),
+        ({"cleanup_delay": "-1s"}, "not a duration"),
         ({"cleanup_delay": "soon"}, "duration"),
-        ({"retention": -5}, "negative"),
-        ({"retention": "1 week"}, "duration"),
+        ({"retention": -5}, "bare number is refused"),
+        ({"retention": "1 fortnight"}, "duration"),
     ],
 )
 def test_metadata_log_rejects_bad_parameters(tmp_path, kwargs, needle):

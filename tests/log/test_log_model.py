@@ -258,7 +258,7 @@ class LogModel(RuleBasedStateMachine):
     def cleanup(self, retain: int) -> None:
         """Spark's cleanup after the newest batch (no delay): only files Spark's rule lets go are deleted."""
         log = MetadataLog(self.url, self.options, compact_interval=self.interval,
-                          min_batches_to_retain=retain, cleanup_delay=0)
+                          min_batches_to_retain=retain, cleanup_delay="0s")
         min_batch = self.latest + 1 - retain
         spark_threshold = min_batch - (min_batch % self.current) - 1
         names = log.list_names()
@@ -317,7 +317,7 @@ class LogModel(RuleBasedStateMachine):
         assert {f.relative_path: f.batch_id for f in files} == {p: self.added[p] for p in live} or any(
             f.batch_id is None for f in files
         )
-        result = verify(self.url, self.options)
+        result = verify(self.url, storage_options=self.options)
         assert result["ok"] and result["files"] == len(live) and result["latest_batch"] == (
             self.latest if self.history else None
         ), result

@@ -1,4 +1,4 @@
-"""Columnar copies of compact files (``N.compact.parquet``): written by compaction, used by readers and by
+"""Columnar copies of compact files (``N.compact.columnar``): written by compaction, used by readers and by
 the next compaction only while they match their compact file, ignored by Spark's log."""
 
 from __future__ import annotations
@@ -59,14 +59,14 @@ def test_readers_use_the_copy_and_verify_reports_a_mismatch(tmp_path):
     assert b'"size":5001,' in raw
     compact.write_bytes(raw.replace(b'"size":5001,', b'"size":5009,'))
     assert _sizes(tmp_path)["b5-0.parquet"] == 5001
-    shown = read_output(str(tmp_path), {})  # what `parquet-sink ls` / `show` print
+    shown = read_output(str(tmp_path), storage_options={})  # what `parquet-sink ls` / `show` print
     assert {e.path.rsplit("/", 1)[-1]: e.size for b in shown.batches.values() for e in b.data_files} == _expected(6)
     problems = [str(p) for p in log.check()]
-    assert len(problems) == 1 and "5.compact.parquet" in problems[0] and "write_columnar_copy(5)" in problems[0]
+    assert len(problems) == 1 and "5.compact.columnar" in problems[0] and "write_columnar_copy(5)" in problems[0]
     # The next compaction checks the copy against the bytes it copies, and goes back to the JSON.
     for b in range(6, 9):
         log.add(b, [LogEntry(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1)])
-    sizes8 = pq.read_table(tmp_path / LOG / "8.compact.parquet").column("size").to_pylist()
+    sizes8 = pq.read_table(tmp_path / LOG / "8.compact.columnar").column("size").to_pylist()
     assert 5009 in sizes8 and 5001 not in sizes8
     assert [p for p in log.check() if "8.compact" in str(p)] == []
     log.write_columnar_copy(5)
@@ -78,11 +78,11 @@ def test_stale_damaged_or_missing_copies_fall_back_to_the_json(tmp_path, caplog)
     meta = tmp_path / LOG
     expected = _expected(9)
     # stale: the copy of another compact file
-    (meta / "8.compact.parquet").write_bytes((meta / "5.compact.parquet").read_bytes())
+    (meta / "8.compact.columnar").write_bytes((meta / "5.compact.columnar").read_bytes())
     with caplog.at_level(logging.WARNING, logger="parquet_sink.log.files"):
         assert _sizes(tmp_path) == expected
-    assert "8.compact.parquet" in caplog.text and "reading" in caplog.text
-    assert any("8.compact.parquet" in str(p) for p in log.check())
+    assert "8.compact.columnar" in caplog.text and "reading" in caplog.text
+    assert any("8.compact.columnar" in str(p) for p in log.check())
     # stale: same name, another size (the compact file was rewritten)
     log.write_columnar_copy(8)
     raw = (meta / "8.compact").read_bytes()
@@ -92,21 +92,21 @@ def test_stale_damaged_or_missing_copies_fall_back_to_the_json(tmp_path, caplog)
     (meta / "8.compact").write_bytes(raw)
     assert _sizes(tmp_path) == expected
     # damaged: garbage bytes; one byte flipped inside a data page (its CRC-32 no longer verifies)
-    (meta / "8.compact.parquet").write_bytes(b"PAR1 not really")
+    (meta / "8.compact.columnar").write_bytes(b"PAR1 not really")
     assert _sizes(tmp_path) == expected
     log.write_columnar_copy(8)
-    good = (meta / "8.compact.parquet").read_bytes()
+    good = (meta / "8.compact.columnar").read_bytes()
     flipped = bytearray(good)
     flipped[len(good) // 3] ^= 0xFF  # inside the first row group's pages, far from the footer
-    (meta / "8.compact.parquet").write_bytes(bytes(flipped))
+    (meta / "8.compact.columnar").write_bytes(bytes(flipped))
     assert _sizes(tmp_path) == expected
-    assert any("8.compact.parquet" in str(p) for p in log.check())
+    assert any("8.compact.columnar" in str(p) for p in log.check())
     # missing: the next compaction builds one from the JSON
-    (meta / "8.compact.parquet").unlink()
+    (meta / "8.compact.columnar").unlink()
     assert _sizes(tmp_path) == expected
     for b in range(9, 12):
         log.add(b, [LogEntry(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1)])
-    assert (meta / "11.compact.parquet").exists() and log.check() == []
+    assert (meta / "11.compact.columnar").exists() and log.check() == []
     assert len(_sizes(tmp_path)) == len(expected) + 3
 
 
@@ -126,7 +126,7 @@ def test_corrupt_json_under_a_copy_is_never_carried_forward(tmp_path):
         assert "5.compact" in str(exc) and "line 2" in str(exc)
     else:
         raise AssertionError("compaction over a damaged compact file must fail")
-    assert not (tmp_path / LOG / "8.compact").exists() and not (tmp_path / LOG / "8.compact.parquet").exists()
+    assert not (tmp_path / LOG / "8.compact").exists() and not (tmp_path / LOG / "8.compact.columnar").exists()
 
 
 def _spark_sink_log_classes(spark):
@@ -152,7 +152,7 @@ def test_spark_log_ignores_copies_and_compacts_over_them(spark, tmp_path):
         statuses = spark.sparkContext._gateway.new_array(status_cls, 1)
         statuses[0] = status_cls(f"file://{tmp_path}/b{b}-0.parquet", 1000 * b + 1, False, b, 1, 1, "add")
         assert spark_log.add(b, statuses)
-    assert (tmp_path / LOG / "11.compact").exists() and not (tmp_path / LOG / "11.compact.parquet").exists()
+    assert (tmp_path / LOG / "11.compact").exists() and not (tmp_path / LOG / "11.compact.columnar").exists()
     assert len(spark_log.allFiles()) == 12 + 6
     assert _sizes(tmp_path) == {**_expected(6), **{f"b{b}-0.parquet": 1000 * b + 1 for b in range(6, 12)}}
 
@@ -183,14 +183,14 @@ def test_a_reader_following_spark_parses_only_its_new_lines(spark, tmp_path, mon
         if b in (9, 19):
             parsed.clear()
             assert _sizes(tmp_path) == expected
-            assert (tmp_path / LOG / f"{b}.compact.parquet").exists()
+            assert (tmp_path / LOG / f"{b}.compact.columnar").exists()
             assert sum(parsed) == (30 if b == 9 else 10 * 3), b  # 19: only the lines of batches 10-19
     assert MetadataLog(str(tmp_path), cleanup=False).check() == []  # each copy holds its compact file's entries
 
 
 def test_compaction_over_a_damaged_copy_uses_the_json(tmp_path, caplog):
     log = _log(tmp_path, 6)
-    copy = tmp_path / LOG / "5.compact.parquet"
+    copy = tmp_path / LOG / "5.compact.columnar"
     flipped = bytearray(copy.read_bytes())
     chunk = pq.ParquetFile(copy).metadata.row_group(0).column(0)  # the paths: damage inside their data page
     flipped[chunk.data_page_offset + chunk.total_compressed_size - 2] ^= 0xFF
@@ -217,16 +217,16 @@ def test_a_reader_stores_a_copy_of_a_large_compact_file_without_one(tmp_path):
     (meta / "10").write_text("v1\n" + line.format(root=tmp_path, k="new", size=7))
     expected = {**{f"s-{k}.parquet": 100_000 + k for k in range(25_000)}, "s-new.parquet": 7}
     assert _sizes(tmp_path) == expected
-    assert (meta / "9.compact.parquet").exists()
+    assert (meta / "9.compact.columnar").exists()
     log = MetadataLog(str(tmp_path), cleanup=False)
     assert log.check() == []  # the copy holds the JSON's entries
     raw = (meta / "9.compact").read_bytes()
     (meta / "9.compact").write_bytes(raw.replace(b'"size":100005,', b'"size":100009,'))  # same length
     assert _sizes(tmp_path)["s-5.parquet"] == 100_005  # answered from the copy
-    copy = (meta / "9.compact.parquet").read_bytes()
+    copy = (meta / "9.compact.columnar").read_bytes()
     problems = log.check()  # verify reports the stale copy; it never writes one over it
-    assert [type(p) for p in problems] == [errors.CorruptLogError] and "9.compact.parquet" in str(problems[0])
-    assert (meta / "9.compact.parquet").read_bytes() == copy
+    assert [type(p) for p in problems] == [errors.CorruptLogError] and "9.compact.columnar" in str(problems[0])
+    assert (meta / "9.compact.columnar").read_bytes() == copy
 
 
 def test_a_reader_following_spark_deletes_the_copies_spark_orphaned(tmp_path):
@@ -252,17 +252,17 @@ def test_a_reader_following_spark_deletes_the_copies_spark_orphaned(tmp_path):
     assert _sizes(tmp_path) == expected
     expected = spark_compacts(19, 25_001)
     assert _sizes(tmp_path) == expected  # 9.compact is still there: its copy stays
-    assert sorted(p.name for p in meta.iterdir()) == ["19.compact", "19.compact.parquet", "9.compact", "9.compact.parquet"]
+    assert sorted(p.name for p in meta.iterdir()) == ["19.compact", "19.compact.columnar", "9.compact", "9.compact.columnar"]
     (meta / "9.compact").unlink()  # Spark's cleanup
-    age(meta / "9.compact.parquet", 11)
+    age(meta / "9.compact.columnar", 11)
     expected = spark_compacts(29, 25_002)
     (meta / "19.compact").unlink()  # a copy orphaned less than 10 minutes ago stays (a writer may be at work)
     assert _sizes(tmp_path) == expected
-    assert sorted(p.name for p in meta.iterdir()) == ["19.compact.parquet", "29.compact", "29.compact.parquet"]
-    age(meta / "19.compact.parquet", 11)
-    (meta / "29.compact.parquet").unlink()
+    assert sorted(p.name for p in meta.iterdir()) == ["19.compact.columnar", "29.compact", "29.compact.columnar"]
+    age(meta / "19.compact.columnar", 11)
+    (meta / "29.compact.columnar").unlink()
     assert _sizes(tmp_path) == expected
-    assert sorted(p.name for p in meta.iterdir()) == ["29.compact", "29.compact.parquet"]
+    assert sorted(p.name for p in meta.iterdir()) == ["29.compact", "29.compact.columnar"]
     assert MetadataLog(str(tmp_path), cleanup=False).check() == []
 
 

@@ -248,14 +248,14 @@ def test_cleanup_spark_rule_delay_and_two_compacts(tmp_path):
         log.add(b, [_entry(root, f"f{b}")])
     names = os.listdir(tmp_path / "_spark_metadata")
     # nothing older than the delay: 12 log files, and the columnar copy of each compact file
-    assert sorted(n for n in names if n.endswith(".parquet")) == [f"{b}.compact.parquet" for b in (11, 2, 5, 8)]
+    assert sorted(n for n in names if n.endswith(".columnar")) == [f"{b}.compact.columnar" for b in (11, 2, 5, 8)]
     assert len(names) == 16
     log = MetadataLog(root, compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
     assert log.add(12, [_entry(root, "f12")])
     names = os.listdir(tmp_path / "_spark_metadata")
-    remaining = sorted(parse_batch_name(n) for n in names if not n.endswith(".parquet"))
+    remaining = sorted(parse_batch_name(n) for n in names if not n.endswith(".columnar"))
     assert remaining == [(8, True), (9, False), (10, False), (11, True), (12, False)]
-    assert sorted(n for n in names if n.endswith(".parquet")) == ["11.compact.parquet", "8.compact.parquet"]
+    assert sorted(n for n in names if n.endswith(".columnar")) == ["11.compact.columnar", "8.compact.columnar"]
     assert len(log.all_files()) == 13
 
 
@@ -290,7 +290,7 @@ def test_reader_reinfers_the_interval_when_cleanup_left_one_compact_file(tmp_pat
     reader = MetadataLog(root, cleanup=False)
     for b in range(8):
         writer.add(b, [_entry(root, f"f{b}")])
-    assert sorted(os.listdir(tmp_path / "_spark_metadata"))[:3] == ["5.compact", "5.compact.parquet", "6"]
+    assert sorted(os.listdir(tmp_path / "_spark_metadata"))[:3] == ["5.compact", "5.compact.columnar", "6"]
     assert read_snapshot(reader).table.num_rows == 8  # one compact file: interval 6 fits this listing
     for b in (8, 9):
         writer.add(b, [_entry(root, f"f{b}")])

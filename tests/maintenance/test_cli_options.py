@@ -104,7 +104,7 @@ def test_bad_options_file_is_a_usage_error_that_does_not_echo_it(tmp_path, conte
 )
 def test_bad_environment_options_are_an_error_that_does_not_echo_them(tmp_path, content, problem):
     result = _cli("ls", tmp_path, env={OPTIONS_ENV: content})
-    assert result.returncode == 1 and OPTIONS_ENV in result.stderr and problem in result.stderr
+    assert result.returncode == 2 and OPTIONS_ENV in result.stderr and problem in result.stderr  # an input error
     assert "s3cr3t" not in result.stderr
 
 

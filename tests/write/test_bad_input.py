@@ -96,7 +96,7 @@ def build_output(out: Path) -> dict[int, Path]:
         assert log.add(batch, [LogEntry(log.storage.to_uri(str(path)), st.st_size, False, int(st.st_mtime * 1000))])
         files[batch] = path
     assert sorted(os.listdir(out / "_spark_metadata")) == [
-        "0", "1", "2.compact", "2.compact.parquet", "3", "4", "5.compact", "5.compact.parquet", "6", "7"
+        "0", "1", "2.compact", "2.compact.columnar", "3", "4", "5.compact", "5.compact.columnar", "6", "7"
     ]
     return files
 

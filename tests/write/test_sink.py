@@ -63,7 +63,7 @@ def test_partitioned_stream_spark_and_reader_agree(spark, tmp_path, writer):
     log = MetadataLog(out)
     assert log.latest_batch_id() == 6
     # compact files with their columnar copies, which Spark's reader below must ignore
-    assert {"2.compact", "2.compact.parquet", "5.compact", "5.compact.parquet", "6"} <= set(
+    assert {"2.compact", "2.compact.columnar", "5.compact", "5.compact.columnar", "6"} <= set(
         os.listdir(Path(out) / "_spark_metadata")
     )
     # A stray file of a failed attempt inside a partition directory must be invisible to both readers.

@@ -4,13 +4,11 @@ returns, as a table or (``--json``) for scripts. Imported only when a command ru
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..delta.sync import sync_delta_log
-from ..errors import LogError
+from ..errors import LogError, ParameterError
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, read_output, vacuum, verify
-from . import PROG
 from .options import storage_options
 from .output import emit, format_size, format_table, format_time, progress
 
@@ -18,7 +16,7 @@ from .output import emit, format_size, format_table, format_time, progress
 
 def _cmd_ls(args: argparse.Namespace) -> int:
     """``ls PATH``: batches and the compaction and retention state."""
-    output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
+    output = read_output(args.path, storage_options=storage_options(args), compact_interval=args.compact_interval)
     # rows as the log records them; --rows reads the footers of batches it does not (Spark's, older versions')
     rows = count_rows(output, progress) if args.rows else {b: batch.rows for b, batch in output.batches.items()}
     compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
@@ -35,6 +33,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         for b in output.batches.values()
     ]
     data = {
+        "ok": True,
         "path": output.storage.display(output.storage.root),
         "latest_batch": output.latest,
         "compact_interval": output.log.compact_interval,
@@ -66,7 +65,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     """``show PATH BATCH``: the entries of one batch."""
-    output = read_output(args.path, storage_options(args), compact_interval=args.compact_interval)
+    output = read_output(args.path, storage_options=storage_options(args), compact_interval=args.compact_interval)
     batch = output.batches.get(args.batch)
     if batch is None:
         present = f"{min(output.batches)}..{max(output.batches)}" if output.batches else "none"
@@ -86,6 +85,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     ]
     record = batch.record
     data = {
+        "ok": True,
         "batch": batch.batch_id,
         "query_id": record.query_id if record else None,
         "query_batch": record.query_batch_id if record else None,
@@ -107,7 +107,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
-    report = verify(args.path, storage_options(args), args.compact_interval, progress)
+    report = verify(
+        args.path, storage_options=storage_options(args), compact_interval=args.compact_interval, progress=progress
+    )
     data = {
         "path": report.path,
         "ok": report.ok,
@@ -143,6 +145,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
     storage, orphans = plan.storage, plan.orphans
     total = result.bytes
     data = {
+        "ok": True,
         "path": storage.display(storage.root),
         "dry_run": args.dry_run,
         "older_than": args.older_than,
@@ -203,6 +206,7 @@ def _cmd_delta_sync(args: argparse.Namespace) -> int:
         args.path, storage_options=storage_options(args), time_zone=args.time_zone, recreate=args.recreate
     )
     data = {
+        "ok": True,
         "path": result.path,
         "log_batch": result.log_batch_id,
         "previous_log_batch": result.previous_log_batch_id,
@@ -231,12 +235,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output;
     ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do."""
     if (args.checkpoint is None) == (args.app_id is None) or (args.app_id is None) != (args.app_version is None):
-        print(
-            f"{PROG} doctor: error: give --checkpoint CKPT (a streaming query) or --app-id ID --version V "
-            "(a write_batch app), not both",
-            file=sys.stderr,
+        raise ParameterError(
+            "give --checkpoint CKPT (a streaming query) or --app-id ID --version V (a write_batch app), not both"
         )
-        return 2
     diagnosis = doctor(
         args.path, checkpoint=args.checkpoint, app_id=args.app_id, version=args.app_version,
         storage_options=storage_options(args), on_foreign_query=args.on_foreign_query,

@@ -16,7 +16,11 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
   ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
 
-Every command takes ``--json`` for scripts. Errors are one line on stderr with exit code 1 (2 for usage).
+Every command takes ``--json`` for scripts: its result is one JSON object on stdout with ``ok``; an error too
+(``{"ok": false, "error": "...", "type": "NotAnOutputError"}``), instead of one line on stderr. One exit code
+rule for every command: 0 ok; 1 problems found (``verify``, ``doctor``) or the operation failed (not an output,
+an unreadable log, a storage error); 2 a usage or input error (an unknown option, a missing argument, a value
+out of range: a ``ParameterError``), nothing done.
 
 Example::
 
@@ -27,13 +31,15 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .. import __version__
-from ..errors import ParquetSinkError
+from ..errors import ParameterError, ParquetSinkError
 from . import PROG
 from .options import OPTIONS_ENV, OPTIONS_HELP, parse_storage_option, read_options_file
 
@@ -41,14 +47,29 @@ logger = logging.getLogger(__name__)
 
 
 def _age(text: str) -> str:
-    from ..maintenance.vacuum import check_age  # pyarrow: only when a command uses a duration
+    from ..log.compaction import parse_duration_ms  # pyarrow: only when a command uses a duration
 
     try:
-        check_age(text, allow_short_retention=True)  # the floor is checked with --allow-short-retention known
+        parse_duration_ms(text, "--older-than")  # the floor is checked with --allow-short-retention known
     except ValueError as exc:
-        message = str(exc).replace("older_than=", "").replace(", or a datetime.timedelta", "")
-        raise argparse.ArgumentTypeError(message) from exc
+        raise argparse.ArgumentTypeError(str(exc).replace(", or a datetime.timedelta", "")) from exc
     return text.strip()
+
+
+class UsageError(Exception):
+    """A command line argparse refuses: its message, the command (``prog``) and its usage line."""
+
+    def __init__(self, message: str, prog: str, usage: str) -> None:
+        super().__init__(message)
+        self.prog, self.usage = prog, usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, raising :class:`UsageError` instead of printing and exiting, so that :func:`main`
+    reports it as every other error (JSON with ``--json``), with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog, self.format_usage())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["ls", "/data/events", "--json"]).json
         True
     """
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--storage-option",
         metavar="KEY=VALUE",
@@ -87,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="See, check and clean the output directory of an exactly-once (or Spark) streaming file sink.",
         epilog=OPTIONS_HELP,
@@ -173,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 1 error or problems found, 2 usage).
+    """Run the command line; returns the exit code: 0 ok, 1 problems found or the operation failed, 2 a usage
+    or input error (see the module docstring). With ``--json`` an error is a JSON object on stdout.
 
     Example::
 
@@ -181,7 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         OK: /data/events: log intact up to batch 57, 120 committed files (1.2 MiB) present with their logged sizes
         0
     """
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return _fail(as_json, exc, 2, exc.prog, exc.usage)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.verbose:
         logging.getLogger("parquet_sink").setLevel(logging.DEBUG)
@@ -194,10 +221,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `parquet-sink ls ... | head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except ParameterError as exc:
+        return _fail(args.json, exc, 2)
     except (ParquetSinkError, OSError) as exc:
         logger.debug("details", exc_info=True)
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return _fail(args.json, exc, 1)
+
+
+def _fail(as_json: bool, exc: Exception, code: int, prog: str = PROG, usage: str = "") -> int:
+    """Report an error: with ``--json`` one JSON object on stdout (``ok``: false, ``error``: the message,
+    ``type``: the error's class), else one line on stderr (after the usage line for a usage error); returns
+    ``code``."""
+    message = " ".join(str(exc).split())
+    if as_json:
+        print(json.dumps({"ok": False, "error": message, "type": type(exc).__name__}, indent=2))
+        sys.stdout.flush()
+    else:
+        print(f"{usage}{prog}: error: {message}", file=sys.stderr)
+    return code
 
 
 def run() -> None:

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from ..errors import ParquetSinkError
+from ..errors import ParameterError
 
 OPTIONS_ENV = "PARQUET_SINK_STORAGE_OPTIONS"
 OPTIONS_HELP = (
@@ -31,12 +31,12 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
         try:
             from_env = json.loads(os.environ[OPTIONS_ENV])
         except ValueError as exc:  # the message names a position, never the (secret) text
-            raise ParquetSinkError(
+            raise ParameterError(
                 f"{OPTIONS_ENV} is not valid JSON ({exc}); set it to an object like "
                 '\'{"account_name": "acct", "account_key": "..."}\''
             ) from None
         if not isinstance(from_env, dict):
-            raise ParquetSinkError(
+            raise ParameterError(
                 f"{OPTIONS_ENV} must hold a JSON object of storage options, not a {type(from_env).__name__}"
             )
     return {**from_env, **(args.storage_options_file or {}), **dict(args.storage_option)}

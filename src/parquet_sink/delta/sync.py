@@ -34,9 +34,11 @@ Example::
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
+import os
 import posixpath
 import re
 import threading
@@ -621,12 +623,12 @@ def _now_ms() -> int:
 
 
 def sync_delta_log(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
     time_zone: str | None = None,
     checkpoint_interval: int = 10,
-    log_retention: str = "7d",
+    log_retention: str | datetime.timedelta = "7d",
     recreate: bool = False,
     check_files: bool = True,
 ) -> DeltaSyncResult:
@@ -662,10 +664,11 @@ def sync_delta_log(
         >>> sync_delta_log("/data/events").committed  # already in step: nothing to do
         False
     """
+    path = os.fspath(path)
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
     if not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
         raise ValueError(f"checkpoint_interval must be an integer >= 1, got {checkpoint_interval!r}")
-    retention_s = max(1, math.ceil(parse_duration_ms(log_retention) / 1000))
+    retention_s = max(1, math.ceil(parse_duration_ms(log_retention, "log_retention") / 1000))
     started = time.monotonic()
     options = dict(storage_options or {})
     storage = Storage(path, options)
@@ -889,7 +892,9 @@ def _under(storage: Storage, prefix: str, found: str) -> str:
     return path if path.startswith(prefix) else posixpath.join(prefix, path)
 
 
-def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+def compare_logs(
+    path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None
+) -> tuple[list[str], list[str]]:
     """What disagrees between ``_delta_log`` and ``_spark_metadata`` at ``path``: (problems, warnings).
     Problems: a commit of another Delta writer, a Delta log that lists a file the log does not commit as of
     the batch it mirrors or misses one it does (file sets compared, not batch ids), a Delta log ahead of the
@@ -899,6 +904,7 @@ def compare_logs(path: str, storage_options: Mapping[str, Any] | None = None) ->
 
     Example: ``compare_logs("/data/events")`` -> ``([], ['... the Delta log mirrors log batch 55, the log is at 57 ...'])``.
     """
+    path = os.fspath(path)
     options = dict(storage_options or {})
     storage = Storage(path, options)
     where = storage.display(storage.root)

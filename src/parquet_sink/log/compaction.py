@@ -67,29 +67,44 @@ from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(?:interval\s+)?(\d+)\s*([a-z]+)\s*$", re.IGNORECASE)
+_UNIT_MS = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), 1),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60_000),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3_600_000),
+    **dict.fromkeys(("d", "day", "days"), 86_400_000),
+    **dict.fromkeys(("w", "week", "weeks"), 7 * 86_400_000),
+}
 
 
-def parse_duration_ms(value: str | int | float | _dt.timedelta) -> int:
-    """Spark's time strings (``"7d"``, ``"12h"``, ``"30m"``, ``"10s"``, ``"500ms"``; a bare number is ms).
-    ValueError for anything else, negative durations included.
+def parse_duration_ms(value: str | _dt.timedelta, name: str = "duration") -> int:
+    """A duration in ms: a ``datetime.timedelta``, or a whole number with its unit, as Spark's time strings
+    (``"7d"``, ``"12h"``, ``"30m"``, ``"10s"``, ``"500ms"``) and as users write them (``"7 days"``, ``"1w"``,
+    Delta's ``"interval 7 days"``). The one rule of every duration parameter (``retention``, ``cleanup_delay``,
+    ``vacuum``'s ``older_than``, ``sync_delta_log``'s ``log_retention``, the CLI's ``--older-than``): a bare
+    number, string or int, is refused (Spark reads ``retention="7"`` as 7 ms, which drops every entry at the
+    next compaction), as are negative durations. ParameterError naming ``name``, the value and an example.
 
-    Example: ``parse_duration_ms("7d") == 604_800_000``.
+    Example: ``parse_duration_ms("7d") == parse_duration_ms("7 days") == 604_800_000``;
+    ``parse_duration_ms(7, "retention")`` raises ParameterError.
     """
+    match = _DURATION.match(value) if isinstance(value, str) else None
     if isinstance(value, _dt.timedelta):
-        result = int(value.total_seconds() * 1000)
-    elif isinstance(value, bool):
-        raise ParameterError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
-    elif isinstance(value, (int, float)):
-        result = int(value)
+        result = value // _dt.timedelta(milliseconds=1)
+    elif match and match.group(2).lower() in _UNIT_MS:
+        result = int(match.group(1)) * _UNIT_MS[match.group(2).lower()]
     else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ParameterError(f"invalid duration {value!r}: use a number followed by ms, s, m, h or d, e.g. '7d'")
-        result = int(match.group(1)) * _UNIT_MS[match.group(2)]
+        bare = isinstance(value, (int, float)) and not isinstance(value, bool) or (
+            isinstance(value, str) and re.fullmatch(r"\s*-?[\d.]+\s*", value) is not None
+        )
+        raise ParameterError(
+            f"{name}={value!r} is not a duration: give a whole number with its unit, e.g. '7d', '12h', '30m', "
+            "'10s' or '500ms' (also '7 days', '1w'), or a datetime.timedelta"
+            + (f" ({value!r} alone could be ms or days, so a bare number is refused)." if bare else ".")
+        )
     if result < 0:
-        raise ParameterError(f"invalid duration {value!r}: it must not be negative")
+        raise ParameterError(f"{name}={value!r}: a duration must not be negative")
     return result
 
 
@@ -102,15 +117,6 @@ def check_positive_int(name: str, value: object, hint: str) -> None:
         raise ParameterError(f"{name} must be a positive integer, got {value!r}: {hint}")
 
 
-def _check_duration_ms(name: str, value: object) -> int:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise ParameterError(f"{name} must not be negative, got {value!r}")
-    try:
-        return parse_duration_ms(value)  # type: ignore[arg-type]
-    except (ValueError, TypeError) as exc:
-        raise ParameterError(f"{name}: invalid duration {value!r}: use e.g. '10m', '7d' or '500ms'") from exc
-
-
 @dataclass(frozen=True)
 class LogOptions:
     """The log's parameters, with Spark's names and defaults, checked once here (ValueError naming the first
@@ -121,9 +127,9 @@ class LogOptions:
     """
 
     compact_interval: int = 10
-    retention: str | int | _dt.timedelta | None = None
+    retention: str | _dt.timedelta | None = None
     min_batches_to_retain: int = 100
-    cleanup_delay: str | int | _dt.timedelta = "10m"
+    cleanup_delay: str | _dt.timedelta = "10m"
     retention_ms: int | None = field(init=False)
     cleanup_delay_ms: int = field(init=False)
 
@@ -133,11 +139,11 @@ class LogOptions:
             "min_batches_to_retain", self.min_batches_to_retain,
             "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
         )
-        retention_ms = None if self.retention is None else _check_duration_ms("retention", self.retention)
+        retention_ms = None if self.retention is None else parse_duration_ms(self.retention, "retention")
         if retention_ms == 0:
             raise ParameterError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
         object.__setattr__(self, "retention_ms", retention_ms)
-        object.__setattr__(self, "cleanup_delay_ms", _check_duration_ms("cleanup_delay", self.cleanup_delay))
+        object.__setattr__(self, "cleanup_delay_ms", parse_duration_ms(self.cleanup_delay, "cleanup_delay"))
 
 
 def derive_compact_interval(default_interval: int, latest_compact_batch_id: int) -> int:
@@ -493,7 +499,7 @@ class CompactibleLog(LogFiles):
         path. Compaction writes the copy itself: this is for compact files written without one (by an older
         version or by Spark's own sink), so readers of a big output stop parsing the JSON.
 
-        Example: ``MetadataLog("/data/events").write_columnar_copy(99)`` -> ``'/data/events/_spark_metadata/99.compact.parquet'``.
+        Example: ``MetadataLog("/data/events").write_columnar_copy(99)`` -> ``'/data/events/_spark_metadata/99.compact.columnar'``.
         """
         path = self.path_of(batch_id, True)
         checksum = Checksum()
@@ -718,6 +724,7 @@ class CompactibleLog(LogFiles):
         threshold = min_batch_id - (min_batch_id % interval) - 1
         candidates = {p for b, p in listing.items() if b < threshold} | set(listing.temps)
         candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
+        candidates |= set(listing.superseded)
         if not candidates:
             return []
         deleted = self.delete_older(self.storage.ls(self.log_dir), candidates, self.cleanup_delay_ms)

@@ -33,7 +33,16 @@ from ..failpoints import failpoint
 from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
 from .lines import framed_lines, newline_positions, parse_lines
 from .threads import mapped_ahead
-from .sidecar import SIDECAR_SUFFIX, Checksum, Sidecar, SidecarWriter, decode_sidecar, log_memory_pool, sidecar_path
+from .sidecar import (
+    OLD_SIDECAR_SUFFIX,
+    SIDECAR_SUFFIX,
+    Checksum,
+    Sidecar,
+    SidecarWriter,
+    decode_sidecar,
+    log_memory_pool,
+    sidecar_path,
+)
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from ..storage.filesystem import FileInfo, Storage
 
@@ -87,10 +96,13 @@ def require_output(storage: Storage) -> None:
     Example: ``require_output(Storage("/data/evnets"))`` raises NotAnOutputError.
     """
     if not output_started(storage):
+        where = storage.display(storage.root)
+        in_log = where.rstrip("/").endswith(f"/{METADATA_DIR}")
+        hint = f" ({where} is a log directory: give its parent, the output)" if in_log else ""
         raise NotAnOutputError(
-            f"{storage.display(storage.root)} has no {METADATA_DIR} log, so committed data cannot be told apart "
+            f"{where} has no {METADATA_DIR} log, so committed data cannot be told apart "
             "from files of failed batches: it is not the output of a streaming file sink (ParquetSink, write_batch "
-            "or Spark's writeStream.format('parquet')). Check the path."
+            f"or Spark's writeStream.format('parquet')). Check the path{hint}."
         )
 
 
@@ -169,8 +181,10 @@ class _CopyNotStored(Exception):
 
 class Listing(dict[int, str]):
     """Batch id -> log file path, from one listing; ``temps`` are the temporary files it saw,
-    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.sidecar`),
-    ``infos`` each batch file's size and modification time (only from a listing that stats files)."""
+    ``sidecars`` the columnar copies of compact files (batch id -> path, see :mod:`.sidecar`; a copy under
+    the old name ``N.compact.parquet`` when it has no other), ``superseded`` old-named copies beside a copy
+    under the new name, ``infos`` each batch file's size and modification time (only from a listing that
+    stats files)."""
 
     def __init__(
         self,
@@ -181,6 +195,7 @@ class Listing(dict[int, str]):
         super().__init__(files or {})
         self.temps = temps or []
         self.sidecars = sidecars or {}
+        self.superseded: list[str] = []
         self.infos: dict[int, FileInfo] = {}
 
     def add(self, path: str) -> int | None:
@@ -191,11 +206,21 @@ class Listing(dict[int, str]):
             return parsed[0]
         if path.endswith(".tmp"):
             self.temps.append(path)
-        elif path.endswith(COMPACT_SUFFIX + SIDECAR_SUFFIX):
-            parsed = parse_batch_name(path[: -len(SIDECAR_SUFFIX)])
-            if parsed:
-                self.sidecars[parsed[0]] = path
+        else:
+            suffix = SIDECAR_SUFFIX if path.endswith(SIDECAR_SUFFIX) else OLD_SIDECAR_SUFFIX
+            if path.endswith(COMPACT_SUFFIX + suffix) and (parsed := parse_batch_name(path[: -len(suffix)])):
+                self._add_copy(parsed[0], path, suffix == SIDECAR_SUFFIX)
         return None
+
+    def _add_copy(self, batch_id: int, path: str, new_name: bool) -> None:
+        """A columnar copy: one under the new name wins over one under the old name, which is superseded."""
+        other = self.sidecars.get(batch_id)
+        if other is not None and not new_name:
+            self.superseded.append(path)
+            return
+        if other is not None:
+            self.superseded.append(other)
+        self.sidecars[batch_id] = path
 
 
 @dataclass(frozen=True)
@@ -551,7 +576,7 @@ class LogFiles:
         A copy is only ever read beside its compact file, so deleting one can cost a reader time, never an
         answer. A failure to delete (a reader allowed to create files, not to delete them) is logged.
 
-        Example: ``MetadataLog("/data/events").delete_orphaned_copies()`` -> ``['/data/events/_spark_metadata/9.compact.parquet']``.
+        Example: ``MetadataLog("/data/events").delete_orphaned_copies()`` -> ``['/data/events/_spark_metadata/9.compact.columnar']``.
         """
         try:
             found = self.orphaned_copies(older_than_ms)
@@ -561,11 +586,12 @@ class LogFiles:
             return []
 
     def orphaned_copies(self, older_than_ms: int | None = None) -> list[FileInfo]:
-        """The columnar copies whose compact file is gone (Spark's log cleanup deleted it), last modified more
+        """The columnar copies whose compact file is gone (Spark's log cleanup deleted it), or that a copy under
+        the new name supersedes (``N.compact.parquet`` beside ``N.compact.columnar``), last modified more
         than ``older_than_ms`` (default :data:`ORPHANED_COPY_AGE_MS`) ago: what :meth:`delete_orphaned_copies`
         and ``vacuum`` delete.
 
-        Example: ``[i.path for i in MetadataLog("/data/events").orphaned_copies()]`` -> ``['/data/events/_spark_metadata/9.compact.parquet']``.
+        Example: ``[i.path for i in MetadataLog("/data/events").orphaned_copies()]`` -> ``['/data/events/_spark_metadata/9.compact.columnar']``.
         """
         older_than_ms = ORPHANED_COPY_AGE_MS if older_than_ms is None else older_than_ms
         infos = self.storage.ls(self.log_dir)
@@ -573,6 +599,7 @@ class LogFiles:
         for info in infos:
             listing.add(info.path)
         orphans = {path for batch_id, path in listing.sidecars.items() if batch_id not in listing}
+        orphans |= set(listing.superseded)
         return _expired(infos, orphans, older_than_ms)
 
     def delete_older(self, infos: list[FileInfo], candidates: set[str], older_than_ms: int) -> list[str]:

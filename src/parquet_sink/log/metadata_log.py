@@ -81,9 +81,9 @@ class MetadataLog(CompactibleLog):
         storage_options: dict[str, Any] | None = None,
         *,
         compact_interval: int = 10,
-        retention: str | int | _dt.timedelta | None = None,
+        retention: str | _dt.timedelta | None = None,
         min_batches_to_retain: int = 100,
-        cleanup_delay: str | int | _dt.timedelta = "10m",
+        cleanup_delay: str | _dt.timedelta = "10m",
         cleanup: bool = True,
         storage: Storage | None = None,
     ) -> None:

@@ -1,9 +1,9 @@
-"""Columnar copies of compact files: ``N.compact.parquet`` next to ``N.compact``.
+"""Columnar copies of compact files: ``N.compact.columnar`` (a Parquet file) next to ``N.compact``.
 
 A compact file holds every live entry of the log, so on a big output reading it is most of a reader's
 planning time, and most of the next compaction's. When the log writes a compact file it also writes the
 same entries, in the same order, as a small LZ4 Parquet file (the *side-car*; ~10 bytes per entry
-against ~240 for the JSON line). Spark's log ignores it (``N.compact.parquet`` is not a batch file name)
+against ~240 for the JSON line). Spark's log ignores it (``N.compact.columnar`` is not a batch file name)
 and the JSON stays the source of truth:
 
 * readers use the side-car only when its footer names the compact file and the compact file has the
@@ -41,7 +41,10 @@ from .entry import BATCH_ROWS_KEY, COMMIT_TIME_KEY, ENTRY_SCHEMA
 
 logger = logging.getLogger(__name__)
 
-SIDECAR_SUFFIX = ".parquet"
+# Not ".parquet": a glob over the output (duckdb's read_parquet('out/**/*.parquet'), polars' scan_parquet) would
+# read the copies as data. Copies written under the old suffix are still read, and deleted with their compact file.
+SIDECAR_SUFFIX = ".columnar"
+OLD_SIDECAR_SUFFIX = ".parquet"
 _SOURCE = "exactly_once.source"
 _SIZE = "exactly_once.source_size"
 _CRC = "exactly_once.source_crc32"
@@ -59,7 +62,7 @@ _BEFORE_FIGURES = pa.schema([f for f in ENTRY_SCHEMA if f.name not in (COMMIT_TI
 
 def sidecar_path(compact_path: str) -> str:
     """The side-car of a compact file. Example: ``sidecar_path("/o/_spark_metadata/9.compact")`` ->
-    ``'/o/_spark_metadata/9.compact.parquet'``."""
+    ``'/o/_spark_metadata/9.compact.columnar'``."""
     return compact_path + SIDECAR_SUFFIX
 
 
@@ -252,6 +255,7 @@ class Checksum:
 
 
 __all__ = [
+    "OLD_SIDECAR_SUFFIX",
     "SIDECAR_SUFFIX",
     "Checksum",
     "Sidecar",

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -185,7 +186,7 @@ class Diagnosis:
 
 
 def doctor(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     checkpoint: str | None = None,
     app_id: str | None = None,
@@ -205,7 +206,7 @@ def doctor(
     """
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
-    output = read_output(path, storage_options, must_exist=False)
+    output = read_output(path, storage_options=storage_options, must_exist=False)
     if app_id is not None:
         assert version is not None
         return Diagnosis(output, None, plan_app_write(output, app_id, version))

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KE
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import data_files, read_log_files
+from ..partitioning import is_data_file
 from ..read.reader import CommittedFile, snapshot
 from ..storage.filesystem import FileInfo, Storage
 
@@ -89,7 +91,8 @@ class Output:
 
 
 def read_output(
-    url: str,
+    url: str | os.PathLike[str],
+    *,
     storage_options: Mapping[str, Any] | None = None,
     must_exist: bool = True,
     compact_interval: int | None = None,
@@ -193,7 +196,8 @@ class VerifyReport:
 
 
 def verify(
-    path: str,
+    path: str | os.PathLike[str],
+    *,
     storage_options: Mapping[str, Any] | None = None,
     compact_interval: int | None = None,
     progress: Progress = _silent,
@@ -204,7 +208,7 @@ def verify(
 
     Example::
 
-        >>> report = verify("s3://bucket/events", {"anon": False})
+        >>> report = verify("s3://bucket/events", storage_options={"anon": False})
         >>> report.ok, report.latest_batch, report.files
         (True, 57, 120)
     """
@@ -230,15 +234,33 @@ def verify(
         if size != f.size:
             problems.append(f"{where} has {size} bytes but the log says {f.size}")
     warnings: list[str] = []
+    if latest is not None and not files and not problems:
+        warnings += _nothing_committed(storage, latest)
     if latest is not None and has_delta_log(storage):
         try:
-            delta_problems, warnings = compare_logs(path, storage_options)
+            delta_problems, warnings = compare_logs(path, storage_options=storage_options)
             problems += delta_problems
         except DeltaDependencyError as exc:
             warnings.append(f"the Delta log was not compared with the log: {exc}")
         except ParquetSinkError as exc:
             problems.append(f"the Delta log could not be compared with the log: {exc}")
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
+
+
+def _nothing_committed(storage: Storage, latest: int) -> list[str]:
+    """A warning when the log commits no file yet the output holds Parquet data files: retention (a duration
+    too short) dropped every entry, or every batch was empty while others wrote files here."""
+    prefix = storage.root.rstrip("/") + "/"
+    found = [i for i in storage.find(storage.root) if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    if not found:
+        return []
+    return [
+        f"the log (up to batch {latest}) commits no data file, yet {storage.display(storage.root)} holds "
+        f"{len(found)} Parquet data file(s), e.g. {storage.display(found[0].path)}: every reader sees 0 rows. If the "
+        "writer's retention is shorter than intended (retention drops entries older than it when compacting), the "
+        "data is invisible, and `vacuum` would delete it as orphans: do not vacuum; restore the log or copy the "
+        "files into a new output."
+    ]
 
 
 __all__ = ["Batch", "Output", "VerifyReport", "count_rows", "read_output", "verify"]

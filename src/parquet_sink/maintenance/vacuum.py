@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import posixpath
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,23 +174,18 @@ class VacuumResult:
 
 
 SAFE_AGE = "7d"  # as delta-rs: files younger than this may still be read through an older snapshot
-_AGE = re.compile(r"^\s*\d+\s*(ms|s|m|min|h|d)\s*$")
 
 
 def check_age(older_than: str | _dt.timedelta, allow_short_retention: bool = False) -> int:
     """``older_than`` in ms: a duration with its unit (``"30m"``, ``"12h"``, ``"7d"``) or a ``timedelta``; a bare
-    number is refused (is ``7`` days or ms?). Under :data:`SAFE_AGE` only with ``allow_short_retention``: files
-    retention dropped from the log, or of a batch whose lease was lost, may still be read by a reader of an
-    older snapshot. ParameterError naming the accepted forms otherwise.
+    number is refused (is ``7`` days or ms?), as for every duration
+    (:func:`~parquet_sink.log.compaction.parse_duration_ms`). Under :data:`SAFE_AGE` only with
+    ``allow_short_retention``: files retention dropped from the log, or of a batch whose lease was lost, may
+    still be read by a reader of an older snapshot. ParameterError naming the accepted forms otherwise.
 
     Example: ``check_age("7d") == 604_800_000``; ``check_age("1h")`` raises ParameterError.
     """
-    if not isinstance(older_than, _dt.timedelta) and not (isinstance(older_than, str) and _AGE.match(older_than)):
-        raise ParameterError(
-            f"older_than={older_than!r}: give a duration with its unit, e.g. '30m', '12h' or '7d' (ms, s, m, h, d), "
-            "or a datetime.timedelta; a bare number is refused."
-        )
-    age_ms = parse_duration_ms(older_than)
+    age_ms = parse_duration_ms(older_than, "older_than")
     if age_ms < parse_duration_ms(SAFE_AGE) and not allow_short_retention:
         raise ParameterError(
             f"older_than={_age_text(older_than)} is shorter than the safe minimum of {SAFE_AGE}: an unreferenced file "
@@ -206,7 +201,7 @@ def _age_text(older_than: str | _dt.timedelta) -> str:
 
 
 def vacuum(
-    path: str,
+    path: str | os.PathLike[str],
     older_than: str | _dt.timedelta = SAFE_AGE,
     *,
     dry_run: bool = False,

@@ -13,11 +13,13 @@ query's records are ``(query id, query batch id)``, a :func:`parquet_sink.write_
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
+from ..errors import ParameterError
 from ..log.snapshot import read_snapshot
 from ..log.metadata_log import MetadataLog
 from .reader import read_committed, snapshot
@@ -82,7 +84,9 @@ def version_record(records: Sequence[CommitRecord], app_id: str, version: int) -
     return next((r for r in inferred.values() if r.query_id == app_id and r.query_batch_id == version), None)
 
 
-def committed_version(path: str, app_id: str, *, storage_options: dict[str, Any] | None = None) -> int | None:
+def committed_version(
+    path: str | os.PathLike[str], app_id: str, *, storage_options: dict[str, Any] | None = None
+) -> int | None:
     """The newest version ``app_id`` has committed to the output at ``path`` (None if none, or no log yet).
     A streaming query id works too: the answer is its newest query batch id.
 
@@ -97,7 +101,7 @@ def committed_version(path: str, app_id: str, *, storage_options: dict[str, Any]
 
 
 def iter_batches(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     after: int | None = None,
     columns: Sequence[str] | None = None,
@@ -113,6 +117,10 @@ def iter_batches(
         >>> [(b, t.num_rows) for b, t in iter_batches("/data/events", after=40)]
         [(41, 1000), (42, 0)]
     """
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise ParameterError(
+            f"after={after!r}: give the last batch id already consumed (an integer >= 0), or None for all"
+        )
     start = -1 if after is None else after
     latest = snapshot(path, storage_options=storage_options).latest_batch_id  # NotAnOutputError if no log
     if latest is None or latest <= start:

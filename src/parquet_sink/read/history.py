@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -100,7 +101,7 @@ def batch_history(snap: LogSnapshot) -> pa.Table:
 
 
 def history(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     limit: int | None = None,
     storage_options: dict[str, Any] | None = None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
@@ -207,7 +208,7 @@ class SnapshotOptions(TypedDict, total=False):
     :func:`read_committed`."""
 
     as_of_batch: int | None
-    as_of_time: _dt.datetime | None
+    as_of_time: _dt.datetime | str | None
     batches: tuple[int, int] | None
     storage_options: dict[str, Any] | None
     allow_outside_root: bool
@@ -215,11 +216,51 @@ class SnapshotOptions(TypedDict, total=False):
     compact_interval: int | None
 
 
+def _batch_id(name: str, value: object) -> int:
+    """``value`` if it is a batch id (an int >= 0), else ParameterError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ParameterError(
+            f"{name}={value!r}: a batch id is an integer >= 0 (`parquet-sink ls` lists the committed batches); "
+            "for the latest snapshot leave it out"
+        )
+    return value
+
+
+def parse_as_of_time(value: object) -> _dt.datetime:
+    """``as_of_time`` as an aware datetime: an aware ``datetime``, or an ISO-8601 string with its offset
+    (``"2026-11-24T06:00:00Z"``, ``"2026-11-24 07:00+01:00"``), as delta-rs's ``load_as_version`` takes an
+    RFC 3339 string. A time without a zone (a naive datetime or string, a date alone) is refused: whose 06:00 is
+    it? ParameterError naming the value and an example.
+
+    Example: ``parse_as_of_time("2026-11-24T06:00:00Z") == datetime(2026, 11, 24, 6, tzinfo=timezone.utc)``.
+    """
+    when = value
+    if isinstance(value, str):
+        try:
+            when = _dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ParameterError(
+                f"as_of_time={value!r} is not an ISO-8601 time: use e.g. '2026-11-24T06:00:00Z' or "
+                "'2026-11-24T07:00:00+01:00', or an aware datetime"
+            ) from None
+    if not isinstance(when, _dt.datetime):
+        raise ParameterError(
+            f"as_of_time={value!r}: pass an aware datetime or an ISO-8601 string with its offset, e.g. "
+            "'2026-11-24T06:00:00Z'"
+        )
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ParameterError(
+            f"as_of_time={value!r} has no time zone: pass an aware datetime (datetime(..., tzinfo=timezone.utc)) "
+            "or an ISO-8601 string with its offset ('2026-11-24T06:00:00Z', '...+01:00')"
+        )
+    return when
+
+
 def snapshot(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     as_of_batch: int | None = None,
-    as_of_time: _dt.datetime | None = None,
+    as_of_time: _dt.datetime | str | None = None,
     batches: tuple[int, int] | None = None,
     storage_options: dict[str, Any] | None = None,
     allow_outside_root: bool = False,
@@ -229,9 +270,10 @@ def snapshot(
     """The committed files of ``path`` with the storage that reads them (see :func:`committed_files`).
 
     ``compact_interval``: the writer's compaction interval, for an output whose log cannot tell it
-    (normally inferred from the log's files).
+    (normally inferred from the log's files). ``as_of_time``: an aware datetime or an ISO-8601 string with
+    its offset (:func:`parse_as_of_time`).
     SnapshotNotFoundError for ``as_of_batch``, ``batches`` past the latest committed batch or an
-    ``as_of_time`` before the first commit.
+    ``as_of_time`` before the first commit; ParameterError for a negative batch id or a time without a zone.
 
     Example::
 
@@ -239,10 +281,19 @@ def snapshot(
         >>> snap.latest_batch_id, len(snap.files)
         (57, 120)
     """
-    if batches is not None and batches[0] > batches[1]:
-        raise ParameterError(f"batches={batches}: the first batch must not be after the last")
     if as_of_time is not None and as_of_batch is not None:
         raise ParameterError("pass as_of_batch or as_of_time, not both")
+    if as_of_batch is not None:
+        _batch_id("as_of_batch", as_of_batch)
+    if as_of_time is not None:
+        as_of_time = parse_as_of_time(as_of_time)
+    if batches is not None:
+        if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence) or len(batches) != 2:
+            raise ParameterError(f"batches={batches!r}: give (first, last), two batch ids, e.g. batches=(3, 5)")
+        _batch_id("batches[0]", batches[0])
+        _batch_id("batches[1]", batches[1])
+        if batches[0] > batches[1]:
+            raise ParameterError(f"batches={batches}: the first batch must not be after the last")
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else _LOG_COLUMNS)
@@ -307,7 +358,7 @@ def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool) 
     )
 
 
-def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedFiles:
+def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOptions]) -> CommittedFiles:
     """The committed data files of the output at ``path``, from the log only (options as :func:`snapshot`).
 
     A sequence of :class:`CommittedFile`, backed by Arrow columns (``.table``); objects are built only
@@ -413,7 +464,9 @@ def unreadable_file(
     return None
 
 
-def committed_dataset(path: str, *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]) -> ds.Dataset:
+def committed_dataset(
+    path: str | os.PathLike[str], *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]
+) -> ds.Dataset:
     """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns
     (options as :func:`snapshot`). Timestamp partition values are read in ``time_zone``, as Spark reads
     them in its session time zone: pass the writer's ``spark.sql.session.timeZone``.
@@ -427,8 +480,32 @@ def committed_dataset(path: str, *, time_zone: str = "UTC", **options: Unpack[Sn
     return dataset_of(snapshot(path, **options), time_zone)
 
 
+@overload
 def read_committed(
-    path: str,
+    path: str | os.PathLike[str],
+    *,
+    spark: None = None,
+    columns: Sequence[str] | None = None,
+    filter: Any = None,
+    time_zone: str = "UTC",
+    **options: Unpack[SnapshotOptions],
+) -> pa.Table: ...
+
+
+@overload
+def read_committed(
+    path: str | os.PathLike[str],
+    *,
+    spark: SparkSession,
+    columns: Sequence[str] | None = None,
+    filter: Any = None,
+    time_zone: str = "UTC",
+    **options: Unpack[SnapshotOptions],
+) -> DataFrame: ...
+
+
+def read_committed(
+    path: str | os.PathLike[str],
     *,
     spark: SparkSession | None = None,
     columns: Sequence[str] | None = None,
@@ -436,7 +513,8 @@ def read_committed(
     time_zone: str = "UTC",
     **options: Unpack[SnapshotOptions],
 ) -> pa.Table | DataFrame:
-    """Read exactly the committed rows of a streaming file sink output.
+    """Read exactly the committed rows of a streaming file sink output (typed: a ``pyarrow.Table`` without
+    ``spark``, a Spark ``DataFrame`` with it).
 
     Without ``spark``: a ``pyarrow.Table`` (``filter`` is a ``pyarrow.dataset`` expression; use
     ``.to_pandas()`` / ``polars.from_arrow`` / duckdb on it, zero-copy). With ``spark=session``: a Spark
@@ -453,6 +531,10 @@ def read_committed(
         >>> read_committed("/data/events", spark=spark).count()
         1000
     """
+    if isinstance(columns, (str, bytes)):
+        raise ParameterError(
+            f"columns must be a list of column names, got the string {columns!r}: write columns=[{columns!r}]"
+        )
     snap = snapshot(path, **options)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
@@ -460,6 +542,12 @@ def read_committed(
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
     try:
         dataset = dataset_of(snap, time_zone, _fetched(snap))
+        unknown = [c for c in columns or () if c not in dataset.schema.names]
+        if unknown:
+            raise ParameterError(
+                f"columns {unknown} are not in the committed data of {snap.storage.display(snap.storage.root)}, "
+                f"whose columns are {dataset.schema.names}"
+            )
         return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc

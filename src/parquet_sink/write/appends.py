@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import time
 from collections.abc import Iterable, Sequence
@@ -42,11 +43,12 @@ from ..read.chain import app_commits, decide_write, version_record
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
+from ..log.compaction import check_positive_int
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
-from .schema import check_batch_schema, read_committed_schema
+from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
-from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
+from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows, write_schema_file
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +186,7 @@ def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_b
 
 
 def write_batch(
-    path: str,
+    path: str | os.PathLike[str],
     data: Any,
     *,
     app_id: str,
@@ -212,7 +214,9 @@ def write_batch(
 
     Args:
         data: a pyarrow Table, RecordBatch, RecordBatchReader or iterable of RecordBatches, or a pandas or
-            polars DataFrame. An empty one still commits the version (a batch with no files).
+            polars DataFrame. An empty one still commits the version (a batch with no files; the first
+            commit of an unpartitioned output gets one schema-only file, as Spark's sink writes for an empty
+            batch, so that ``spark.read.parquet`` reads the output as an empty table).
         partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
         compression, max_records_per_file: as :class:`~parquet_sink.ParquetSink`.
         time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
@@ -237,13 +241,16 @@ def write_batch(
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ParameterError(f"version must be an integer >= 0, got {version!r}")
     codec_extension(compression)  # validate early
+    if max_records_per_file is not None:
+        check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
-    partition_by = tuple(partition_by or ())
+    partition_by = check_partition_by(partition_by)
     log = MetadataLog(path, storage_options, compact_interval=compact_interval)
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     table = _as_table(data)
+    check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None
     try:
@@ -283,6 +290,8 @@ def write_batch(
                 failpoint("before_write")
                 spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
                 statuses = write_rows(spec, [table])
+                if not statuses and not partition_by and not data_files(snap.table).num_rows:
+                    statuses = write_schema_file(spec, table.schema)  # as the sink: readers get the schema
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]

@@ -273,9 +273,29 @@ def write_rows(spec: WriteSpec, tables: Iterable[pa.Table], task: int = 0) -> li
     files.close()
     if failpoint_armed and files.finished:
         failpoint("task_write")
-    spec.storage.sync_files([path for path, _ in files.finished])
+    return _statuses(spec, files.finished)
+
+
+def write_schema_file(spec: WriteSpec, schema: pa.Schema) -> list[FileStatus]:
+    """The one file of an empty batch of an unpartitioned output: a Parquet file with ``schema`` and no rows,
+    named as task 0's file. Spark's sink commits such a file for an empty batch (``FileFormatWriter`` writes
+    one for an empty job), so ``spark.read.parquet`` infers the schema of an output whose batches are all
+    empty instead of failing. (Partitioned, Spark writes none: no directory to put it in.)
+
+    Example: ``write_schema_file(WriteSpec(Storage("/data/agg"), (), "snappy", None), schema)[0].num_rows == 0``.
+    """
+    files = _TaskFiles(spec, 0, str(uuid.uuid4()))
+    writer = _FileWriter(spec, functools.partial(files._next_path, ""), files.finished)
+    writer._open(schema)
+    writer.close()
+    return _statuses(spec, files.finished)
+
+
+def _statuses(spec: WriteSpec, finished: list[tuple[str, int]]) -> list[FileStatus]:
+    """The closed files ``finished`` (path, rows) made durable (local disk), with their sizes and mtimes."""
+    spec.storage.sync_files([path for path, _ in finished])
     statuses = []
-    for path, rows in files.finished:
+    for path, rows in finished:
         info = spec.storage.info(path)
         statuses.append(FileStatus(path, info.size, info.mtime_ms, rows))
     return statuses

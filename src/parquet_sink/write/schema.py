@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import SchemaMismatchError
+from ..errors import ParameterError, SchemaMismatchError
 from ..log.snapshot import full_paths, resolve_paths
 from ..partitioning import parse_partition_path
 from ..storage.filesystem import Storage
@@ -88,19 +88,39 @@ def read_committed_schema(
     return schema, tuple(name for name, _ in parse_partition_path(relative[0].as_py()))
 
 
-def check_batch_schema(
-    incoming: pa.Schema,
-    partition_by: Sequence[str],
-    committed: tuple[pa.Schema, Sequence[str]] | None,
-    what: str,
-    where: str,
-) -> pa.Schema:
-    """The schema rule of the sink and ``write_batch``, before anything of a batch is committed: its partition
-    columns exist, and its data columns fit the ``committed`` data (its data schema and partition columns; None
-    when nothing is committed yet) as :func:`schema_problems` says. Returns the batch's data schema (partition
-    columns apart); SchemaMismatchError naming ``what`` (the batch) and ``where`` (the output) otherwise.
+def check_partition_by(partition_by: object) -> tuple[str, ...]:
+    """``partition_by`` as a tuple of column names (None: none), checked before anything is written, for the
+    sink and ``write_batch`` alike: ParameterError for a string (``"day"`` where ``["day"]`` is meant, which
+    would partition by each letter), a name that is not a string, or a name given twice.
 
-    Example: ``check_batch_schema(pa.schema([("id", pa.int64())]), [], None, "batch 3", "/data/out")`` -> ``id: int64``.
+    Example: ``check_partition_by(["day"]) == ("day",)``; ``check_partition_by("day")`` raises ParameterError.
+    """
+    if partition_by is None:
+        return ()
+    if isinstance(partition_by, (str, bytes)):
+        raise ParameterError(
+            f"partition_by must be a list of column names, got the string {partition_by!r}: write "
+            f"partition_by=[{partition_by!r}]"
+        )
+    try:
+        names = tuple(partition_by)  # type: ignore[call-overload]
+    except TypeError:
+        raise ParameterError(f"partition_by must be a list of column names, got {partition_by!r}") from None
+    if not all(isinstance(name, str) and name for name in names):
+        raise ParameterError(f"partition_by must be a list of column names (non-empty strings), got {list(names)}")
+    if len(set(names)) != len(names):
+        raise ParameterError(f"partition_by names a column twice: {list(names)}")
+    return names
+
+
+def check_partition_columns(incoming: pa.Schema, partition_by: Sequence[str], what: str, where: str) -> None:
+    """Spark's rules for the partition columns of a batch with columns ``incoming``, before anything is
+    written: each exists, and at least one column is left for the data files (Spark: "Cannot use all columns
+    for partition columns"; files without columns would hold no rows for any reader). SchemaMismatchError
+    naming ``what`` (the batch) and ``where`` (the output) otherwise.
+
+    Example: ``check_partition_columns(pa.schema([("day", pa.string())]), ["day"], "batch 3", "/data/out")``
+    raises SchemaMismatchError.
     """
     missing = [c for c in partition_by if c not in incoming.names]
     if missing:
@@ -110,6 +130,30 @@ def check_batch_schema(
             f"{what} of {where}: partition columns {missing} are not in the data's columns {incoming.names}.{hint} "
             "Fix partition_by or the data. Nothing was committed."
         )
+    if partition_by and not [name for name in incoming.names if name not in partition_by]:
+        raise SchemaMismatchError(
+            f"{what} of {where}: cannot use all columns {incoming.names} for partition columns (as Spark refuses): "
+            "the data files would hold no column and every reader would see 0 rows. Keep at least one column out "
+            "of partition_by. Nothing was written."
+        )
+
+
+def check_batch_schema(
+    incoming: pa.Schema,
+    partition_by: Sequence[str],
+    committed: tuple[pa.Schema, Sequence[str]] | None,
+    what: str,
+    where: str,
+) -> pa.Schema:
+    """The schema rule of the sink and ``write_batch``, before anything of a batch is committed: its partition
+    columns are allowed (:func:`check_partition_columns`), and its data columns fit the ``committed`` data (its
+    data schema and partition columns; None when nothing is committed yet) as :func:`schema_problems` says.
+    Returns the batch's data schema (partition columns apart); SchemaMismatchError naming ``what`` (the batch)
+    and ``where`` (the output) otherwise.
+
+    Example: ``check_batch_schema(pa.schema([("id", pa.int64())]), [], None, "batch 3", "/data/out")`` -> ``id: int64``.
+    """
+    check_partition_columns(incoming, partition_by, what, where)
     data_schema = pa.schema([f for f in incoming if f.name not in partition_by])
     problems = [] if committed is None else schema_problems(committed[0], committed[1], data_schema, partition_by)
     if problems:

@@ -21,6 +21,7 @@ import collections
 import datetime as _dt
 import json
 import logging
+import os
 import re
 import time
 import warnings
@@ -49,11 +50,11 @@ from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_log_files
 from ..log.compaction import LogOptions, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
-from .schema import check_batch_schema, read_committed_schema
+from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_staging import publish, write_staged
 from ..storage.filesystem import Storage
-from .parquet_files import WriteSpec, parquet_codec, write_files
+from .parquet_files import WriteSpec, parquet_codec, write_files, write_schema_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -149,17 +150,17 @@ class ParquetSink:
 
     def __init__(
         self,
-        path: str,
+        path: str | os.PathLike[str],
         *,
         partition_by: list[str] | tuple[str, ...] | None = None,
         compact_interval: int = 10,
-        retention: str | None = None,
+        retention: str | _dt.timedelta | None = None,
         storage_options: dict[str, Any] | None = None,
         compression: str = "snappy",
         max_records_per_file: int | None = None,
         on_foreign_query: Literal["error", "append"] = "error",
         min_batches_to_retain: int = 100,
-        cleanup_delay: str = "10m",
+        cleanup_delay: str | _dt.timedelta = "10m",
         checkpoint_location: str | None = None,
         allow_batch_id_only: bool = False,
         writer: Literal["auto", "spark", "arrow"] = "auto",
@@ -189,7 +190,7 @@ class ParquetSink:
             )
         if check_storage:
             storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
-        self.path = path
+        self.path = os.fspath(path)
         self.partition_by = tuple(partition_by or ())
         self.compact_interval = compact_interval
         self.retention = retention
@@ -281,6 +282,8 @@ class ParquetSink:
             self._recent.append(progress)
             self._sync_delta(df, f"batch {batch_id} of query {query_id}")
             return
+        # no committed file yet: an empty batch commits a schema-only file, as Spark's sink, so readers get the schema
+        schema_file = state.schema is None and not self.partition_by
         self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
@@ -297,12 +300,14 @@ class ParquetSink:
                     max_records_per_file=self.max_records_per_file,
                 )
                 publishing = time.monotonic()
-                statuses = publish(batch, written)
+                statuses = publish(batch, written, schema_file)
                 progress.publish_seconds = time.monotonic() - publishing
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
                 spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
                 statuses = write_files(df, spec)
+                if not statuses and schema_file:
+                    statuses = write_schema_file(WriteSpec(storage, (), self.compression, None), _arrow_schema(df))
             progress.write_seconds = time.monotonic() - started
             failpoint("before_commit")
 
@@ -513,9 +518,7 @@ class ParquetSink:
         return None if record is None else record.query_id
 
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        incoming = to_arrow_schema(df.schema, timezone="UTC")  # time zones are not compared
+        incoming = _arrow_schema(df)
         committed = None if state.schema is None else (state.schema, state.partition_columns)
         data_schema = check_batch_schema(incoming, self.partition_by, committed, f"batch for log batch {target}", self.path)
         added = [f.name for f in data_schema if state.schema is not None and f.name not in state.schema.names]
@@ -523,6 +526,13 @@ class ParquetSink:
             logger.info("%s: schema evolves with new nullable columns %s", self, added)
         if state.schema is None or added:
             state.schema, state.partition_columns = data_schema, self.partition_by
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    """The batch's schema in Arrow types (timestamps in UTC: time zones are not compared)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
 
 
 def await_termination(query: Any, timeout: float | None = None) -> bool | None:
@@ -629,10 +639,7 @@ def _check_parameters(
     """ValueError naming the first ParquetSink parameter out of range (checked on the driver, so a bad
     value never reaches the executors or the log)."""
 
-    if isinstance(partition_by, str):
-        raise ParameterError(f"partition_by must be a list of column names, got the string {partition_by!r}")
-    if partition_by is not None and len(set(partition_by)) != len(tuple(partition_by)):
-        raise ParameterError(f"partition_by names a column twice: {list(partition_by)}")
+    check_partition_by(partition_by)
     LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")

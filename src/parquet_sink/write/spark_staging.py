@@ -119,10 +119,11 @@ def _staged_files(storage: Storage, staging: str) -> list[str]:
     return sorted(filter(is_data_file, relative))
 
 
-def publish(batch: InFlightBatch, written_rows: int) -> list[FileStatus]:
+def publish(batch: InFlightBatch, written_rows: int, schema_file: bool = False) -> list[FileStatus]:
     """Rename every staged data file of ``batch`` that has rows to the same relative path under the root
-    (never overwriting; Spark's schema-only file of an empty batch stays behind), then fsync the files and
-    every directory that gained an entry, and read sizes and mtimes.
+    (never overwriting; Spark's schema-only file of an empty batch stays behind, unless ``schema_file``: then an
+    empty batch publishes it, as Spark's sink commits it), then fsync the files and every directory that gained
+    an entry, and read sizes and mtimes.
 
     ``written_rows`` is what the write job wrote (:func:`write_staged`): if the staged files hold another
     number of rows, :class:`RowCountMismatchError` is raised before anything is renamed.
@@ -149,8 +150,10 @@ def publish(batch: InFlightBatch, written_rows: int) -> list[FileStatus]:
         targets = []
         directories = {storage.root}
         for source, count in zip(staged, rows):
-            if not count:
+            if not count and not (schema_file and not written_rows):
                 continue
+            if not count:  # the schema-only file: not made durable above
+                storage.fsync(source)
             target = storage.join(source[len(staging) + 1 :])
             parent = posixpath.dirname(target)
             if storage.rename_no_overwrite(source, target):

@@ -1,0 +1,132 @@
+"""The command line as scripts use it (issue 36, item 10): with ``--json`` every result and every error is one JSON
+object on stdout (an error: ``ok`` false, ``error``, ``type``); one exit-code rule for every command (0 ok, 1
+problems found or the operation failed, 2 a usage or input error), checked command by command; and docs/cli.md
+documents exactly the options each command has (checked against the parser behind ``--help``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from parquet_sink import write_batch
+from parquet_sink.cli.main import build_parser, main
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+COMMON = {"--storage-option", "--storage-options-file", "--compact-interval", "--json", "--verbose", "-v"}
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("contract")
+    good, broken = base / "good", base / "broken"
+    for root in (good, broken):
+        for version in range(2):
+            write_batch(root, pa.table({"id": [version]}), app_id="a", version=version)
+    next(broken.glob("part-*.parquet")).unlink()  # a committed file gone: verify finds a problem
+    ckpt = base / "ckpt"
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "metadata").write_text('{"id":"another-query"}')  # a new checkpoint on an old output: not safe
+    return {"good": good, "broken": broken, "nowhere": base / "nowhere", "ckpt": ckpt, "corrupt": _corrupt(base)}
+
+
+def _corrupt(base: Path) -> Path:
+    root = base / "corrupt"
+    write_batch(root, pa.table({"id": [1]}), app_id="a", version=0)
+    (root / "_spark_metadata" / "0").write_text("v1\n{not json")
+    return root
+
+
+# command -> (args giving 0, args giving 1, args giving 2); {name} is replaced by the path of that name
+CASES = {
+    "ls": (["{good}"], ["{nowhere}"], ["{good}", "--rows", "--bogus"]),
+    "show": (["{good}", "1"], ["{good}", "9"], ["{good}", "one"]),
+    "verify": (["{good}"], ["{broken}"], ["{good}", "--compact-interval", "x"]),
+    "vacuum": (["{good}", "--dry-run"], ["{corrupt}", "--dry-run"], ["{good}", "--older-than", "1d"]),
+    "delta-sync": (["{good}"], ["{nowhere}"], ["{good}", "--time-zone"]),
+    "doctor": (["{good}", "--app-id", "a", "--version", "2"], ["{good}", "--checkpoint", "{ckpt}"], ["{good}"]),
+}
+
+
+def _run(capsys, command: str, args: list[str], paths: dict[str, Path], as_json: bool) -> tuple[int, str, str]:
+    argv = [command, *(a.format(**{k: str(v) for k, v in paths.items()}) for a in args)] + (["--json"] if as_json else [])
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("command", list(CASES))
+def test_every_command_follows_the_exit_code_and_json_rule(capsys, paths, command):
+    assert set(CASES) == set(build_parser()._subparsers._group_actions[0].choices)  # every command is here
+    for expected, args in enumerate(CASES[command]):
+        code, out, err = _run(capsys, command, args, paths, as_json=True)
+        assert code == expected, (command, args, out, err)
+        data = json.loads(out)  # one JSON object on stdout, whatever happened
+        assert err == "", err
+        assert data["ok"] is (expected == 0), data
+        found = expected == 1 and command in ("verify", "doctor")  # problems found: the report itself says so
+        if found:
+            assert data["problems" if command == "verify" else "message"]
+        elif expected:
+            assert set(data) == {"ok", "error", "type"} and data["error"] and data["type"].endswith("Error")
+            if expected == 2 and command not in ("vacuum", "doctor"):
+                assert data["type"] == "UsageError"
+        code, out, err = _run(capsys, command, args, paths, as_json=False)
+        assert code == expected
+        if expected and not found:
+            assert out == "" and err.rstrip().splitlines()[-1].startswith("parquet-sink")
+            assert ": error: " in err
+
+
+def test_json_error_types_name_the_errors(capsys, paths):
+    code, out, _ = _run(capsys, "ls", ["{nowhere}"], paths, as_json=True)
+    assert (code, json.loads(out)["type"]) == (1, "NotAnOutputError")
+    code, out, _ = _run(capsys, "vacuum", ["{good}", "--older-than", "1d"], paths, as_json=True)
+    assert (code, json.loads(out)["type"]) == (2, "ParameterError") and "allow-short-retention" in out
+    code, out, _ = _run(capsys, "vacuum", ["{good}", "--older-than", "7"], paths, as_json=True)
+    assert (code, json.loads(out)["type"]) == (2, "UsageError") and "'7d'" in out
+    code, out, _ = _run(capsys, "doctor", ["{good}"], paths, as_json=True)
+    assert (code, json.loads(out)["type"]) == (2, "ParameterError")
+
+
+def test_json_errors_from_the_console_script(paths):
+    """The installed entry point (``python -m parquet_sink``) as a script calls it: stdout parses, stderr is empty."""
+    result = subprocess.run([sys.executable, "-m", "parquet_sink", "ls", str(paths["nowhere"]), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr == ""
+    assert json.loads(result.stdout)["type"] == "NotAnOutputError"
+    result = subprocess.run([sys.executable, "-m", "parquet_sink", "--json"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and json.loads(result.stdout)["ok"] is False
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for action in parser._actions for o in action.option_strings if o not in ("-h", "--help")}
+
+
+def test_docs_cli_md_documents_exactly_the_options_of_each_command():
+    text = DOC.read_text()
+    bullets = re.findall(r"^- \*\*`([a-z-]+)([^`]*)`\*\*", text, flags=re.M)
+    documented: dict[str, set[str]] = {}
+    for command, synopsis in bullets:
+        documented.setdefault(command, set()).update(re.findall(r"--[a-z][a-z-]*", synopsis))
+    intro = text.split("\n- **`", 1)[0]
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert set(documented) == set(commands), "a bullet per command, a command per bullet"
+    for name, sub in commands.items():
+        options = _options(sub)
+        assert COMMON <= options, name
+        assert documented[name] == options - COMMON, f"{name}: docs/cli.md {sorted(documented[name])} vs --help"
+        assert f"{name} " in sub.format_help() or name in sub.prog
+    for option in COMMON:
+        assert f"`{option}" in intro, f"{option} is not documented in docs/cli.md"
+    every = set().union(*map(_options, commands.values()))
+    stale = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - every
+    assert not stale, f"docs/cli.md names options no command has: {sorted(stale)}"
+    for rule in ("**0**", "**1**", "**2**", '"ok": false', '"type"'):
+        assert rule in intro
