@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from parquet_sink.storage.filesystem import _EXCLUSIVE_CREATE_SINCE
+from parquet_sink.storage.commits import EXCLUSIVE_CREATE_SINCE
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -51,7 +51,7 @@ def test_floors_admit_no_release_without_exclusive_create():
     declared = {Requirement(r).name: Requirement(r) for r in PROJECT["dependencies"]}
     for extra in ("azure", "s3"):
         declared |= {Requirement(r).name: Requirement(r) for r in PROJECT["optional-dependencies"][extra]}
-    for name, since in _EXCLUSIVE_CREATE_SINCE.items():
+    for name, since in EXCLUSIVE_CREATE_SINCE.items():
         assert not declared[name].specifier.contains(before[name]), declared[name]
         assert declared[name].specifier.contains(since), declared[name]
 
