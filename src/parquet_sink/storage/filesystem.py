@@ -39,7 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ..errors import StorageError
 from . import commits, reachability
-from .errors import ErrorTranslator, backend_errors
+from .errors import ErrorTranslator, TranslatedFile, backend_errors
 from .paths import HadoopPaths
 
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
@@ -104,6 +104,29 @@ class _FetchedFiles(pyarrow.fs.FileSystemHandler):
 
     create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = delete_file = _read_only
     move = copy_file = open_output_stream = open_append_stream = _read_only
+
+
+class _TranslatedFs:
+    """A storage's fsspec filesystem as pyarrow's ``FSSpecHandler`` calls it, raising StorageErrors: its calls
+    translated (:meth:`Storage.translating`) and the files it opens those of :meth:`Storage.open`."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+        return self._storage.open(path, mode, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._storage.fs, name)
+        if not callable(attribute):
+            return attribute
+
+        def translated(*args: Any, **kwargs: Any) -> Any:
+            path = args[0] if args and isinstance(args[0], str) else self._storage.root
+            with self._storage.translating(name, path):
+                return attribute(*args, **kwargs)
+
+        return translated
 
 
 class Storage:
@@ -284,10 +307,11 @@ class Storage:
 
     @backend_errors
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
-        """Open for reading, or for writing a data file (parent directories created where needed)."""
+        """Open for reading, or for writing a data file (parent directories created where needed). The file's
+        reads, writes and close (an object store's upload) raise StorageErrors too."""
         if "w" in mode and self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        return self.fs.open(path, mode, **kwargs)
+        return TranslatedFile(self.fs.open(path, mode, **kwargs), self.errors, self.display(path))  # type: ignore[return-value]
 
     @backend_errors
     def delete(self, path: str) -> None:
@@ -319,10 +343,11 @@ class Storage:
             self.fsync(directory)
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
-        """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec)."""
+        """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec, its
+        failures translated into StorageErrors)."""
         if self.is_local:
             return pyarrow.fs.LocalFileSystem()
-        return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(self.fs))
+        return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(_TranslatedFs(self)))
 
     def fetched(self, paths: list[str]) -> pyarrow.fs.FileSystem:
         """A pyarrow filesystem holding ``paths`` read whole, concurrently: one GET per file on an object

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import fsspec
 
-from ..errors import StorageError
+from ..errors import RetryableStorageError, StorageError
 
 if TYPE_CHECKING:
     from .filesystem import Storage
@@ -36,6 +36,19 @@ def endpoint(fs: fsspec.AbstractFileSystem) -> str:
         or client_kwargs.get("endpoint_url")
         or ""
     )
+
+
+def _accepts_connections(url: str, timeout: float = 2.0) -> bool:
+    """Whether a TCP connection to ``url``'s host and port opens within ``timeout`` seconds."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def store_key(storage: Storage) -> tuple[str, ...]:
@@ -77,6 +90,12 @@ def check_reachable(storage: Storage, timeout: float | None = None) -> None:
     worker.join(limit)
     where = storage.display(storage.root)
     if not outcome:
+        if _accepts_connections(url):
+            raise RetryableStorageError(
+                f"cannot reach {where}: no answer from the store within {limit:g} s, though its endpoint "
+                f"({storage.redact(url)}) accepts connections: the store is slow or overloaded. Retry, or wait "
+                f"longer with ${TIMEOUT_ENV}."
+            )
         raise StorageError(
             f"cannot reach {where}: no answer from the store within {limit:g} s. Check the account name or "
             f"endpoint{' (' + storage.redact(url) + ')' if url else ''}, the "
@@ -90,6 +109,6 @@ def check_reachable(storage: Storage, timeout: float | None = None) -> None:
                 f"cannot reach {where}: the store's host name {urlsplit(url).hostname!r} does not "
                 f"resolve ({failure}). Check the account name or endpoint in the URL and storage_options."
             ) from failure
-        with storage.translating("reaching the store at", storage.root):
+        with storage.translating("the reachability check", storage.root):
             raise failure
     _REACHED.add(key)
