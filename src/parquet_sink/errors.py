@@ -33,6 +33,11 @@ class RetryableStorageError(StorageError):
     retryable = True
 
 
+class UnsupportedStorageError(StorageError):
+    """The URL names a store the package refuses: one only this process sees (``memory://`` for the sink), or one
+    it cannot test (``gs://``)."""
+
+
 class UnsafeStorageError(StorageError):
     """The store does not honour exclusive create (put-if-absent), so commits could be lost."""
 

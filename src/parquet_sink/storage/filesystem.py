@@ -31,17 +31,26 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import fsspec
 import pyarrow
 import pyarrow.fs
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import StorageError
+from ..errors import StorageError, UnsupportedStorageError
 from . import commits, reachability
 from .errors import ErrorTranslator, TranslatedFile, backend_errors
-from .paths import HadoopPaths
+from .paths import HadoopPaths, azure_account_name
 
+_AZURE_SCHEMES = {"abfs", "abfss", "az", "wasb", "wasbs"}
+# Schemes fsspec knows that the package refuses, and why (the tests run every claim on a real server).
+_UNSUPPORTED = {
+    scheme: "Google Cloud Storage is not supported: no GCS server runs in this package's tests, so exclusive create "
+    "(its commits) is unproven there. Use local disk, s3:// (also S3-compatible stores with conditional writes) or "
+    "abfs://."
+    for scheme in ("gs", "gcs")
+}
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
 
 
@@ -146,15 +155,27 @@ class Storage:
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = str(url)
         self.storage_options = dict(storage_options or {})
+        scheme = urlsplit(self.url).scheme.lower()
+        if scheme in _UNSUPPORTED:
+            raise UnsupportedStorageError(f"cannot open storage for {self.url}: {_UNSUPPORTED[scheme]}")
         try:
             # No listings cache: a listing cached by this process (or by the user's filesystem with the same
             # options, which fsspec would share with us) would hide files other processes committed since.
             fs, root = fsspec.core.url_to_fs(self.url, **{**self.storage_options, "use_listings_cache": False})
-        except (ImportError, ValueError) as exc:
+        except ImportError as exc:
             raise StorageError(
                 f"cannot open storage for {self.url}: {exc}. Install the fsspec backend for this scheme "
-                "(e.g. `pip install parquet-sink[azure]` or `[s3]`) and check storage_options."
+                "(`pip install parquet-sink[azure]` or `parquet-sink[s3]`)."
             ) from exc
+        except ValueError as exc:
+            if scheme in _AZURE_SCHEMES and not azure_account_name(self.storage_options, None):
+                raise StorageError(
+                    f"cannot open storage for {self.url}: no Azure storage account is named. Pass "
+                    "storage_options={'account_name': ..., 'account_key': ...} (or a sas_token, or a connection_string "
+                    "that names the account), or set $AZURE_STORAGE_ACCOUNT_NAME."
+                ) from exc
+            shown = ErrorTranslator(self.storage_options, is_local=False).redact(str(exc))
+            raise StorageError(f"cannot open storage for {self.url}: {shown}. Check storage_options.") from exc
         self.fs: fsspec.AbstractFileSystem = fs
         self.is_local = isinstance(fs, LocalFileSystem)
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -166,6 +187,19 @@ class Storage:
             self.url = self.root
         self.errors = ErrorTranslator(self.storage_options, self.is_local)
         self.paths = HadoopPaths(self.url, self.protocol, self.is_local, self.storage_options, fs)
+
+    def require_shared(self, user: str) -> None:
+        """Refuse (:class:`~parquet_sink.errors.UnsupportedStorageError`, naming ``user``) a store that only this
+        process sees (``memory://``): Spark's executors and Python workers are other processes.
+
+        Example: ``Storage("memory://out").require_shared("ParquetSink")`` raises.
+        """
+        if self.protocol == "memory":
+            raise UnsupportedStorageError(
+                f"{user}({self.url!r}): memory:// lives in this process only, and Spark's executors and Python workers "
+                "are other processes: they could not see the driver's files. Write to local disk (a path or "
+                "file://), s3:// or abfs:// instead."
+            )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Storage, (self.url, self.storage_options))

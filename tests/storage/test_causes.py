@@ -1,0 +1,72 @@
+"""Causes named right (issue 36, item 8): each store a user can mistype or misconfigure gets a typed error
+naming its real cause. Before: memory:// was accepted by the sink (and failed on executors), missing
+credentials read "access denied", an abfs:// URL without an account asked to install a package, gs:// asked
+to install gcsfs for a store the package never tested, an option the backend rejects read "check that the
+location exists", and the reachability check said "reaching the store at of"."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from parquet_sink import ParquetSink, read_committed, write_batch
+from parquet_sink.errors import StorageError, UnsupportedStorageError
+from parquet_sink.storage.filesystem import Storage
+from tests.conftest import make_backend
+
+
+def test_the_sink_refuses_memory_when_built():
+    with pytest.raises(UnsupportedStorageError, match=r"memory:// lives in this process only.*executors"):
+        ParquetSink("memory://sink-out", check_storage=False)
+
+
+@pytest.mark.parametrize("url", ["gs://bucket/out", "gcs://bucket/out"])
+@pytest.mark.parametrize("call", ["Storage", "read_committed", "write_batch", "ParquetSink"])
+def test_google_cloud_storage_is_refused_as_unsupported(url, call):
+    calls = {
+        "Storage": lambda: Storage(url),
+        "read_committed": lambda: read_committed(url),
+        "write_batch": lambda: write_batch(url, pa.table({"x": [1]}), app_id="a", version=0),
+        "ParquetSink": lambda: ParquetSink(url),
+    }
+    with pytest.raises(UnsupportedStorageError) as caught:
+        calls[call]()
+    message = str(caught.value)
+    assert url in message and "not supported" in message and "install" not in message.lower(), message
+
+
+@pytest.mark.parametrize("url", ["abfs://container/out", "az://container/out"])
+def test_an_azure_url_without_an_account_asks_for_the_account(url, monkeypatch):
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_CONNECTION_STRING"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StorageError) as caught:
+        Storage(url, {"account_key": "c2VjcmV0LWtleS1zZWNyZXQ="})
+    message = str(caught.value)
+    assert "account_name" in message and "install" not in message.lower(), message
+    assert "c2VjcmV0LWtleS1zZWNyZXQ=" not in message
+
+
+def test_missing_credentials_are_not_access_denied(request, tmp_path, monkeypatch):
+    backend = make_backend("moto", request, tmp_path)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = {"client_kwargs": dict(backend.storage_options["client_kwargs"])}
+    storage = Storage(backend.url, options)
+    with pytest.raises(StorageError) as caught:
+        storage.read_bytes(storage.join("_spark_metadata", "0"))
+    message = str(caught.value)
+    assert "no credentials" in message and "access denied" not in message, message
+    assert "storage_options" in message
+
+
+def test_an_option_the_backend_rejects_is_named(request, tmp_path):
+    backend = make_backend("moto", request, tmp_path)
+    storage = Storage(backend.url, {**backend.storage_options, "retries": 1})  # not an s3fs option
+    with pytest.raises(StorageError) as caught:
+        storage.read_bytes(storage.join("_spark_metadata", "0"))
+    message = str(caught.value)
+    assert "does not accept an option of storage_options" in message, message
+    assert backend.secret not in message
