@@ -108,3 +108,38 @@ def test_a_fresh_process_under_faults_is_told_to_retry_not_to_check_the_account(
             Storage(backend.url, _options("moto", server, port)).check_reachable(timeout=20.0)
     message = str(caught.value)
     assert message.startswith(f"the reachability check of {backend.url} failed: the store is throttling"), message
+
+
+def test_a_spark_stream_through_the_arrow_sink_under_faults(spark, request, tmp_path):
+    """ParquetSink on s3:// writes with pyarrow on the executors (the Arrow path): a query that dies of a fault
+    dies of a RetryableStorageError (recovered from Spark's StreamingQueryException), and restarting it on its
+    checkpoint until the source is drained leaves every row once."""
+    from parquet_sink import ParquetSink
+    from parquet_sink.errors import original_error
+    from tests.helpers.spark_util import run_available_now, write_input_files
+
+    backend = make_backend("moto", request, tmp_path)
+    server = request.getfixturevalue("moto_server")
+    source = str(tmp_path / "source")
+    write_input_files(source, [[{"v": v, "i": i} for i in range(ROWS)] for v in range(VERSIONS)])
+    stream = spark.readStream.schema("v long, i long").option("maxFilesPerTrigger", 1).json(source)
+    plan = FaultPlan(rate=0.2, faults=FAULTS, seed=7, slow_seconds=0.1)
+    seen: collections.Counter = collections.Counter()
+    with faulty_proxy(server.port, plan) as port:
+        options = _options("moto", server, port)
+        sink = _retrying(lambda: ParquetSink(backend.url, storage_options=options), seen)
+        for _ in range(30):
+            try:
+                run_available_now(stream, str(tmp_path / "checkpoint"), sink)
+                break
+            except Exception as exc:  # the query died: of a typed, retryable error only
+                error = original_error(exc)
+                assert isinstance(error, RetryableStorageError), str(exc)[-3000:]
+                seen[str(error).split(" failed: ", 1)[-1][:40]] += 1
+        else:
+            raise AssertionError(f"the query never finished: {seen}")
+    assert sum(plan.injected.values()) > 0, plan.injected
+    table = read_committed(backend.url, storage_options=backend.storage_options)
+    assert sorted(zip(table.column("v").to_pylist(), table.column("i").to_pylist())) == [
+        (v, i) for v in range(VERSIONS) for i in range(ROWS)
+    ]
