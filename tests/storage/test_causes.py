@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from parquet_sink import ParquetSink, read_committed, write_batch
-from parquet_sink.errors import StorageError, UnsupportedStorageError
+from parquet_sink.errors import ParameterError, StorageError, UnsupportedStorageError
 from parquet_sink.storage.filesystem import Storage
 from tests.conftest import make_backend
 
@@ -70,3 +70,10 @@ def test_an_option_the_backend_rejects_is_named(request, tmp_path):
     message = str(caught.value)
     assert "does not accept an option of storage_options" in message, message
     assert backend.secret not in message
+
+
+@pytest.mark.parametrize("given", ["key=AKIA,secret=s3cr3t", [("key", "AKIA")]])
+def test_storage_options_not_a_dict_are_refused_typed(given):
+    with pytest.raises(ParameterError, match="storage_options for s3://bucket/out must be a dict") as caught:
+        read_committed("s3://bucket/out", storage_options=given)
+    assert "s3cr3t" not in str(caught.value)

@@ -27,7 +27,7 @@ import datetime as _dt
 import errno
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
@@ -38,7 +38,7 @@ import pyarrow
 import pyarrow.fs
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import StorageError, UnsupportedStorageError
+from ..errors import ParameterError, StorageError, UnsupportedStorageError
 from . import commits, reachability
 from .errors import ErrorTranslator, TranslatedFile, backend_errors
 from .paths import HadoopPaths, azure_account_name
@@ -154,6 +154,11 @@ class Storage:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = str(url)
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise ParameterError(
+                f"storage_options for {self.url} must be a dict of the backend's options (e.g. {{'key': ..., "
+                f"'secret': ...}}), not {type(storage_options).__name__}"
+            )
         self.storage_options = dict(storage_options or {})
         scheme = urlsplit(self.url).scheme.lower()
         if scheme in _UNSUPPORTED:
