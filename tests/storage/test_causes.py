@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parquet_sink import ParquetSink, read_committed, write_batch
 from parquet_sink.errors import ParameterError, StorageError, UnsupportedStorageError
@@ -77,3 +79,41 @@ def test_storage_options_not_a_dict_are_refused_typed(given):
     with pytest.raises(ParameterError, match="storage_options for s3://bucket/out must be a dict") as caught:
         read_committed("s3://bucket/out", storage_options=given)
     assert "s3cr3t" not in str(caught.value)
+
+
+def _backend_failure(status: int, code: str, wrapped: bool) -> BaseException:
+    """What botocore raises for an HTTP ``status`` answer with error ``code``, as it is or as s3fs re-raises it."""
+    from botocore.exceptions import ClientError
+
+    error = ClientError({"Error": {"Code": code, "Message": "drawn"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                        "GetObject")
+    if not wrapped:
+        return error
+    from s3fs.errors import translate_boto_error
+
+    return translate_boto_error(error)
+
+
+@settings(max_examples=60, deadline=None)
+@given(status=st.integers(400, 599), code=st.sampled_from(["SlowDown", "InternalError", "ServiceUnavailable", "X"]),
+       wrapped=st.booleans(), kind=st.sampled_from(["reset", "cut", "refused", "answer"]))
+def test_what_is_retryable_is_decided_by_the_answer(status, code, wrapped, kind):
+    """Drawn failures (HTTP answers as botocore and s3fs raise them, resets, bodies cut short, refused
+    connections): RetryableStorageError exactly for 408/429/5xx answers, resets and cut-short bodies."""
+    import http.client
+
+    from parquet_sink.errors import RetryableStorageError
+    from parquet_sink.storage.errors import ErrorTranslator
+
+    failure = {
+        "reset": ConnectionResetError(104, "Connection reset by peer"),
+        "cut": http.client.IncompleteRead(b"half", 10),
+        "refused": ConnectionRefusedError(111, "Connection refused"),
+        "answer": _backend_failure(status, code, wrapped),
+    }[kind]
+    error = ErrorTranslator({}, is_local=False).error("reading", "s3://b/out/x", failure)
+    failing = status in (408, 429, 500, 502, 503, 504) or code in ("SlowDown", "InternalError", "ServiceUnavailable")
+    expected = kind in ("reset", "cut") or (kind == "answer" and failing and status not in (401, 403))
+    assert isinstance(error, RetryableStorageError) == expected == error.retryable, str(error)
+    assert ("retry" in str(error)) or not expected
+    assert "check that the location exists" not in str(error) or not expected

@@ -51,6 +51,9 @@ _MISSING_CREDENTIALS = {  # botocore, azure-identity: nothing to authenticate wi
 }
 _AUTH_ERRORS = {"ClientAuthenticationError"}  # azure-core (botocore's are HTTP 403 answers)
 _FAILING_STATUS = {408, 429, 500, 502, 503, 504}  # the store throttles, times out or fails: retry
+_FAILING_CODES = {  # the same said by an S3 or Azure error code, whatever the status
+    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ServerBusy", "OperationTimedOut",
+}
 # What s3fs makes of an S3 error code: SlowDown, ServiceUnavailable (EBUSY), InternalError (EREMOTEIO).
 _FAILING_ERRNO = {errno.EBUSY, errno.EREMOTEIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE}
 RETRY_ADVICE = "the same call again (the same batch, read or vacuum) is safe: a batch is committed once"
@@ -63,6 +66,14 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+def _error_code(exc: BaseException) -> str:
+    """The store's error code: botocore's ``Error.Code``, azure-core's ``error_code``; "" when none."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code") or "")
+    return str(getattr(exc, "error_code", None) or "")
 
 
 def _http_status(exc: BaseException) -> int | None:
@@ -109,7 +120,7 @@ def explain(exc: BaseException, is_local: bool) -> Diagnosis:
                 "access denied by the store; check that the credentials in storage_options (or the environment) "
                 "are valid, not expired, and allowed to read and write this location"
             )
-        if status in _FAILING_STATUS or (not is_local and code in _FAILING_ERRNO):
+        if status in _FAILING_STATUS or _error_code(cause) in _FAILING_CODES or (not is_local and code in _FAILING_ERRNO):
             status = status or next(filter(None, map(_http_status, _causes(exc))), None)
             answer = f" (HTTP {status})" if status else ""
             return Diagnosis(f"the store is throttling or failing{answer}: retry; {RETRY_ADVICE}", retryable=True)
