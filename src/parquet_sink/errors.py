@@ -20,7 +20,22 @@ class ParameterError(ParquetSinkError, ValueError):
 
 
 class StorageError(ParquetSinkError):
-    """A storage backend failed or cannot give the guarantees exactly-once needs."""
+    """A storage backend failed or cannot give the guarantees exactly-once needs. ``retryable``: whether the
+    same call again may succeed (True only on :class:`RetryableStorageError`)."""
+
+    retryable = False
+
+
+class RetryableStorageError(StorageError):
+    """The store throttled or failed (HTTP 429, 500, 503...), reset the connection, cut an answer short or did not
+    answer in time: nothing is half-committed, and the same call again (the same batch, read or vacuum) may succeed."""
+
+    retryable = True
+
+
+class UnsupportedStorageError(StorageError):
+    """The URL names a store the package refuses: one only this process sees (``memory://`` for the sink), or one
+    it cannot test (``gs://``)."""
 
 
 class UnsafeStorageError(StorageError):

@@ -391,7 +391,140 @@ def moto_s3(
             raise _startup_error("moto server", reason, proc, log_path)
 
 
-# --------------------------------------------------------------------------- a header-stripping proxy
+# --------------------------------------------------------------------------- proxies: a careless or a failing store
+
+
+#: The faults :func:`faulty_proxy` injects: an error answer (the store throttling or failing), the answer lost
+#: after the request reached the store, a connection reset before it did, a body cut short, a slow answer.
+FAULTS: tuple[str, ...] = ("503", "500", "drop", "reset", "truncate", "slow")
+
+_ERROR_ANSWERS = {  # status -> (reason, S3 error code, Azure error code)
+    503: ("Service Unavailable", "SlowDown", "ServerBusy"),
+    500: ("Internal Server Error", "InternalError", "InternalError"),
+}
+
+
+@dataclasses.dataclass
+class FaultPlan:
+    """Which requests :func:`faulty_proxy` spoils: each request ``only(method, path)`` selects (all when None)
+    gets, with probability ``rate``, one of ``faults`` (drawn from a generator seeded with ``seed``, so a run
+    can be replayed); ``enabled`` switches injection off and on. ``injected`` counts what was done."""
+
+    rate: float = 0.1
+    faults: Sequence[str] = FAULTS
+    seed: int = 0
+    slow_seconds: float = 0.3
+    only: Optional[Callable[[str, str], bool]] = None
+    enabled: bool = True
+    injected: "dict[str, int]" = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        import random
+        import threading
+
+        unknown = set(self.faults) - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+        self._random = random.Random(self.seed)
+        self._lock = threading.Lock()
+
+    def draw(self, method: str, path: str) -> Optional[str]:
+        """The fault for this request, or None (counted in ``injected``)."""
+        if not self.enabled or (self.only is not None and not self.only(method, path)):
+            return None
+        with self._lock:
+            if self._random.random() >= self.rate:
+                return None
+            fault = self._random.choice(list(self.faults))
+            self.injected[fault] = self.injected.get(fault, 0) + 1
+            return fault
+
+
+@contextlib.contextmanager
+def _proxy(target_port: int, header: Optional[str], only: Optional[Callable[[str, str], bool]],
+           plan: Optional[FaultPlan]) -> Iterator[int]:
+    """A loopback HTTP proxy (in threads of this process) forwarding every request to 127.0.0.1:``target_port``,
+    without ``header`` on the requests ``only`` selects, spoiling those ``plan`` draws a fault for. Yields its port."""
+    import http.client
+    import http.server
+    import struct
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _reset(self) -> None:
+            """Close the client's connection with a TCP reset, answering nothing (more)."""
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+
+        def _error_answer(self, status: int) -> None:
+            reason, s3_code, azure_code = _ERROR_ANSWERS[status]
+            body = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{s3_code}</Code>"
+                    f"<Message>injected {status}</Message></Error>").encode()
+            self.send_response_only(status, reason)
+            self.send_header("x-ms-error-code", azure_code)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            fault = plan.draw(self.command, self.path) if plan is not None else None
+            if fault == "reset":
+                return self._reset()
+            if fault in ("503", "500"):
+                return self._error_answer(int(fault))
+            if fault == "slow":
+                time.sleep(plan.slow_seconds)  # type: ignore[union-attr]
+            upstream = http.client.HTTPConnection(LOOPBACK, target_port, timeout=60)
+            try:
+                upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                strip = header is not None and (only is None or only(self.command, self.path))
+                for name, value in self.headers.items():
+                    if not (strip and name.lower() == str(header).lower()):
+                        upstream.putheader(name, value)
+                upstream.endheaders(body)
+                response = upstream.getresponse()
+                data = response.read()
+            finally:
+                upstream.close()
+            if fault == "drop":  # the store did it; its answer is lost
+                return self._reset()
+            self.send_response_only(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(name, value)
+            declared = response.getheader("Content-Length")
+            self.send_header("Content-Length", declared if self.command == "HEAD" and declared else str(len(data)))
+            self.end_headers()
+            if self.command == "HEAD":
+                return None
+            if fault == "truncate" and len(data) > 1:
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                return self._reset()
+            self.wfile.write(data)
+            return None
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="test-proxy", daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 @contextlib.contextmanager
@@ -403,49 +536,40 @@ def stripping_proxy(
     that ignores conditional writes, as an older S3-compatible store or a careless proxy does. Yields the
     proxy's port; stopped on exit.
     (Azure signs its headers with SharedKey: reach Azurite through it with a SAS, which signs none.)"""
-    import http.client
-    import http.server
-    import threading
+    with _proxy(target_port, header, only, None) as port:
+        yield port
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
 
-        def _forward(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else None
-            upstream = http.client.HTTPConnection(LOOPBACK, target_port, timeout=60)
-            try:
-                upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-                strip = only is None or only(self.command, self.path)
-                for name, value in self.headers.items():
-                    if not (strip and name.lower() == header.lower()):
-                        upstream.putheader(name, value)
-                upstream.endheaders(body)
-                response = upstream.getresponse()
-                data = response.read()
-                self.send_response_only(response.status, response.reason)
-                for name, value in response.getheaders():
-                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(name, value)
-                declared = response.getheader("Content-Length")
-                self.send_header("Content-Length", declared if self.command == "HEAD" and declared else str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-            finally:
-                upstream.close()
+@contextlib.contextmanager
+def faulty_proxy(target_port: int, plan: FaultPlan) -> Iterator[int]:
+    """A loopback HTTP proxy forwarding to 127.0.0.1:``target_port`` that injects the faults of ``plan``
+    (:data:`FAULTS`): 503 and 500 answers (S3 and Azure error codes), answers dropped after the store did the
+    request, resets before it, bodies cut in half, slow answers. Yields the proxy's port; stopped on exit.
+    Reach Azurite through it with :func:`proxied_options` (a SAS: SharedKey signs the host's port)."""
+    with _proxy(target_port, None, None, plan) as port:
+        yield port
 
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-        def log_message(self, *args: Any) -> None:
-            pass
+def proxied_options(name: str, server: Any, port: int) -> "dict[str, Any]":
+    """Storage options reaching ``server`` (a :class:`MotoServer` for ``"moto"``, else an
+    :class:`AzuriteServer`) through a proxy on ``port``: the same buckets and containers."""
+    if name == "moto":
+        options = dict(server.storage_options)
+        options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": f"http://{LOOPBACK}:{port}"}
+        return options
+    import datetime as dt
 
-    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, name="stripping-proxy", daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    sas = generate_account_sas(
+        server.account_name,
+        server.account_key,
+        ResourceTypes(service=True, container=True, object=True),
+        AccountSasPermissions(read=True, write=True, delete=True, list=True, add=True, create=True),
+        expiry=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1),
+    )
+    endpoint = f"http://{LOOPBACK}:{port}/{server.account_name}"
+    return {
+        "connection_string": f"BlobEndpoint={endpoint};SharedAccessSignature={sas}",
+        "account_name": server.account_name,
+    }

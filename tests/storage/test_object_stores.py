@@ -4,7 +4,6 @@ loopback; a header-stripping proxy (tests/helpers/servers.py) stands for a store
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -22,31 +21,9 @@ from parquet_sink.errors import DamagedDataFileError, OutsideRootError, StaleVer
 from parquet_sink.write.appends import data_fingerprint
 from parquet_sink.storage.filesystem import Storage
 from tests.conftest import make_backend
-from tests.helpers.servers import stripping_proxy
+from tests.helpers.servers import proxied_options, stripping_proxy
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _proxied_options(name: str, server, port: int) -> dict:
-    """Options reaching the same store (same bucket / container) through the proxy on ``port``."""
-    if name == "moto":
-        options = dict(server.storage_options)
-        options["client_kwargs"] = {**options["client_kwargs"], "endpoint_url": f"http://127.0.0.1:{port}"}
-        return options
-    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
-
-    sas = generate_account_sas(
-        server.account_name,
-        server.account_key,
-        ResourceTypes(service=True, container=True, object=True),
-        AccountSasPermissions(read=True, write=True, delete=True, list=True, add=True, create=True),
-        expiry=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1),
-    )
-    endpoint = f"http://127.0.0.1:{port}/{server.account_name}"
-    return {
-        "connection_string": f"BlobEndpoint={endpoint};SharedAccessSignature={sas}",
-        "account_name": server.account_name,
-    }
 
 
 @pytest.mark.parametrize("name", ["moto", "azurite"])
@@ -59,7 +36,7 @@ def test_probe_is_per_endpoint_not_per_bucket(request, tmp_path, name):
     assert direct.put_if_absent(first, b"v1\nfirst")
     server = request.getfixturevalue(f"{name}_server")
     with stripping_proxy(server.port) as port:
-        proxied = Storage(backend.url, _proxied_options(name, server, port))
+        proxied = Storage(backend.url, proxied_options(name, server, port))
         assert proxied.read_bytes(first) == b"v1\nfirst"  # the proxy reaches the same bucket
         with pytest.raises(UnsafeStorageError, match="does not honour exclusive create"):
             proxied.put_if_absent(first, b"v1\nsecond")
@@ -76,7 +53,7 @@ def test_large_log_write_stays_exclusive_on_s3(request, tmp_path, moto_server):
         return method == "POST" and "uploadId=" in path
 
     with stripping_proxy(moto_server.port, only=completion) as port:
-        storage = Storage(backend.url, _proxied_options("moto", moto_server, port))
+        storage = Storage(backend.url, proxied_options("moto", moto_server, port))
         path = storage.join("_spark_metadata", "9.compact")
         assert storage.put_if_absent(path, b"v1\nfirst")
         assert not storage.put_if_absent(path, b"v1\n" + b"x" * (100 * 2**20))

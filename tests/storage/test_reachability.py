@@ -15,7 +15,7 @@ import pytest
 from parquet_sink import ParquetSink, history, read_committed, vacuum, verify, write_batch
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.errors import StorageError
-from parquet_sink.storage.filesystem import TIMEOUT_ENV
+from parquet_sink.storage.reachability import TIMEOUT_ENV
 
 from ..helpers.servers import AZURITE_ACCOUNT_KEY
 

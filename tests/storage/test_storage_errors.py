@@ -145,7 +145,8 @@ def test_connection_refused_says_the_store_cannot_be_reached():
     with pytest.raises(StorageError) as info:
         Storage("s3://refused/out", options).read_bytes("refused/out/_spark_metadata/0")
     message = str(info.value)
-    assert "connection to the store failed" in message and f"127.0.0.1:{port}" in message
+    assert "connection to the store was refused" in message and f"127.0.0.1:{port}" in message
+    assert not info.value.retryable  # a wrong endpoint: retrying the same call cannot help
     assert CREDENTIALS not in message and secret not in message
 
 

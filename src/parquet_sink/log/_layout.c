@@ -21,6 +21,15 @@
 
 #define KEY(s) s, (sizeof(s) - 1)
 
+/* The module trusts no caller: every size is checked before it is computed with (no overflow) and every buffer
+ * read or written as int32 or int64 values must be aligned for them, else ValueError. */
+static int aligned(const Py_buffer *b, size_t alignment, const char *what) {
+    if ((uintptr_t)b->buf % alignment == 0)
+        return 1;
+    PyErr_Format(PyExc_ValueError, "%s: a buffer not aligned to %zu bytes", what, alignment);
+    return 0;
+}
+
 typedef struct {
     int32_t *path_offsets;  /* lines + 1 */
     char *path_data;        /* up to the block's size */
@@ -131,11 +140,21 @@ static PyObject *parse(PyObject *module, PyObject *args) {
                           &out[3], &out[4], &out[5], &out[6], &out[7], &out[8], &batch))
         return NULL;
     held = OUTPUTS;
+    if (lines <= 0 || lines > (PY_SSIZE_T_MAX - 8) / 8) {
+        PyErr_SetString(PyExc_ValueError, "parse: lines must be positive and fit the buffers' sizes");
+        goto done;
+    }
     if (stamped && PyObject_GetBuffer(batch, &batch_view, PyBUF_WRITABLE) < 0)
+        goto done;
+    static const size_t alignment[OUTPUTS] = {4, 1, 8, 1, 8, 8, 8, 4, 1};
+    for (int k = 0; k < OUTPUTS; k++)
+        if (!aligned(&out[k], alignment[k], "parse"))
+            goto done;
+    if (stamped && !aligned(&batch_view, 8, "parse"))
         goto done;
     Py_ssize_t need[OUTPUTS] = {(lines + 1) * 4, view.len, lines * 8, (lines + 7) / 8, lines * 8, lines * 8,
                                 lines * 8, (lines + 1) * 4, lines * 8};
-    int fits = lines > 0 && (!stamped || batch_view.len >= lines * 8);
+    int fits = !stamped || batch_view.len >= lines * 8;
     for (int k = 0; k < OUTPUTS; k++)
         fits = fits && out[k].len >= need[k];
     if (!fits) {
@@ -218,6 +237,12 @@ static PyObject *stamp(PyObject *module, PyObject *args) {
         return NULL;
     Py_ssize_t lines = starts.len / (Py_ssize_t)sizeof(int32_t);
     const int32_t *start = (const int32_t *)starts.buf;
+    if (starts.len % (Py_ssize_t)sizeof(int32_t) != 0 || !aligned(&starts, sizeof(int32_t), "stamp") ||
+        (text.len > 0 && lines > (PY_SSIZE_T_MAX - framed.len) / text.len)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "stamp: starts must be whole int32 values, and the output's size fit");
+        goto done;
+    }
     int valid = out.len == framed.len + lines * text.len && (lines == 0 || start[0] == 0);
     for (Py_ssize_t i = 1; valid && i < lines; i++)
         valid = start[i - 1] <= start[i] && start[i] <= framed.len;
@@ -238,6 +263,7 @@ static PyObject *stamp(PyObject *module, PyObject *args) {
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
     }
+done:
     PyBuffer_Release(&framed);
     PyBuffer_Release(&starts);
     PyBuffer_Release(&text);

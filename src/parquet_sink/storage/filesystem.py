@@ -1,7 +1,10 @@
-"""The storage layer: the only module that knows how fsspec backends differ.
+"""The storage layer's seam: :class:`Storage`, the only class that knows how fsspec backends differ.
 
 Everything above it (the log, the sink, the reader) talks to a :class:`Storage` and never asks which
-backend it is. A backend contributes three things:
+backend it is. It delegates each concept to a module of its own, as Spark's ``CheckpointFileManager`` sits
+apart from Hadoop's ``FileSystem``: error translation (:mod:`.errors`), Hadoop URIs and delta-rs locations
+(:mod:`.paths`), exclusive create and its probe (:mod:`.commits`), which store it reaches and whether it
+answers (:mod:`.reachability`). A backend contributes three things:
 
 * exclusive create (``put_if_absent``): local disk uses temp file + ``os.link``; object stores use
   ``pipe_file(mode="create")`` (a conditional PUT) with a read-back for lost acknowledgements;
@@ -22,168 +25,33 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import functools
-import logging
 import os
 import posixpath
-import re
-import socket
-import sys
-import threading
-import time
-import unicodedata
-import uuid
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 import fsspec
 import pyarrow
 import pyarrow.fs
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import ParquetSinkError, StorageError, UnsafeStorageError
-from ..failpoints import FailpointError, failpoint
+from ..errors import ParameterError, StorageError, UnsupportedStorageError
+from . import commits, reachability
+from .errors import ErrorTranslator, TranslatedFile, backend_errors
+from .paths import HadoopPaths, azure_account_name
 
-logger = logging.getLogger(__name__)
-
-# Characters java.net.URI leaves unquoted in a path (unreserved, punct, '/', '@'); Hadoop's
-# Path.toUri quotes everything else that is ASCII. Non-ASCII printable characters stay as they are.
-_URI_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
-_HADOOP_SCHEMES = {"s3": "s3a", "abfs": "abfss", "az": "abfss", "gs": "gs", "gcs": "gs"}
-_FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "wasb": "abfs", "gcs": "gs"}
+_AZURE_SCHEMES = {"abfs", "abfss", "az", "wasb", "wasbs"}
+# Schemes fsspec knows that the package refuses, and why (the tests run every claim on a real server).
+_UNSUPPORTED = {
+    scheme: "Google Cloud Storage is not supported: no GCS server runs in this package's tests, so exclusive create "
+    "(its commits) is unproven there. Use local disk, s3:// (also S3-compatible stores with conditional writes) or "
+    "abfs://."
+    for scheme in ("gs", "gcs")
+}
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
-_PROBED: dict[tuple[str, ...], bool] = {}  # by _store_key()
-# The environment variables botocore reads an S3 endpoint from (part of what selects the store).
-_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-# s3fs's pipe_file switches to a multipart upload, whose completion carries no If-None-Match, from twice
-# its chunk size on: a log file is written with a chunk size above its own size, as one PutObject (the
-# request the probe proved exclusive), which S3 allows up to 5 GiB.
-_S3_MIN_CHUNK = 50 * 2**20
-_S3_MAX_PUT = 5 * 2**30
-# The first release of each package whose pipe_file(mode="create") really is exclusive (the floors in
-# pyproject.toml); older ones overwrite (fsspec's memory/base, adlfs) or reject the argument (s3fs).
-_EXCLUSIVE_CREATE_SINCE = {"fsspec": "2024.12.0", "adlfs": "2024.12.0", "s3fs": "2024.12.0"}
-_SECRET_KEYS = re.compile(r"(?i)key|secret|token|password|credential|connection_string|signature")
-_SECRET_PARAMS = re.compile(  # in URLs and connection strings
-    r"(?i)\b(sig|signature|accountkey|sharedaccesssignature|x-amz-signature|x-amz-credential)=[^&;\s\"']+"
-)
-_PROBE_LOCK = threading.Lock()
-_REACHED: set[tuple[str, ...]] = set()  # by _store_key(): stores this process has reached
-TIMEOUT_ENV = "PARQUET_SINK_CONNECT_TIMEOUT"
-DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds: adlfs retries a wrong account name for ~85 s before failing
-
-
-_PASS_THROUGH = (FileNotFoundError, FileExistsError, ParquetSinkError, FailpointError)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _backend_errors(method: F) -> F:
-    """Turn a backend's own failures (full disk, file limits, permissions, network, authentication) into a
-    StorageError naming the path, what failed and what to do; FileNotFoundError/FileExistsError pass
-    through, callers rely on them."""
-
-    @functools.wraps(method)
-    def wrapper(self: Storage, path: str, *args: Any, **kwargs: Any) -> Any:
-        with self.translating(method.__name__, path):
-            return method(self, path, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-_NETWORK_ERRORS = {  # by class name, so that no optional backend package must be imported to recognise them
-    "ServiceRequestError",  # azure-core: the request never got an answer (refused, DNS, TLS, timeout)
-    "ServiceResponseError",  # azure-core: the connection broke while reading the answer
-    "EndpointConnectionError",  # botocore
-    "ConnectTimeoutError",  # botocore
-    "ReadTimeoutError",  # botocore
-    "ClientConnectionError",  # aiohttp
-    "ServerTimeoutError",  # aiohttp
-}
-_AUTH_ERRORS = {  # azure-core, botocore
-    "ClientAuthenticationError",
-    "NoCredentialsError",
-    "PartialCredentialsError",
-    "CredentialRetrievalError",
-}
-
-
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _http_status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)  # azure-core's HttpResponseError
-    response = getattr(exc, "response", None)
-    if status is None and isinstance(response, dict):  # botocore's ClientError
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return status if isinstance(status, int) else None
-
-
-def _explain(exc: BaseException, is_local: bool) -> str:
-    """What failed, in plain words, and what to do: from the exception's type, errno or HTTP status,
-    looking through the chain of causes (backends wrap the operating system's errors)."""
-    for cause in _causes(exc):
-        names = {klass.__name__ for klass in type(cause).__mro__}
-        code = cause.errno if isinstance(cause, OSError) else None
-        status = _http_status(cause)
-        if code in (errno.ENOSPC, errno.EDQUOT):
-            return "no space left on the storage (disk full or quota exceeded); free space or raise the quota, retry"
-        if code in (errno.EMFILE, errno.ENFILE):
-            return (
-                "too many open files (the process's or the system's limit); raise the limit (`ulimit -n`, the "
-                "executors' nofile limit) or run fewer tasks per executor, then retry"
-            )
-        if code == errno.EROFS:
-            return "the file system is read-only; write the output to a writable location"
-        if names & _AUTH_ERRORS or status in (401, 403) or isinstance(cause, PermissionError):
-            if is_local:
-                return "permission denied; check the permissions of the directory for the user running the job"
-            return (
-                "access denied by the store; check that the credentials in storage_options (or the environment) "
-                "are valid, not expired, and allowed to read and write this location"
-            )
-        if names & _NETWORK_ERRORS or isinstance(cause, (ConnectionError, TimeoutError)):
-            timed_out = any(isinstance(c, TimeoutError) or "Timeout" in type(c).__name__ for c in _causes(exc))
-            kind = "timed out" if timed_out else "failed"
-            return (
-                f"the connection to the store {kind}; check the endpoint or account name, the network (proxy, "
-                "firewall, DNS) and that the store is up, then retry"
-            )
-    return "check that the location exists and is reachable"
-
-
-_S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
-_AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
-               "sas_token": "azure_storage_sas_token"}
-# connection string fields -> adlfs's option names
-_CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
-                      "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
-
-
-def _object_store_azure_options(given: Mapping[str, Any]) -> dict[str, str]:
-    """adlfs's options (``account_name``, ``account_key``, ``sas_token``, a ``connection_string`` naming them and
-    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options."""
-    fields = dict(given)
-    for part in str(given.get("connection_string") or "").split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() in _CONNECTION_FIELDS:
-            fields.setdefault(_CONNECTION_FIELDS[key.strip().lower()], value.strip())
-    options = {_AZURE_KEYS[k]: str(v) for k, v in fields.items() if k in _AZURE_KEYS and v}
-    if fields.get("blob_endpoint"):  # an emulator or a private endpoint
-        options["azure_storage_endpoint"] = str(fields["blob_endpoint"])
-        if str(fields["blob_endpoint"]).startswith("http://"):
-            options["azure_allow_http"] = "true"
-    if fields.get("anon"):
-        options["azure_skip_signature"] = "true"
-    return options
 
 
 @dataclass(frozen=True)
@@ -196,23 +64,6 @@ class FileInfo:
     mtime_ms: int
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """The leading numbers of a version string: ``"2024.12.0"`` -> ``(2024, 12, 0)``."""
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
-
-
-def _java_uri_other(c: str) -> bool:
-    """A non-ASCII character ``java.net.URI`` leaves as it is: neither ``Character.isSpaceChar`` (Unicode
-    categories Zs, Zl, Zp) nor ``Character.isISOControl`` (U+0080-U+009F); unassigned, format and
-    private-use characters included."""
-    return ord(c) > 0x9F and unicodedata.category(c) not in ("Zs", "Zl", "Zp")
-
-
-def _quote_path(path: str) -> str:
-    """Percent-encode a path the way Hadoop's ``Path.toUri().toString()`` does."""
-    return "".join(c if c in _URI_SAFE or _java_uri_other(c) else quote(c, safe="") for c in path)
-
-
 def _to_epoch_ms(value: Any) -> int:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
@@ -223,29 +74,6 @@ def _to_epoch_ms(value: Any) -> int:
     if isinstance(value, str):
         return _to_epoch_ms(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
     raise TypeError(f"unrecognised modification time {value!r}")
-
-
-@contextlib.contextmanager
-def _local_temp(path: str, data: bytes | memoryview | Iterable[bytes], durable: bool) -> Iterator[str]:
-    """A temporary file next to ``path`` holding ``data`` (fsynced if ``durable``), removed on the way
-    out: the caller links or renames it into place. Its name (``.<name>.<uuid>.tmp``) is one Spark's log
-    ignores and log cleanup removes."""
-    directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            for chunk in [data] if isinstance(data, (bytes, memoryview)) else data:
-                fh.write(chunk)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        yield tmp
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
 
 
 class _FetchedFiles(pyarrow.fs.FileSystemHandler):
@@ -287,6 +115,29 @@ class _FetchedFiles(pyarrow.fs.FileSystemHandler):
     move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
+class _TranslatedFs:
+    """A storage's fsspec filesystem as pyarrow's ``FSSpecHandler`` calls it, raising StorageErrors: its calls
+    translated (:meth:`Storage.translating`) and the files it opens those of :meth:`Storage.open`."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+        return self._storage.open(path, mode, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._storage.fs, name)
+        if not callable(attribute):
+            return attribute
+
+        def translated(*args: Any, **kwargs: Any) -> Any:
+            path = args[0] if args and isinstance(args[0], str) else self._storage.root
+            with self._storage.translating(name, path):
+                return attribute(*args, **kwargs)
+
+        return translated
+
+
 class Storage:
     """A filesystem rooted at one fsspec URL (local path, ``file://``, ``memory://``, ``abfs://``,
     ``az://``, ``s3://``, ``gs://``, ...), with the few operations exactly-once needs.
@@ -303,16 +154,33 @@ class Storage:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = str(url)
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise ParameterError(
+                f"storage_options for {self.url} must be a dict of the backend's options (e.g. {{'key': ..., "
+                f"'secret': ...}}), not {type(storage_options).__name__}"
+            )
         self.storage_options = dict(storage_options or {})
+        scheme = urlsplit(self.url).scheme.lower()
+        if scheme in _UNSUPPORTED:
+            raise UnsupportedStorageError(f"cannot open storage for {self.url}: {_UNSUPPORTED[scheme]}")
         try:
             # No listings cache: a listing cached by this process (or by the user's filesystem with the same
             # options, which fsspec would share with us) would hide files other processes committed since.
             fs, root = fsspec.core.url_to_fs(self.url, **{**self.storage_options, "use_listings_cache": False})
-        except (ImportError, ValueError) as exc:
+        except ImportError as exc:
             raise StorageError(
                 f"cannot open storage for {self.url}: {exc}. Install the fsspec backend for this scheme "
-                "(e.g. `pip install parquet-sink[azure]` or `[s3]`) and check storage_options."
+                "(`pip install parquet-sink[azure]` or `parquet-sink[s3]`)."
             ) from exc
+        except ValueError as exc:
+            if scheme in _AZURE_SCHEMES and not azure_account_name(self.storage_options, None):
+                raise StorageError(
+                    f"cannot open storage for {self.url}: no Azure storage account is named. Pass "
+                    "storage_options={'account_name': ..., 'account_key': ...} (or a sas_token, or a connection_string "
+                    "that names the account), or set $AZURE_STORAGE_ACCOUNT_NAME."
+                ) from exc
+            shown = ErrorTranslator(self.storage_options, is_local=False).redact(str(exc))
+            raise StorageError(f"cannot open storage for {self.url}: {shown}. Check storage_options.") from exc
         self.fs: fsspec.AbstractFileSystem = fs
         self.is_local = isinstance(fs, LocalFileSystem)
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -322,6 +190,21 @@ class Storage:
             # Resolved here, on the driver: executors rebuild the storage from the URL, and a relative
             # path would land in each executor's own working directory.
             self.url = self.root
+        self.errors = ErrorTranslator(self.storage_options, self.is_local)
+        self.paths = HadoopPaths(self.url, self.protocol, self.is_local, self.storage_options, fs)
+
+    def require_shared(self, user: str) -> None:
+        """Refuse (:class:`~parquet_sink.errors.UnsupportedStorageError`, naming ``user``) a store that only this
+        process sees (``memory://``): Spark's executors and Python workers are other processes.
+
+        Example: ``Storage("memory://out").require_shared("ParquetSink")`` raises.
+        """
+        if self.protocol == "memory":
+            raise UnsupportedStorageError(
+                f"{user}({self.url!r}): memory:// lives in this process only, and Spark's executors and Python workers "
+                "are other processes: they could not see the driver's files. Write to local disk (a path or "
+                "file://), s3:// or abfs:// instead."
+            )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Storage, (self.url, self.storage_options))
@@ -329,8 +212,7 @@ class Storage:
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
 
-    @contextlib.contextmanager
-    def translating(self, what: str, path: str) -> Iterator[None]:
+    def translating(self, what: str, path: str) -> contextlib.AbstractContextManager[None]:
         """Turn a backend failure inside the block (full disk, permissions, network...) into a StorageError
         naming ``what`` failed on ``path`` and what to do; FileNotFoundError/FileExistsError pass through.
         Every storage method runs in one; callers wrap what they do with a file object the storage opened
@@ -341,16 +223,7 @@ class Storage:
             >>> with st.translating("writing", path):
             ...     fh.write(data); fh.close()
         """
-        try:
-            yield
-        except _PASS_THROUGH:
-            raise
-        except Exception as exc:
-            first_line = next(iter(str(exc).strip().splitlines()), "")  # Azure appends the whole XML answer
-            detail = self.redact(f"{type(exc).__name__}: {first_line}")[:300]
-            raise StorageError(
-                f"{what} of {self.display(path)} failed: {_explain(exc, self.is_local)} ({detail})"
-            ) from exc
+        return self.errors.translating(what, self.display(path))
 
     # -- paths ---------------------------------------------------------------------------------
 
@@ -361,15 +234,7 @@ class Storage:
     def redact(self, text: str) -> str:
         """``text`` without the secrets of ``storage_options`` (keys, tokens, passwords, connection
         strings and the account keys inside them) nor any URL signature."""
-        pairs: list[tuple[str, Any]] = list(self.storage_options.items())
-        while pairs:
-            key, value = pairs.pop()
-            if isinstance(value, dict):
-                pairs.extend(value.items())
-            elif isinstance(value, str) and len(value) >= 4 and _SECRET_KEYS.search(key):
-                text = text.replace(value, "***")
-                pairs.extend(part.partition("=")[::2] for part in value.split(";") if "=" in part)
-        return _SECRET_PARAMS.sub(r"\1=***", text)
+        return self.errors.redact(text)
 
     def display(self, path: str) -> str:
         """A path as the user would write it (with protocol), for messages."""
@@ -386,40 +251,7 @@ class Storage:
         Example: ``Storage("s3://bucket/out", {"key": "K", "secret": "S"}).object_store_location()`` ->
         ``('s3://bucket/out', {'aws_access_key_id': 'K', 'aws_secret_access_key': 'S', 'aws_conditional_put': 'etag'})``.
         """
-        if self.is_local:
-            return self.root, None
-        given = self.storage_options
-        if self.protocol in ("s3", "s3a"):
-            options = {_S3_KEYS[k]: str(v) for k, v in given.items() if k in _S3_KEYS}
-            client = {**given.get("client_kwargs", {}), **{k: given[k] for k in ("endpoint_url", "region_name") if k in given}}
-            if client.get("endpoint_url"):
-                options["aws_endpoint_url"] = client["endpoint_url"]
-                if client["endpoint_url"].startswith("http://"):
-                    options["aws_allow_http"] = "true"
-            if client.get("region_name"):
-                options["aws_region"] = client["region_name"]
-            if given.get("anon"):
-                options["aws_skip_signature"] = "true"
-            options["aws_conditional_put"] = "etag"
-            return f"s3://{self.root}", options
-        if self.protocol in ("abfs", "abfss", "az"):
-            return f"az://{self.root}", _object_store_azure_options(given)
-        options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
-        return self.url, options or None
-
-    def _account_name(self) -> str:
-        name = self.storage_options.get("account_name") or getattr(self.fs, "account_name", None)
-        if not name:
-            for part in str(self.storage_options.get("connection_string", "")).split(";"):
-                key, _, value = part.partition("=")
-                if key.strip().lower() == "accountname":
-                    name = value.strip()
-        if not name:
-            raise StorageError(
-                f"cannot build the abfss:// URI for {self.url}: no account name. Pass "
-                "storage_options={'account_name': ...} (or a connection string that names the account)."
-            )
-        return name
+        return self.paths.object_store_location(self.root)
 
     def to_uri(self, path: str) -> str:
         """The fully qualified Hadoop URI Spark writes into the log for ``path`` (percent-encoded).
@@ -431,16 +263,7 @@ class Storage:
     def to_hadoop_path(self, path: str, encode: bool = False) -> str:
         """The Hadoop path string for ``path`` as Spark's readers take it (``spark.read.parquet``):
         the same as :meth:`to_uri` but not percent-encoded, unless ``encode``."""
-        quoted = _quote_path if encode else str
-        if self.is_local:
-            return "file://" + quoted(path)
-        scheme = _HADOOP_SCHEMES.get(self.protocol, self.protocol)
-        if scheme == "abfss":
-            container, _, key = path.partition("/")
-            return f"abfss://{container}@{self._account_name()}.dfs.core.windows.net/{quoted(key)}"
-        if self.protocol == "memory":
-            return "memory://" + quoted(path)
-        return f"{scheme}://{quoted(path)}"
+        return self.paths.to_hadoop_path(path, encode)
 
     def from_uri(self, uri: str) -> str:
         """The fsspec path (no protocol) for a Hadoop URI found in a log; inverse of :meth:`to_uri`.
@@ -448,19 +271,7 @@ class Storage:
         A URI of another scheme than this storage's is returned with its scheme, so the caller can see
         it is outside the root.
         """
-        parts = urlsplit(uri)
-        scheme = _FSSPEC_SCHEMES.get(parts.scheme, parts.scheme)
-        path = unquote(parts.path)
-        if scheme in ("", "file"):
-            return path if self.is_local else uri
-        if scheme != self.protocol and not (scheme == "abfs" and self.protocol in ("abfs", "az")):
-            return uri
-        if scheme == "abfs":
-            container = parts.netloc.split("@", 1)[0]
-            return f"{container}{path}"
-        if scheme == "memory":
-            return path
-        return f"{parts.netloc}{path}"
+        return self.paths.from_uri(uri)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -473,18 +284,18 @@ class Storage:
             mtime_ms = _to_epoch_ms(mtime)
         return FileInfo(self.fs._strip_protocol(raw["name"]), int(raw.get("size") or 0), is_dir, mtime_ms)
 
-    @_backend_errors
+    @backend_errors
     def info(self, path: str) -> FileInfo:
         """Size, kind and modification time (epoch ms) of ``path``; FileNotFoundError if absent."""
         self.fs.invalidate_cache(path)
         return self._file_info(self.fs.info(path))
 
-    @_backend_errors
+    @backend_errors
     def exists(self, path: str) -> bool:
         self.fs.invalidate_cache(path)
         return bool(self.fs.exists(path))
 
-    @_backend_errors
+    @backend_errors
     def ls(self, path: str) -> list[FileInfo]:
         """Direct children of ``path`` (fresh, never from a listing cache); empty if it does not exist."""
         self.fs.invalidate_cache(path)
@@ -493,7 +304,7 @@ class Storage:
         except FileNotFoundError:
             return []
 
-    @_backend_errors
+    @backend_errors
     def ls_names(self, path: str) -> list[str]:
         """Paths (no protocol) of the direct children of ``path``, fresh, without a per-file stat (local
         ``ls(detail=True)`` stats every file); empty if ``path`` does not exist.
@@ -511,7 +322,7 @@ class Storage:
         except FileNotFoundError:
             return []
 
-    @_backend_errors
+    @backend_errors
     def find(self, path: str) -> list[FileInfo]:
         """Every file below ``path`` (recursive), fresh."""
         self.fs.invalidate_cache(path)
@@ -527,20 +338,21 @@ class Storage:
         with ThreadPoolExecutor(16) as pool:
             return [p for p, present in zip(paths, pool.map(self.exists, paths)) if not present]
 
-    @_backend_errors
+    @backend_errors
     def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
         """The bytes of ``path`` (``start``/``end``: only that range, one ranged request on object stores)."""
         self.fs.invalidate_cache(path)
         return self.fs.cat_file(path, start=start, end=end)
 
-    @_backend_errors
+    @backend_errors
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
-        """Open for reading, or for writing a data file (parent directories created where needed)."""
+        """Open for reading, or for writing a data file (parent directories created where needed). The file's
+        reads, writes and close (an object store's upload) raise StorageErrors too."""
         if "w" in mode and self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        return self.fs.open(path, mode, **kwargs)
+        return TranslatedFile(self.fs.open(path, mode, **kwargs), self.errors, self.display(path))  # type: ignore[return-value]
 
-    @_backend_errors
+    @backend_errors
     def delete(self, path: str) -> None:
         """Delete one file; a file already gone is not an error."""
         try:
@@ -570,10 +382,11 @@ class Storage:
             self.fsync(directory)
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
-        """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec)."""
+        """A pyarrow filesystem reading this storage's paths (native for local disk, else via fsspec, its
+        failures translated into StorageErrors)."""
         if self.is_local:
             return pyarrow.fs.LocalFileSystem()
-        return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(self.fs))
+        return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(_TranslatedFs(self)))
 
     def fetched(self, paths: list[str]) -> pyarrow.fs.FileSystem:
         """A pyarrow filesystem holding ``paths`` read whole, concurrently: one GET per file on an object
@@ -586,7 +399,7 @@ class Storage:
             contents = self.fs.cat(paths, on_error="raise") if len(paths) > 1 else {p: self.fs.cat_file(p) for p in paths}
         return pyarrow.fs.PyFileSystem(_FetchedFiles({self.fs._strip_protocol(k): v for k, v in contents.items()}))
 
-    @_backend_errors
+    @backend_errors
     def put(self, path: str, data: bytes | memoryview) -> None:
         """Create or replace ``path`` atomically (readers see the old bytes or the new, never a part). For
         files derived from committed ones, such as a compact file's columnar copy; commits use
@@ -597,12 +410,12 @@ class Storage:
         if not self.is_local:
             self.fs.pipe_file(path, bytes(data))
             return
-        with _local_temp(path, memoryview(data), durable=False) as tmp:
+        with commits.local_temp(path, memoryview(data), durable=False) as tmp:
             os.replace(tmp, path)
 
     # -- exclusive create ------------------------------------------------------------------------
 
-    @_backend_errors
+    @backend_errors
     def put_if_absent(self, path: str, data: bytes | Iterable[bytes]) -> bool:
         """Atomically create ``path`` with ``data``; False (and nothing changed) if it already exists.
 
@@ -616,71 +429,8 @@ class Storage:
             >>> st.put_if_absent("/tmp/out/_spark_metadata/0", b"v1\\n{...}")
             False
         """
-        self._probe()
-        return self._create_exclusive(path, data, publish_failpoint=True)
-
-    def _create_exclusive(self, path: str, data: bytes | Iterable[bytes], publish_failpoint: bool = False) -> bool:
-        if self.is_local:
-            return self._create_local(path, data, publish_failpoint)
-        payload = data if isinstance(data, bytes) else b"".join(data)
-        options: dict[str, Any] = {}
-        if self.protocol == "s3":
-            if len(payload) >= _S3_MAX_PUT:
-                raise StorageError(
-                    f"cannot create {self.display(path)} exclusively: {len(payload)} bytes exceed S3's largest "
-                    "single PUT (5 GiB), and a multipart upload is not exclusive. Compact the log more often "
-                    "(a smaller compact_interval) or write fewer, larger files per batch."
-                )
-            options["chunksize"] = max(_S3_MIN_CHUNK, len(payload))
-        if publish_failpoint:
-            failpoint("commit_publish")
-        for attempt in range(5):
-            try:
-                self.fs.pipe_file(path, payload, mode="create", **options)
-                return True
-            except FileExistsError:
-                # The answer to a PUT that succeeded may have been lost and retried: identical bytes
-                # (payloads carry a unique token) mean this writer is the one that created it.
-                try:
-                    return self.read_bytes(path) == payload
-                except FileNotFoundError:
-                    continue
-            except OSError as exc:
-                # s3fs: a 409 ConditionalRequestConflict (EIO) or a bare 412 (EINVAL) is a race with
-                # another writer; re-check and retry.
-                if exc.errno not in (errno.EIO, errno.EINVAL) or attempt == 4:
-                    raise
-                if self.exists(path):
-                    return self.read_bytes(path) == payload
-                time.sleep(0.05 * (attempt + 1))
-        raise StorageError(f"exclusive create of {self.display(path)} kept racing with deletes; retry later")
-
-    @staticmethod
-    def _create_local(path: str, data: bytes | Iterable[bytes], publish_failpoint: bool) -> bool:
-        with _local_temp(path, data, durable=True) as tmp:
-            if publish_failpoint:
-                failpoint("commit_publish")
-            try:
-                os.link(tmp, path)  # atomic, never overwrites
-            except FileExistsError:
-                return False
-            dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-            return True
-
-    def _endpoint(self) -> str:
-        """The store's endpoint URL as the backend was configured (empty when the backend picks it)."""
-        fs = self.fs
-        client_kwargs = getattr(fs, "client_kwargs", None) or {}
-        return str(
-            getattr(getattr(fs, "service_client", None), "url", None)  # adlfs: the account's blob endpoint
-            or getattr(fs, "endpoint_url", None)  # s3fs
-            or client_kwargs.get("endpoint_url")
-            or ""
-        )
+        commits.probe(self)
+        return commits.create_exclusive(self, path, data, publish_failpoint=True)
 
     def check_reachable(self, timeout: float | None = None) -> None:
         """Fail fast when the store cannot be reached: StorageError within ``timeout`` seconds (default
@@ -690,109 +440,7 @@ class Storage:
 
         Example: ``Storage("abfs://c/out", {"account_name": "typo"}).check_reachable()`` raises StorageError.
         """
-        if self.is_local:
-            return
-        key = self._store_key()
-        if key in _REACHED:
-            return
-        limit = timeout if timeout is not None else float(os.environ.get(TIMEOUT_ENV) or DEFAULT_CONNECT_TIMEOUT)
-        outcome: list[BaseException | None] = []
-
-        def reach() -> None:
-            try:
-                host = urlsplit(self._endpoint()).hostname
-                if host:
-                    socket.getaddrinfo(host, None)
-                self.fs.exists(self.root)
-                outcome.append(None)
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append(exc)
-
-        worker = threading.Thread(target=reach, name=f"parquet-sink-reach-{self.protocol}", daemon=True)
-        worker.start()
-        worker.join(limit)
-        where = self.display(self.root)
-        if not outcome:
-            raise StorageError(
-                f"cannot reach {where}: no answer from the store within {limit:g} s. Check the account name or "
-                f"endpoint{' (' + self.redact(self._endpoint()) + ')' if self._endpoint() else ''}, the "
-                f"credentials in storage_options, the network (proxy, firewall, DNS) and that the store is up; "
-                f"${TIMEOUT_ENV} sets the wait."
-            )
-        failure = outcome[0]
-        if failure is not None:
-            if isinstance(failure, socket.gaierror):
-                raise StorageError(
-                    f"cannot reach {where}: the store's host name {urlsplit(self._endpoint()).hostname!r} does not "
-                    f"resolve ({failure}). Check the account name or endpoint in the URL and storage_options."
-                ) from failure
-            with self.translating("reaching the store at", self.root):
-                raise failure
-        _REACHED.add(key)
-
-    def _store_key(self) -> tuple[str, ...]:
-        """Everything that selects the store a write goes to: the scheme, the endpoint, the account, the
-        bucket (container) and the options (credentials) that reach it. Two outputs share a probe only
-        when all of them are the same."""
-        if self.is_local:
-            return ("file",)
-        fs = self.fs
-        endpoint = self._endpoint() or "|".join(os.environ.get(name, "") for name in _ENDPOINT_VARIABLES)
-        account = getattr(fs, "account_name", None) or ""
-        options = fsspec.utils.tokenize(self.storage_options)
-        return (self.protocol, str(endpoint), str(account), self.root.split("/", 1)[0], options)
-
-    def _probe(self) -> None:
-        """Once per store (:meth:`_store_key`) and process: check that a second exclusive create really
-        fails. When it does not (or the create itself fails) and an fsspec package older than exclusive
-        create is installed, the error says to upgrade it rather than blaming the store."""
-        key = self._store_key()
-        if _PROBED.get(key):
-            return
-        with _PROBE_LOCK:
-            if _PROBED.get(key):
-                return
-            probe = self.join("_spark_metadata", f".parquet-sink-probe.{uuid.uuid4().hex}.tmp")
-            try:
-                first = self._create_exclusive(probe, b"probe-1")
-                try:
-                    second = self._create_exclusive(probe, b"probe-2")
-                finally:
-                    self.delete(probe)
-            except Exception as exc:
-                if outdated := self._outdated_packages():
-                    raise UnsafeStorageError(self._upgrade_advice(outdated, f"the create failed: {exc!r}")) from exc
-                raise
-            if not first or second:
-                what = "a second create of the same object succeeded"
-                if outdated := self._outdated_packages():
-                    raise UnsafeStorageError(self._upgrade_advice(outdated, what))
-                raise UnsafeStorageError(
-                    f"{self.protocol}:// storage at {self.url} does not honour exclusive create "
-                    f"({what}), so two writers could both commit one batch. Use a store with conditional "
-                    "writes (local disk, Azure Blob/ADLS, S3, GCS)."
-                )
-            _PROBED[key] = True
-
-    def _outdated_packages(self) -> list[str]:
-        """The installed packages behind this filesystem that predate exclusive create, as
-        ``"adlfs 2024.7.0"``."""
-        names = {"fsspec", type(self.fs).__module__.split(".", 1)[0]}
-        outdated = []
-        for name in sorted(names & _EXCLUSIVE_CREATE_SINCE.keys()):
-            installed = str(getattr(sys.modules.get(name), "__version__", ""))  # the code actually running
-            if installed and _release(installed) < _release(_EXCLUSIVE_CREATE_SINCE[name]):
-                outdated.append(f"{name} {installed}")
-        return outdated
-
-    def _upgrade_advice(self, outdated: list[str], what: str) -> str:
-        names = [package.split()[0] for package in outdated]
-        return self.redact(
-            f"exclusive create on {self.protocol}:// storage at {self.url} does not work ({what}): the installed "
-            f"{', '.join(outdated)} predate{'s' if len(outdated) == 1 else ''} exclusive create "
-            f"(pipe_file(mode='create')). Upgrade {' and '.join(names)}: pip install --upgrade "
-            + " ".join(f'"{name}>={_EXCLUSIVE_CREATE_SINCE[name]}"' for name in names)
-        )
+        reachability.check_reachable(self, timeout)
 
     # -- publishing by rename ----------------------------------------------------------------------
 
@@ -805,7 +453,7 @@ class Storage:
         """
         return self.is_local
 
-    @_backend_errors
+    @backend_errors
     def rename_no_overwrite(self, source: str, target: str) -> bool:
         """Move ``source`` to ``target`` atomically, never replacing an existing ``target``; parent
         directories are created. Returns True if it created a directory on the way (to be fsynced).
@@ -835,7 +483,7 @@ class Storage:
         os.unlink(source)
         return created
 
-    @_backend_errors
+    @backend_errors
     def fsync(self, path: str) -> None:
         """Make a file's or a directory's content (for a directory: its entries) durable on local disk.
         A no-op on object stores, whose writes are durable once acknowledged.
@@ -850,7 +498,7 @@ class Storage:
         finally:
             os.close(fd)
 
-    @_backend_errors
+    @backend_errors
     def remove_tree(self, path: str) -> None:
         """Delete a directory and everything below it; already gone is not an error.
 
@@ -861,7 +509,7 @@ class Storage:
         except FileNotFoundError:
             pass
 
-    @_backend_errors
+    @backend_errors
     def remove_empty_dir(self, path: str) -> bool:
         """Remove ``path`` if it is an empty directory (atomically: never one that just got a file);
         True if removed. Object stores have no directories to remove: False.

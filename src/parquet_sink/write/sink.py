@@ -183,6 +183,7 @@ class ParquetSink:
             writer=writer,
         )
         storage = Storage(path, storage_options)
+        storage.require_shared("ParquetSink")
         if writer == "spark" and not storage.renames_atomically:
             raise ParameterError(
                 f"ParquetSink({path!r}): writer='spark' needs a store with atomic renames (local disk), and "

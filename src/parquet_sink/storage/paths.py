@@ -1,0 +1,148 @@
+"""Paths: the Hadoop URI Spark writes into ``_spark_metadata`` for a stored file and back, and the location
+a Rust ``object_store`` client (delta-rs) opens the same store with.
+
+The counterpart of Hadoop's ``Path.toUri`` (the percent-encoding Spark's ``SinkFileStatus`` carries) and of
+delta-rs's storage options.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from ..errors import StorageError
+
+# Characters java.net.URI leaves unquoted in a path (unreserved, punct, '/', '@'); Hadoop's
+# Path.toUri quotes everything else that is ASCII. Non-ASCII printable characters stay as they are.
+_URI_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
+_HADOOP_SCHEMES = {"s3": "s3a", "abfs": "abfss", "az": "abfss", "gs": "gs", "gcs": "gs"}
+_FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "wasb": "abfs", "gcs": "gs"}
+_S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
+_AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
+               "sas_token": "azure_storage_sas_token"}
+# connection string fields -> adlfs's option names
+_CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
+                      "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
+
+
+def _object_store_azure_options(given: Mapping[str, Any]) -> dict[str, str]:
+    """adlfs's options (``account_name``, ``account_key``, ``sas_token``, a ``connection_string`` naming them and
+    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options."""
+    fields = dict(given)
+    for part in str(given.get("connection_string") or "").split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() in _CONNECTION_FIELDS:
+            fields.setdefault(_CONNECTION_FIELDS[key.strip().lower()], value.strip())
+    options = {_AZURE_KEYS[k]: str(v) for k, v in fields.items() if k in _AZURE_KEYS and v}
+    if fields.get("blob_endpoint"):  # an emulator or a private endpoint
+        options["azure_storage_endpoint"] = str(fields["blob_endpoint"])
+        if str(fields["blob_endpoint"]).startswith("http://"):
+            options["azure_allow_http"] = "true"
+    if fields.get("anon"):
+        options["azure_skip_signature"] = "true"
+    return options
+
+
+def _java_uri_other(c: str) -> bool:
+    """A non-ASCII character ``java.net.URI`` leaves as it is: neither ``Character.isSpaceChar`` (Unicode
+    categories Zs, Zl, Zp) nor ``Character.isISOControl`` (U+0080-U+009F); unassigned, format and
+    private-use characters included."""
+    return ord(c) > 0x9F and unicodedata.category(c) not in ("Zs", "Zl", "Zp")
+
+
+def _quote_path(path: str) -> str:
+    """Percent-encode a path the way Hadoop's ``Path.toUri().toString()`` does."""
+    return "".join(c if c in _URI_SAFE or _java_uri_other(c) else quote(c, safe="") for c in path)
+
+
+def azure_account_name(storage_options: Mapping[str, Any], fs: Any) -> str:
+    """The Azure account ``storage_options`` (or the filesystem built from them) name: ``account_name``, or
+    the ``AccountName`` of a connection string; "" when none does."""
+    name = storage_options.get("account_name") or getattr(fs, "account_name", None)
+    if not name:
+        for part in str(storage_options.get("connection_string", "")).split(";"):
+            key, _, value = part.partition("=")
+            if key.strip().lower() == "accountname":
+                name = value.strip()
+    return str(name or "")
+
+
+class HadoopPaths:
+    """Converts one store's fsspec paths (no protocol) to the URIs Spark and delta-rs use, and back.
+
+    Example::
+
+        >>> HadoopPaths("/tmp/out", "file", True, {}, fs).to_hadoop_path("/tmp/out/a b/x.parquet", encode=True)
+        'file:///tmp/out/a%20b/x.parquet'
+    """
+
+    def __init__(self, url: str, protocol: str, is_local: bool, storage_options: Mapping[str, Any], fs: Any) -> None:
+        self.url = url
+        self.protocol = protocol
+        self.is_local = is_local
+        self.storage_options = storage_options
+        self.fs = fs
+
+    def object_store_location(self, root: str) -> tuple[str, dict[str, str] | None]:
+        """The URI and options a Rust ``object_store`` client opens the store rooted at ``root`` with (see
+        :meth:`Storage.object_store_location`)."""
+        if self.is_local:
+            return root, None
+        given = self.storage_options
+        if self.protocol in ("s3", "s3a"):
+            options = {_S3_KEYS[k]: str(v) for k, v in given.items() if k in _S3_KEYS}
+            client = {**given.get("client_kwargs", {}), **{k: given[k] for k in ("endpoint_url", "region_name") if k in given}}
+            if client.get("endpoint_url"):
+                options["aws_endpoint_url"] = client["endpoint_url"]
+                if client["endpoint_url"].startswith("http://"):
+                    options["aws_allow_http"] = "true"
+            if client.get("region_name"):
+                options["aws_region"] = client["region_name"]
+            if given.get("anon"):
+                options["aws_skip_signature"] = "true"
+            options["aws_conditional_put"] = "etag"
+            return f"s3://{root}", options
+        if self.protocol in ("abfs", "abfss", "az"):
+            return f"az://{root}", _object_store_azure_options(given)
+        options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
+        return self.url, options or None
+
+    def _account_name(self) -> str:
+        name = azure_account_name(self.storage_options, self.fs)
+        if not name:
+            raise StorageError(
+                f"cannot build the abfss:// URI for {self.url}: no account name. Pass "
+                "storage_options={'account_name': ...} (or a connection string that names the account)."
+            )
+        return name
+
+    def to_hadoop_path(self, path: str, encode: bool = False) -> str:
+        """The Hadoop path string for ``path`` (percent-encoded if ``encode``)."""
+        quoted = _quote_path if encode else str
+        if self.is_local:
+            return "file://" + quoted(path)
+        scheme = _HADOOP_SCHEMES.get(self.protocol, self.protocol)
+        if scheme == "abfss":
+            container, _, key = path.partition("/")
+            return f"abfss://{container}@{self._account_name()}.dfs.core.windows.net/{quoted(key)}"
+        if self.protocol == "memory":
+            return "memory://" + quoted(path)
+        return f"{scheme}://{quoted(path)}"
+
+    def from_uri(self, uri: str) -> str:
+        """The fsspec path (no protocol) for a Hadoop URI; a URI of another scheme is returned as it is."""
+        parts = urlsplit(uri)
+        scheme = _FSSPEC_SCHEMES.get(parts.scheme, parts.scheme)
+        path = unquote(parts.path)
+        if scheme in ("", "file"):
+            return path if self.is_local else uri
+        if scheme != self.protocol and not (scheme == "abfs" and self.protocol in ("abfs", "az")):
+            return uri
+        if scheme == "abfs":
+            container = parts.netloc.split("@", 1)[0]
+            return f"{container}{path}"
+        if scheme == "memory":
+            return path
+        return f"{parts.netloc}{path}"

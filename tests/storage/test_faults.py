@@ -1,0 +1,145 @@
+"""Every storage error typed under faults (issue 36, item 7): a proxy between the client and real moto or Azurite
+(tests/helpers/servers.py, ``faulty_proxy``) answers 503 and 500, drops answers after the store did the request,
+resets connections, cuts bodies short and answers slowly. ``write_batch`` chains, readers and ``vacuum`` run
+through it, retrying exactly what the package calls retryable: every error is a StorageError (a
+RetryableStorageError saying to retry where retrying is right), and the output read without faults holds every
+version once. Before, a reset while reading a log file (reads after ``Storage.open``) reached the caller as the
+backend's own exception, and 503/500 answers said "check that the location exists"."""
+
+from __future__ import annotations
+
+import collections
+
+import pyarrow as pa
+import pytest
+
+from parquet_sink import read_committed, vacuum, write_batch
+from parquet_sink.errors import RetryableStorageError, StorageError
+from parquet_sink.storage.filesystem import Storage
+from tests.conftest import make_backend
+from tests.helpers.servers import FAULTS, FaultPlan, faulty_proxy, proxied_options
+
+VERSIONS = 4
+ROWS = 5
+
+
+@pytest.fixture
+def quick_azure_retries(monkeypatch):
+    """azure-storage-blob waits 15 s, 18 s, 24 s between its own retries: waits of 10 ms keep the faults on
+    Azurite within seconds (only the wait changes; the retries, and what they see, are the SDK's own)."""
+    from azure.storage.blob._shared import policies, policies_async
+
+    for klass in (policies.ExponentialRetry, policies_async.ExponentialRetry):
+        monkeypatch.setattr(klass, "get_backoff_time", lambda self, settings: 0.01)
+
+
+def _options(name: str, server, port: int) -> dict:
+    options = proxied_options(name, server, port)
+    if name == "moto":  # botocore's own retries would hide most faults: let s3fs's few retries face them
+        options["config_kwargs"] = {"retries": {"max_attempts": 1}}
+    return options
+
+
+def _retrying(call, seen: collections.Counter, attempts: int = 60):
+    """``call()`` until it succeeds, retrying only errors the package calls retryable; any other error fails."""
+    for _ in range(attempts):
+        try:
+            return call()
+        except StorageError as exc:
+            assert exc.retryable and isinstance(exc, RetryableStorageError), str(exc)
+            assert "retry" in str(exc), str(exc)
+            seen[str(exc).split(" failed: ", 1)[1][:40]] += 1
+    raise AssertionError(f"no success in {attempts} attempts: {seen}")
+
+
+def _batch(version: int) -> pa.Table:
+    return pa.table({"v": [version] * ROWS, "i": list(range(ROWS))})
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_write_batch_readers_and_vacuum_under_faults(request, tmp_path, quick_azure_retries, name):
+    backend = make_backend(name, request, tmp_path)
+    server = request.getfixturevalue(f"{name}_server")
+    # The SDKs retry a few times themselves: many faults, for some to reach the package (s3fs sleeps between its
+    # retries, azure-storage-blob retries thrice: fewer on moto keep both under ~30 s).
+    plan = FaultPlan(rate={"moto": 0.4, "azurite": 0.6}[name], faults=FAULTS, seed=36, slow_seconds=0.1)
+    seen: collections.Counter = collections.Counter()
+    with faulty_proxy(server.port, plan) as port:
+        options = _options(name, server, port)
+        for version in range(VERSIONS):
+            _retrying(lambda: write_batch(backend.url, _batch(version), app_id="faults", version=version,
+                                          storage_options=options, compact_interval=3), seen)
+            if version % 2:
+                table = _retrying(lambda: read_committed(backend.url, storage_options=options), seen)
+                assert sorted(table.column("v").to_pylist()) == sorted(v for v in range(version + 1) for _ in range(ROWS))
+        _retrying(lambda: vacuum(backend.url, storage_options=options), seen)
+    assert sum(plan.injected.values()) > 0 and sum(seen.values()) > 0, (plan.injected, seen)  # faults reached us
+    table = read_committed(backend.url, storage_options=backend.storage_options)  # no proxy: what the store holds
+    assert sorted(zip(table.column("v").to_pylist(), table.column("i").to_pylist())) == [
+        (v, i) for v in range(VERSIONS) for i in range(ROWS)
+    ]
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+@pytest.mark.parametrize("status", ["503", "500"])
+def test_a_failing_store_says_retry_not_check_the_location(request, tmp_path, quick_azure_retries, name, status):
+    backend = make_backend(name, request, tmp_path)
+    server = request.getfixturevalue(f"{name}_server")
+    with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=(status,))) as port:
+        storage = Storage(backend.url, _options(name, server, port))
+        with pytest.raises(RetryableStorageError) as caught:
+            storage.read_bytes(storage.join("_spark_metadata", "0"))
+    message = str(caught.value)
+    assert f"the store is throttling or failing (HTTP {status}): retry" in message, message
+    assert "check that the location exists" not in message and backend.secret not in message
+
+
+def test_a_fresh_process_under_faults_is_told_to_retry_not_to_check_the_account(request, tmp_path):
+    """The reachability check of a store that answers, slowly or with errors, is not a wrong account name."""
+    backend = make_backend("moto", request, tmp_path)
+    server = request.getfixturevalue("moto_server")
+    with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=("slow",), slow_seconds=3.0)) as port:
+        with pytest.raises(RetryableStorageError) as caught:
+            Storage(backend.url, _options("moto", server, port)).check_reachable(timeout=1.0)
+    message = str(caught.value)
+    assert "slow or overloaded" in message and "Retry" in message and "account name" not in message, message
+    with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=("503",))) as port:
+        with pytest.raises(RetryableStorageError) as caught:
+            Storage(backend.url, _options("moto", server, port)).check_reachable(timeout=20.0)
+    message = str(caught.value)
+    assert message.startswith(f"the reachability check of {backend.url} failed: the store is throttling"), message
+
+
+def test_a_spark_stream_through_the_arrow_sink_under_faults(spark, request, tmp_path):
+    """ParquetSink on s3:// writes with pyarrow on the executors (the Arrow path): a query that dies of a fault
+    dies of a RetryableStorageError (recovered from Spark's StreamingQueryException), and restarting it on its
+    checkpoint until the source is drained leaves every row once."""
+    from parquet_sink import ParquetSink
+    from parquet_sink.errors import original_error
+    from tests.helpers.spark_util import run_available_now, write_input_files
+
+    backend = make_backend("moto", request, tmp_path)
+    server = request.getfixturevalue("moto_server")
+    source = str(tmp_path / "source")
+    write_input_files(source, [[{"v": v, "i": i} for i in range(ROWS)] for v in range(VERSIONS)])
+    stream = spark.readStream.schema("v long, i long").option("maxFilesPerTrigger", 1).json(source)
+    plan = FaultPlan(rate=0.2, faults=FAULTS, seed=7, slow_seconds=0.1)
+    seen: collections.Counter = collections.Counter()
+    with faulty_proxy(server.port, plan) as port:
+        options = _options("moto", server, port)
+        sink = _retrying(lambda: ParquetSink(backend.url, storage_options=options), seen)
+        for _ in range(30):
+            try:
+                run_available_now(stream, str(tmp_path / "checkpoint"), sink)
+                break
+            except Exception as exc:  # the query died: of a typed, retryable error only
+                error = original_error(exc)
+                assert isinstance(error, RetryableStorageError), str(exc)[-3000:]
+                seen[str(error).split(" failed: ", 1)[-1][:40]] += 1
+        else:
+            raise AssertionError(f"the query never finished: {seen}")
+    assert sum(plan.injected.values()) > 0, plan.injected
+    table = read_committed(backend.url, storage_options=backend.storage_options)
+    assert sorted(zip(table.column("v").to_pylist(), table.column("i").to_pylist())) == [
+        (v, i) for v in range(VERSIONS) for i in range(ROWS)
+    ]
