@@ -41,8 +41,8 @@ EXAMPLES = 12
 
 
 def _settings(fuzz_minutes: float) -> settings:
-    if fuzz_minutes:
-        return settings(max_examples=10_000, derandomize=False, deadline=None, database=None,
+    if fuzz_minutes:  # rounds of 25 new random examples until the minutes are up
+        return settings(max_examples=25, derandomize=False, deadline=None, database=None,
                         suppress_health_check=list(HealthCheck), print_blob=True)
     # No shrinking in the default run (each example writes and reads an output): the first failure is reported.
     return settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
