@@ -232,6 +232,9 @@ def _check_actions(out: str, expected: pa.Table, case: DeltaCase, workdir: Path)
     for index, (relative, add) in enumerate(sorted(adds.items())):
         file_table = pq.ParquetFile(f"{out}/{relative}").read()
         theirs_root = workdir / f"theirs-{index}"
+        if not file_table.num_rows:  # the schema-only file of an all-empty first batch: delta-rs adds no file
+            check_add_stats(out, add, data_columns)
+            continue
         try:
             deltalake.write_deltalake(str(theirs_root), file_table.cast(delta_schema(file_table.schema)))
         except Exception:  # a shape delta-rs cannot write itself: our stats are still checked against the data
@@ -255,14 +258,7 @@ def _check_actions(out: str, expected: pa.Table, case: DeltaCase, workdir: Path)
 
 def check_case(case: DeltaCase, workdir: Path, data: st.DataObject) -> None:
     out = str(workdir / "out")
-    try:
-        _write(case, out)
-    except DeltaLogError as exc:
-        # Issue 35 item 3 (another branch): retention dropping the values that made a partition column a string
-        # changes its inferred type, which the Delta table cannot follow yet. Remove once that is merged.
-        if "in the Delta log but" not in str(exc):
-            raise
-        reject()
+    _write(case, out)
     if not Path(out, "_delta_log").exists():
         assert not len(committed_files(out))  # no file committed yet: no Delta log
         return
