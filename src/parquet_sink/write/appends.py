@@ -43,10 +43,10 @@ from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, S
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_snapshot
-from ..log.metadata_log import LogEntry, MetadataLog
+from ..log.metadata_log import MetadataLog
 from .schema import check_batch_schema, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
-from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows
+from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ def write_batch(
                 statuses = write_rows(spec, [table])
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
-            data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            data = [log_entry(log.storage, s) for s in statuses]
             rows = sum(s.num_rows for s in statuses)
             entries = record.log_entries(log.storage, int(time.time() * 1000), data, rows)
             refuse_missing_files(
