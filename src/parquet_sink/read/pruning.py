@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..log.file_stats import FileStats
+from ..log.file_stats import FileStats, stats_kind
 
 _COMPLEMENT = {
     "equal": "not_equal", "not_equal": "equal", "less": "greater_equal", "greater_equal": "less",
@@ -310,16 +310,12 @@ def _or(a: _Truth, b: _Truth) -> _Truth:
 
 
 def _kind(typ: pa.DataType) -> str | None:
-    """The family a cast keeps order within (None: a cast from or to it may reorder values)."""
-    if pa.types.is_integer(typ) or pa.types.is_decimal(typ):
-        return "number"
-    if pa.types.is_floating(typ):
-        return "float"
-    if pa.types.is_date32(typ) or pa.types.is_date64(typ) or pa.types.is_timestamp(typ):
-        return "time"
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        return "string"
-    return None
+    """The family a cast keeps order within: ``number``, ``float``, ``time``, ``string`` (another: a cast from
+    or to it may reorder values)."""
+    kind = stats_kind(typ)
+    if kind is None or kind == "date" or kind.startswith("ts:"):
+        return None if kind is None else "time"
+    return {"int": "number", "decimal": "number"}.get(kind, kind)
 
 
 def _cast(source: _Values, options: pa.StructScalar | None) -> _Values | None:
