@@ -317,10 +317,12 @@ def committed_files(path: str, **options: Unpack[SnapshotOptions]) -> CommittedF
 @dataclass(frozen=True)
 class _Layout:
     """How a snapshot's files are read: the dataset ``schema`` (data columns, then Spark's partition columns)
-    and each file's partition ``values`` (column -> the typed value per file, in the files' order)."""
+    and each file's partition ``values`` (column -> the typed value per file, in the files' order), or, when
+    not every file has every partition column, each file's own (column, raw value) pairs (``mixed``)."""
 
     schema: pa.Schema
     values: dict[str, pa.Array]
+    mixed: list[tuple[tuple[str, str], ...]] | None = None
 
 
 def _layout(snap: Snapshot, time_zone: str, filesystem: pyarrow.fs.FileSystem) -> _Layout:
@@ -343,21 +345,21 @@ def _layout(snap: Snapshot, time_zone: str, filesystem: pyarrow.fs.FileSystem) -
     data_schema = pa.unify_schemas(schemas, promote_options="permissive")
     data_schema = pa.schema([f for f in data_schema if f.name not in types])
     schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
-    values = {}
-    if all(len(p) == len(types) for p in partitions):  # every file has every partition column
-        for index, (column, typ) in enumerate(types.items()):
-            values[column] = pa.array([convert_partition_value(p[index][1], typ) for p in partitions], typ)
-    elif partitions:  # files under other partition directories: each file's own expression
-        values = {"": pa.array([dict(p) for p in partitions])}
+    if not all(tuple(c for c, _ in p) == tuple(types) for p in partitions):  # files under other directories
+        return _Layout(schema, {}, partitions)
+    values = {
+        column: pa.array([convert_partition_value(p[index][1], typ) for p in partitions], typ)
+        for index, (column, typ) in enumerate(types.items())
+    }
     return _Layout(schema, values)
 
 
 def _dataset(snap: Snapshot, layout: _Layout, filesystem: pyarrow.fs.FileSystem) -> ds.Dataset:
     """The dataset of the files of ``snap`` laid out as ``layout`` says."""
     expressions: list[ds.Expression] = []
-    if "" in layout.values:  # not every file has every partition column
+    if layout.mixed is not None:  # not every file has every partition column
         types = {f.name: f.type for f in layout.schema}
-        rows = [[(c, convert_partition_value(raw, types[c])) for c, raw in p.items()] for p in layout.values[""].to_pylist()]
+        rows = [[(c, convert_partition_value(raw, types[c])) for c, raw in p] for p in layout.mixed]
     else:
         names = list(layout.values)
         rows = [list(zip(names, r)) for r in zip(*(v.to_pylist() for v in layout.values.values()))] if names else []
@@ -395,12 +397,13 @@ def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, 
     mask = pa.array(keep, pa.bool_())
     files = CommittedFiles(snap.storage, snap.files.table.filter(mask))
     values = {column: v.filter(mask) for column, v in layout.values.items()}
-    return Snapshot(snap.storage, snap.latest_batch_id, files), _Layout(layout.schema, values)
+    mixed = None if layout.mixed is None else [p for p, kept in zip(layout.mixed, keep) if kept]
+    return Snapshot(snap.storage, snap.latest_batch_id, files), _Layout(layout.schema, values, mixed)
 
 
 def _verdicts(stats: FileStats, layout: _Layout, filter: ds.Expression) -> FileVerdicts:
     """Which files (their decoded ``stats``, laid out as ``layout``) ``filter`` may match, and matches whole."""
-    return file_verdicts(filter, stats, {} if "" in layout.values else layout.values)
+    return file_verdicts(filter, stats, layout.values)
 
 
 def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
