@@ -125,3 +125,31 @@ def test_both_writer_paths_record_stats_spark_reads_past(spark, tmp_path, writer
     assert sum(json.loads(e["stats"])["numRecords"] for e in entries) == 40
     assert spark.read.parquet(out).count() == 40  # Spark's log reader ignores the key
     assert Path(out, "_spark_metadata", "2.compact.parquet").exists()
+
+
+def test_compaction_stamps_lines_with_stats_as_to_json_writes_them(tmp_path):
+    """A delta's lines with the stats key get batchId column-wise (not re-serialised one by one): each line of
+    the compact file is what parsing the delta's line and writing it back gives, whatever follows the key
+    (a commit record, a quote or backslash in the stats text, a batchId of the line's own)."""
+    from parquet_sink.log.metadata_log import LogEntry
+
+    stats = '{"numRecords":2,"minValues":{"s":"x\\"y\\\\z é"},"maxValues":{"s":"😀"}}'
+    log = MetadataLog(str(tmp_path), compact_interval=3)
+    for batch in range(2):
+        log.add(batch, [
+            LogEntry(f"file://{tmp_path}/part-{batch}-0.parquet", 10, False, 1, extra={"stats": stats, "queryId": "q", "commitId": "c"}),
+            LogEntry(f"file://{tmp_path}/part-{batch}-1.parquet", 11, False, 2, extra={"stats": stats}),
+            LogEntry(f"file://{tmp_path}/part-{batch}-2.parquet", 12, False, 3),
+        ])
+    delta = tmp_path / "_spark_metadata" / "1"
+    delta.write_text(delta.read_text() + '\n{"path":"file:///o/p.parquet","size":1,"isDir":false,"modificationTime":1,'
+                     '"blockReplication":1,"blockSize":1,"action":"add","stats":"{}","batchId":1}')
+    expected = [
+        LogEntry.from_json(line, batch).to_json()
+        for batch in range(2)
+        for line in (tmp_path / "_spark_metadata" / str(batch)).read_text().splitlines()[1:]
+    ]
+    log.add(2, [])
+    lines = (tmp_path / "_spark_metadata" / "2.compact").read_text().splitlines()[1:]
+    assert lines[: len(expected)] == expected and len(expected) == 7
+    assert all(',"action":"add","batchId":' in line for line in lines[: len(expected)])
