@@ -485,6 +485,8 @@ def read_committed(
         >>> read_committed("/data/events", spark=spark).count()
         1000
     """
+    if spark is None:
+        _check_filter(filter, path)
     snap = snapshot(path, **options, statistics=spark is None and filter is not None)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
@@ -523,6 +525,7 @@ def count_committed(
         >>> count_committed("/data/events"), count_committed("/data/events", filter=ds.field("n") > 5)
         (1000, 412)
     """
+    _check_filter(filter, path)
     snap = snapshot(path, **options, statistics=True)
     if not len(snap.files):
         return 0
@@ -546,6 +549,15 @@ def count_committed(
         return total + dataset.to_table(columns=None if fields is None else sorted(fields)).filter(filter).num_rows
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
+
+
+def _check_filter(filter: Any, path: str) -> None:
+    """ParameterError unless ``filter`` is None or a ``pyarrow.dataset`` expression."""
+    if filter is not None and not isinstance(filter, ds.Expression):
+        raise ParameterError(
+            f"reading {path}: filter={filter!r} is a {type(filter).__name__}, not a pyarrow.dataset expression; "
+            "write it as one, e.g. pyarrow.dataset.field('day') == '2024-01-01' (with spark=, pass a Column or SQL text)."
+        )
 
 
 def _fetched(snap: Snapshot) -> pyarrow.fs.FileSystem | None:
