@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
@@ -338,8 +339,10 @@ def _layout(snap: Snapshot, time_zone: str, filesystem: pyarrow.fs.FileSystem) -
             raw_values.setdefault(column, []).append(raw)
     types = infer_partition_types(raw_values, time_zone)
     paths = snap.files.paths()
+    ends = list(dict.fromkeys([paths[0].as_py(), paths[-1].as_py()]))
     try:
-        schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0].as_py(), paths[-1].as_py()}]
+        with ThreadPoolExecutor(len(ends)) as pool:  # on an object store, two round trips at once
+            schemas = list(pool.map(lambda p: pq.read_schema(p, filesystem=filesystem), ends))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
     data_schema = pa.unify_schemas(schemas, promote_options="permissive")
