@@ -135,10 +135,6 @@ class _Values:
     null: np.ndarray
     nan: np.ndarray
 
-    @property
-    def type(self) -> pa.DataType | None:
-        return None if self.low is None else self.low.type
-
 
 @dataclass
 class _Truth:
