@@ -506,12 +506,20 @@ def read_committed(
             return dataset.to_table(columns=wanted)
         # filtered here, not by the scan: a scan skips row groups by their bounds as if no float were NaN
         # (``~(x < 3)`` loses the NaN rows of a row group whose x is in [0, 2])
-        fields = filter_fields(filter)
-        read = None if wanted is None or fields is None else wanted + sorted(fields - set(wanted))
-        table = dataset.to_table(columns=read).filter(filter)
-        return table if wanted is None else table.select(wanted)
+        table = dataset.to_table(columns=_read_columns(filter, layout, wanted))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
+    table = table.filter(filter)  # a filter naming a column the output lacks fails here, as pyarrow says
+    return table if wanted is None else table.select(wanted)
+
+
+def _read_columns(filter: ds.Expression, layout: _Layout, wanted: list[str] | None) -> list[str] | None:
+    """The columns to read for ``wanted`` (None: all) and ``filter``: every column when the filter reads a
+    nested field; a column the output lacks is left to the filter to report."""
+    fields = filter_fields(filter)
+    if wanted is None or fields is None:
+        return None
+    return wanted + sorted((fields & set(layout.schema.names)) - set(wanted))
 
 
 def count_committed(
@@ -548,10 +556,10 @@ def count_committed(
         dataset = _dataset(snap, layout, snap.storage.arrow_filesystem())
         if filter is None:
             return total + dataset.count_rows()
-        fields = filter_fields(filter)
-        return total + dataset.to_table(columns=None if fields is None else sorted(fields)).filter(filter).num_rows
+        table = dataset.to_table(columns=_read_columns(filter, layout, []))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
+    return total + table.filter(filter).num_rows
 
 
 def _check_filter(filter: Any, path: str) -> None:
