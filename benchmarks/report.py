@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import Stat, percentile, ratio_stat
+from .filter_bench import section as filter_section
 from .stream_bench import EMPTY
 
 NAMES = {
@@ -213,6 +214,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
         _delta_section(w, ctx["delta"])
     if ctx.get("delta_scaling"):
         _delta_scaling_section(w, ctx["delta_scaling"])
+    if ctx.get("filter"):
+        w(filter_section(ctx["filter"]))
     w("## Where we are behind, and why / what would close it\n")
     for para in analysis(ctx):
         w(para + "\n")

@@ -11,7 +11,8 @@ delta-rs); 3 reader planning vs Spark and delta-rs as history grows; 4 compactio
 Spark's FileStreamSinkLog; 4b ("shapes") compaction and planning of Spark-written logs of 1M entries
 against the byte-copy floor and Spark; 4c ("stream") per-batch time of a stream continuing on such a log, ours vs
 Spark's sink (p50/p99, compaction batches apart); 5 end-to-end read vs Spark and delta-rs; 6 ("delta") the Delta
-log kept in step with _spark_metadata: Delta commit cost per batch, reading through delta-rs vs read_committed.
+log kept in step with _spark_metadata: Delta commit cost per batch, reading through delta-rs vs read_committed; 7
+("filter") row counts and a selective filtered read (1% of the files match) vs delta-rs on the same files.
 One SparkSession (local[2]) for
 the whole run; temporary data under a temp dir, removed at the end.
 """
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from . import compaction_bench, delta_bench, planning_bench, read_bench, report, sink_bench, stream_bench
+from . import compaction_bench, delta_bench, filter_bench, planning_bench, read_bench, report, sink_bench, stream_bench
 from .common import default_driver_memory, machine_info, make_session, versions
 from .data import generate_input, make_batch
 from .synth import make_template
@@ -35,7 +36,7 @@ from .synth import make_template
 logger = logging.getLogger("benchmarks")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta")
+SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta", "filter")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--delta-sizes",
         help="table sizes (files) of the per-batch Delta sync vs delta-rs append (default 1000,10000,100000, quick 1000,10000)",
     )
+    p.add_argument("--filter-files", help="output sizes in files of the filter section (default 10000,100000, quick 1000)")
     p.add_argument("--tmpdir", help="where sink input/output go (default: the system temp dir, on disk)")
     p.add_argument(
         "--meta-tmpdir",
@@ -83,11 +85,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
                     "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000,
-                    "delta_sizes": "1000,10000"}
+                    "delta_sizes": "1000,10000", "filter_files": "1000"}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
                     "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000,
-                    "delta_sizes": "1000,10000,100000"}
+                    "delta_sizes": "1000,10000,100000", "filter_files": "10000,100000"}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -174,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             ctx["delta"] = delta_bench.run(work, args.delta_batches, args.delta_rows, args.repeats)
             sizes = [int(x) for x in args.delta_sizes.split(",")]
             ctx["delta_scaling"] = delta_bench.run_scaling(work, sizes, delta_bench.SCALING_BATCHES)
+        if "filter" in args.sections:
+            os.sync()
+            sizes = [int(n) for n in args.filter_files.split(",")]
+            ctx["filter"] = filter_bench.run(work, sizes, args.repeats)
     finally:
         if spark is not None:
             spark.stop()

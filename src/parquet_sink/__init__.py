@@ -33,6 +33,7 @@ _LAZY = {  # public name -> the module that defines it
     "CommittedFiles": "read.reader",
     "committed_dataset": "read.reader",
     "committed_files": "read.reader",
+    "count_committed": "read.reader",
     "read_committed": "read.reader",
     "snapshot": "read.reader",
     "history": "read.history",
@@ -58,7 +59,9 @@ if TYPE_CHECKING:
     from .maintenance.vacuum import vacuum
     from .read.history import history
     from .read.chain import SourceBatch, committed_version, iter_batches
-    from .read.reader import CommittedFile, CommittedFiles, committed_dataset, committed_files, read_committed, snapshot
+    from .read.reader import (
+        CommittedFile, CommittedFiles, committed_dataset, committed_files, count_committed, read_committed, snapshot,
+    )
     from .storage.filesystem import Storage
     from .write.appends import WriteResult, write_batch
     from .write.sink import BatchProgress, ParquetSink, await_termination

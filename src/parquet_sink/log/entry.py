@@ -43,6 +43,7 @@ BATCH_KEY = "batchId"
 EXPIRED_KEY = "expiredUpTo"  # on a retention marker: entries of batches up to this one may have been dropped
 COMMIT_TIME_KEY = "commitTime"  # on a commit record: when the batch was committed (ms since the epoch)
 BATCH_ROWS_KEY = "batchRows"  # on a commit record: the rows the batch wrote
+STATS_KEY = "stats"  # on a data entry the sink wrote: the file's statistics (log.file_stats), a JSON text
 _RECORD_KEYS = (QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY)  # the record's identity; its figures outlive it
 _FIGURE_KEYS = (COMMIT_TIME_KEY, BATCH_ROWS_KEY)
 
@@ -58,7 +59,7 @@ _REQUIRED = (
 REQUIRED_KEYS = tuple(k for k, _ in _REQUIRED)
 _REQUIRED_SET = frozenset(REQUIRED_KEYS)
 
-# The columns the columnar reader keeps: Spark's seven keys, the batch id and the commit record's keys.
+# The columns the columnar reader keeps: Spark's seven keys, the batch id, the commit record's keys, the file's stats.
 ENTRY_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
@@ -75,6 +76,7 @@ ENTRY_SCHEMA = pa.schema(
         (EXPIRED_KEY, pa.int64()),
         (COMMIT_TIME_KEY, pa.int64()),
         (BATCH_ROWS_KEY, pa.int64()),
+        (STATS_KEY, pa.string()),
     ]
 )
 
@@ -162,7 +164,13 @@ class LogEntry:
             EXPIRED_KEY: None,
             COMMIT_TIME_KEY: None,
             BATCH_ROWS_KEY: None,
+            STATS_KEY: None,
         }
+        stats = extra.get(STATS_KEY)
+        if stats is not None:
+            if not isinstance(stats, str):
+                raise ValueError(f"key {STATS_KEY!r} is not a string")
+            row[STATS_KEY] = stats
         for key in (EXPIRED_KEY, *_FIGURE_KEYS):
             value = extra.get(key)
             if value is not None:
@@ -190,7 +198,7 @@ def entry_from_row(row: dict[str, Any]) -> LogEntry:
         extra = {QUERY_ID_KEY: row[QUERY_ID_KEY], QUERY_BATCH_KEY: row[QUERY_BATCH_KEY], COMMIT_ID_KEY: row[COMMIT_ID_KEY]}
         if extra[QUERY_BATCH_KEY] is None:
             del extra[QUERY_BATCH_KEY]
-    for key in (EXPIRED_KEY, *_FIGURE_KEYS):
+    for key in (EXPIRED_KEY, *_FIGURE_KEYS, STATS_KEY):
         if row.get(key) is not None:
             extra[key] = row[key]
     return LogEntry(

@@ -37,7 +37,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from zlib_ng import zlib_ng
 
-from .entry import BATCH_ROWS_KEY, COMMIT_TIME_KEY, ENTRY_SCHEMA
+from .entry import BATCH_ROWS_KEY, COMMIT_TIME_KEY, ENTRY_SCHEMA, STATS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,10 @@ _FORMAT = ds.ParquetFileFormat(
 )
 
 
-# The entry columns of a copy written before commit records carried the batch's figures (commit time, rows).
-_BEFORE_FIGURES = pa.schema([f for f in ENTRY_SCHEMA if f.name not in (COMMIT_TIME_KEY, BATCH_ROWS_KEY)])
+# The entry columns of a copy written before entries carried their file's statistics, and before commit records
+# carried the batch's figures (commit time, rows): read with those columns null.
+_BEFORE_STATS = pa.schema([f for f in ENTRY_SCHEMA if f.name != STATS_KEY])
+_BEFORE_FIGURES = pa.schema([f for f in _BEFORE_STATS if f.name not in (COMMIT_TIME_KEY, BATCH_ROWS_KEY)])
 
 
 def sidecar_path(compact_path: str) -> str:
@@ -75,7 +77,7 @@ class Sidecar:
     source: str
     size: int
     crc: int
-    stored: tuple[str, ...] = tuple(ENTRY_SCHEMA.names)  # a copy written before the batch figures lacks them
+    stored: tuple[str, ...] = tuple(ENTRY_SCHEMA.names)  # a copy written before the figures or stats lacks them
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         """Every entry (only ``columns``, if given), decoded one row group at a time into
@@ -118,7 +120,7 @@ def decode_sidecar(data: bytes | pa.Buffer, source: str) -> Sidecar:
     if meta.get(_SOURCE) != source:
         raise ValueError(f"it describes {meta.get(_SOURCE)!r}, not {source!r}")
     schema = meta_data.schema.to_arrow_schema().remove_metadata()
-    if not (schema.equals(ENTRY_SCHEMA) or schema.equals(_BEFORE_FIGURES)):
+    if not any(schema.equals(known) for known in (ENTRY_SCHEMA, _BEFORE_STATS, _BEFORE_FIGURES)):
         raise ValueError("its columns are not the log's entry columns")
     return Sidecar(data, source, int(meta[_SIZE]), int(meta[_CRC]), tuple(schema.names))
 

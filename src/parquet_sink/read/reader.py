@@ -17,10 +17,12 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -42,7 +44,9 @@ from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
 from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
-from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY
+from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, STATS_KEY
+from ..log.file_stats import FileStats, decode_stats
+from .pruning import FileVerdicts, file_verdicts, filter_fields
 from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
@@ -149,7 +153,12 @@ def _expired_upto(table: pa.Table) -> int:
 
 
 def _select(
-    log: MetadataLog, snap: LogSnapshot, as_of_batch: int | None, batches: tuple[int, int] | None, interval: int | None
+    log: MetadataLog,
+    snap: LogSnapshot,
+    as_of_batch: int | None,
+    batches: tuple[int, int] | None,
+    interval: int | None,
+    columns: list[str],
 ) -> pa.Table:
     """The entries of the latest snapshot restricted to ``as_of_batch`` and/or the batch range ``batches``.
 
@@ -169,22 +178,24 @@ def _select(
         low, high = batches[0], min(high, batches[1])
     if low == 0 and high == latest:
         return snap.table
-    upto = _entries_at(log, snap, high, low, interval)
+    upto = _entries_at(log, snap, high, low, interval, columns)
     if low == 0:
         return upto
     if batch_ids_known(upto):
         ids = upto.column(BATCH_KEY)
         return upto.filter(pc.greater_equal(ids, low))
-    before = _entries_at(log, snap, low - 1, low, interval)
+    before = _entries_at(log, snap, low - 1, low, interval, columns)
     return upto.filter(pc.invert(pc.is_in(upto.column("path"), before.column("path"))))
 
 
-def _entries_at(log: MetadataLog, snap: LogSnapshot, batch: int, low: int, interval: int | None) -> pa.Table:
+def _entries_at(
+    log: MetadataLog, snap: LogSnapshot, batch: int, low: int, interval: int | None, columns: list[str]
+) -> pa.Table:
     """The snapshot at ``batch`` (<= latest); ``low``: the first batch the caller needs in full."""
     if batch == snap.latest:
         return snap.table
     try:
-        return read_log_files(log, batch, snap.listing, interval, _LOG_COLUMNS)
+        return read_log_files(log, batch, snap.listing, interval, columns)
     except (MissingLogFileError, FileNotFoundError) as exc:
         gone = exc
     table = snap.table
@@ -266,12 +277,14 @@ def snapshot(
     allow_outside_root: bool = False,
     ignore_missing_files: bool = False,
     compact_interval: int | None = None,
+    statistics: bool = False,
 ) -> Snapshot:
     """The committed files of ``path`` with the storage that reads them (see :func:`committed_files`).
 
     ``compact_interval``: the writer's compaction interval, for an output whose log cannot tell it
     (normally inferred from the log's files). ``as_of_time``: an aware datetime or an ISO-8601 string with
-    its offset (:func:`parse_as_of_time`).
+    its offset (:func:`parse_as_of_time`). ``statistics``: the files' table also holds the ``stats`` their log
+    entries carry (:mod:`parquet_sink.log.file_stats`; null for a file without).
     SnapshotNotFoundError for ``as_of_batch``, ``batches`` past the latest committed batch or an
     ``as_of_time`` before the first commit; ParameterError for a negative batch id or a time without a zone.
 
@@ -296,20 +309,22 @@ def snapshot(
             raise ParameterError(f"batches={batches}: the first batch must not be after the last")
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
-    log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else _LOG_COLUMNS)
+    columns = _LOG_COLUMNS + [STATS_KEY] if statistics else _LOG_COLUMNS
+    log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else columns)
     if log_snap.latest is None:
         require_output(storage)
         if as_of_time is not None:
             batch_as_of_time(log, batch_history(log_snap), as_of_time)  # raises: nothing committed then
-        return Snapshot(storage, None, CommittedFiles(storage, _files_table(ENTRY_SCHEMA.empty_table(), storage, False)))
+        empty = _files_table(ENTRY_SCHEMA.empty_table(), storage, False, statistics)
+        return Snapshot(storage, None, CommittedFiles(storage, empty))
     if as_of_time is not None:
         as_of_batch = batch_as_of_time(log, batch_history(log_snap), as_of_time)
-        log_snap = LogSnapshot(log_snap.listing, log_snap.latest, log_snap.table.select(_LOG_COLUMNS))
-    selected = _select(log, log_snap, as_of_batch, batches, compact_interval)
-    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
+        log_snap = LogSnapshot(log_snap.listing, log_snap.latest, log_snap.table.select(columns))
+    selected = _select(log, log_snap, as_of_batch, batches, compact_interval, columns)
+    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY] + columns[len(_LOG_COLUMNS):])
     latest = log_snap.latest
     del log_snap, selected  # the parsed log: only the columns above are kept
-    files = CommittedFiles(storage, _files_table(entries, storage, allow_outside_root))
+    files = CommittedFiles(storage, _files_table(entries, storage, allow_outside_root, statistics))
     del entries  # the logged URIs
     if ignore_missing_files:
         present = pa.array([storage.exists(p) for p in files.paths().to_pylist()], pa.bool_())
@@ -344,18 +359,19 @@ def snapshot_after(path: str, batch: int, *, storage_options: dict[str, Any] | N
     return Snapshot(storage, latest, CommittedFiles(storage, _files_table(entries, storage, False)))
 
 
-def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool) -> pa.Table:
-    """The columns of :class:`CommittedFiles` from data file entries of the log."""
+def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool, statistics: bool = False) -> pa.Table:
+    """The columns of :class:`CommittedFiles` from data file entries of the log (and their ``stats``)."""
     relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), allow_outside_root)
-    return pa.table(
-        {
-            "relative_path": relative,
-            "outside_path": outside,
-            "size": entries.column("size"),
-            "modification_time": entries.column("modificationTime"),
-            "batch_id": entries.column(BATCH_KEY),
-        }
-    )
+    columns = {
+        "relative_path": relative,
+        "outside_path": outside,
+        "size": entries.column("size"),
+        "modification_time": entries.column("modificationTime"),
+        "batch_id": entries.column(BATCH_KEY),
+    }
+    if statistics:
+        columns[STATS_KEY] = entries.column(STATS_KEY)
+    return pa.table(columns)
 
 
 def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOptions]) -> CommittedFiles:
@@ -375,6 +391,76 @@ def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOpti
     return snapshot(path, **options).files
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """How a snapshot's files are read: the dataset ``schema`` (data columns, then Spark's partition columns)
+    and each file's partition ``values`` (column -> the typed value per file, in the files' order), or, when
+    not every file has every partition column, each file's own (column, raw value) pairs (``mixed``)."""
+
+    schema: pa.Schema
+    values: dict[str, pa.Array]
+    mixed: list[tuple[tuple[str, str], ...]] | None = None
+
+
+def _layout(
+    snap: Snapshot, time_zone: str, filesystem: pyarrow.fs.FileSystem,
+    partition_types: Mapping[str, pa.DataType] | None = None,
+) -> _Layout:
+    """The :class:`_Layout` of ``snap`` (with files): the partition columns from the files' paths (typed as
+    inferred, or as ``partition_types`` says), the data columns from the footers of the first and the last file."""
+    relatives = snap.files.table.column("relative_path")
+    partitions: list[tuple[tuple[str, str], ...]] = []
+    if pc.any(pc.match_substring(relatives, "/")).as_py():
+        partitions = [tuple(parse_partition_path(r)) for r in relatives.to_pylist()]
+    raw_values: dict[str, list[str]] = {}
+    for partition in partitions:
+        for column, raw in partition:
+            raw_values.setdefault(column, []).append(raw)
+    types = infer_partition_types(raw_values, time_zone) | dict(partition_types or {})
+    paths = snap.files.paths()
+    ends = list(dict.fromkeys([paths[0].as_py(), paths[-1].as_py()]))
+    try:
+        with ThreadPoolExecutor(len(ends)) as pool:  # on an object store, two round trips at once
+            schemas = list(pool.map(lambda p: pq.read_schema(p, filesystem=filesystem), ends))
+    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+        raise _unreadable(snap, exc) from exc
+    data_schema = pa.unify_schemas(schemas, promote_options="permissive")
+    data_schema = pa.schema([f for f in data_schema if f.name not in types])
+    schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
+    if not all(tuple(c for c, _ in p) == tuple(types) for p in partitions):  # files under other directories
+        return _Layout(schema, {}, partitions)
+    values = {
+        column: pa.array([convert_partition_value(p[index][1], typ) for p in partitions], typ)
+        for index, (column, typ) in enumerate(types.items())
+    }
+    return _Layout(schema, values)
+
+
+def _dataset(snap: Snapshot, layout: _Layout, filesystem: pyarrow.fs.FileSystem) -> ds.Dataset:
+    """The dataset of the files of ``snap`` laid out as ``layout`` says."""
+    expressions: list[ds.Expression] = []
+    if layout.mixed is not None:  # not every file has every partition column
+        types = {f.name: f.type for f in layout.schema}
+        rows = [[(c, convert_partition_value(raw, types[c])) for c, raw in p] for p in layout.mixed]
+    else:
+        names = list(layout.values)
+        rows = [list(zip(names, r)) for r in zip(*(v.to_pylist() for v in layout.values.values()))] if names else []
+    for row in rows:
+        expr = ds.scalar(True)
+        for column, value in row:
+            field = ds.field(column)
+            typ = layout.schema.field(column).type
+            expr = expr & (field.is_null() if value is None else field == pa.scalar(value, typ))
+        expressions.append(expr)
+    return ds.FileSystemDataset.from_paths(
+        snap.files.paths().to_pylist(),
+        schema=layout.schema,
+        format=ds.ParquetFileFormat(),
+        filesystem=filesystem,
+        partitions=expressions or None,
+    )
+
+
 def dataset_of(
     snap: Snapshot, time_zone: str = "UTC", filesystem: pyarrow.fs.FileSystem | None = None,
     partition_types: Mapping[str, pa.DataType] | None = None,
@@ -386,43 +472,24 @@ def dataset_of(
 
     Example: ``dataset_of(snapshot("/data/events")).count_rows()`` -> ``1000``.
     """
-    storage = snap.storage
-    table = snap.files.table
-    if not table.num_rows:
+    if not snap.files.table.num_rows:
         return ds.dataset([], schema=pa.schema([]))
-    paths = snap.files.paths().to_pylist()
-    relatives = table.column("relative_path")
-    partitions: list[tuple[tuple[str, str], ...]] = []
-    if pc.any(pc.match_substring(relatives, "/")).as_py():
-        partitions = [tuple(parse_partition_path(r)) for r in relatives.to_pylist()]
-    raw_values: dict[str, list[str]] = {}
-    for partition in partitions:
-        for column, raw in partition:
-            raw_values.setdefault(column, []).append(raw)
-    types = infer_partition_types(raw_values, time_zone) | dict(partition_types or {})
-    filesystem = filesystem or storage.arrow_filesystem()
-    try:
-        schemas = [pq.read_schema(p, filesystem=filesystem) for p in {paths[0], paths[-1]}]
-    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
-        raise _unreadable(snap, exc) from exc
-    data_schema = pa.unify_schemas(schemas, promote_options="permissive")
-    data_schema = pa.schema([f for f in data_schema if f.name not in types])
-    schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
-    expressions = []
-    for partition in partitions:
-        expr = ds.scalar(True)
-        for column, raw in partition:
-            value = convert_partition_value(raw, types[column])
-            field = ds.field(column)
-            expr = expr & (field.is_null() if value is None else field == pa.scalar(value, types[column]))
-        expressions.append(expr)
-    return ds.FileSystemDataset.from_paths(
-        paths,
-        schema=schema,
-        format=ds.ParquetFileFormat(),
-        filesystem=filesystem,
-        partitions=expressions or None,
-    )
+    filesystem = filesystem or snap.storage.arrow_filesystem()
+    return _dataset(snap, _layout(snap, time_zone, filesystem, partition_types), filesystem)
+
+
+def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, _Layout]:
+    """``snap`` and ``layout`` with only the files ``keep`` marks."""
+    mask = pa.array(keep, pa.bool_())
+    files = CommittedFiles(snap.storage, snap.files.table.filter(mask))
+    values = {column: v.filter(mask) for column, v in layout.values.items()}
+    mixed = None if layout.mixed is None else [p for p, kept in zip(layout.mixed, keep) if kept]
+    return Snapshot(snap.storage, snap.latest_batch_id, files), _Layout(layout.schema, values, mixed)
+
+
+def _verdicts(stats: FileStats, layout: _Layout, filter: ds.Expression) -> FileVerdicts:
+    """Which files (their decoded ``stats``, laid out as ``layout``) ``filter`` may match, and matches whole."""
+    return file_verdicts(filter, stats, layout.values)
 
 
 def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
@@ -535,22 +602,93 @@ def read_committed(
         raise ParameterError(
             f"columns must be a list of column names, got the string {columns!r}: write columns=[{columns!r}]"
         )
-    snap = snapshot(path, **options)
+    if spark is None:
+        _check_filter(filter, path)
+    snap = snapshot(path, **options, statistics=spark is None and filter is not None)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
     if not len(snap.files):  # nothing committed yet: no file tells the schema
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
+    layout = _layout(snap, time_zone, snap.storage.arrow_filesystem())
+    if filter is not None:
+        stats = decode_stats(snap.files.table.column(STATS_KEY), layout.schema)
+        snap, layout = _kept(snap, layout, _verdicts(stats, layout, filter).may_match)
     try:
-        dataset = dataset_of(snap, time_zone, _fetched(snap))
+        dataset = _dataset(snap, layout, _fetched(snap) or snap.storage.arrow_filesystem())
         unknown = [c for c in columns or () if c not in dataset.schema.names]
         if unknown:
             raise ParameterError(
                 f"columns {unknown} are not in the committed data of {snap.storage.display(snap.storage.root)}, "
                 f"whose columns are {dataset.schema.names}"
             )
-        return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
+        wanted = list(columns) if columns is not None else None
+        if filter is None:
+            return dataset.to_table(columns=wanted)
+        # filtered here, not by the scan: a scan skips row groups by their bounds as if no float were NaN
+        # (``~(x < 3)`` loses the NaN rows of a row group whose x is in [0, 2])
+        table = dataset.to_table(columns=_read_columns(filter, layout, wanted))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
+    table = table.filter(filter)  # a filter naming a column the output lacks fails here, as pyarrow says
+    return table if wanted is None else table.select(wanted)
+
+
+def _read_columns(filter: ds.Expression, layout: _Layout, wanted: list[str] | None) -> list[str] | None:
+    """The columns to read for ``wanted`` (None: all) and ``filter``: every column when the filter reads a
+    nested field; a column the output lacks is left to the filter to report."""
+    fields = filter_fields(filter)
+    if wanted is None or fields is None:
+        return None
+    return wanted + sorted((fields & set(layout.schema.names)) - set(wanted))
+
+
+def count_committed(
+    path: str | os.PathLike[str], *, filter: ds.Expression | None = None, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]
+) -> int:
+    """The number of committed rows (that match ``filter``, a ``pyarrow.dataset`` expression), from the row
+    counts and statistics the log records for each file (:mod:`parquet_sink.log.file_stats`): without a
+    filter no file is opened; with one, only the files the statistics cannot decide (some rows may match,
+    not provably all) are read. A file without statistics in the log (written by Spark's own sink, or by an
+    older release) has its footer read. Options as :func:`snapshot`.
+
+    Example::
+
+        >>> count_committed("/data/events"), count_committed("/data/events", filter=ds.field("n") > 5)
+        (1000, 412)
+    """
+    _check_filter(filter, path)
+    snap = snapshot(path, **options, statistics=True)
+    if not len(snap.files):
+        return 0
+    layout = None if filter is None else _layout(snap, time_zone, snap.storage.arrow_filesystem())
+    stats = decode_stats(snap.files.table.column(STATS_KEY), pa.schema([]) if layout is None else layout.schema)
+    may = whole = np.ones(len(stats.rows), bool)
+    if layout is not None:
+        verdicts = _verdicts(stats, layout, filter)
+        may, whole = verdicts.may_match, verdicts.all_match
+    counted = whole & stats.rows.is_valid().to_numpy(zero_copy_only=False)
+    total = int(pc.sum(stats.rows.filter(pa.array(counted))).as_py() or 0)
+    rest = may & ~counted
+    if not rest.any():
+        return total
+    snap, layout = _kept(snap, layout or _layout(snap, time_zone, snap.storage.arrow_filesystem()), rest)
+    try:
+        dataset = _dataset(snap, layout, snap.storage.arrow_filesystem())
+        if filter is None:
+            return total + dataset.count_rows()
+        table = dataset.to_table(columns=_read_columns(filter, layout, []))
+    except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
+        raise _unreadable(snap, exc) from exc
+    return total + table.filter(filter).num_rows
+
+
+def _check_filter(filter: Any, path: str) -> None:
+    """ParameterError unless ``filter`` is None or a ``pyarrow.dataset`` expression."""
+    if filter is not None and not isinstance(filter, ds.Expression):
+        raise ParameterError(
+            f"reading {path}: filter={filter!r} is a {type(filter).__name__}, not a pyarrow.dataset expression; "
+            "write it as one, e.g. pyarrow.dataset.field('day') == '2024-01-01' (with spark=, pass a Column or SQL text)."
+        )
 
 
 def _fetched(snap: Snapshot) -> pyarrow.fs.FileSystem | None:

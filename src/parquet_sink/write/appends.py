@@ -48,7 +48,7 @@ from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
-from .parquet_files import FileStatus, WriteSpec, codec_extension, write_rows, write_schema_file
+from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows, write_schema_file
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def write_batch(
                     statuses = write_schema_file(spec, table.schema)  # as the sink: readers get the schema
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
-            data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            data = [log_entry(log.storage, s) for s in statuses]
             rows = sum(s.num_rows for s in statuses)
             entries = record.log_entries(log.storage, int(time.time() * 1000), data, rows)
             refuse_missing_files(

@@ -31,6 +31,8 @@ import pyarrow.parquet as pq
 
 from ..errors import ExecutorDependencyError, ParameterError
 from ..failpoints import failpoint
+from ..log.entry import STATS_KEY, LogEntry
+from ..log.file_stats import encode_stats
 from ..partitioning import partition_dir, partition_value_str
 from ..storage.filesystem import Storage
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
-STATUS_SCHEMA = "path string, size long, modification_time long, num_rows long"
+STATUS_SCHEMA = "path string, size long, modification_time long, num_rows long, stats string"
 # Spark's Parquet codec names (ParquetOptions) that pyarrow can write, with the file-name extension
 # parquet-mr gives each (CompressionCodecName.getExtension). Every key is also a pyarrow codec name.
 _CODEC_EXT = {"none": "", "snappy": ".snappy", "gzip": ".gz", "brotli": ".br", "lz4_raw": ".lz4raw", "zstd": ".zstd"}
@@ -95,7 +97,7 @@ class WriteSpec:
 class _FileWriter:
     """Writes one partition directory's files for one task, rolling over at max_records_per_file."""
 
-    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], finished: list[tuple[str, int]]) -> None:
+    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], finished: list[tuple[str, int, str]]) -> None:
         self.spec, self.next_path = spec, next_path
         self.writer: pq.ParquetWriter | None = None
         self.handle = None
@@ -103,7 +105,7 @@ class _FileWriter:
         self.rows_in_file = 0
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
-        self.finished = finished  # (path, rows) of each closed file, shared by the task's writers
+        self.finished = finished  # (path, rows, stats) of each closed file, shared by the task's writers
 
     def write(self, table: pa.Table) -> None:
         limit = self.spec.max_records_per_file
@@ -141,7 +143,7 @@ class _FileWriter:
         with self.spec.storage.translating("writing", self.path):
             self.writer.close()
             self.handle.close()
-        self.finished.append((self.path, self.rows_in_file))
+        self.finished.append((self.path, self.rows_in_file, encode_stats(self.writer.writer.metadata)))
         self.writer = self.handle = None
 
 
@@ -160,7 +162,7 @@ class _TaskFiles:
         self.spec, self.task, self.token = spec, task, token
         self.open: OrderedDict[str, _FileWriter] = OrderedDict()
         self.counters: dict[str, int] = {}  # next file number per directory: names are never reused
-        self.finished: list[tuple[str, int]] = []
+        self.finished: list[tuple[str, int, str]] = []
 
     def _next_path(self, directory: str) -> str:
         counter = self.counters.get(directory, 0)
@@ -239,12 +241,24 @@ def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterato
 @dataclass(frozen=True)
 class FileStatus:
     """One written data file at its final path (fsspec path), as its log entry needs it: size in bytes,
-    modification time (ms) and row count. Both writer paths report their files as these."""
+    modification time (ms), row count and statistics (:func:`~parquet_sink.log.file_stats.encode_stats`, from
+    the footer the writer wrote or read). Both writer paths report their files as these."""
 
     path: str
     size: int
     modification_time: int
     num_rows: int
+    stats: str | None = None
+
+
+def log_entry(storage: Storage, status: FileStatus | Row) -> LogEntry:
+    """The log entry of a written file (a :class:`FileStatus` or a status row of :func:`write_files`), its
+    statistics under ``stats`` (Spark ignores the key).
+
+    Example: ``log_entry(storage, FileStatus("/o/part-0.parquet", 392, 1, 10, "{...}")).extra`` -> ``{'stats': '{...}'}``.
+    """
+    extra = {STATS_KEY: status.stats} if status.stats else {}
+    return LogEntry(storage.to_uri(status.path), status.size, False, status.modification_time, extra=extra)
 
 
 def write_rows(spec: WriteSpec, tables: Iterable[pa.Table], task: int = 0) -> list[FileStatus]:
@@ -291,18 +305,18 @@ def write_schema_file(spec: WriteSpec, schema: pa.Schema) -> list[FileStatus]:
     return _statuses(spec, files.finished)
 
 
-def _statuses(spec: WriteSpec, finished: list[tuple[str, int]]) -> list[FileStatus]:
-    """The closed files ``finished`` (path, rows) made durable (local disk), with their sizes and mtimes."""
-    spec.storage.sync_files([path for path, _ in finished])
+def _statuses(spec: WriteSpec, finished: list[tuple[str, int, str]]) -> list[FileStatus]:
+    """The closed files ``finished`` (path, rows, statistics) made durable (local disk), with their sizes and mtimes."""
+    spec.storage.sync_files([path for path, _, _ in finished])
     statuses = []
-    for path, rows in finished:
+    for path, rows, stats in finished:
         info = spec.storage.info(path)
-        statuses.append(FileStatus(path, info.size, info.mtime_ms, rows))
+        statuses.append(FileStatus(path, info.size, info.mtime_ms, rows, stats))
     return statuses
 
 
 _STATUS_ARROW_SCHEMA = pa.schema(
-    [("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()), ("num_rows", pa.int64())]
+    [("path", pa.string()), ("size", pa.int64()), ("modification_time", pa.int64()), ("num_rows", pa.int64()), ("stats", pa.string())]
 )
 
 

@@ -54,7 +54,7 @@ from .schema import check_batch_schema, check_partition_by, read_committed_schem
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_staging import publish, write_staged
 from ..storage.filesystem import Storage
-from .parquet_files import WriteSpec, parquet_codec, write_files, write_schema_file
+from .parquet_files import WriteSpec, log_entry, parquet_codec, write_files, write_schema_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -317,7 +317,7 @@ class ParquetSink:
                 storage, [s.path for s in statuses], f"{self}: log batch {target}",
                 "Spark retries the batch when the query restarts",
             )
-            data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
+            data = [log_entry(storage, s) for s in statuses]
             progress.rows = sum(s.num_rows for s in statuses)
             self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, progress.rows), query_id, batch_id)
         finally:

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
+from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
@@ -138,7 +139,8 @@ def publish(batch: InFlightBatch, written_rows: int, schema_file: bool = False) 
     filesystem = storage.arrow_filesystem()
     with ThreadPoolExecutor(_IO_THREADS) as pool:
         # a file's data is made durable where it was staged: the rename keeps the inode
-        rows = list(pool.map(lambda path: _rows_made_durable(storage, filesystem, path), staged))
+        footers = list(pool.map(lambda path: _footer_made_durable(storage, filesystem, path), staged))
+        rows = [footer.num_rows for footer in footers]
         if sum(rows) != written_rows:
             raise RowCountMismatchError(
                 f"log batch {batch.log_batch_id} of {storage.display(storage.root)}: Spark's job wrote "
@@ -149,10 +151,10 @@ def publish(batch: InFlightBatch, written_rows: int, schema_file: bool = False) 
             )
         targets = []
         directories = {storage.root}
-        for source, count in zip(staged, rows):
-            if not count and not (schema_file and not written_rows):
+        for source, footer in zip(staged, footers):
+            if not footer.num_rows and not (schema_file and not written_rows):
                 continue
-            if not count:  # the schema-only file: not made durable above
+            if not footer.num_rows:  # the schema-only file: not made durable above
                 storage.fsync(source)
             target = storage.join(source[len(staging) + 1 :])
             parent = posixpath.dirname(target)
@@ -161,20 +163,20 @@ def publish(batch: InFlightBatch, written_rows: int, schema_file: bool = False) 
                     directories.add(parent)
                     parent = posixpath.dirname(parent)
             directories.add(posixpath.dirname(target))
-            targets.append((target, count))
+            targets.append((target, footer))
             failpoint("publish_rename")
         list(pool.map(storage.fsync, sorted(directories, key=len, reverse=True)))
         return list(pool.map(lambda item: _status(storage, *item), targets))
 
 
-def _rows_made_durable(storage: Storage, filesystem: pyarrow.fs.FileSystem, path: str) -> int:
-    """The file's row count (its footer only, not the data); a file with rows is fsynced."""
-    rows = pq.read_metadata(path, filesystem=filesystem).num_rows
-    if rows:
+def _footer_made_durable(storage: Storage, filesystem: pyarrow.fs.FileSystem, path: str) -> pq.FileMetaData:
+    """The file's footer (not the data: its row count and statistics); a file with rows is fsynced."""
+    footer = pq.read_metadata(path, filesystem=filesystem)
+    if footer.num_rows:
         storage.fsync(path)
-    return rows
+    return footer
 
 
-def _status(storage: Storage, path: str, num_rows: int) -> FileStatus:
+def _status(storage: Storage, path: str, footer: pq.FileMetaData) -> FileStatus:
     info = storage.info(path)
-    return FileStatus(path, info.size, info.mtime_ms, num_rows)
+    return FileStatus(path, info.size, info.mtime_ms, footer.num_rows, encode_stats(footer))

@@ -1,0 +1,156 @@
+"""Section 7 ("filter"): row counts and selective filtered reads against delta-rs on the same files.
+
+An output of ``files`` small files (``ROWS_PER_FILE`` rows each, ``id`` ascending, so each file holds one id
+range) written by ``write_batch`` in ten appends, and a Delta log of the same files made by ``sync_delta_log``.
+Timed, interleaved repeats, each reader from scratch (no cached table or snapshot):
+
+* count: ``count_committed(out)`` against ``DeltaTable(out).to_pyarrow_dataset().count_rows()``;
+* filtered read, 1% of the files match (a range of ids): ``read_committed(out, filter=f)`` against
+  ``DeltaTable(out).to_pyarrow_dataset().to_table(filter=f)``.
+
+No Spark. Standalone: ``python -m benchmarks.filter_bench [--files 10000,100000] [--repeats 3] [--moto]`` prints
+the markdown section (``--moto``: on a moto S3 server the tests' helper starts, instead of local disk);
+``python -m benchmarks.run --sections filter`` puts the local one in RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from parquet_sink import Storage, count_committed, read_committed, sync_delta_log, write_batch
+
+from .common import Stat, ratio_stat, timed
+
+logger = logging.getLogger("benchmarks.filter")
+
+ROWS_PER_FILE = 10
+APPENDS = 10
+
+
+@dataclass
+class FilterResults:
+    files: list[int]
+    where: str = "local disk"
+    times: dict[tuple[str, str, int], Stat] = field(default_factory=dict)  # (reader, "count"/"filter", files)
+    build_seconds: dict[int, float] = field(default_factory=dict)
+
+
+def build(out: str, files: int, options: dict | None = None) -> None:
+    """``files`` files of ``ROWS_PER_FILE`` rows in ``APPENDS`` write_batch appends, then the Delta log."""
+    per_append = files // APPENDS
+    for version in range(APPENDS):
+        start = version * per_append * ROWS_PER_FILE
+        ids = pa.array(range(start, start + per_append * ROWS_PER_FILE), pa.int64())
+        table = pa.table({"id": ids, "v": pa.compute.multiply(ids, 0.5), "k": pa.compute.cast(ids, pa.string())})
+        write_batch(out, table, app_id="bench", version=version, max_records_per_file=ROWS_PER_FILE,
+                    storage_options=options)
+    sync_delta_log(out, storage_options=options)
+
+
+def selective_filter(files: int) -> ds.Expression:
+    """The ids of 1% of the files, from the middle of the output."""
+    low = files // 2 * ROWS_PER_FILE
+    return (ds.field("id") >= low) & (ds.field("id") < low + files // 100 * ROWS_PER_FILE)
+
+
+def run(work_dir: str, sizes: list[int], repeats: int, options: dict | None = None) -> FilterResults:
+    """``work_dir``: a local directory, or an ``s3://`` URI with ``options`` (storage options)."""
+    from deltalake import DeltaTable
+
+    results = FilterResults(sizes, "local disk" if options is None else "moto S3")
+    for files in sizes:
+        out = f"{work_dir.rstrip('/')}/filter-{files}"
+        seconds, _ = timed(lambda: build(out, files, options))
+        results.build_seconds[files] = seconds
+        rows, chosen = files * ROWS_PER_FILE, selective_filter(files)
+        matching = files // 100 * ROWS_PER_FILE
+        uri, delta_options = Storage(out, options).object_store_location()
+
+        def delta() -> ds.Dataset:
+            return DeltaTable(uri, storage_options=delta_options).to_pyarrow_dataset()
+
+        readers = {
+            ("ours", "count"): (lambda: count_committed(out, storage_options=options), rows),
+            ("delta-rs", "count"): (lambda: delta().count_rows(), rows),
+            ("ours", "filter"): (lambda: read_committed(out, filter=chosen, storage_options=options).num_rows, matching),
+            ("delta-rs", "filter"): (lambda: delta().to_table(filter=chosen).num_rows, matching),
+        }
+        for fn, _ in readers.values():
+            fn()  # warm-up
+        for rep in range(repeats):
+            for key in (list(readers) if rep % 2 == 0 else list(readers)[::-1]):
+                fn, expected = readers[key]
+                seconds, found = timed(fn)
+                if found != expected:
+                    raise RuntimeError(f"{key}: {found} rows, expected {expected}")
+                results.times.setdefault((*key, files), Stat()).add(seconds)
+        logger.info(
+            "filter %d files: count ours %s delta-rs %s; 1%% read ours %s delta-rs %s", files,
+            results.times[("ours", "count", files)].fmt(), results.times[("delta-rs", "count", files)].fmt(),
+            results.times[("ours", "filter", files)].fmt(), results.times[("delta-rs", "filter", files)].fmt(),
+        )
+        if options is None:
+            shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
+def section(results: FilterResults) -> str:
+    """The markdown of the section (ratios > 1: ours faster)."""
+    lines = [
+        "## 7. Row counts and selective filtered reads vs delta-rs\n",
+        f"Outputs of N files of {ROWS_PER_FILE} rows (`id` ascending: one id range per file) written by "
+        f"`write_batch` in {APPENDS} appends, with a Delta log of the same files made by `sync_delta_log`; "
+        f"{results.where}. Count: `count_committed(out)` vs `DeltaTable(out).to_pyarrow_dataset().count_rows()`. Filtered "
+        "read (an id range, 1% of the files match): `read_committed(out, filter=f)` vs "
+        "`DeltaTable(out).to_pyarrow_dataset().to_table(filter=f)`. Each from scratch, interleaved repeats; "
+        "median (min-max); ratio = delta-rs / ours per repeat (> 1: ours faster).\n",
+        "| files | count, ours | count, delta-rs | ours vs delta-rs | 1% read, ours | 1% read, delta-rs | ours vs delta-rs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for files in results.files:
+        cells = [f"{files:,}"]
+        for mode in ("count", "filter"):
+            ours, theirs = results.times[("ours", mode, files)], results.times[("delta-rs", mode, files)]
+            ratio = ratio_stat(ours, theirs, False)
+            cells += [ours.fmt(), theirs.fmt(), f"{ratio.median:.2f}x ({ratio.low:.2f}-{ratio.high:.2f})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.filter_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", default="10000,100000", help="output sizes in files, comma-separated")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tmpdir", help="where the outputs go (default: the system temp dir, on disk)")
+    parser.add_argument("--moto", action="store_true", help="on a moto S3 server (tests/helpers/servers.py)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+    logging.getLogger("parquet_sink").setLevel(logging.WARNING)
+    work = tempfile.mkdtemp(prefix="eo-bench-filter-", dir=args.tmpdir)
+    sizes = [int(n) for n in args.files.split(",")]
+    try:
+        if args.moto:
+            from tests.helpers.servers import moto_s3
+
+            with moto_s3() as server:
+                server.make_bucket("bench")
+                results = run("s3://bench", sizes, args.repeats, server.storage_options)
+        else:
+            results = run(work, sizes, args.repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(section(results))
+    for files, seconds in results.build_seconds.items():
+        print(f"(building {files:,} files and their Delta log took {seconds:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Hypothesis strategies of the filtered-read differential: an output written in several files (random
+schema, values at their edges, partition columns) and random ``pyarrow.dataset`` filters over its columns
+(comparisons with literals of the column's type and of other types, ``isin``, ``is_null``/``is_valid``,
+casts, ``&``/``|``/``~``), the literals drawn from the column's values and from the data itself."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+from hypothesis import strategies as st
+
+from tests.helpers.strategies import ATOMIC, DATA_ONLY, Kind
+
+_NAIVE = st.one_of(
+    st.sampled_from([dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1970, 1, 1)]),
+    st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30)),
+)
+_NS_TZ = st.datetimes(
+    min_value=dt.datetime(1678, 1, 1), max_value=dt.datetime(2261, 12, 31), timezones=st.just(dt.timezone.utc)
+)
+# Besides Spark's types: a timestamp without time zone, one in ns with a zone, a large string, an unsigned int.
+FILTER_KINDS = [k for k in ATOMIC + DATA_ONLY if k.name not in ("binary", "any binary")] + [
+    Kind("timestamp_ntz", pa.timestamp("us"), _NAIVE, partitionable=False),
+    Kind("timestamp_ns_ny", pa.timestamp("ns", "America/New_York"), _NS_TZ, partitionable=False),
+    Kind("large string", pa.large_string(), st.text(max_size=80), partitionable=False),
+    Kind("uint32", pa.uint32(), st.sampled_from([0, 2**32 - 1]) | st.integers(0, 2**32 - 1), partitionable=False),
+]
+_PARTITION_KINDS = [k for k in ATOMIC if k.partitionable and k.name not in ("binary", "float", "double")]
+_CASTS = {  # column type family -> targets of a cast in a filter
+    "int": [pa.float64(), pa.int64(), pa.decimal128(38, 2), pa.string()],  # to string: out of order
+    "float": [pa.float64(), pa.float32()],
+    "decimal": [pa.float64()],
+    "date": [pa.timestamp("s"), pa.string()],
+    "timestamp": [pa.date32(), pa.timestamp("ms", "UTC")],
+    "string": [pa.large_string()],
+}
+
+
+def _family(typ: pa.DataType) -> str:
+    for name, check in (("int", pa.types.is_integer), ("float", pa.types.is_floating), ("decimal", pa.types.is_decimal),
+                        ("date", pa.types.is_date), ("timestamp", pa.types.is_timestamp),
+                        ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))):
+        if check(typ):
+            return name
+    return "other"
+
+
+@dataclass(frozen=True)
+class FilterCase:
+    """An output's batches (each a table written by one ``write_batch``), its partition columns, and how
+    many rows a file holds at most."""
+
+    kinds: dict[str, Kind]
+    partitions: list[str]
+    batches: list[list[dict]] = field(repr=False)
+    max_records_per_file: int
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema({"id": pa.int64()} | {c: k.arrow for c, k in self.kinds.items()})
+
+    def tables(self) -> list[pa.Table]:
+        return [pa.Table.from_pylist(rows, schema=self.schema) for rows in self.batches]
+
+    def __repr__(self) -> str:
+        return (f"FilterCase(kinds={ {c: k.name for c, k in self.kinds.items()} }, partitions={self.partitions}, "
+                f"max_records_per_file={self.max_records_per_file}, batches={self.batches!r})")
+
+
+def _edges(kind: Kind) -> st.SearchStrategy:
+    """The values at the edges of a column's type: NaN and signed zeros, the smallest and largest integers."""
+    typ = kind.arrow
+    if pa.types.is_floating(typ):
+        return st.sampled_from([float("nan"), -0.0, 0.0, float("inf"), float("-inf")])
+    if pa.types.is_integer(typ):
+        info = (typ.bit_width, pa.types.is_signed_integer(typ))
+        low, high = (-(2 ** (info[0] - 1)), 2 ** (info[0] - 1) - 1) if info[1] else (0, 2 ** info[0] - 1)
+        return st.sampled_from([low, high, 0])
+    return kind.values
+
+
+@st.composite
+def filter_cases(draw: st.DrawFn) -> FilterCase:
+    """2-5 batches of 0-6 rows over 1-4 columns (0-1 of them a partition column)."""
+    floats = [k for k in FILTER_KINDS if pa.types.is_floating(k.arrow)]  # NaN and signed zeros: drawn more often
+    data_kinds = draw(st.lists(st.sampled_from(FILTER_KINDS) | st.sampled_from(floats), min_size=1, max_size=3))
+    kinds = {f"c{i}": k for i, k in enumerate(data_kinds)}
+    partitions = []
+    if draw(st.booleans()):
+        kinds["p"] = draw(st.sampled_from(_PARTITION_KINDS))
+        partitions = ["p"]
+    pools = {c: draw(st.lists(st.none() | _edges(k) | k.values, min_size=1, max_size=4)) for c, k in kinds.items()}
+    batches, next_id = [], 0
+    for size in draw(st.lists(st.integers(0, 6), min_size=2, max_size=5)):
+        rows = draw(st.lists(st.fixed_dictionaries({c: st.sampled_from(pool) for c, pool in pools.items()}),
+                             min_size=size, max_size=size))
+        batches.append([{"id": next_id + i} | r for i, r in enumerate(rows)])
+        next_id += size
+    if not next_id:
+        batches[-1] = [{"id": 0} | {c: pool[0] for c, pool in pools.items()}]
+    return FilterCase(kinds, partitions, batches, draw(st.sampled_from([1, 2, 3])))
+
+
+def _literal(draw: st.DrawFn, kind: Kind, seen: list) -> pa.Scalar:
+    """A literal for a comparison with a column of ``kind``: a value of its type (drawn or seen in the data),
+    null, or a value of another type Arrow compares it with."""
+    value = draw(st.sampled_from(seen) | kind.values if seen else kind.values)
+    family = _family(kind.arrow)
+    choice = draw(st.integers(0, 9))
+    if choice == 0:
+        return pa.scalar(None, kind.arrow)
+    if choice == 1 and value is not None:
+        if family in ("int", "decimal"):
+            return pa.scalar(float(value) + draw(st.sampled_from([0.0, 0.5, -0.5])))
+        if family == "float":
+            return pa.scalar(value, pa.float32() if kind.arrow == pa.float64() else pa.float64())
+        if family == "string":
+            return pa.scalar(value + draw(st.sampled_from(["", "\x00", "a", "\U0010ffff"])), pa.string())
+        if family == "timestamp" and kind.arrow.tz is not None:
+            return pa.scalar(value, pa.timestamp("ns", "UTC")) if value.year > 1677 and value.year < 2262 else pa.scalar(value, kind.arrow)
+    return pa.scalar(value, kind.arrow)
+
+
+@st.composite
+def filters(draw: st.DrawFn, case: FilterCase, depth: int = 2) -> ds.Expression:
+    """A random filter over ``case``'s columns."""
+    if depth > 0 and draw(st.integers(0, 1)) == 0:
+        shape = draw(st.sampled_from(["and", "or", "not", "not"]))
+        left = draw(filters(case, depth - 1))
+        if shape == "not":
+            return ~left
+        right = draw(filters(case, depth - 1))
+        return (left & right) if shape == "and" else (left | right)
+    column = draw(st.sampled_from(list(case.kinds)))
+    kind = case.kinds[column]
+    seen = [row[column] for rows in case.batches for row in rows]
+    target = ds.field(column)
+    casts = _CASTS.get(_family(kind.arrow), [])
+    shape = draw(st.sampled_from(["compare", "compare", "compare", "isin", "null", "valid", "cast"]))
+    if shape == "null":
+        return target.is_null(nan_is_null=draw(st.booleans()))
+    if shape == "valid":
+        return target.is_valid()
+    if shape == "isin":
+        values = draw(st.lists(st.sampled_from(seen) | kind.values, min_size=1, max_size=4))
+        return target.isin(pa.array(values, kind.arrow))
+    literal = _literal(draw, kind, seen)
+    if shape == "cast" and casts:
+        to_type = draw(st.sampled_from(casts))
+        target = target.cast(to_type)
+        try:
+            literal = literal.cast(to_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
+    flipped = draw(st.booleans())
+    ops = {
+        "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    }
+    if flipped:  # the literal on the left
+        return ops[op](ds.scalar(literal), target)
+    return ops[op](target, ds.scalar(literal))
+
+
+__all__ = ["FILTER_KINDS", "FilterCase", "filter_cases", "filters"]

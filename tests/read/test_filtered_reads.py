@@ -1,0 +1,140 @@
+"""Filtered reads and counts (issue 38 item 3): ``read_committed(filter=...)`` skips files by the log's
+statistics and partition values before opening them and returns what pyarrow's filter over the unfiltered
+read returns; ``count_committed`` counts from the log's row counts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from parquet_sink import committed_files, count_committed, errors, read_committed, write_batch
+from tests.helpers.filters import FilterCase, filter_cases, filters
+from tests.helpers.strategies import ATOMIC
+
+
+def _rows(table: pa.Table) -> list[str]:
+    """The rows as a multiset, NaN equal to NaN and -0.0 apart from 0.0 (as repr tells them)."""
+    names = sorted(table.column_names)
+    return sorted(repr(tuple(row[c] for c in names)) for row in table.to_pylist())
+
+
+def _written(case: FilterCase, root: Path) -> str:
+    out = str(root / "out")
+    for version, table in enumerate(case.tables()):
+        write_batch(out, table, app_id="job", version=version, partition_by=case.partitions,
+                    max_records_per_file=case.max_records_per_file, compact_interval=3)
+    return out
+
+
+def check_filters(case: FilterCase, root: Path, chosen: list[ds.Expression], columns: list[str] | None) -> None:
+    out = _written(case, root)
+    full = read_committed(out)
+    assert count_committed(out) == full.num_rows
+    for expression in chosen:
+        try:
+            expected = full.filter(expression)
+        except pa.ArrowInvalid:  # a value the filter cannot cast: the file holding it may be skipped
+            continue
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a filter Arrow refuses for its types
+            with pytest.raises((pa.ArrowNotImplementedError, pa.ArrowTypeError)):
+                read_committed(out, filter=expression)
+            continue
+        got = read_committed(out, filter=expression, columns=columns)
+        assert _rows(got) == _rows(expected.select(columns) if columns else expected), expression
+        assert count_committed(out, filter=expression) == expected.num_rows, expression
+
+
+def test_filtered_reads_equal_pyarrows_filter(tmp_path_factory, fuzz_minutes: float) -> None:
+    """Random outputs and filters (fixed seed, a few examples; ``--fuzz-minutes`` for a long random search)."""
+    if fuzz_minutes:
+        config = settings(max_examples=200, derandomize=False, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck), print_blob=True)
+    else:
+        config = settings(max_examples=40, derandomize=True, deadline=None, database=None,
+                          suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+
+    @config
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        case = data.draw(filter_cases())
+        chosen = data.draw(st.lists(filters(case), min_size=4, max_size=12))
+        columns = data.draw(st.none() | st.just(["id"]))
+        check_filters(case, tmp_path_factory.mktemp("filters"), chosen, columns)
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
+
+
+def _files_output(tmp_path: Path, files: int = 12) -> str:
+    out = str(tmp_path / "out")
+    for version in range(files):
+        table = pa.table({"n": pa.array(range(version * 10, version * 10 + 10), pa.int64()),
+                          "f": [float("nan")] + [version + 0.5] * 9,
+                          "day": [dt.date(2024, 1, 1 + version % 3)] * 10})
+        write_batch(out, table, app_id="job", version=version, partition_by=["day"], compact_interval=5)
+    return out
+
+
+def test_filtered_read_opens_only_the_files_that_may_match(tmp_path):
+    """Every file the statistics rule out is deleted: the filtered read and the count still answer (a read
+    that opened one of them would fail with MissingDataFileError)."""
+    out = _files_output(tmp_path)
+    full = read_committed(out)
+    files = committed_files(out)
+    keep = {files[0].path, files[len(files) - 1].path}  # the reader takes the schema from the first and last file
+    for f in files:
+        if f.path not in keep and f.batch_id != 4:  # batch 4 holds n 40..49 and f 4.5
+            os.remove(f.path)
+    for expression in [(ds.field("n") >= 40) & (ds.field("n") < 50), ds.field("n") == 45,
+                       ds.field("n").isin([41, 49]), (ds.field("f") > 4.0) & (ds.field("f") < 5.0)]:
+        assert _rows(read_committed(out, filter=expression)) == _rows(full.filter(expression))
+        assert count_committed(out, filter=expression) == full.filter(expression).num_rows
+    # NaN is in no bound: a negated comparison keeps every file's NaN row, so it must open them all
+    with pytest.raises(Exception, match="missing"):
+        read_committed(out, filter=~(ds.field("f") < 100.0))
+
+
+def test_count_needs_no_footer(tmp_path):
+    out = _files_output(tmp_path)
+    rows = read_committed(out).num_rows
+    files = committed_files(out)
+    first, last = files[0].path, files[len(files) - 1].path
+    originals = {p: Path(p).read_bytes() for p in (first, last)}
+    for f in files:
+        Path(f.path).write_bytes(b"not parquet")  # any footer read would fail
+    assert count_committed(out) == rows == 120
+    for path, data in originals.items():  # a filter's types come from the first and the last file's schema
+        Path(path).write_bytes(data)
+    assert count_committed(out, filter=ds.field("n") >= 0) == 120  # every row matches: from the stats alone
+    assert count_committed(out, filter=ds.field("day") == dt.date(2024, 1, 2)) == 40  # partition values decide
+    assert count_committed(out, as_of_batch=3) == 40
+
+
+def test_regression_filters(tmp_path):
+    """Shapes the evaluator must not prune: NaN against negations, null literals, is_null on values, -0.0."""
+    double = next(kind for kind in ATOMIC if kind.name == "double")
+    case = FilterCase(
+        {"c0": double},
+        [], [[{"id": 0, "c0": float("nan")}, {"id": 1, "c0": -0.0}], [{"id": 2, "c0": None}, {"id": 3, "c0": 0.0}]], 2,
+    )
+    chosen = [~(ds.field("c0") < 1.0), ds.field("c0") != 0.0, ds.field("c0").is_null(nan_is_null=True),
+              ds.field("c0") == -0.0, ~(ds.field("c0") == pa.scalar(None, pa.float64())),
+              (ds.field("c0") > 0.0).is_null(), ds.field("c0").is_valid()]
+    check_filters(case, tmp_path, chosen, None)
+
+
+def test_filter_of_another_kind_is_a_parameter_error(tmp_path):
+    out = _files_output(tmp_path, files=1)
+    for call in (read_committed, count_committed):
+        with pytest.raises(errors.ParameterError, match="not a pyarrow.dataset expression"):
+            call(out, filter="n > 3")
