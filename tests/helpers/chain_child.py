@@ -11,7 +11,9 @@ Modes (``config["mode"]``):
 * ``writer``: ``write_batch(out, rows(app_id, v), app_id=..., version=v)`` for ``v`` in ``versions``;
   ``go``: a file to wait for before the first write (so two writers start together).
 
-Common keys: ``out``, ``app_id``, ``storage_options``, ``partition_by``, ``max_records_per_file``;
+Common keys: ``out``, ``app_id``, ``storage_options``, ``partition_by``, ``max_records_per_file``,
+``clock_offset_s`` (this process's clock runs that many seconds off: ``time.time`` shifted before the package
+is imported, a writer on a machine whose clock disagrees);
 ``progress`` (one JSON line per write_batch result) and ``result`` (how the run ended), ``started``.
 Exit codes: 0 done; 3 an error (``result`` names it); killed children die by SIGKILL.
 """
@@ -67,6 +69,10 @@ def _write(config: dict, data: pa.Table, version: int) -> None:
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     os.environ["PARQUET_SINK_KILL_PGID"] = str(os.getpgid(0))
+    offset = config.get("clock_offset_s")
+    if offset:
+        real_time = time.time
+        time.time = lambda: real_time() + offset
     from parquet_sink import committed_version, iter_batches
 
     Path(config["started"]).touch()

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, decide_write, version_record
+from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
@@ -266,7 +266,7 @@ def write_batch(
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [LogEntry(log.storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             rows = sum(s.num_rows for s in statuses)
-            entries = record.log_entries(log.storage, int(time.time() * 1000), data, rows)
+            entries = record.log_entries(log.storage, next_commit_time(newest_commit_time(snap.table)), data, rows)
             refuse_missing_files(
                 log.storage, [s.path for s in statuses], f"{what}: log batch {log_batch}",
                 "call write_batch again to rewrite them",

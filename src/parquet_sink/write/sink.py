@@ -47,6 +47,7 @@ from ..errors import (
 from ..failpoints import failpoint
 from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
 from ..log.snapshot import data_files, read_log_files
+from ..read.history import newest_commit_time, next_commit_time
 from ..log.compaction import LogOptions, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, read_committed_schema
@@ -89,6 +90,7 @@ class _OutputState:
     queries: dict[str | None, CommitRecord] = field(default_factory=dict)
     schema: pa.Schema | None = None
     partition_columns: tuple[str, ...] | None = None
+    newest_commit_ms: int | None = None  # the newest commit time in the log (commit times only increase)
 
 
 class ParquetSink:
@@ -313,13 +315,15 @@ class ParquetSink:
             )
             data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             progress.rows = sum(s.num_rows for s in statuses)
-            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, progress.rows), query_id, batch_id)
+            commit_ms = next_commit_time(state.newest_commit_ms)
+            self._commit(target, record.log_entries(storage, commit_ms, data, progress.rows), query_id, batch_id)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
         progress.commit_seconds = time.monotonic() - started
         state.latest = target
         state.queries[query_id] = record
+        state.newest_commit_ms = commit_ms
         progress.files = len(statuses)
         progress.bytes = sum(s.size for s in statuses)
         self._recent.append(progress)
@@ -420,6 +424,9 @@ class ParquetSink:
         state = self._state
         for record in records_of(table):
             state.queries[record.query_id] = record
+        newest = newest_commit_time(table)
+        if newest is not None and (state.newest_commit_ms is None or newest > state.newest_commit_ms):
+            state.newest_commit_ms = newest
         data = data_files(table)
         if data.num_rows:
             last = data.slice(data.num_rows - 1)
