@@ -41,7 +41,7 @@ from ..read.chain import app_commits, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
-from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
+from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, read_committed_schema
@@ -254,8 +254,8 @@ def write_batch(
             if table.num_rows:
                 _check_schema(log, snap.table, table, partition_by, what)
             if statuses is None:
-                if latest < 0 and not allow_existing_files:
-                    refuse_existing_data(log.storage, f"write_batch of {what}")
+                if latest < 0:
+                    start_output(log, allow_existing_files, f"write_batch of {what}")
                 # the lease protects the files from `vacuum` until the app commits this version (whatever
                 # log batch that ends up as) or the call ends
                 lease = InFlightBatch.begin(log.storage, log_batch, secrets.token_hex(8), app_id, version, app=True)

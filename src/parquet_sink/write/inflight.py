@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ExistingDataError, MissingDataFileError
-from ..log.files import HIDDEN_DIR, METADATA_DIR, parse_batch_name
+from ..log.files import HIDDEN_DIR, METADATA_DIR, output_started, parse_batch_name
+from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..storage.filesystem import FileInfo, Storage
 
@@ -142,6 +143,24 @@ def staging_dirs(storage: Storage) -> list[FileInfo]:
     Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/ab12']``.
     """
     return [i for i in storage.ls(storage.join(HIDDEN_DIR, STAGING)) if i.is_dir]
+
+
+def start_output(log: MetadataLog, allow_existing_files: bool, what: str) -> None:
+    """Before a writer places the first data file of an output whose log holds no batch: refuse a directory
+    holding a dataset (:func:`refuse_existing_data`, unless ``allow_existing_files``), then create the log
+    directory (:meth:`MetadataLog.start`), as Spark's sink does when its query starts, so that Spark's readers
+    take the output for a sink output from then on and never read files of a first batch that fails.
+
+    An output already started (its log directory, or the hidden area of a writer in flight, exists) is not
+    checked again: the Parquet files in it were written by writers of it (a first batch that failed before
+    its commit, this query's or another's), never a dataset the output was created over, so a restart takes
+    over its own failed attempt. ``what`` names the writer and the batch, for the error.
+
+    Example: ``start_output(MetadataLog("/data/events"), False, "ParquetSink('/data/events'), batch 0")``.
+    """
+    if not allow_existing_files and not output_started(log.storage):
+        refuse_existing_data(log.storage, what)
+    log.start()
 
 
 def refuse_existing_data(storage: Storage, what: str) -> None:

@@ -45,7 +45,7 @@ from ..errors import (
     original_error,
 )
 from ..failpoints import failpoint
-from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
+from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.snapshot import data_files, read_log_files
 from ..read.history import newest_commit_time, next_commit_time
 from ..log.compaction import LogOptions, check_positive_int
@@ -289,8 +289,8 @@ class ParquetSink:
         record = CommitRecord.new(target, query_id, batch_id)
         storage = self.log.storage
         spark_writes = self._spark_writes(storage)
-        if state.latest < 0 and not self.allow_existing_files:
-            refuse_existing_data(storage, f"{self}, batch {batch_id}")
+        if state.latest < 0:
+            start_output(self.log, self.allow_existing_files, f"{self}, batch {batch_id}")
         batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
         try:
             if spark_writes:
