@@ -24,7 +24,6 @@ from tests.helpers.crash_util import (
     assert_parquet_sink,
     assert_same_ids,
     assert_sigkilled,
-    file_ids,
     orphans,
     parquet_on_disk,
     run_child,
