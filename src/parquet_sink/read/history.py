@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ParameterError, SnapshotNotFoundError
-from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, attribute, records_of
+from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, CommitRecord, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot
@@ -53,8 +53,47 @@ HISTORY_SCHEMA = pa.schema(
         ("files", pa.int64()),
         ("bytes", pa.int64()),
         ("rows", pa.int64()),
+        ("operation", pa.string()),  # "append", "optimize", or "optimize-wait" (an empty batch before one)
+        ("files_removed", pa.int64()),  # an optimize's: the files it replaced (null for other operations)
+        ("bytes_removed", pa.int64()),
     ]
 )
+
+# The commit record's query id of an optimize (parquet_sink.maintenance.optimize): its swap carries
+# optimize_fingerprint() as its fingerprint; the empty batches it commits to reach a compaction batch none.
+OPTIMIZE_APP_ID = "parquet-sink/optimize"
+_OPTIMIZE_PREFIX = "optimize."
+
+
+def optimize_fingerprint(key: str, files_removed: int, bytes_removed: int) -> str:
+    """The fingerprint an optimize's commit record carries: its plan's idempotency ``key`` and what it removed
+    (read back by :func:`optimize_figures`).
+
+    Example: ``optimize_fingerprint("9f1c", 180, 270000)`` -> ``'optimize.9f1c.180.270000'``.
+    """
+    return f"{_OPTIMIZE_PREFIX}{key}.{files_removed}.{bytes_removed}"
+
+
+def optimize_figures(record: CommitRecord) -> tuple[str, int, int] | None:
+    """(key, files removed, bytes removed) of an optimize's swap record, None for any other record.
+
+    Example: ``optimize_figures(CommitRecord(19, OPTIMIZE_APP_ID, 19, "ab-optimize.9f1c.180.270000"))`` ->
+    ``('9f1c', 180, 270000)``.
+    """
+    fingerprint = record.fingerprint or ""
+    if record.query_id != OPTIMIZE_APP_ID or not fingerprint.startswith(_OPTIMIZE_PREFIX):
+        return None
+    key, files, size = fingerprint[len(_OPTIMIZE_PREFIX):].split(".")
+    return key, int(files), int(size)
+
+
+def _operation(record: CommitRecord | None) -> tuple[str | None, int | None, int | None]:
+    if record is None:
+        return None, None, None
+    if record.query_id != OPTIMIZE_APP_ID:
+        return "append", None, None
+    figures = optimize_figures(record)
+    return ("optimize", figures[1], figures[2]) if figures else ("optimize-wait", None, None)
 
 
 def monotonic_times(times: list[int | None]) -> list[int | None]:
@@ -132,6 +171,7 @@ def batch_history(snap: LogSnapshot) -> pa.Table:
             times[batch], rows[batch] = time_ms, count
     owners = attribute(records_of(table), range(n))
     known = [b > unknown_upto for b in range(n)]
+    operations = [_operation(owners.get(b)) for b in range(n)]
     return pa.table(
         {
             "log_batch_id": pa.array(range(n), pa.int64()),
@@ -141,6 +181,9 @@ def batch_history(snap: LogSnapshot) -> pa.Table:
             "files": [files[b] if known[b] else None for b in range(n)],
             "bytes": [sizes[b] if known[b] else None for b in range(n)],
             "rows": pa.array(rows, pa.int64()),
+            "operation": [o[0] for o in operations],
+            "files_removed": [o[1] for o in operations],
+            "bytes_removed": [o[2] for o in operations],
         },
         schema=HISTORY_SCHEMA,
     )
