@@ -152,6 +152,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "in_flight_kept": len(plan.in_flight),
         "before_log_kept": len(plan.before_log),
         "delta_kept": len(plan.delta_kept),
+        "replaced_kept": len(plan.replaced_kept),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
@@ -186,6 +187,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         lines.append(
             f"kept {len(plan.delta_kept)} file(s) the Delta log (_delta_log) references in a version within "
             f"{args.older_than}"
+        )
+    if plan.replaced_kept:
+        lines.append(
+            f"kept {len(plan.replaced_kept)} file(s) an optimize replaced less than {args.older_than} ago: the "
+            "snapshot before it (as_of_batch, as_of_time) still reads them"
         )
     if plan.in_flight:
         lines.append(
