@@ -277,3 +277,20 @@ def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, tar
     assert _rows(read_committed(out)) == _rows(pa.concat_tables(expected))
     assert len(committed_files(out)) <= before
     assert MetadataLog(out).check() == []
+
+
+def test_optimize_on_every_store(backend) -> None:
+    """Local disk, moto (S3) and Azurite: the swap, the rows, time travel and a second run with nothing to do."""
+    url, options = backend.url, backend.storage_options
+    expected = []
+    for v in range(4):
+        rows = pa.table({"id": pa.array([10 * v + i for i in range(4)], pa.int64()), "k": ["a", "b", "a", "c"]})
+        write_batch(url, rows, app_id="a", version=v, partition_by=["k"], storage_options=options)
+        expected += rows.column("id").to_pylist()
+    before = {f.path for f in committed_files(url, storage_options=options)}
+    result = optimize(url, storage_options=options)
+    assert result.committed and result.files_added == 3 and result.files_removed == len(before) == 12
+    assert sorted(read_committed(url, storage_options=options).column("id").to_pylist()) == sorted(expected)
+    assert {f.path for f in committed_files(url, storage_options=options, as_of_batch=3)} == before
+    assert not optimize(url, storage_options=options).committed
+    assert MetadataLog(url, options).check() == []
