@@ -294,3 +294,18 @@ def test_optimize_on_every_store(backend) -> None:
     assert {f.path for f in committed_files(url, storage_options=options, as_of_batch=3)} == before
     assert not optimize(url, storage_options=options).committed
     assert MetadataLog(url, options).check() == []
+
+
+def test_an_old_snapshot_whose_log_files_are_gone_is_refused_not_answered_wrong(out: str) -> None:
+    """Once cleanup deleted the log files before the swap, the snapshot before it cannot be answered from the newest
+    compact file (its rows moved to the swap's batch): SnapshotExpiredError, not 0 rows."""
+    from parquet_sink.errors import SnapshotExpiredError
+
+    _write_versions(out, range(13))
+    optimize(out)
+    log_dir = Path(out) / "_spark_metadata"
+    for name in ["9.compact", *map(str, range(10, 19))]:
+        (log_dir / name).unlink()
+    with pytest.raises(SnapshotExpiredError):
+        read_committed(out, as_of_batch=12)
+    assert read_committed(out).num_rows == 13 * 6
