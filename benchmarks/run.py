@@ -11,7 +11,8 @@ delta-rs); 3 reader planning vs Spark and delta-rs as history grows; 4 compactio
 Spark's FileStreamSinkLog; 4b ("shapes") compaction and planning of Spark-written logs of 1M entries
 against the byte-copy floor and Spark; 4c ("stream") per-batch time of a stream continuing on such a log, ours vs
 Spark's sink (p50/p99, compaction batches apart); 5 end-to-end read vs Spark and delta-rs; 6 ("delta") the Delta
-log kept in step with _spark_metadata: Delta commit cost per batch, reading through delta-rs vs read_committed.
+log kept in step with _spark_metadata: Delta commit cost per batch, reading through delta-rs vs read_committed;
+7 ("optimize") compaction of small data files, ours vs delta-rs's optimize.compact(), and reads before and after.
 One SparkSession (local[2]) for
 the whole run; temporary data under a temp dir, removed at the end.
 """
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from . import compaction_bench, delta_bench, planning_bench, read_bench, report, sink_bench, stream_bench
+from . import compaction_bench, delta_bench, optimize_bench, planning_bench, read_bench, report, sink_bench, stream_bench
 from .common import default_driver_memory, machine_info, make_session, versions
 from .data import generate_input, make_batch
 from .synth import make_template
@@ -35,7 +36,7 @@ from .synth import make_template
 logger = logging.getLogger("benchmarks")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta")
+SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta", "optimize")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -74,14 +75,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"subset of the sink contenders (default all: {','.join(sink_bench.SPARK_KINDS)}); "
         "a subset skips the no-Spark ceilings",
     )
+    p.add_argument("--optimize-files", type=int, help="small files to compact in the optimize section (default 10,000, quick 1,000)")
+    p.add_argument("--optimize-rows", type=int, help="rows per small file in the optimize section (default 100)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
-                    "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000}
+                    "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000,
+                    "optimize_files": 1_000, "optimize_rows": 100}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
-                    "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000}
+                    "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000,
+                    "optimize_files": 10_000, "optimize_rows": 100}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -166,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         if "delta" in args.sections:
             os.sync()
             ctx["delta"] = delta_bench.run(work, args.delta_batches, args.delta_rows, args.repeats)
+        if "optimize" in args.sections:
+            os.sync()
+            ctx["optimize"] = optimize_bench.run(spark, work, args.optimize_files, args.optimize_rows, args.repeats)
     finally:
         if spark is not None:
             spark.stop()

@@ -45,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -52,11 +53,13 @@ import secrets
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs
 import pyarrow.parquet as pq
 
 from ..errors import CommitConflictError, ParameterError
@@ -78,6 +81,7 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib|gb|gib)?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
 _ROW_GROUP_ROWS = 1 << 20
+_READ_THREADS = 8  # small files are latency-bound (an object store's GETs above all)
 _SWAP_ATTEMPTS = 10  # commit races lost at the compaction batch before giving up
 
 
@@ -241,19 +245,24 @@ def plan_optimize(
     )
 
 
+def _read_file(storage: Storage, filesystem: pyarrow.fs.FileSystem, info: InputFile) -> tuple[pa.Table, bool]:
+    """One input file's rows (its own columns only) and whether it holds an INT96 timestamp (Spark's writer)."""
+    with storage.translating("reading", info.path), filesystem.open_input_file(info.path) as handle:
+        parquet = pq.ParquetFile(handle)
+        int96 = any(parquet.schema.column(i).physical_type == "INT96" for i in range(len(parquet.schema)))
+        return parquet.read(), int96
+
+
 def _read_bin(storage: Storage, inputs: Sequence[InputFile]) -> tuple[pa.Table, bool]:
-    """The rows of ``inputs`` (their file columns, schemas unified permissively as ``read_committed`` does) and
-    whether a timestamp column of theirs is INT96 (Spark's writer)."""
+    """The rows of ``inputs`` (their file columns, schemas unified permissively as ``read_committed`` does), read
+    on threads, and whether a timestamp column of theirs is INT96 (Spark's writer)."""
     filesystem = storage.arrow_filesystem()
-    tables, int96 = [], False
-    for info in inputs:
-        with storage.translating("reading", info.path), filesystem.open_input_file(info.path) as handle:
-            parquet = pq.ParquetFile(handle)
-            int96 = int96 or any(parquet.schema.column(i).physical_type == "INT96" for i in range(len(parquet.schema)))
-            tables.append(parquet.read())
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        read = list(pool.map(functools.partial(_read_file, storage, filesystem), inputs))
+    tables = [table for table, _ in read]
     metadata = tables[-1].schema.metadata  # the newest file's footer (Spark's row metadata) describes the widest schema
     table = pa.concat_tables(tables, promote_options="permissive")
-    return table.replace_schema_metadata(metadata), int96
+    return table.replace_schema_metadata(metadata), any(int96 for _, int96 in read)
 
 
 def _write_bin(storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str]) -> tuple[str, int, int]:
@@ -379,26 +388,31 @@ def _commit(
     storage = log.storage
     where = storage.display(storage.root)
     lost = 0
+    snap: LogSnapshot | None = None
+    newest_time: int | None = None
     while True:
-        snap = read_snapshot(log)
+        if snap is None:  # first, and after every lost race: what changed since
+            snap = read_snapshot(log)
+            newest_time = newest_commit_time(snap.table)
+            live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
+            for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
+                storage.delete(written.pop(bin_)[0])  # never committed: no reader can have it
+                result.abandoned.append(bin_)
+                logger.info("%s: another writer removed an input of a bin in %s first: its rewrite is dropped", where, bin_.directory or "/")
+            if not written:
+                return lease
         latest = -1 if snap.latest is None else snap.latest
-        live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
-        for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
-            new_path = written.pop(bin_)[0]
-            storage.delete(new_path)  # never committed: no reader can have it
-            result.abandoned.append(bin_)
-            logger.info("%s: another writer removed an input of a bin in %s first: its rewrite is dropped", where, bin_.directory or "/")
-        if not written:
-            return lease
         batch = latest + 1
-        now = next_commit_time(newest_commit_time(snap.table))
+        now = next_commit_time(newest_time)
         if not log.is_compaction_batch(batch, interval):
             entries = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch).log_entries(storage, now, [], 0)
             failpoint("optimize_padding")
-            if log.add(batch, entries):
+            if log.add(batch, entries):  # an empty batch changes no live file: no need to read the log again
                 result.padding_batches.append(batch)
+                snap, newest_time = LogSnapshot(snap.listing, batch, snap.table), now
             else:
                 result.conflicts += 1
+                snap = None
             continue
         if lease.log_batch_id != batch:  # moved past a compaction batch another writer took
             moved = InFlightBatch.begin(storage, batch, secrets.token_hex(8), OPTIMIZE_APP_ID, batch)
@@ -423,6 +437,7 @@ def _commit(
             )
             return lease
         result.conflicts += 1
+        snap = None
         lost += 1
         if lost >= _SWAP_ATTEMPTS:
             raise CommitConflictError(
