@@ -217,7 +217,8 @@ class _SourcePlan:
                 newest = pc.max(batches).as_py()
                 expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
         if removed:
-            gone = pc.and_(pc.invert(table.column("isDir")), pc.is_in(table.column("path"), pa.array(list(removed), pa.string())))
+            listed = pc.is_in(table.column("path"), pa.array(list(removed), pa.string()))
+            gone = pc.and_(pc.invert(table.column("isDir")), listed)
             rows = pc.indices_nonzero(gone).to_pylist()
             if rows:
                 dropped.update(offset + row for row in rows)
@@ -508,23 +509,18 @@ class CompactibleLog(LogFiles):
         """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.sidecar`).
         A failure to write the copy is logged, not raised: the batch is committed, readers use the JSON."""
         with log_memory_pool():
-            return self._write_compact_file(path, batch_id, sources, sidecars, entries, removed)
+            copy = SidecarWriter()
+            chunks = self._compact_chunks(batch_id, sources, sidecars, entries, copy, removed)
+            return self._publish_compact(path, batch_id, chunks, copy)
 
-    def _write_compact_file(
-        self,
-        path: str,
-        batch_id: int,
-        sources: list[tuple[int, str]],
-        sidecars: dict[int, str],
-        entries: list[LogEntry],
-        removed: frozenset[str],
+    def _publish_compact(
+        self, path: str, batch_id: int, chunks: Iterator[bytes | memoryview | pa.Buffer], copy: SidecarWriter
     ) -> bool:
+        """Publish the compact file made of ``chunks`` (exclusive create), then the columnar copy ``copy``."""
         written = Checksum()
-        copy = SidecarWriter()
         try:
             # the compact file's bytes are made on a thread while this one checksums and writes them
-            chunks = ahead(self._compact_chunks(batch_id, sources, sidecars, entries, copy, removed))
-            ok = self.storage.put_if_absent(path, written.wrap(chunks))
+            ok = self.storage.put_if_absent(path, written.wrap(ahead(chunks)))
         except BaseException:
             copy.discard()
             raise

@@ -96,7 +96,9 @@ def parse_file_size(value: int | str) -> int:
     else:
         match = _SIZE.match(value) if isinstance(value, str) else None
         if not match:
-            raise ParameterError(f"invalid file size {value!r}: use bytes or a number with B, KB, MB, GB (or KiB, MiB, GiB)")
+            raise ParameterError(
+                f"invalid file size {value!r}: use bytes or a number with B, KB, MB, GB (or KiB, MiB, GiB)"
+            )
         unit = match.group(2)
         result = int(match.group(1)) * _SIZE_UNIT[unit.lower() if unit else None]
     if result < 1:
@@ -327,9 +329,13 @@ def optimize(
     started = time.monotonic()
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
+    if isinstance(sort_by, str):
+        raise ParameterError(f"sort_by must be a list of column names, e.g. [{sort_by!r}], got the string {sort_by!r}")
     sort_by = list(sort_by or ())
     if partitions is not None and not isinstance(partitions, Mapping):
-        raise ParameterError(f"partitions must be a mapping of column to value, e.g. {{'day': '2024-01-01'}}, got {partitions!r}")
+        raise ParameterError(
+            f"partitions must be a mapping of column to value, e.g. {{'day': '2024-01-01'}}, got {partitions!r}"
+        )
     log = MetadataLog(path, storage_options, compact_interval=compact_interval)
     storage = log.storage
     snap = read_snapshot(log)
@@ -380,7 +386,11 @@ def _refuse_spark_sink(log: MetadataLog, snap: LogSnapshot, where: str) -> None:
 
 
 def _commit(
-    log: MetadataLog, result: OptimizeResult, written: dict[Bin, tuple[str, int, int]], interval: int, lease: InFlightBatch
+    log: MetadataLog,
+    result: OptimizeResult,
+    written: dict[Bin, tuple[str, int, int]],
+    interval: int,
+    lease: InFlightBatch,
 ) -> InFlightBatch:
     """Commit the swap of ``written`` (bin -> new file) at the next compaction batch: empty batches up to it,
     then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. Returns the
@@ -398,7 +408,10 @@ def _commit(
             for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
                 storage.delete(written.pop(bin_)[0])  # never committed: no reader can have it
                 result.abandoned.append(bin_)
-                logger.info("%s: another writer removed an input of a bin in %s first: its rewrite is dropped", where, bin_.directory or "/")
+                logger.info(
+                    "%s: another writer removed an input of a bin in %s first: its rewrite is dropped",
+                    where, bin_.directory or "/",
+                )
             if not written:
                 return lease
         latest = -1 if snap.latest is None else snap.latest
