@@ -157,12 +157,14 @@ def test_an_optimize_losing_to_a_writer_moves_to_the_next_compaction_batch(spark
     _assert_readers(spark, out, expected)
 
 
-def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("partition_by", [None, ["bucket"]])  # bucket: id % 3 (crash_child's attempt_bucket)
+def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path, partition_by) -> None:
     inputs = write_inputs(tmp_path / "in", range(12), 10)
     out = tmp_path / "out"
     query = start_child(tmp_path, {
         "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
-        "max_files_per_trigger": 1,
+        "max_files_per_trigger": 1, "sink": {"partition_by": partition_by} if partition_by else {},
+        "attempt_bucket": bool(partition_by),
     })
     swaps = 0
     while query.proc.poll() is None:
