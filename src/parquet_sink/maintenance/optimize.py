@@ -234,12 +234,14 @@ def plan_optimize(
     for directory in sorted(by_directory):
         files = sorted(by_directory[directory], key=lambda f: (-1 if f.batch_id is None else f.batch_id, f.path))
         current: list[InputFile] = []
+        size = 0
         for info in files:
-            if current and sum(f.size for f in current) + info.size > target_file_size:
+            if current and size + info.size > target_file_size:
                 if len(current) > 1:
                     bins.append(Bin(directory, tuple(current)))
-                current = []
+                current, size = [], 0
             current.append(info)
+            size += info.size
         if len(current) > 1:
             bins.append(Bin(directory, tuple(current)))
     return OptimizePlan(
@@ -357,7 +359,7 @@ def optimize(
         for bin_ in progress(plan.bins, "rewriting"):
             written[bin_] = _write_bin(storage, bin_, compression, sort_by)
         failpoint("optimize_commit")
-        lease = _commit(log, result, written, interval, lease)
+        lease = _commit(log, result, written, interval, lease, snap)
     finally:
         lease.end(staged=False)
     result.seconds = time.monotonic() - started
@@ -391,15 +393,17 @@ def _commit(
     written: dict[Bin, tuple[str, int, int]],
     interval: int,
     lease: InFlightBatch,
+    planned: LogSnapshot,
 ) -> InFlightBatch:
     """Commit the swap of ``written`` (bin -> new file) at the next compaction batch: empty batches up to it,
-    then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. Returns the
-    lease it holds last."""
+    then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. ``planned``:
+    the snapshot the plan read, used as it is while no batch was committed since. Returns the lease it holds
+    last."""
     storage = log.storage
     where = storage.display(storage.root)
     lost = 0
-    snap: LogSnapshot | None = None
-    newest_time: int | None = None
+    snap: LogSnapshot | None = planned if log.latest_batch_id() == planned.latest else None
+    newest_time = newest_commit_time(planned.table)
     while True:
         if snap is None:  # first, and after every lost race: what changed since
             snap = read_snapshot(log)
