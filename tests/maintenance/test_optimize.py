@@ -309,3 +309,21 @@ def test_an_old_snapshot_whose_log_files_are_gone_is_refused_not_answered_wrong(
     with pytest.raises(SnapshotExpiredError):
         read_committed(out, as_of_batch=12)
     assert read_committed(out).num_rows == 13 * 6
+
+
+def test_cli_optimize_dry_run_then_summary(out: str, capsys) -> None:
+    import json
+
+    from parquet_sink.cli.main import main
+
+    _write_versions(out, range(3))
+    assert main(["optimize", out, "--dry-run", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["dry_run"] and not planned["committed"] and planned["files_removed"] == 12
+    assert MetadataLog(out).latest_batch_id() == 2  # the dry run committed nothing
+    assert main(["optimize", out, "--partition", "day=x", "--sort-by", "id"]) == 0
+    text = capsys.readouterr().out
+    assert "3 file(s)" in text and "-> 1 file(s)" in text and "committed files: 12 before, 10 after" in text
+    assert main(["optimize", out, "--partition", "day"]) == 1
+    assert "use COLUMN=VALUE" in capsys.readouterr().err
+    assert _rows(read_committed(out)) == _rows(pa.concat_tables(_version(v) for v in range(3)))
