@@ -12,7 +12,8 @@ Spark's FileStreamSinkLog; 4b ("shapes") compaction and planning of Spark-writte
 against the byte-copy floor and Spark; 4c ("stream") per-batch time of a stream continuing on such a log, ours vs
 Spark's sink (p50/p99, compaction batches apart); 5 end-to-end read vs Spark and delta-rs; 6 ("delta") the Delta
 log kept in step with _spark_metadata: Delta commit cost per batch, reading through delta-rs vs read_committed; 7
-("filter") row counts and a selective filtered read (1% of the files match) vs delta-rs on the same files.
+("filter") row counts and a selective filtered read (1% of the files match) vs delta-rs on the same files; 8
+("optimize") compaction of small data files, ours vs delta-rs's optimize.compact(), and reads before and after.
 One SparkSession (local[2]) for
 the whole run; temporary data under a temp dir, removed at the end.
 """
@@ -28,7 +29,10 @@ import sys
 import tempfile
 import time
 
-from . import compaction_bench, delta_bench, filter_bench, planning_bench, read_bench, report, sink_bench, stream_bench
+from . import (
+    compaction_bench, delta_bench, filter_bench, optimize_bench, planning_bench, read_bench, report, sink_bench,
+    stream_bench,
+)
 from .common import default_driver_memory, machine_info, make_session, versions
 from .data import generate_input, make_batch
 from .synth import make_template
@@ -36,7 +40,7 @@ from .synth import make_template
 logger = logging.getLogger("benchmarks")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta", "filter")
+SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta", "filter", "optimize")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,16 +84,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"subset of the sink contenders (default all: {','.join(sink_bench.SPARK_KINDS)}); "
         "a subset skips the no-Spark ceilings",
     )
+    p.add_argument("--optimize-files", type=int, help="small files to compact in the optimize section (default 10,000, quick 1,000)")
+    p.add_argument("--optimize-rows", type=int, help="rows per small file in the optimize section (default 100)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
                     "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000,
-                    "delta_sizes": "1000,10000", "filter_files": "1000"}
+                    "delta_sizes": "1000,10000", "filter_files": "1000",
+                    "optimize_files": 1_000, "optimize_rows": 100}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
                     "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000,
-                    "delta_sizes": "1000,10000,100000", "filter_files": "10000,100000"}
+                    "delta_sizes": "1000,10000,100000", "filter_files": "10000,100000",
+                    "optimize_files": 10_000, "optimize_rows": 100}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -180,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             os.sync()
             sizes = [int(n) for n in args.filter_files.split(",")]
             ctx["filter"] = filter_bench.run(work, sizes, args.repeats)
+        if "optimize" in args.sections:
+            os.sync()
+            ctx["optimize"] = optimize_bench.run(spark, work, args.optimize_files, args.optimize_rows, args.repeats)
     finally:
         if spark is not None:
             spark.stop()

@@ -94,7 +94,8 @@ class NotAnOutputError(LogError):
 
 
 class CommitConflictError(ParquetSinkError):
-    """Another writer committed the same batch id first (two queries writing one output)."""
+    """A commit that conflicts with what another writer committed first (another run of the same checkpoint
+    committed the batch; a writer without a query id cannot tell), or lost races too many times in a row."""
 
 
 class ForeignQueryError(ParquetSinkError):

@@ -32,19 +32,16 @@ import pytest
 
 from parquet_sink.log.files import parse_batch_name
 from parquet_sink import MetadataLog, ParquetSink, read_committed
-from parquet_sink.errors import CommitConflictError, ForeignQueryError
 from parquet_sink.log.entry import CommitRecord, attribute
 from tests.helpers.spark_util import spark_home_for_local_cluster
 from tests.helpers.crash_util import (
     SCHEMA,
-    assert_checkpoint_and_log_agree,
     assert_committed_prefix,
     assert_parquet_sink,
     assert_group_gone,
     assert_ok,
     assert_same_ids,
     assert_sigkilled,
-    checkpoint_ids,
     committed_ids,
     committed_paths,
     file_ids,
@@ -420,9 +417,11 @@ def _recording(sink: ParquetSink, errors: list[Exception]):
 
 def test_two_queries_race_for_one_output(spark, tmp_path: Path) -> None:
     """Two queries (two checkpoints) write one output at once. Both reach the commit of log batch 0
-    together (a barrier holds the first commit of each): one wins, the loser gets CommitConflictError
-    and commits nothing. Restarted, the loser gets ForeignQueryError; with on_foreign_query='append' it
-    appends its batches after the winner's. Nothing is ever duplicated and the output stays readable."""
+    together (a barrier holds the first commit of each): one wins, the loser re-reads the log, finds only
+    the winner's append (no conflict) and commits its batch 0 as log batch 1, as Delta's optimistic
+    transactions do; from then on both keep appending, each batch at the next free log batch. Neither query
+    dies, nothing is duplicated or lost, and each query's records map its batches 0..4 once, in order.
+    Restarted on its checkpoint, a query skips nothing new and commits nothing twice."""
     rows = 10
     inputs = {
         "a": write_inputs(tmp_path / "in-a", range(0, 5), rows),
@@ -432,8 +431,9 @@ def test_two_queries_race_for_one_output(spark, tmp_path: Path) -> None:
     barrier = threading.Barrier(2, timeout=120)
     errors: dict[str, list[Exception]] = {"a": [], "b": []}
     queries = {}
+    sinks = {}
     for name in ("a", "b"):
-        sink = ParquetSink(str(out), compact_interval=3)
+        sink = sinks[name] = ParquetSink(str(out), compact_interval=3)
         log = sink.log
         commit = log.add
         first = [True]
@@ -449,38 +449,29 @@ def test_two_queries_race_for_one_output(spark, tmp_path: Path) -> None:
         queries[name] = _start_query(spark, tmp_path / f"in-{name}", tmp_path / f"ckpt-{name}", fn)
     outcome = {name: _await(q) for name, q in queries.items()}
 
-    losers = [n for n in errors if errors[n]]
-    assert len(losers) == 1, f"exactly one query must lose the race: {errors}"
-    loser, winner = losers[0], ({"a", "b"} - set(losers)).pop()
-    assert isinstance(errors[loser][0], CommitConflictError), errors[loser]
-    assert "_spark_metadata" in str(errors[loser][0]) and "log batch 0" in str(errors[loser][0])
-    assert outcome[loser] is not None and outcome[winner] is None
-    assert_same_ids(committed_ids(out), inputs[winner], "read_committed after the race")
-    assert_same_ids(spark_ids(spark, out), inputs[winner], "spark.read.parquet after the race")
-    agreement = assert_checkpoint_and_log_agree(out, tmp_path / f"ckpt-{winner}", rows)
-    assert checkpoint_ids(tmp_path / f"ckpt-{loser}", "commits") == []
-    lost = orphans(out)
-    assert lost and set(ids_of_files(lost)) <= set(inputs[loser]), "the loser's batch-0 files stay uncommitted"
-
-    # Restarted on the same checkpoint: the log's batch 0 is the winner's, not a replay.
-    errors[loser].clear()
-    sink = ParquetSink(str(out), compact_interval=3)
-    fn = _recording(sink, errors[loser])
-    failure = _await(_start_query(spark, tmp_path / f"in-{loser}", tmp_path / f"ckpt-{loser}", fn))
-    assert failure is not None and len(errors[loser]) == 1 and isinstance(errors[loser][0], ForeignQueryError)
-    assert MetadataLog(str(out)).latest_batch_id() == agreement.latest
-
-    # Appending after the winner: everything exactly once.
-    sink = ParquetSink(str(out), compact_interval=3, on_foreign_query="append")
-    assert _await(_start_query(spark, tmp_path / f"in-{loser}", tmp_path / f"ckpt-{loser}", sink)) is None
+    assert errors == {"a": [], "b": []} and outcome == {"a": None, "b": None}, (errors, outcome)
     everything = inputs["a"] + inputs["b"]
-    assert_same_ids(committed_ids(out), everything, "read_committed after the append")
-    assert_same_ids(spark_ids(spark, out), everything, "spark.read.parquet after the append")
+    assert_same_ids(committed_ids(out), everything, "read_committed after the race")
+    assert_same_ids(spark_ids(spark, out), everything, "spark.read.parquet after the race")
+    lost = {name: sum(p.conflicts for p in sink.recent_progress) for name, sink in sinks.items()}
+    assert sum(lost.values()) >= 1, f"the loser of log batch 0 (and later races) moved on: {lost}"
     log = MetadataLog(str(out))
+    assert log.latest_batch_id() == 9 and log.check() == []
     kept = [r for r in map(CommitRecord.from_entry, log.all_files()) if r is not None]
-    records = list(attribute(kept, range(log.latest_batch_id() + 1)).values())  # lean log: runs' ends kept
-    assert [r.query_batch_id for r in records] == list(range(5)) * 2
-    assert len({r.query_id for r in records[:5]}) == 1 and len({r.query_id for r in records[5:]}) == 1
+    records = [r for _, r in sorted(attribute(kept, range(10)).items())]
+    assert len(records) == 10, "every log batch attributed to its query"
+    by_query: dict[str, list[int]] = {}
+    for record in records:
+        by_query.setdefault(record.query_id, []).append(record.query_batch_id)
+    assert sorted(by_query.values()) == [list(range(5))] * 2, by_query
+    assert not orphans(out), "every file written was committed"
+
+    # Restarted on its checkpoint with nothing new: no batch runs, nothing is committed twice.
+    for name in ("a", "b"):
+        sink = ParquetSink(str(out), compact_interval=3)
+        assert _await(_start_query(spark, tmp_path / f"in-{name}", tmp_path / f"ckpt-{name}", sink)) is None
+    assert_same_ids(committed_ids(out), everything, "read_committed after the restarts")
+    assert MetadataLog(str(out)).latest_batch_id() == 9
 
 
 def _latest_in(out: Path) -> int:

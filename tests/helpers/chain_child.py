@@ -9,9 +9,14 @@ Modes (``config["mode"]``):
   committed_version(out, app_id))``: :func:`transform`, then ``write_batch(out, ..., version=batch_id)``.
   ``pause``: seconds to sleep after each batch (widens the window for random kills).
 * ``writer``: ``write_batch(out, rows(app_id, v), app_id=..., version=v)`` for ``v`` in ``versions``;
-  ``go``: a file to wait for before the first write (so two writers start together).
+  ``go``: a file to wait for before the first write (so two writers start together); ``pause``: seconds
+  between writes; ``crash_columns``: the
+  rows have the crash query's columns (``id, file, name``; ``file`` is minus the app index), so the writer
+  appends beside a ``crash_child.py`` query.
 
-Common keys: ``out``, ``app_id``, ``storage_options``, ``partition_by``, ``max_records_per_file``;
+Common keys: ``out``, ``app_id``, ``storage_options``, ``partition_by``, ``max_records_per_file``,
+``clock_offset_s`` (this process's clock runs that many seconds off: ``time.time`` shifted before the package
+is imported, a writer on a machine whose clock disagrees);
 ``progress`` (one JSON line per write_batch result) and ``result`` (how the run ended), ``started``.
 Exit codes: 0 done; 3 an error (``result`` names it); killed children die by SIGKILL.
 """
@@ -67,6 +72,10 @@ def _write(config: dict, data: pa.Table, version: int) -> None:
 def main() -> int:
     config = json.loads(Path(sys.argv[1]).read_text())
     os.environ["PARQUET_SINK_KILL_PGID"] = str(os.getpgid(0))
+    offset = config.get("clock_offset_s")
+    if offset:
+        real_time = time.time
+        time.time = lambda: real_time() + offset
     from parquet_sink import committed_version, iter_batches
 
     Path(config["started"]).touch()
@@ -82,7 +91,13 @@ def main() -> int:
             while go and not os.path.exists(go):
                 time.sleep(0.005)
             for version in config["versions"]:
-                _write(config, writer_rows(config["app_index"], version, config["rows"]), version)
+                table = writer_rows(config["app_index"], version, config["rows"])
+                if config.get("crash_columns"):
+                    ids = table.column("id")
+                    table = pa.table({"id": ids, "file": pc.negate(table.column("app")),
+                                      "name": pa.array([f"w{i}" for i in ids.to_pylist()])})
+                _write(config, table, version)
+                time.sleep(config.get("pause", 0))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test with it
         _write_json(config.get("result"), {"status": "error", "error": repr(exc), "trace": traceback.format_exc()})
         return 3

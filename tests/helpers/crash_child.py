@@ -166,7 +166,7 @@ def run_query(spark, config: dict) -> int:
         _append_line(
             config.get("progress"),
             {"batch_id": p.batch_id, "log_batch_id": p.log_batch_id, "skipped": p.skipped, "rows": p.rows,
-             "files": p.files, "query_id": p.query_id, "time": time.time()},
+             "files": p.files, "query_id": p.query_id, "conflicts": p.conflicts, "time": time.time()},
         )
 
     Path(config["started"]).touch()

@@ -4,8 +4,10 @@ is proven by every Spark interop test, whose outputs now carry them)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import subprocess
+import unittest.mock
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parquet_sink import committed_files, history, read_committed, write_batch
+from parquet_sink import MetadataLog, committed_files, history, read_committed, write_batch
 from parquet_sink.errors import NotAnOutputError, SnapshotNotFoundError
 
 UTC = dt.timezone.utc
@@ -85,6 +87,66 @@ def test_snapshots_past_the_latest_batch_are_a_typed_error_naming_it(tmp_path):
         history(str(tmp_path / "typo"))
 
 
+@contextlib.contextmanager
+def _clock_off(seconds: float):
+    """This process's clock runs ``seconds`` off while the block runs (``time.time`` shifted)."""
+    real = time.time
+    time.time = lambda: real() + seconds
+    try:
+        yield
+    finally:
+        time.time = real
+
+
+def test_writer_an_hour_behind_never_records_a_commit_before_an_earlier_one(tmp_path):
+    """Writer a (this process) commits log batch 0; writer b, a process whose clock is an hour behind, commits
+    batch 1; a commits batch 2. Commit times increase (b's is at least a's batch 0's), so as_of_time half an hour
+    before batch 0 finds no snapshot, and history is in time order. Before, b recorded its own clock: history
+    went back an hour, and as_of_time(batch 0 - 30 min) answered the snapshot of batch 1, holding batch 0's
+    rows, committed after the time asked for."""
+    from tests.helpers.chain_child import writer_rows
+    from tests.helpers.crash_util import assert_ok, run_child
+
+    out = str(tmp_path / "out")
+    before = _now()
+    write_batch(out, writer_rows(1, 0, 1), app_id="a", version=0)
+    config = {"mode": "writer", "out": out, "app_id": "b", "app_index": 2, "versions": [0], "rows": 1,
+              "clock_offset_s": -3600}
+    script = Path(__file__).resolve().parents[1] / "helpers" / "chain_child.py"
+    child = run_child(tmp_path / "children", config, script=script)
+    assert_ok(child)
+    write_batch(out, writer_rows(1, 1, 1), app_id="a", version=1)
+    rows = history(out).to_pylist()[::-1]
+    assert [r["query_id"] for r in rows] == ["a", "b", "a"]
+    times = [r["commit_time"] for r in rows]
+    assert times[0] >= before - dt.timedelta(milliseconds=1) and times[0] < times[1] < times[2], times
+    with pytest.raises(SnapshotNotFoundError, match="before the first commit"):
+        read_committed(out, as_of_time=before - dt.timedelta(minutes=30))
+    assert read_committed(out, as_of_time=times[0]).column("app").to_pylist() == [1]
+    assert read_committed(out, as_of_time=times[1]).num_rows == 2
+    assert [r["commit_time"] for r in history(out).to_pylist()[::-1]] == times
+
+
+def test_history_reads_times_an_older_writer_recorded_out_of_order_as_increasing(tmp_path):
+    """A log whose recorded commit times go back (written before times were monotonic: a writer an hour behind)
+    reads as Delta reads file times that go back: each at least the previous + 1 ms, and as_of_time follows."""
+    out = str(tmp_path / "out")
+    for version, offset in enumerate([0, -3600, 0]):
+        with _clock_off(offset), unittest.mock.patch("parquet_sink.write.appends.next_commit_time", _raw_clock):
+            write_batch(out, pa.table({"v": [version]}), app_id="old", version=version)
+    raw = [r.extra.get("commitTime") for r in MetadataLog(out).all_files() if "commitTime" in r.extra]
+    assert raw[1] < raw[0] < raw[2], "the log holds times that go back"
+    times = [int(r["commit_time"].timestamp() * 1000) for r in history(out).to_pylist()[::-1]]
+    assert times == [raw[0], raw[0] + 1, raw[2]]
+    with pytest.raises(SnapshotNotFoundError, match="before the first commit"):
+        read_committed(out, as_of_time=dt.datetime.fromtimestamp((raw[0] - 1) / 1000, UTC))
+
+
+def _raw_clock(newest_ms, now_ms=None):
+    """The commit time rule before monotonic times: the writer's clock alone."""
+    return int(time.time() * 1000)
+
+
 def _spark_line(root: Path, name: str, size: int) -> str:
     return (
         f'{{"path":"file://{root}/{name}","size":{size},"isDir":false,"modificationTime":1700000000000,'
@@ -108,18 +170,25 @@ def test_history_of_a_log_spark_wrote_is_null_where_it_cannot_tell(tmp_path):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    plan=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 4)), min_size=1, max_size=14),
+    plan=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 4), st.sampled_from([0, 0, -3600, 3600, -1, 0.5])),
+        min_size=1,
+        max_size=14,
+    ),
     interval=st.integers(1, 5),
 )
 def test_history_matches_what_each_write_committed(tmp_path_factory, plan, interval):
-    """A model: two apps append random batches (empty ones too); history says, batch by batch, who wrote it,
-    which version, how many rows and files, whatever compaction kept of the commit records."""
+    """A model: two apps append random batches (empty ones too), each write on a clock off by a drawn number
+    of seconds (an hour either way: writers on machines whose clocks disagree); history says, batch by batch,
+    who wrote it, which version, how many rows and files, whatever compaction kept of the commit records, and
+    its commit times only increase."""
     out = str(tmp_path_factory.mktemp("h") / "out")
     versions = {"a": 0, "b": 0}
     expected = []
-    for app, size in plan:
-        write_batch(out, pa.table({"x": pa.array(range(size), pa.int64())}), app_id=app, version=versions[app],
-                    compact_interval=interval)
+    for app, size, offset in plan:
+        with _clock_off(offset):
+            write_batch(out, pa.table({"x": pa.array(range(size), pa.int64())}), app_id=app, version=versions[app],
+                        compact_interval=interval)
         expected.append((app, versions[app], size))
         versions[app] += 1
     rows = history(out).to_pylist()[::-1]
@@ -130,4 +199,4 @@ def test_history_matches_what_each_write_committed(tmp_path_factory, plan, inter
             r["files"] == 0 and r["rows"] == 0
         )
     times = [r["commit_time"] for r in rows]
-    assert times == sorted(times) and None not in times
+    assert None not in times and all(a < b for a, b in zip(times, times[1:])), times

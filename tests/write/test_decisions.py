@@ -41,13 +41,19 @@ def test_decide_batch_never_commits_twice_nor_out_of_order(history, query, batch
         assert (action, log_batch) == ("skip", own.log_batch_id), "a replay of a committed batch is skipped"
     elif action == "commit":
         assert log_batch == latest + 1, "a commit is always the next log batch"
-        assert append or batch == latest + 1, "without append, a query's batch id is its log batch id"
+        continuing = own is not None and query is not None
+        if continuing and not append:  # other writers may have appended since: the next batch id, any log batch
+            assert batch == own.query_batch_id + 1, "a query commits its batches in order, none skipped"
+        else:
+            assert append or batch == latest + 1, "a query's first batch id is its log batch id"
         assert append or own is not None or latest < 0, "a new query on a used log never commits silently"
     else:
         assert log_batch is None and action in ("foreign", "reset")
         assert not (append and latest >= 0), "with append every new batch is committed"
-        if action == "reset":
-            assert batch > latest + 1, "reset: the checkpoint is ahead of the log"
+        if action == "reset":  # the checkpoint is ahead of the log
+            assert batch > (own.query_batch_id if own is not None and query is not None else latest) + 1
+        else:
+            assert own is None or query is None, "a query that committed before is never foreign"
 
 
 @settings(max_examples=300, deadline=None)

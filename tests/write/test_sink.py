@@ -15,6 +15,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
+from parquet_sink.write.conflicts import Transaction
 from parquet_sink.write.sink import CommitRecord, decide_batch
 from tests.helpers.spark_util import run_available_now, write_input_files
 
@@ -247,7 +248,9 @@ def test_sink_is_picklable_and_keeps_settings(spark, tmp_path):
     assert sorted(read_committed(out).column("id").to_pylist()) == [1, 2]
 
 
-def test_two_writers_one_batch_loser_gets_conflict(spark, tmp_path):
+def test_two_writers_one_batch_loser_without_query_id_gets_conflict(spark, tmp_path):
+    """A writer without a query id (batch-id-only) that loses a commit race cannot tell whether the winner
+    replayed its batch: CommitConflictError, nothing committed (with a query id it moves to the next batch)."""
     out = str(tmp_path / "out")
     a, b = ParquetSink(out), ParquetSink(out)
     a(spark.createDataFrame([(1,)], "id long"), 0)
@@ -256,8 +259,8 @@ def test_two_writers_one_batch_loser_gets_conflict(spark, tmp_path):
     b._state.latest = 0  # b has not seen a's batch 1 yet: its commit of batch 1 must lose
     b._state.queries.clear()
     target = b._target_batch(b._state, None, 1)
-    with pytest.raises(errors.CommitConflictError, match="another writer committed it first"):
-        b._commit(target, [], None, 1)
+    with pytest.raises(errors.CommitConflictError, match="without a query id"):
+        b._commit(CommitRecord.new(target, None, 1), Transaction(None, 1, None, ()), [], 0)
     assert sorted(read_committed(out).column("id").to_pylist()) == [1, 2]
 
 
@@ -281,6 +284,8 @@ def test_decide_batch_rules():
     assert decide_batch(4, {"q1": record}, "q2", 0, append=True) == ("commit", 5)
     assert decide_batch(4, {}, "q1", 5) == ("commit", 5)  # a log written by Spark's own sink
     assert decide_batch(4, {"q1": record}, "q1", 7) == ("reset", None)
+    assert decide_batch(6, {"q1": record}, "q1", 5) == ("commit", 7)  # other writers appended 5 and 6
+    assert decide_batch(6, {"q1": record}, "q1", 6) == ("reset", None)  # its batch 5 is missing
 
 
 def test_timestamp_and_date_columns_round_trip(spark, tmp_path):

@@ -8,7 +8,8 @@ import argparse
 from ..delta.sync import sync_delta_log
 from ..errors import LogError, ParameterError
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
-from ..maintenance import Output, RestartPlan, count_rows, doctor, read_output, vacuum, verify
+from ..maintenance import Output, RestartPlan, count_rows, doctor, optimize, read_output, vacuum, verify
+from . import PROG
 from .options import storage_options
 from .output import emit, format_size, format_table, format_time, progress
 
@@ -155,6 +156,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "in_flight_kept": len(plan.in_flight),
         "before_log_kept": len(plan.before_log),
         "delta_kept": len(plan.delta_kept),
+        "replaced_kept": len(plan.replaced_kept),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
@@ -190,6 +192,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
             f"kept {len(plan.delta_kept)} file(s) a Delta version within the Delta log's retention (and "
             f"{args.older_than}) may read (time travel)"
         )
+    if plan.replaced_kept:
+        lines.append(
+            f"kept {len(plan.replaced_kept)} file(s) an optimize replaced less than {args.older_than} ago: the "
+            "snapshot before it (as_of_batch, as_of_time) still reads them"
+        )
     if plan.in_flight:
         lines.append(
             f"kept {len(plan.in_flight)} unreferenced file(s) of batches in flight ({len(plan.live_leases)} lease(s) "
@@ -197,6 +204,72 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
             "that batch)"
         )
     emit(args, data, "\n".join(lines))
+    return 0
+
+
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    """``optimize PATH [--target-file-size SIZE] [--partition K=V] [--sort-by COL] [--dry-run]``: compact small
+    files; prints files and bytes before and after."""
+    partitions = {}
+    for pair in args.partition:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ParameterError(f"--partition {pair!r}: use COLUMN=VALUE, e.g. --partition day=2024-01-01")
+        partitions[name] = value
+    result = optimize(
+        args.path, target_file_size=args.target_file_size, partitions=partitions or None, sort_by=args.sort_by,
+        dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval or 10,
+        storage_options=storage_options(args), progress=progress,
+    )
+    plan = result.plan
+    storage = plan.storage
+    data = {
+        "ok": True,
+        "path": storage.display(storage.root),
+        "dry_run": result.dry_run,
+        "committed": result.committed,
+        "log_batch_id": result.log_batch_id,
+        "target_file_size": plan.target_file_size,
+        "files_before": plan.files_considered,
+        "bytes_before": plan.bytes_considered,
+        "bins": [
+            {"partition": b.directory, "files": len(b.inputs), "bytes": b.bytes} for b in plan.bins
+        ],
+        "files_removed": plan.files_removed if result.dry_run else result.files_removed,
+        "bytes_removed": plan.bytes_removed if result.dry_run else result.bytes_removed,
+        "files_added": result.files_added,
+        "bytes_added": result.bytes_added,
+        "rows": result.rows,
+        "empty_batches": result.padding_batches,
+        "lost_races": result.conflicts,
+        "abandoned_bins": len(result.abandoned),
+        "seconds": round(result.seconds, 3),
+    }
+    where = data["path"]
+    if result.dry_run:
+        text = (
+            f"would rewrite {plan.files_removed} of {plan.files_considered} committed file(s), "
+            f"{format_size(plan.bytes_removed)}, into {len(plan.bins)} file(s) near {format_size(plan.target_file_size)}"
+        )
+        text += "".join(f"\n  {b.directory or '/'}: {len(b.inputs)} files, {format_size(b.bytes)}" for b in plan.bins)
+    elif not result.committed:
+        text = (
+            f"nothing to optimize in {where}: no partition holds two files smaller than {format_size(plan.target_file_size)}"
+            if not plan.bins else f"nothing committed: other writers removed the inputs of all {len(plan.bins)} bin(s) first"
+        )
+    else:
+        after = plan.files_considered - result.files_removed + result.files_added
+        text = (
+            f"optimized {where} as log batch {result.log_batch_id} in {result.seconds:.1f}s: "
+            f"{result.files_removed} file(s), {format_size(result.bytes_removed)} -> {result.files_added} file(s), "
+            f"{format_size(result.bytes_added)} ({result.rows} rows)\n"
+            f"committed files: {plan.files_considered} before, {after} after"
+        )
+        if result.padding_batches:
+            text += f"\n{len(result.padding_batches)} empty batch(es) committed to reach the compaction batch"
+        if result.abandoned:
+            text += f"\n{len(result.abandoned)} bin(s) given up: another writer removed one of their inputs first"
+    emit(args, data, text)
     return 0
 
 

@@ -11,6 +11,9 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
 * ``vacuum PATH [--older-than 7d] [--allow-short-retention] [--dry-run] [--include-files-before-log]``: delete Parquet data files no
   committed batch references (files older than the log's first commit only when asked).
+* ``optimize PATH [--target-file-size 128MB] [--partition K=V] [--sort-by COL] [--dry-run]``: rewrite the committed
+  small files of each partition into files near the target size, swapped in with one commit every reader sees
+  atomically (safe while the stream runs); progress on a terminal, a summary of files and bytes before and after.
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
   Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
@@ -154,6 +157,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="also delete unreferenced files older than the log's first commit (kept by default: they may be a "
         "dataset the output was created over)",
     )
+    optimize = command(
+        "optimize",
+        "rewrite the committed small files of each partition into files near a target size, swapped in with one "
+        "commit every reader sees atomically (safe while the stream runs)",
+    )
+    optimize.add_argument(
+        "--target-file-size",
+        metavar="SIZE",
+        default="128MiB",
+        help="the size to pack files into, in bytes or with a unit (64MB, 128MiB, 1GB; default 128MiB); files "
+        "at least this big are left as they are",
+    )
+    optimize.add_argument(
+        "--partition",
+        metavar="K=V",
+        action="append",
+        default=[],
+        help="only partition directories with this value (as written in the directory name, unescaped), repeatable",
+    )
+    optimize.add_argument(
+        "--sort-by", metavar="COL", action="append", default=[], help="sort each rewritten file by this data column, repeatable"
+    )
+    optimize.add_argument("--dry-run", action="store_true", help="say what would be rewritten, write nothing")
+    optimize.add_argument("--compression", default="snappy", help="Parquet codec of the new files (default snappy)")
     delta_sync = command(
         "delta-sync",
         "create or bring up to date the output's Delta Lake log (_delta_log), listing exactly the committed files",

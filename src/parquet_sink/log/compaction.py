@@ -180,6 +180,7 @@ class _SourcePlan:
     standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
     figured: set[int] = field(default_factory=set)  # rows carrying a batch's figures (commit time, rows)
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
+    replaced: set[int] = field(default_factory=set)  # removed data entries carrying figures: the figures stay
     sidecar: Sidecar | None = None  # a compact source's columnar copy (its rows from ``direct`` on)
     table: pa.Table | None = None  # a delta's entries from row ``direct`` on, for the new columnar copy
     layouts: list[pa.BooleanArray | None] = field(default_factory=list)  # a delta's lines in the layout, by block
@@ -188,12 +189,16 @@ class _SourcePlan:
     whole: bool = False  # pass one wrote every row
     read: tuple[int, int] | None = None  # the source's (size, CRC-32) as the plan saw it (pass two checks it)
 
-    def scan(self, table: pa.Table, offset: int, cutoff: int | None, source: int) -> tuple[int, list[int]]:
+    def scan(
+        self, table: pa.Table, offset: int, cutoff: int | None, source: int, removed: frozenset[str] = frozenset()
+    ) -> tuple[int, list[int]]:
         """Learn from ``table`` (the source's rows from ``offset``, with their ``batchId``): its commit
-        records, its older retention markers and, with a retention ``cutoff``, its expired data entries.
-        Returns (the newest batch whose entries retention dropped (or a marker says were dropped), -1 if
-        none; the rows of ``table`` it drops, in order); ``source`` stands for entries of unknown batch (a
-        compact file Spark wrote)."""
+        records, its older retention markers and, with a retention ``cutoff``, its expired data entries;
+        with ``removed`` (logged paths; ``table`` then has a ``path`` column), the data entries a rewrite
+        replaced (an optimize), whose batch figures stay as entries of their own (:meth:`rewrites`).
+        Returns (the newest batch whose entries retention or a rewrite dropped (or a marker says were
+        dropped), -1 if none; the rows of ``table`` it drops, in order); ``source`` stands for entries of
+        unknown batch (a compact file Spark wrote)."""
         expired_upto = -1
         has_record = pc.is_valid(table.column(COMMIT_ID_KEY))
         rows = pc.indices_nonzero(has_record).to_pylist()
@@ -217,13 +222,25 @@ class _SourcePlan:
                 batches = table.column(BATCH_KEY).take(expired)
                 newest = pc.max(batches).as_py()
                 expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
+        if removed:
+            listed = pc.is_in(table.column("path"), pa.array(list(removed), pa.string()))
+            gone = pc.and_(pc.invert(table.column("isDir")), listed)
+            rows = pc.indices_nonzero(gone).to_pylist()
+            if rows:
+                dropped.update(offset + row for row in rows)
+                batches = table.column(BATCH_KEY).take(rows)
+                newest = pc.max(batches).as_py()
+                expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
+                self.replaced.update(offset + row for row in pc.indices_nonzero(pc.and_(gone, figured)).to_pylist())
         self.drop |= dropped
         return expired_upto, sorted(dropped)
 
     def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
         """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
         loses its keys (``"strip"``; its own entry goes, unless it carries the batch's figures, which stay);
-        a kept record on a data entry that retention drops stays, as an entry of its own (``"standalone"``)."""
+        a kept record on a data entry that retention drops stays, as an entry of its own (``"standalone"``);
+        the figures of a replaced data entry whose record is not kept stay as an entry of their own
+        (``"figures"``), so ``history`` and ``as_of_time`` still know when its batch was committed."""
         drop, rewrite = set(self.drop), {}
         for row, record in self.records:
             kept = record.log_batch_id in keep
@@ -238,6 +255,9 @@ class _SourcePlan:
                     rewrite[row] = "standalone"
             elif not kept:
                 rewrite[row] = "strip"
+        for row in self.replaced - set(rewrite):
+            drop.discard(row)
+            rewrite[row] = "figures"
         return drop, rewrite
 
 
@@ -250,9 +270,15 @@ def _checked(groups: Iterator[tuple[int, pa.Table]], path: str) -> Iterator[tupl
 
 
 def _rewritten(entry: LogEntry, how: str, storage: Storage) -> LogEntry:
-    """``entry`` without its commit record (``"strip"``), or its record as an entry of its own."""
+    """``entry`` without its commit record (``"strip"``), its figures alone (``"figures"``), or its record as
+    an entry of its own."""
     if how == "strip":
         return without_record(entry)
+    if how == "figures":
+        return LogEntry(
+            storage.to_uri(storage.join("_spark_metadata")), 0, True, entry.modification_time, 0, 0, "add",
+            entry.batch_id, figures_of(entry),
+        )
     record = CommitRecord.from_entry(entry)
     assert record is not None
     return record.to_entry(storage, entry.modification_time, figures_of(entry))
@@ -413,9 +439,14 @@ class CompactibleLog(LogFiles):
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def add(self, batch_id: int, entries: Sequence[LogEntry]) -> bool:
+    def add(self, batch_id: int, entries: Sequence[LogEntry], removed: frozenset[str] = frozenset()) -> bool:
         """Atomically commit batch ``batch_id``. False if the batch (or a later one) already exists; never
         overwrites. Batches form an unbroken chain from 0: adding past ``latest + 1`` raises LogError.
+
+        ``removed``: logged paths of data entries that the compact file of ``batch_id`` leaves out (the files
+        a rewrite replaced with ``entries``: :func:`parquet_sink.maintenance.optimize`), with a retention
+        marker so that readers refuse older snapshots newer log files cannot answer; only on a compaction
+        batch, the one place a swap is atomic for Spark's readers (LogError elsewhere).
 
         Entries of a compact file are stamped with ``batchId`` (a delta file's name says it). On a
         compaction batch the compact file is streamed from the previous compact file and the deltas (bounded
@@ -438,14 +469,19 @@ class CompactibleLog(LogFiles):
         stamped = [e if e.batch_id == batch_id else dataclasses.replace(e, batch_id=batch_id) for e in entries]
         interval = self.interval_for(listing)
         path = self.batch_path(batch_id, interval)
+        if removed and not self.is_compaction_batch(batch_id, interval):
+            raise LogError(
+                f"cannot remove files at batch {batch_id} of {self.display(self.log_dir)}: it is not a compaction "
+                f"batch (interval {interval}), and Spark's readers honour no removal elsewhere."
+            )
         if self.is_compaction_batch(batch_id, interval):
             started = time.monotonic()
             sources = self._sources(batch_id, listing, interval)
             try:
-                ok = self._write_compact(path, batch_id, sources, listing.sidecars, stamped)
+                ok = self._write_compact(path, batch_id, sources, listing.sidecars, stamped, removed)
             except _StaleSidecar as exc:
                 logger.warning("%s: %s; compacting batch %d from the JSON log files instead", self, exc, batch_id)
-                ok = self._write_compact(path, batch_id, sources, {}, stamped)
+                ok = self._write_compact(path, batch_id, sources, {}, stamped, removed)
             logger.info("%s: compacted batch %d in %.3fs", self, batch_id, time.monotonic() - started)
         else:
             # a delta file's name says its batch: its lines carry no batchId (compaction stamps them)
@@ -468,22 +504,29 @@ class CompactibleLog(LogFiles):
             ) from exc
 
     def _write_compact(
-        self, path: str, batch_id: int, sources: list[tuple[int, str]], sidecars: dict[int, str], entries: list[LogEntry]
+        self,
+        path: str,
+        batch_id: int,
+        sources: list[tuple[int, str]],
+        sidecars: dict[int, str],
+        entries: list[LogEntry],
+        removed: frozenset[str] = frozenset(),
     ) -> bool:
         """Write compact file ``path`` (exclusive create), then its columnar copy (see :mod:`.sidecar`).
         A failure to write the copy is logged, not raised: the batch is committed, readers use the JSON."""
         with log_memory_pool():
-            return self._write_compact_file(path, batch_id, sources, sidecars, entries)
+            copy = SidecarWriter()
+            chunks = self._compact_chunks(batch_id, sources, sidecars, entries, copy, removed)
+            return self._publish_compact(path, batch_id, chunks, copy)
 
-    def _write_compact_file(
-        self, path: str, batch_id: int, sources: list[tuple[int, str]], sidecars: dict[int, str], entries: list[LogEntry]
+    def _publish_compact(
+        self, path: str, batch_id: int, chunks: Iterator[bytes | memoryview | pa.Buffer], copy: SidecarWriter
     ) -> bool:
+        """Publish the compact file made of ``chunks`` (exclusive create), then the columnar copy ``copy``."""
         written = Checksum()
-        copy = SidecarWriter()
         try:
             # the compact file's bytes are made on a thread while this one checksums and writes them
-            chunks = ahead(self._compact_chunks(batch_id, sources, sidecars, entries, copy))
-            ok = self.storage.put_if_absent(path, written.wrap(chunks))
+            ok = self.storage.put_if_absent(path, written.wrap(ahead(chunks)))
         except BaseException:
             copy.discard()
             raise
@@ -532,6 +575,7 @@ class CompactibleLog(LogFiles):
         cutoff: int | None,
         copy: SidecarWriter,
         plans: list[_SourcePlan],
+        removed: frozenset[str] = frozenset(),
     ) -> Generator[bytes | memoryview | pa.Buffer, None, int]:
         """Pass one (see :meth:`_SourcePlan.scan`) over every source, appending their plans to ``plans``:
         from a compact source's columnar copy when there is one, else from its JSON, validated block by
@@ -542,8 +586,8 @@ class CompactibleLog(LogFiles):
         compact file (yielded) and to ``copy``; a delta's block stamped on the parse thread. From the first
         block that holds a record (or, in a delta, that the JSON parser read) on, pass two writes: a delta's
         entries are kept for it, a compact file's go to a copy made in memory that pass two carries over and
-        checks against the bytes it copies. Returns the newest batch whose entries retention dropped, -1 if
-        none."""
+        checks against the bytes it copies. ``removed``: logged paths of data entries to leave out. Returns the
+        newest batch whose entries retention or ``removed`` dropped, -1 if none."""
         expired_upto = -1
         direct: list[SidecarWriter | None] = [copy]  # None once a row before the next block waits for pass two
         parsed: list[pa.Table] = []  # the current delta's entries kept for pass two
@@ -568,8 +612,9 @@ class CompactibleLog(LogFiles):
                 plan = plans[index]
                 if isinstance(item, Sidecar):
                     plan.sidecar, plan.read, direct[0] = item, (item.size, item.crc), None
-                    for offset, group in _checked(item.groups(_PLAN_COLUMNS), path):
-                        expired_upto = max(expired_upto, plan.scan(group, offset, cutoff, source)[0])
+                    columns = [*_PLAN_COLUMNS, "path"] if removed else _PLAN_COLUMNS
+                    for offset, group in _checked(item.groups(columns), path):
+                        expired_upto = max(expired_upto, plan.scan(group, offset, cutoff, source, removed)[0])
                     failpoint("compaction")
                     continue
                 if isinstance(item, Checksum):  # the end of this source's JSON
@@ -586,10 +631,11 @@ class CompactibleLog(LogFiles):
                 if not compact:
                     table = stamp_batch_id(table, source)
                     plan.layouts.append(layout)
-                records = len(plan.records)
-                expired, dropped = plan.scan(table, offset, cutoff, source)
+                records, replaced = len(plan.records), len(plan.replaced)
+                expired, dropped = plan.scan(table, offset, cutoff, source, removed)
                 expired_upto = max(expired_upto, expired)
-                if direct[0] is not None and (compact or layout is not None) and len(plan.records) == records:
+                settled = len(plan.records) == records and len(plan.replaced) == replaced  # nothing to rewrite
+                if direct[0] is not None and (compact or layout is not None) and settled:
                     direct[0].write(_without(table, dropped, offset))
                     plan.direct += table.num_rows
                     plan.written += 1
@@ -618,6 +664,7 @@ class CompactibleLog(LogFiles):
         sidecars: dict[int, str],
         new_entries: list[LogEntry],
         copy: SidecarWriter,
+        removed: frozenset[str] = frozenset(),
     ) -> Iterator[bytes | memoryview | pa.Buffer]:
         """The compact file: pass one validates every source, plans what to drop and writes what it can
         (:meth:`_pass_one`), pass two copies the rest (and feeds the same entries to ``copy``). Raises
@@ -627,7 +674,7 @@ class CompactibleLog(LogFiles):
         cutoff = None if self.retention_ms is None else now - self.retention_ms
         plans: list[_SourcePlan] = []
         yield b"v1"
-        expired_upto = yield from self._pass_one(sources, sidecars, cutoff, copy, plans)
+        expired_upto = yield from self._pass_one(sources, sidecars, cutoff, copy, plans, removed)
         new = _SourcePlan()
         new.scan(entries_table(new_entries), 0, cutoff, batch_id)  # retention markers cover older batches only
         keep = records_to_keep([record for plan in [*plans, new] for _, record in plan.records])

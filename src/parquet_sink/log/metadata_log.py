@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,10 @@ from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
+
+# On an object store, where a directory exists only while an object lies under it, the log directory is made to
+# exist by this empty object: a name Spark's log ignores (not a batch id), hidden from directory readers.
+STARTED_MARKER = ".started"
 
 __all__ = [
     "COMPACT_SUFFIX",
@@ -94,6 +99,27 @@ class MetadataLog(CompactibleLog):
 
     def __repr__(self) -> str:
         return f"MetadataLog({self.storage.display(self.log_dir)!r})"
+
+    def start(self) -> None:
+        """Create the log directory, as Spark's ``HDFSMetadataLog`` does when a file sink's query starts: from
+        then on ``spark.read.parquet`` and Spark's streaming file source take the output for a sink output
+        (``FileStreamSink.hasMetadata``: the directory exists) and read only committed batches, and this
+        package's readers answer "no committed batch" for it. A writer calls it before it places the first data
+        file of an output, so files of a first batch that fails before its commit are never read as data.
+
+        On local disk a directory (made durable); on an object store, where a "directory" exists while an object
+        lies under its prefix (Hadoop's S3A and ABFS clients, s3fs and adlfs all decide so), the empty object
+        :data:`STARTED_MARKER` in it, which Spark's log ignores (its name is no batch id). Idempotent.
+
+        Example: ``MetadataLog("s3://bucket/out").start()`` -> ``bucket/out/_spark_metadata/.started`` exists.
+        """
+        storage = self.storage
+        if storage.is_local:
+            if not os.path.isdir(self.log_dir):
+                os.makedirs(self.log_dir, exist_ok=True)
+                storage.fsync(storage.root)
+        elif not storage.exists(self.log_dir):
+            storage.put(storage.join(METADATA_DIR, STARTED_MARKER), b"")
 
     def latest_batch_id(self) -> int | None:
         """The newest committed batch id (from the listing, like Spark), or None for an empty log."""

@@ -3,7 +3,7 @@ parses arguments and prints what these return). Like pyiceberg's ``table/mainten
 ``DeltaTable.vacuum``; Spark's file sink has no counterpart.
 
 ``inspect`` reads an output's log attributed to batches and verifies it; ``vacuum`` removes orphan files;
-``doctor`` predicts what a restart or a rerun will do.
+``doctor`` predicts what a restart or a rerun will do; ``optimize`` compacts small data files in one atomic swap.
 
 Example::
 
@@ -16,12 +16,15 @@ Example::
 
 from .doctor import Checkpoint, Diagnosis, RestartPlan, doctor
 from .inspect import Batch, Output, VerifyReport, count_rows, read_output, verify
+from .optimize import OptimizePlan, OptimizeResult, optimize
 from .vacuum import VacuumPlan, VacuumResult, vacuum
 
 __all__ = [
     "Batch",
     "Checkpoint",
     "Diagnosis",
+    "OptimizePlan",
+    "OptimizeResult",
     "Output",
     "RestartPlan",
     "VacuumPlan",
@@ -29,6 +32,7 @@ __all__ = [
     "VerifyReport",
     "count_rows",
     "doctor",
+    "optimize",
     "read_output",
     "vacuum",
     "verify",

@@ -5,8 +5,9 @@ prints what :func:`vacuum` returns), like pyiceberg's ``table/maintenance`` orph
 
 What is never deleted: hidden paths (``_x``, ``.x`` as Spark hides them; ``_x=1/`` is a partition directory), files
 that are not Parquet data files, files younger than ``older_than``, files of batches in flight (not older than a
-live lease, :mod:`parquet_sink.write.inflight`), and files older than the log's first commit unless asked (data the
-output may have been created over).
+live lease, :mod:`parquet_sink.write.inflight`), files an optimize replaced less than ``older_than`` ago while the
+snapshot before it can still be read (time travel), and files older than the log's first commit unless asked (data
+the output may have been created over).
 
 Example::
 
@@ -28,13 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..delta.sync import has_delta_log, referenced_files
-from ..errors import LogError, ParameterError
+from ..errors import LogError, ParameterError, SnapshotExpiredError
 from ..log.compaction import parse_duration_ms
-from ..log.entry import CommitRecord
+from ..log.entry import COMMIT_TIME_KEY, CommitRecord
 from ..log.files import ORPHANED_COPY_AGE_MS, parse_batch_name
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..read.chain import app_commits
+from ..read.history import optimize_figures
 from ..read.reader import snapshot
 from ..storage.filesystem import FileInfo, Storage
 from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
@@ -59,6 +61,8 @@ class VacuumPlan:
     dead_staging: list[str]
     before_log: list[FileInfo] = field(default_factory=list)
     delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within retention may read them
+    # files an optimize replaced less than older_than ago: the snapshot before it (time travel) still reads them
+    replaced_kept: list[FileInfo] = field(default_factory=list)
     orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
 
 
@@ -108,11 +112,16 @@ def find_orphans(
     times = [
         i.mtime_ms for i in listed if i.path in committed or (i.path.startswith(log_files) and parse_batch_name(i.path))
     ]
+    cutoff = int(time.time() * 1000) - older_than_ms
+    swaps = []  # optimizes committed within older_than: the snapshot before each keeps its files
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
         for entry in log.iter_live_entries(snap.latest_batch_id):
             committed.add(storage.from_uri(entry.path))
-            records.append(CommitRecord.from_entry(entry))
+            record = CommitRecord.from_entry(entry)
+            records.append(record)
             times.append(entry.modification_time)
+            if record is not None and optimize_figures(record) and entry.extra.get(COMMIT_TIME_KEY, 0) >= cutoff:
+                swaps.append(record.log_batch_id)
     first_commit_ms = min(times, default=None) if snap.latest_batch_id is not None else None
     latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
     versions = {app: r.query_batch_id for app, r in app_commits([r for r in records if r is not None]).items()}
@@ -121,7 +130,7 @@ def find_orphans(
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
     in_delta = referenced_files(storage, older_than_ms) if has_delta_log(storage) else set()
-    cutoff = int(time.time() * 1000) - older_than_ms
+    replaced = _replaced_files(url, storage_options, swaps)
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
     plan.orphaned_copies = log.orphaned_copies(max(older_than_ms, ORPHANED_COPY_AGE_MS))
@@ -133,11 +142,27 @@ def find_orphans(
             plan.in_flight.append(info)
         elif info.path in in_delta:
             plan.delta_kept.append(info)
+        elif info.path in replaced:
+            plan.replaced_kept.append(info)
         elif not include_before_log and (first_commit_ms is None or info.mtime_ms < first_commit_ms):
             plan.before_log.append(info)
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
+
+
+def _replaced_files(url: str, storage_options: Mapping[str, Any] | None, swaps: Sequence[int]) -> set[str]:
+    """The files of the snapshots just before the optimizes committed at log batches ``swaps`` that can still
+    be read (their log files exist: Delta's rule of keeping a removed file while a version within the
+    retention references it)."""
+    files: set[str] = set()
+    for batch in swaps:
+        try:
+            before = snapshot(url, as_of_batch=batch - 1, storage_options=dict(storage_options or {}))
+        except SnapshotExpiredError:
+            continue  # its log files are gone: no reader can ask for it any more
+        files.update(f.path for f in before.files)
+    return files
 
 
 def remove_emptied_dirs(storage: Storage, deleted: Sequence[str]) -> list[str]:

@@ -9,6 +9,14 @@ entries. What the log cannot tell is null: batches Spark's own sink (or a versio
 committed have no commit time or rows; batches whose entries retention dropped, or that a compact file
 written by Spark holds without batch ids, have no file counts.
 
+Commit times are monotonic, as Delta's in-commit timestamps are: a writer records
+``max(its clock, the newest commit time in the log + 1 ms)`` (:func:`next_commit_time`), so a writer whose
+clock is behind never records a time before an earlier batch's; and what the log holds is read through
+Delta's ``monotonizeCommitTimestamps`` rule (:func:`monotonic_times`), for logs written before that rule.
+So ``history`` is ordered in time and ``as_of_time`` never answers a snapshot holding a batch recorded as
+committed after the time asked for. The ``_spark_metadata`` format is unchanged: the time rides in the
+commit record's ``commitTime`` key, which Spark ignores.
+
 Example::
 
     >>> history("/data/events", limit=2).to_pylist()[0]
@@ -22,13 +30,14 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import time
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ParameterError, SnapshotNotFoundError
-from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, attribute, records_of
+from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, CommitRecord, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot
@@ -45,8 +54,85 @@ HISTORY_SCHEMA = pa.schema(
         ("files", pa.int64()),
         ("bytes", pa.int64()),
         ("rows", pa.int64()),
+        ("operation", pa.string()),  # "append", "optimize", or "optimize-wait" (an empty batch before one)
+        ("files_removed", pa.int64()),  # an optimize's: the files it replaced (null for other operations)
+        ("bytes_removed", pa.int64()),
     ]
 )
+
+# The commit record's query id of an optimize (parquet_sink.maintenance.optimize): its swap carries
+# optimize_fingerprint() as its fingerprint; the empty batches it commits to reach a compaction batch none.
+OPTIMIZE_APP_ID = "parquet-sink/optimize"
+_OPTIMIZE_PREFIX = "optimize."
+
+
+def optimize_fingerprint(key: str, files_removed: int, bytes_removed: int) -> str:
+    """The fingerprint an optimize's commit record carries: its plan's idempotency ``key`` and what it removed
+    (read back by :func:`optimize_figures`).
+
+    Example: ``optimize_fingerprint("9f1c", 180, 270000)`` -> ``'optimize.9f1c.180.270000'``.
+    """
+    return f"{_OPTIMIZE_PREFIX}{key}.{files_removed}.{bytes_removed}"
+
+
+def optimize_figures(record: CommitRecord) -> tuple[str, int, int] | None:
+    """(key, files removed, bytes removed) of an optimize's swap record, None for any other record.
+
+    Example: ``optimize_figures(CommitRecord(19, OPTIMIZE_APP_ID, 19, "ab-optimize.9f1c.180.270000"))`` ->
+    ``('9f1c', 180, 270000)``.
+    """
+    fingerprint = record.fingerprint or ""
+    if record.query_id != OPTIMIZE_APP_ID or not fingerprint.startswith(_OPTIMIZE_PREFIX):
+        return None
+    key, files, size = fingerprint[len(_OPTIMIZE_PREFIX):].split(".")
+    return key, int(files), int(size)
+
+
+def _operation(record: CommitRecord | None) -> tuple[str | None, int | None, int | None]:
+    if record is None:
+        return None, None, None
+    if record.query_id != OPTIMIZE_APP_ID:
+        return "append", None, None
+    figures = optimize_figures(record)
+    return ("optimize", figures[1], figures[2]) if figures else ("optimize-wait", None, None)
+
+
+def monotonic_times(times: list[int | None]) -> list[int | None]:
+    """Commit times (ms, oldest batch first; None where unknown) made strictly increasing as Delta's
+    ``DeltaHistoryManager.monotonizeCommitTimestamps`` does: a time not after the previous known one becomes
+    that one + 1 ms. Unknown times stay unknown. Pure.
+
+    Example: ``monotonic_times([100, 50, None, 40])`` -> ``[100, 101, None, 102]``.
+    """
+    result: list[int | None] = []
+    previous: int | None = None
+    for time_ms in times:
+        if time_ms is not None:
+            time_ms = time_ms if previous is None or time_ms > previous else previous + 1
+            previous = time_ms
+        result.append(time_ms)
+    return result
+
+
+def newest_commit_time(table: pa.Table) -> int | None:
+    """The newest commit time among log entries ``table`` (:data:`~parquet_sink.log.entry.ENTRY_SCHEMA`: a
+    snapshot, or the batches read since one); None when none records one.
+
+    Example: ``newest_commit_time(read_snapshot(log).table)`` -> ``1732430000000``.
+    """
+    return pc.max(table.column(COMMIT_TIME_KEY)).as_py() if table.num_rows else None
+
+
+def next_commit_time(newest_ms: int | None, now_ms: int | None = None) -> int:
+    """The commit time a writer records for its batch when the newest commit time in the log it read is
+    ``newest_ms`` (:func:`newest_commit_time`): ``max(now, newest + 1 ms)``, Delta's in-commit timestamp
+    rule, so commit times increase whatever the writers' clocks say. ``now_ms``: this writer's clock
+    (default ``time.time()``). Pure but for the clock.
+
+    Example: ``next_commit_time(1732430000000, now_ms=1732420000000)`` -> ``1732430000001``.
+    """
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return now_ms if newest_ms is None or now_ms > newest_ms else newest_ms + 1
 
 
 def batch_history(snap: LogSnapshot) -> pa.Table:
@@ -86,15 +172,19 @@ def batch_history(snap: LogSnapshot) -> pa.Table:
             times[batch], rows[batch] = time_ms, count
     owners = attribute(records_of(table), range(n))
     known = [b > unknown_upto for b in range(n)]
+    operations = [_operation(owners.get(b)) for b in range(n)]
     return pa.table(
         {
             "log_batch_id": pa.array(range(n), pa.int64()),
             "query_id": [owners[b].query_id if b in owners else None for b in range(n)],
             "query_batch_id": [owners[b].query_batch_id if b in owners else None for b in range(n)],
-            "commit_time": pa.array(times, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+            "commit_time": pa.array(monotonic_times(times), pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
             "files": [files[b] if known[b] else None for b in range(n)],
             "bytes": [sizes[b] if known[b] else None for b in range(n)],
             "rows": pa.array(rows, pa.int64()),
+            "operation": [o[0] for o in operations],
+            "files_removed": [o[1] for o in operations],
+            "bytes_removed": [o[2] for o in operations],
         },
         schema=HISTORY_SCHEMA,
     )

@@ -11,8 +11,9 @@ dropped without a word.
 
 Concurrency is optimistic: the commit is an exclusive create of the next log file
 (:meth:`MetadataLog.add`). A writer that loses the race re-reads the log, re-checks its version (another
-run of the same app may have committed it: then it stops, skipped) and the schema, and commits the *same*
-files as the following batch. Re-committing them is safe: the lost create published nothing (a lost
+run of the same app may have committed it: then it stops, skipped) and what the winning commits changed
+(:func:`~parquet_sink.write.conflicts.check_commit`: other partition columns, or a schema the data does not
+fit, raise SchemaMismatchError), and commits the *same* files as the following batch. Re-committing them is safe: the lost create published nothing (a lost
 acknowledgement is read back by the storage layer), so no log batch references them, and they are
 complete, fsynced files; rewriting them would only cost time. Files of an attempt that never commits (a
 crash, or a skip after a lost race) stay uncommitted: invisible to both readers, removed by
@@ -31,7 +32,6 @@ import hashlib
 import logging
 import os
 import secrets
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +40,11 @@ import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, decide_write, version_record
+from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
-from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
+from .conflicts import Transaction, check_commit, winning_commits
+from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_positive_int
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
@@ -249,6 +251,7 @@ def write_batch(
     log = MetadataLog(path, storage_options, compact_interval=compact_interval)
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
+    read = -1  # the latest log batch when this call last read the log
     table = _as_table(data)
     check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
@@ -279,14 +282,28 @@ def write_batch(
                     "" if statuses is None else " (this attempt's files stay uncommitted)",
                 )
                 break
-            if table.num_rows:
+            if statuses is None and table.num_rows:
                 _check_schema(log, snap.table, table, partition_by, what)
+            elif statuses is not None:  # a race lost: what the winners changed may conflict with this commit
+                schema = pa.schema([f for f in table.schema if f.name not in partition_by]) if table.num_rows else None
+                txn = Transaction(app_id, version, schema, partition_by)
+                conflict = check_commit(txn, winning_commits(log.storage, snap.table, read, latest))
+                if conflict is not None:
+                    raise SchemaMismatchError(
+                        f"{what} lost log batch {read + 1} of {log.display(log.storage.root)} to another writer whose "
+                        f"log batch {conflict.log_batch_id} it does not fit: {conflict.detail}. Nothing was committed "
+                        "(its data files are left for `parquet-sink vacuum`). Writers of one output must keep its "
+                        "partition columns and add only nullable columns."
+                    )
+            read = latest
             if statuses is None:
-                if latest < 0 and not allow_existing_files:
-                    refuse_existing_data(log.storage, f"write_batch of {what}")
+                if latest < 0:
+                    start_output(log, allow_existing_files, f"write_batch of {what}")
                 # the lease protects the files from `vacuum` until the app commits this version (whatever
                 # log batch that ends up as) or the call ends
-                lease = InFlightBatch.begin(log.storage, log_batch, secrets.token_hex(8), app_id, version, app=True)
+                lease = InFlightBatch.begin(
+                    log.storage, log_batch, secrets.token_hex(8), app_id, version, until_committed=True
+                )
                 failpoint("before_write")
                 spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
                 statuses = write_rows(spec, [table])
@@ -296,7 +313,7 @@ def write_batch(
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [log_entry(log.storage, s) for s in statuses]
             rows = sum(s.num_rows for s in statuses)
-            entries = record.log_entries(log.storage, int(time.time() * 1000), data, rows)
+            entries = record.log_entries(log.storage, next_commit_time(newest_commit_time(snap.table)), data, rows)
             refuse_missing_files(
                 log.storage, [s.path for s in statuses], f"{what}: log batch {log_batch}",
                 "call write_batch again to rewrite them",

@@ -10,9 +10,10 @@ Layout (one hidden directory, ignored by Spark's readers, pyarrow datasets, :fun
 The sink creates the lease before the batch's Spark job and deletes it after the commit (and the staging
 directory with it). ``vacuum`` lists the data files first, then the leases, then the log: a file it listed
 either belongs to a committed batch by the time the log is read, or to a batch whose lease already existed
-when the leases were read. A sink's lease is *live* while its log batch is newer than the log's latest
-batch; :func:`~parquet_sink.write_batch` takes one lease for the whole call (it may lose commit races and
-commit as a later log batch), live until the log holds a commit of its app at its version or a later one.
+when the leases were read. Both writers may lose commit races and commit as a later log batch
+(:mod:`parquet_sink.write.conflicts`), so a lease of :func:`~parquet_sink.write_batch`, and of a sink that knows
+its query id, is *live* until the log holds a commit of its app (query) at its version (batch id) or a later
+one; a lease of a sink without a query id is live while its log batch is newer than the log's latest batch.
 ``vacuum`` keeps every unreferenced file not older than a live lease, and deletes the leases (and staging
 directories) of dead ones: those of a killed driver, whose restart committed the batch again under new names.
 
@@ -33,7 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ExistingDataError, MissingDataFileError
-from ..log.files import HIDDEN_DIR, METADATA_DIR, parse_batch_name
+from ..log.files import HIDDEN_DIR, METADATA_DIR, output_started, parse_batch_name
+from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..storage.filesystem import FileInfo, Storage
 
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 LEASES = "leases"
 STAGING = "staging"
-_APP_KEY = "writeBatch"  # in a lease's body: taken by write_batch
+_APP_KEY = "writeBatch"  # in a lease's body: live until its query or app commits (named when only write_batch did)
 CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
 
 
@@ -53,7 +55,7 @@ class Lease:
     log_batch_id: int
     commit_id: str
     started_ms: int
-    app: tuple[str, int] | None = None  # (app id, version) of a write_batch lease
+    app: tuple[str, int] | None = None  # (query or app id, batch id or version) of a lease live until committed
 
     def is_live(self, latest: int, app_versions: Mapping[str | None, int]) -> bool:
         """Whether the lease still protects a write in flight, given the log's latest batch (-1: none) and
@@ -79,13 +81,21 @@ class InFlightBatch:
 
     @classmethod
     def begin(
-        cls, storage: Storage, log_batch_id: int, commit_id: str, query_id: str | None, batch_id: int, app: bool = False
+        cls,
+        storage: Storage,
+        log_batch_id: int,
+        commit_id: str,
+        query_id: str | None,
+        batch_id: int,
+        until_committed: bool = False,
     ) -> InFlightBatch:
-        """Take the lease (before any data file of the batch is written). ``app``: a write_batch lease, live
-        until ``query_id`` (the app id) commits version ``batch_id`` or a later one."""
+        """Take the lease (before any data file of the batch is written). ``until_committed``: live until
+        ``query_id`` (a query or an app id) commits ``batch_id`` (its batch id or version) or a later one, at
+        whatever log batch lost commit races move it to (``write_batch``, and the sink when it knows its query
+        id); else live while log batch ``log_batch_id`` is not committed."""
         batch = cls(storage, log_batch_id, commit_id)
         body = {"queryId": query_id, "queryBatchId": batch_id, "logBatchId": log_batch_id, "startedMs": int(time.time() * 1000)}
-        if app:
+        if until_committed:
             body[_APP_KEY] = True
         with storage.open(batch.lease_path, "wb") as fh:
             fh.write(json.dumps(body).encode())
@@ -142,6 +152,24 @@ def staging_dirs(storage: Storage) -> list[FileInfo]:
     Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/ab12']``.
     """
     return [i for i in storage.ls(storage.join(HIDDEN_DIR, STAGING)) if i.is_dir]
+
+
+def start_output(log: MetadataLog, allow_existing_files: bool, what: str) -> None:
+    """Before a writer places the first data file of an output whose log holds no batch: refuse a directory
+    holding a dataset (:func:`refuse_existing_data`, unless ``allow_existing_files``), then create the log
+    directory (:meth:`MetadataLog.start`), as Spark's sink does when its query starts, so that Spark's readers
+    take the output for a sink output from then on and never read files of a first batch that fails.
+
+    An output already started (its log directory, or the hidden area of a writer in flight, exists) is not
+    checked again: the Parquet files in it were written by writers of it (a first batch that failed before
+    its commit, this query's or another's), never a dataset the output was created over, so a restart takes
+    over its own failed attempt. ``what`` names the writer and the batch, for the error.
+
+    Example: ``start_output(MetadataLog("/data/events"), False, "ParquetSink('/data/events'), batch 0")``.
+    """
+    if not allow_existing_files and not output_started(log.storage):
+        refuse_existing_data(log.storage, what)
+    log.start()
 
 
 def refuse_existing_data(storage: Storage, what: str) -> None:

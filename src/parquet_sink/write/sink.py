@@ -18,6 +18,7 @@ stores).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -41,13 +42,16 @@ from ..errors import (
     OutputResetError,
     ParameterError,
     QueryIdentityError,
+    SchemaMismatchError,
     SinkUsageError,
     TemporaryCheckpointWarning,
     original_error,
 )
 from ..failpoints import failpoint
-from .inflight import InFlightBatch, refuse_existing_data, refuse_missing_files
+from .conflicts import Conflict, Transaction, check_commit, winning_commits
+from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.snapshot import data_files, read_log_files
+from ..read.history import newest_commit_time, next_commit_time
 from ..log.compaction import LogOptions, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
@@ -63,6 +67,7 @@ logger = logging.getLogger(__name__)
 
 _TEMPORARY = re.compile(r"/temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/?$")  # Spark's
 RECENT_PROGRESS = 100  # batches kept in ParquetSink.recent_progress (Spark keeps 100 in query.recentProgress)
+MAX_COMMIT_ATTEMPTS = 100  # commit races a batch may lose in a row to other writers' appends
 
 
 @dataclass
@@ -80,6 +85,7 @@ class BatchProgress:
     write_seconds: float = 0.0  # writing the batch's files, publishing included
     publish_seconds: float = 0.0  # Spark writer path: footers, fsync and renames out of staging
     commit_seconds: float = 0.0
+    conflicts: int = 0  # commit races lost to other writers (the batch moved to a later log batch each time)
 
 
 @dataclass
@@ -90,6 +96,7 @@ class _OutputState:
     queries: dict[str | None, CommitRecord] = field(default_factory=dict)
     schema: pa.Schema | None = None
     partition_columns: tuple[str, ...] | None = None
+    newest_commit_ms: int | None = None  # the newest commit time in the log (commit times only increase)
 
 
 class ParquetSink:
@@ -285,15 +292,19 @@ class ParquetSink:
             return
         # no committed file yet: an empty batch commits a schema-only file, as Spark's sink, so readers get the schema
         schema_file = state.schema is None and not self.partition_by
-        self._check_schema(state, df, target)
+        data_schema = self._check_schema(state, df, target)
         failpoint("before_write")
         started = time.monotonic()
         record = CommitRecord.new(target, query_id, batch_id)
         storage = self.log.storage
         spark_writes = self._spark_writes(storage)
-        if state.latest < 0 and not self.allow_existing_files:
-            refuse_existing_data(storage, f"{self}, batch {batch_id}")
-        batch = InFlightBatch.begin(storage, target, record.commit_id, query_id, batch_id)
+        if state.latest < 0:
+            start_output(self.log, self.allow_existing_files, f"{self}, batch {batch_id}")
+        # with a query id the lease lives until the query commits this batch, at whatever log batch a lost
+        # commit race moves it to
+        batch = InFlightBatch.begin(
+            storage, target, record.commit_id, query_id, batch_id, until_committed=query_id is not None
+        )
         try:
             if spark_writes:
                 written = write_staged(
@@ -319,13 +330,13 @@ class ParquetSink:
             )
             data = [log_entry(storage, s) for s in statuses]
             progress.rows = sum(s.num_rows for s in statuses)
-            self._commit(target, record.log_entries(storage, int(time.time() * 1000), data, progress.rows), query_id, batch_id)
+            txn = Transaction(query_id, batch_id, data_schema, self.partition_by)
+            record, progress.conflicts = self._commit(record, txn, data, progress.rows)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
         progress.commit_seconds = time.monotonic() - started
-        state.latest = target
-        state.queries[query_id] = record
+        target = progress.log_batch_id = record.log_batch_id
         progress.files = len(statuses)
         progress.bytes = sum(s.size for s in statuses)
         self._recent.append(progress)
@@ -386,22 +397,77 @@ class ParquetSink:
         logger.warning("%s: no streaming query id: replays are detected by batch id only", self)
         return None
 
-    def _commit(self, target: int, entries: list[LogEntry], query_id: str | None, batch_id: int) -> None:
-        committed = self.log.add(target, entries)
-        if not committed:
-            self._state = None  # another writer moved the log: re-read it next time
-            raise CommitConflictError(
-                f"batch {batch_id} of query {query_id} could not be committed to "
-                f"{self.log.display(self.log.log_dir)} as log batch {target}: another writer committed it "
-                "first. Two streaming queries are writing this output at once; stop one of them (its data "
-                "files of this batch are not committed and `parquet-sink vacuum` removes them)."
+    def _commit(
+        self, record: CommitRecord, txn: Transaction, data: list[LogEntry], rows: int
+    ) -> tuple[CommitRecord, int]:
+        """Commit ``data`` with ``record`` (the driver's state then says so); returns the record committed and
+        the commit races lost. A race lost to other writers' appends moves the commit to the next log batch, as
+        Delta's optimistic transactions do (:mod:`parquet_sink.write.conflicts`); a real conflict, or too many
+        races in a row, is a CommitConflictError (or SchemaMismatchError), with nothing committed."""
+        log = self.log
+        state = self._state
+        assert state is not None
+        for lost in range(MAX_COMMIT_ATTEMPTS):
+            commit_ms = next_commit_time(state.newest_commit_ms)
+            if log.add(record.log_batch_id, record.log_entries(log.storage, commit_ms, data, rows)):
+                state.latest, state.newest_commit_ms = record.log_batch_id, commit_ms
+                state.queries[record.query_id] = record
+                if data and txn.data_schema is not None:  # the newest committed file is this batch's
+                    state.schema, state.partition_columns = txn.data_schema, txn.partition_by
+                return record, lost
+            read = record.log_batch_id - 1
+            state, new = self._catch_up()
+            conflict = check_commit(txn, winning_commits(log.storage, new, read, state.latest))
+            if conflict is not None:
+                self._state = None  # re-read from scratch next time
+                self._refuse(conflict, txn, record)
+            logger.info(
+                "%s: log batch %d was committed by another writer (batches %d..%d appended since): committing "
+                "batch %d of query %s as log batch %d", self, record.log_batch_id, read + 1, state.latest,
+                txn.query_batch_id, txn.query_id, state.latest + 1,
             )
+            record = dataclasses.replace(record, log_batch_id=state.latest + 1)
+        self._state = None
+        raise CommitConflictError(
+            f"batch {txn.query_batch_id} of query {txn.query_id} could not be committed to "
+            f"{log.display(log.log_dir)}: other writers committed first {MAX_COMMIT_ATTEMPTS} times in a row. Its "
+            "data files are not committed (`parquet-sink vacuum` removes them); Spark retries the batch when the "
+            "query restarts. Fewer writers appending at once make this rarer."
+        )
+
+    def _refuse(self, conflict: Conflict, txn: Transaction, record: CommitRecord) -> None:
+        """Raise the typed error of a real conflict found after losing log batch ``record.log_batch_id``."""
+        where = self.log.display(self.log.log_dir)
+        what = f"batch {txn.query_batch_id} of query {txn.query_id}"
+        if conflict.kind in ("schema", "partitioning"):
+            raise SchemaMismatchError(
+                f"{what} lost log batch {record.log_batch_id} of {where} to another writer whose log batch "
+                f"{conflict.log_batch_id} this batch does not fit: {conflict.detail}. Nothing was committed. Writers "
+                "of one output must keep its partition columns and add only nullable columns."
+            )
+        cause = (
+            "another run of this query (the same checkpoint) committed it: two runs of one checkpoint are "
+            "writing this output. Stop one of them; the batch is committed once, by the other run"
+            if conflict.kind == "replay" else
+            "without a query id the sink cannot tell whether that writer replayed this batch. Pass "
+            "checkpoint_location (Spark Connect) or run the query under classic PySpark"
+        )
+        raise CommitConflictError(
+            f"{what} could not be committed to {where} as log batch {record.log_batch_id}: log batch "
+            f"{conflict.log_batch_id} ({conflict.detail}): {cause}. Its data files are not committed (`parquet-sink "
+            "vacuum` removes them)."
+        )
 
     # -- decisions ---------------------------------------------------------------------------------
 
     def _refresh_state(self) -> _OutputState:
         """Load the output state once, then only read the log batches committed since: one listing of
         the log per call, a gap in the log is a MissingLogFileError at once."""
+        return self._catch_up()[0]
+
+    def _catch_up(self) -> tuple[_OutputState, pa.Table]:
+        """:meth:`_refresh_state`, with the log entries read (those of the batches committed since the state's
+        latest batch; all of them on the first load)."""
         log = self.log
         listing = log.list_names()
         latest = max(listing, default=-1)
@@ -426,12 +492,15 @@ class ParquetSink:
         state = self._state
         for record in records_of(table):
             state.queries[record.query_id] = record
+        newest = newest_commit_time(table)
+        if newest is not None and (state.newest_commit_ms is None or newest > state.newest_commit_ms):
+            state.newest_commit_ms = newest
         data = data_files(table)
         if data.num_rows:
             last = data.slice(data.num_rows - 1)
             self._read_committed_schema(state, last.column("path"), last.column(BATCH_KEY))
         state.latest = latest
-        return state
+        return state, table
 
     def _read_committed_schema(self, state: _OutputState, uri: pa.ChunkedArray, batch_id: pa.ChunkedArray) -> None:
         """The committed schema and partition columns from one committed file (``uri`` as logged), found
@@ -518,7 +587,7 @@ class ParquetSink:
         record = attribute(records, [log_batch_id]).get(log_batch_id)
         return None if record is None else record.query_id
 
-    def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> None:
+    def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> pa.Schema:
         incoming = _arrow_schema(df)
         committed = None if state.schema is None else (state.schema, state.partition_columns)
         data_schema = check_batch_schema(incoming, self.partition_by, committed, f"batch for log batch {target}", self.path)
@@ -527,6 +596,7 @@ class ParquetSink:
             logger.info("%s: schema evolves with new nullable columns %s", self, added)
         if state.schema is None or added:
             state.schema, state.partition_columns = data_schema, self.partition_by
+        return data_schema
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
@@ -575,18 +645,29 @@ def decide_batch(
     another query) or ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log).
     ``append`` is ``on_foreign_query="append"``. Pure, so ``parquet-sink doctor`` predicts with it.
 
+    A query that has committed before continues at the next log batch with its next batch id, whatever other
+    writers (``write_batch`` apps, other queries) appended after its last commit, as a Delta streaming sink
+    does; its batch ids and log batch ids then differ, and the commit record maps one to the other. A batch id
+    past its next one is ``"reset"``. A query's first batch takes the log batch of its batch id (an output that
+    only Spark's own sink wrote can be taken over by the same checkpoint), and refuses a log other queries
+    already wrote (``"foreign"``: a new checkpoint on an old output).
+
     Example::
 
         >>> decide_batch(-1, {}, "q1", 0)
         ('commit', 0)
         >>> decide_batch(4, {}, "q1", 0)
         ('foreign', None)
+        >>> decide_batch(6, {"q1": CommitRecord(4, "q1", 4, "c")}, "q1", 5)   # an app appended 5 and 6
+        ('commit', 7)
     """
     own = queries.get(query_id)
     if own is not None and batch_id <= own.query_batch_id:
         return "skip", own.log_batch_id
     if append and latest >= 0:
         return "commit", latest + 1
+    if own is not None and query_id is not None:
+        return ("commit", latest + 1) if batch_id == own.query_batch_id + 1 else ("reset", None)
     if batch_id <= latest or (own is None and queries and latest >= 0):
         return "foreign", None
     if batch_id > latest + 1:

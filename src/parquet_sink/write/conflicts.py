@@ -1,0 +1,126 @@
+"""Commits beside other writers: the conflict check of a lost commit race (the counterpart of Delta's
+``OptimisticTransaction`` / ``ConflictChecker``).
+
+A writer reads the log, decides its log batch (the next one), writes its files, then commits them with an
+exclusive create of that batch's log file. When another writer created it first, the commit is not lost: like
+Delta, the writer reads the batches committed since its read (the *winning commits*) and asks
+:func:`check_commit` whether any of them changed what its commit depends on. If none did (another app's
+``write_batch``, another query's batch: blind appends), it commits the same files at the next log batch (which
+may be a compaction batch: :meth:`~parquet_sink.log.metadata_log.MetadataLog.add` then writes the compact file).
+Only real conflicts are refused:
+
+* ``"replay"``: a winner is this query (or app) committing this batch (version) or a later one: another run of
+  the same checkpoint, Delta's ``ConcurrentTransactionException``. The batch is committed once, by the winner.
+* ``"identity"``: this writer has no query id (batch-id-only mode), so it cannot tell a winner that replays its
+  batch from a neighbour.
+* ``"partitioning"`` / ``"schema"``: a winner wrote other partition columns, or a schema this batch does not
+  fit by the output's schema rule (:func:`~parquet_sink.write.schema.schema_problems`): Delta's
+  ``MetadataChangedException``.
+
+:func:`check_commit` is pure (what changed since the read against what the commit depends on), so it is tested
+on drawn interleavings and reusable by any writer that commits beside others; :func:`winning_commits` reads
+what it needs from the log entries of the winning batches (one Parquet footer per winning batch with files).
+
+Example::
+
+    >>> txn = Transaction("q1", 7, pa.schema([("id", pa.int64())]), ())
+    >>> check_commit(txn, [WinningCommit(12, CommitRecord(12, "daily-job", 3, "c"), txn.data_schema, ())])
+    >>> check_commit(txn, [WinningCommit(12, CommitRecord(12, "q1", 7, "c"), None, None)]).kind
+    'replay'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..log.entry import BATCH_KEY, CommitRecord, attribute, records_of
+from ..log.snapshot import data_files
+from ..storage.filesystem import Storage
+from .schema import read_committed_schema, schema_problems
+
+ConflictKind = Literal["replay", "identity", "partitioning", "schema"]
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """What a commit depends on: who commits (the query or app id, None for a writer without one; its batch id
+    or version) and the data schema (partition columns apart; None for a batch without rows, which depends on
+    none) and partition columns its batch was checked against."""
+
+    query_id: str | None
+    query_batch_id: int
+    data_schema: pa.Schema | None
+    partition_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WinningCommit:
+    """A log batch committed after the writer's read: its commit record (None for a writer that leaves none,
+    such as Spark's own sink) and the data schema and partition columns of its first data file (None when it
+    wrote none)."""
+
+    log_batch_id: int
+    record: CommitRecord | None
+    data_schema: pa.Schema | None
+    partition_columns: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why a commit cannot move to the next log batch: the kind (see the module docstring), the winning log
+    batch and what it changed, in words."""
+
+    kind: ConflictKind
+    log_batch_id: int
+    detail: str
+
+
+def check_commit(txn: Transaction, winners: Sequence[WinningCommit]) -> Conflict | None:
+    """The first winning commit (in log order) that conflicts with ``txn``, or None when ``txn`` may be
+    committed at the log batch after the last winner. Pure.
+
+    Example: ``check_commit(Transaction("q", 3, schema, ()), [WinningCommit(5, None, schema, ())])`` -> ``None``.
+    """
+    for winner in winners:
+        record = winner.record
+        if txn.query_id is None:
+            return Conflict("identity", winner.log_batch_id, "this writer has no query id to tell a replay of its batch apart")
+        if record is not None and record.query_id == txn.query_id and record.query_batch_id >= txn.query_batch_id:
+            return Conflict(
+                "replay", winner.log_batch_id,
+                f"{txn.query_id} committed its batch {record.query_batch_id} there (this one is {txn.query_batch_id})",
+            )
+        if winner.partition_columns is not None and winner.partition_columns != txn.partition_by:
+            return Conflict(
+                "partitioning", winner.log_batch_id,
+                f"it is partitioned by {list(winner.partition_columns)}, this batch by {list(txn.partition_by)}",
+            )
+        if winner.data_schema is not None and txn.data_schema is not None:
+            problems = schema_problems(winner.data_schema, None, txn.data_schema, txn.partition_by)
+            if problems:
+                return Conflict("schema", winner.log_batch_id, "; ".join(problems))
+    return None
+
+
+def winning_commits(storage: Storage, table: pa.Table, after: int, latest: int) -> list[WinningCommit]:
+    """The commits of log batches ``after + 1 .. latest`` from ``table``, log entries holding theirs (read
+    since a snapshot at ``after``; a compact file's older entries may be there too), oldest first.
+
+    Example: ``[w.log_batch_id for w in winning_commits(storage, new_entries, 6, 8)]`` -> ``[7, 8]``.
+    """
+    records = attribute(records_of(table), range(after + 1, latest + 1))  # a compact file keeps runs' ends
+    data = data_files(table, ["path", BATCH_KEY])
+    winners = []
+    for batch in range(after + 1, latest + 1):
+        mine = data.filter(pc.equal(data.column(BATCH_KEY), batch))
+        found = None if not mine.num_rows else read_committed_schema(
+            storage, mine.slice(0, 1).column("path"), mine.slice(0, 1).column(BATCH_KEY)
+        )
+        schema, partitions = found if found is not None else (None, None)
+        winners.append(WinningCommit(batch, records.get(batch), schema, partitions))
+    return winners

@@ -1,0 +1,71 @@
+"""Two real processes appending to one output at once (issue 36 item 5): a Spark streaming query with the sink
+and a plain-Python ``write_batch`` loop that starts once the query committed its first batch. Each loses commit
+races to the other and moves on to the next log batch (compaction batches included); neither dies, and every row
+of both is committed exactly once. Before, the query died at its first lost race (CommitConflictError) or at its
+first batch after an append of the loop (ForeignQueryError)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from parquet_sink import MetadataLog
+from parquet_sink.log.entry import CommitRecord, attribute
+from tests.helpers.chain_child import writer_rows
+from tests.helpers.crash_util import (
+    assert_ok,
+    assert_same_ids,
+    committed_ids,
+    orphans,
+    spark_ids,
+    start_child,
+    write_inputs,
+)
+
+CHAIN_CHILD = Path(__file__).resolve().parents[1] / "helpers" / "chain_child.py"
+ROWS = 10
+
+
+def test_streaming_query_and_write_batch_loop_append_together(spark, tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in", range(8), ROWS)
+    out = tmp_path / "out"
+    go = tmp_path / "go"
+    versions = list(range(24))
+    writer = start_child(
+        tmp_path / "children",
+        {"mode": "writer", "out": str(out), "app_id": "loop", "app_index": 1, "versions": versions, "rows": 5,
+         "go": str(go), "crash_columns": True, "pause": 0.1},
+        script=CHAIN_CHILD,
+    )
+    query = start_child(tmp_path, {
+        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
+        "max_files_per_trigger": 1,
+    })
+    while not query.progress():  # the query committed its first batch: let the loop go while it runs the rest
+        assert query.proc.poll() is None, query.log_tail()
+        time.sleep(0.05)
+    go.touch()
+    for child in (writer, query):
+        child.wait()
+        assert_ok(child)
+
+    loop_ids = [i for v in versions for i in writer_rows(1, v, 5).column("id").to_pylist()]
+    everything = inputs + loop_ids
+    assert_same_ids(committed_ids(out), everything, "read_committed")
+    assert_same_ids(spark_ids(spark, out), everything, "spark.read.parquet")
+    log = MetadataLog(str(out))
+    latest = log.latest_batch_id()
+    assert latest == len(versions) + 8 - 1 and log.check() == []
+    names = {p.name for p in (out / "_spark_metadata").iterdir()}
+    assert all(f"{b}.compact" in names for b in range(latest + 1) if (b + 1) % 10 == 0), names
+    kept = [r for r in map(CommitRecord.from_entry, log.all_files()) if r is not None]
+    records = [r for _, r in sorted(attribute(kept, range(latest + 1)).items())]
+    assert len(records) == latest + 1, "every log batch attributed"
+    by_writer: dict[str, list[int]] = {}
+    for record in records:
+        by_writer.setdefault("loop" if record.query_id == "loop" else "query", []).append(record.query_batch_id)
+    assert by_writer == {"loop": versions, "query": list(range(8))}, by_writer
+    assert not orphans(out), "every file of both writers was committed"
+    lost = sum(p.get("conflicts", 0) for p in query.progress()) + sum(r["conflicts"] for r in writer.progress())
+    print(f"commit races lost: {lost}; log batches of the query: "
+          f"{[p['log_batch_id'] for p in query.progress()]}")

@@ -1,0 +1,179 @@
+"""``optimize`` beside other writers and under SIGKILL (issue 37 item 3), with real processes:
+
+* a SIGKILL at each step of the swap (new files written, empty batches, before the commit, the compact file's
+  publish and compaction, its columnar copy, after the commit) leaves the old or the new files committed and
+  nothing else visible to ``read_committed`` and ``spark.read.parquet``; a rerun completes, and ``vacuum`` then
+  removes the leftovers;
+* two optimizes of the same files at once: one wins, the other gives its bins up and deletes its files;
+* a ``write_batch`` writer losing the race to an optimize commits at the next log batch, and an optimize losing
+  to a writer (which wrote the compaction batch itself) moves to the next compaction batch;
+* a streaming query (a real Spark query with the sink) runs while optimizes run in a loop: no lost or doubled row.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parquet_sink import MetadataLog, history, read_committed, write_batch
+from parquet_sink.maintenance import optimize, vacuum
+from tests.helpers.chain_child import writer_rows
+from tests.helpers.crash_util import (
+    assert_ok,
+    assert_same_ids,
+    assert_sigkilled,
+    committed_ids,
+    committed_paths,
+    orphans,
+    run_child,
+    spark_ids,
+    start_child,
+    write_inputs,
+)
+
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+OPTIMIZE_CHILD = HELPERS / "optimize_child.py"
+CHAIN_CHILD = HELPERS / "chain_child.py"
+ROWS = 5
+
+
+def _append(out: Path, versions: range) -> list[int]:
+    ids = []
+    for v in versions:
+        table = writer_rows(v % 3, v, ROWS)  # app = v % 3: three partitions
+        write_batch(str(out), table, app_id="loop", version=v, partition_by=["app"])
+        ids += table.column("id").to_pylist()
+    return ids
+
+
+def _wait_stopped(child) -> None:
+    process = psutil.Process(child.proc.pid)
+    while process.status() != psutil.STATUS_STOPPED:
+        assert child.proc.poll() is None, child.log_tail()
+        time.sleep(0.02)
+
+
+def _assert_readers(spark, out: Path, expected: list[int]) -> None:
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert_same_ids(spark_ids(spark, out), expected, "spark.read.parquet")
+    assert MetadataLog(str(out)).check() == []
+
+
+@pytest.mark.parametrize(
+    "failpoint",
+    [
+        "optimize_write=kill",
+        "optimize_padding=kill@3",
+        "optimize_commit=kill",
+        "commit_publish=kill@7",  # six empty batches (13..18) published, then the compact file 19.compact
+        "compaction=kill",
+        "sidecar=kill",
+        "optimize_after_commit=kill",
+    ],
+)
+def test_sigkill_at_each_step_of_the_swap(spark, tmp_path: Path, failpoint: str) -> None:
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    before = committed_paths(out)
+
+    child = run_child(tmp_path / "children", {"out": str(out)}, failpoints=failpoint, script=OPTIMIZE_CHILD)
+
+    assert_sigkilled(child)
+    _assert_readers(spark, out, expected)
+    swapped = (out / "_spark_metadata" / "19.compact").exists()
+    now = committed_paths(out)
+    assert (now.isdisjoint(before) and len(now) == 3) if swapped else now == before  # old or new, never both
+
+    rerun = optimize(str(out))  # completes the work (or finds it done)
+    assert rerun.committed == (failpoint not in ("sidecar=kill", "optimize_after_commit=kill"))
+    _assert_readers(spark, out, expected)
+    assert len(read_committed(str(out)).column("id")) == len(expected)
+    time.sleep(0.01)
+    vacuum(str(out), "1ms", allow_short_retention=True, include_files_before_log=True)
+    assert orphans(out) == set()
+    _assert_readers(spark, out, expected)
+
+
+def test_two_optimizes_at_once_do_not_both_win(spark, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    first = start_child(tmp_path / "children", {"out": str(out)}, failpoints="optimize_commit=stop", script=OPTIMIZE_CHILD)
+    _wait_stopped(first)  # its new files are written, its commit not begun
+
+    second = optimize(str(out))
+    os.kill(first.proc.pid, signal.SIGCONT)
+    first.wait()
+
+    assert_ok(first)
+    assert second.committed and second.log_batch_id == 19
+    outcome = first.result()
+    assert outcome["committed"] is False and outcome["abandoned"] == len(second.plan.bins)
+    assert not any(os.path.exists(p) for p in outcome["files"])  # the loser deleted its uncommitted files
+    _assert_readers(spark, out, expected)
+    operations = [r["operation"] for r in history(str(out)).to_pylist()]
+    assert operations.count("optimize") == 1
+
+
+def test_a_writer_losing_to_an_optimize_commits_at_the_next_batch(spark, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    writer = start_child(
+        tmp_path / "children",
+        {"mode": "writer", "out": str(out), "app_id": "loop", "app_index": 1, "versions": [13], "rows": ROWS,
+         "partition_by": ["app"]},
+        failpoints="before_commit=stop", script=CHAIN_CHILD,
+    )
+    _wait_stopped(writer)  # it read the log at batch 12 and will try to commit batch 13
+
+    swap = optimize(str(out))
+    os.kill(writer.proc.pid, signal.SIGCONT)
+    writer.wait()
+
+    assert_ok(writer)
+    assert swap.committed and swap.log_batch_id == 19 and swap.padding_batches == list(range(13, 19))
+    (written,) = writer.progress()
+    assert written["committed"] and written["log_batch_id"] == 20 and written["conflicts"] >= 1
+    _assert_readers(spark, out, expected + writer_rows(1, 13, ROWS).column("id").to_pylist())
+
+
+def test_an_optimize_losing_to_a_writer_moves_to_the_next_compaction_batch(spark, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    child = start_child(tmp_path / "children", {"out": str(out)}, failpoints="optimize_commit=stop", script=OPTIMIZE_CHILD)
+    _wait_stopped(child)  # planned against batch 12, aiming at 19
+
+    expected += _append(out, range(13, 21))  # log batches 13..20: the writer compacts 19 itself
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["log_batch_id"] == 29 and outcome["padding"] == list(range(21, 29))
+    _assert_readers(spark, out, expected)
+
+
+@pytest.mark.parametrize("partition_by", [None, ["bucket"]])  # bucket: id % 3 (crash_child's attempt_bucket)
+def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path, partition_by) -> None:
+    inputs = write_inputs(tmp_path / "in", range(12), 10)
+    out = tmp_path / "out"
+    query = start_child(tmp_path, {
+        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
+        "max_files_per_trigger": 1, "sink": {"partition_by": partition_by} if partition_by else {},
+        "attempt_bucket": bool(partition_by),
+    })
+    swaps = 0
+    while query.proc.poll() is None:
+        if query.progress():  # the query committed its first batch
+            swaps += optimize(str(out), target_file_size="1MB").committed
+        time.sleep(0.2)
+    query.wait()
+    assert_ok(query)
+    swaps += optimize(str(out), target_file_size="1MB").committed
+    assert swaps >= 1
+    _assert_readers(spark, out, inputs)
+    assert len(query.progress()) == 12  # every batch of the query ran once and none failed

@@ -1,0 +1,329 @@
+"""``optimize`` (issue 37): committed small files of each partition rewritten into files near a target size and
+swapped in with one compact file, so every reader (``spark.read.parquet``, ``read_committed``, the Delta log
+after a sync) reads the same rows, with the same types, before and after; dry run, history, time travel,
+vacuum, sort order, partitions filter, refusals. The crash and race tests are in tests/crash/test_optimize_crash.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parquet_sink import MetadataLog, ParquetSink, committed_files, history, read_committed, write_batch
+from parquet_sink.errors import CommitConflictError, LogError, ParameterError
+from parquet_sink.log.entry import CommitRecord, LogEntry
+from parquet_sink.maintenance import optimize, vacuum
+from parquet_sink.read.history import OPTIMIZE_APP_ID
+
+DAYS = ["a b", "c:d", None, "x"]
+
+
+def _version(v: int, rows: int = 6) -> pa.Table:
+    ids = list(range(v * 100, v * 100 + rows))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "day": pa.array([DAYS[i % len(DAYS)] for i in ids], pa.string()),
+            "name": pa.array([None if i % 5 == 0 else f"n{i}%/,\"" for i in ids], pa.string()),
+            "amount": pa.array([decimal.Decimal(i) / 100 for i in ids], pa.decimal128(18, 2)),
+            "ts": pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=7 * i) for i in ids],
+                           pa.timestamp("us", tz="UTC")),
+            "f": pa.array([float("nan") if i % 7 == 0 else -0.0 if i % 3 == 0 else i / 3 for i in ids], pa.float64()),
+        }
+    )
+
+
+def _write_versions(out: str, versions: range, rows: int = 6) -> pa.Table:
+    for v in versions:
+        write_batch(out, _version(v, rows), app_id="app", version=v, partition_by=["day"])
+    return pa.concat_tables(_version(v, rows) for v in versions)
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    """Rows as comparable tuples, columns by name (NaN made comparable), sorted by id."""
+    columns = sorted(table.column_names)
+    out = []
+    for row in table.select(columns).to_pylist():
+        out.append(tuple("NaN" if isinstance(v, float) and v != v else v for v in row.values()))
+    return sorted(out, key=lambda r: r[columns.index("id")])
+
+
+def _spark_rows(spark, out: str) -> tuple[list[tuple], str]:
+    df = spark.read.parquet(out)
+    cols = sorted(df.columns)
+    rows = [tuple("NaN" if isinstance(v, float) and v != v else v for v in (r[c] for c in cols)) for r in df.collect()]
+    return sorted(rows, key=lambda r: r[cols.index("id")]), df.select(*cols).schema.simpleString()
+
+
+def test_optimize_swaps_small_files_and_every_reader_reads_the_same_rows(spark, out: str) -> None:
+    expected = _write_versions(out, range(13))
+    before_files = {f.path for f in committed_files(out)}
+    spark_before, spark_schema = _spark_rows(spark, out)
+    assert len(spark_before) == expected.num_rows
+
+    result = optimize(out, target_file_size="1MB")
+
+    assert result.committed and result.log_batch_id == 19 and result.padding_batches == list(range(13, 19))
+    assert result.files_removed == len(before_files)
+    assert result.files_added == len(DAYS) and result.rows == expected.num_rows
+    after_files = {f.path for f in committed_files(out)}
+    assert after_files == set(result.files) and not after_files & before_files
+    assert _rows(read_committed(out)) == _rows(expected)
+    spark_after, spark_schema_after = _spark_rows(spark, out)
+    assert spark_after == spark_before and spark_schema_after == spark_schema
+    log = MetadataLog(out)
+    assert log.check() == []
+    compact = (Path(out) / "_spark_metadata" / "19.compact").read_text()
+    assert not any(Path(p).name in compact for p in before_files)  # the swap lives in the compact file
+    # time travel: the snapshot before the swap still reads the old files, with the same rows
+    assert {f.path for f in committed_files(out, as_of_batch=18)} == before_files
+    assert _rows(read_committed(out, as_of_batch=12)) == _rows(expected)
+
+
+def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
+    """Files of the Spark writer path (INT96 timestamps, Spark's footer metadata) rewritten: Spark reads the same
+    schema and rows, and the new file keeps INT96."""
+    sink = ParquetSink(out, writer="spark", partition_by=["day"])
+    schema = "id long, day string, ts timestamp, amount decimal(10,2), d date, b binary"
+    for batch in range(3):
+        rows = [
+            (batch * 10 + i, ["p", "q:r"][i % 2], dt.datetime(2026, 3, 1, 12, 0, i, 123456), decimal.Decimal(f"{i}.25"),
+             dt.date(999, 1, 1 + i), bytes([i, 0, 255]))
+            for i in range(4)
+        ]
+        sink(spark.createDataFrame(rows, schema).coalesce(1), batch)
+    spark_before, schema_before = _spark_rows(spark, out)
+    ours_before = _rows(read_committed(out))
+
+    result = optimize(out)
+
+    assert result.committed and result.files_added == 2
+    spark_after, schema_after = _spark_rows(spark, out)
+    assert schema_after == schema_before and spark_after == spark_before
+    assert _rows(read_committed(out)) == ours_before
+    for path in result.files:
+        parquet = pq.ParquetFile(path)
+        assert parquet.schema.column(parquet.schema.names.index("ts")).physical_type == "INT96"
+        assert "day" not in parquet.schema.names  # partition values stay in the directory
+
+
+def test_dry_run_writes_nothing(out: str) -> None:
+    _write_versions(out, range(5))
+
+    def state() -> dict[str, bytes]:
+        return {str(p): p.read_bytes() for p in Path(out).rglob("*") if p.is_file()}
+
+    before = state()
+    result = optimize(out, dry_run=True)
+    assert state() == before
+    assert not result.committed and result.plan.files_removed == len(committed_files(out))
+    assert sorted(b.directory for b in result.plan.bins) == ["day=__HIVE_DEFAULT_PARTITION__", "day=a b", "day=c%3Ad", "day=x"]
+
+
+def test_history_shows_the_optimize_as_its_own_entry(out: str) -> None:
+    _write_versions(out, range(3))
+    removed_bytes = sum(f.size for f in committed_files(out))
+    result = optimize(out)
+    rows = {r["log_batch_id"]: r for r in history(out).to_pylist()}
+    swap = rows[9]
+    assert swap["operation"] == "optimize" and swap["query_id"] == OPTIMIZE_APP_ID
+    assert swap["rows"] == 0 and swap["files"] == result.files_added and swap["bytes"] == result.bytes_added
+    assert swap["files_removed"] == 3 * 4 and swap["bytes_removed"] == removed_bytes
+    assert [rows[b]["operation"] for b in range(3, 9)] == ["optimize-wait"] * 6
+    assert [rows[b]["operation"] for b in range(3)] == ["append"] * 3 and rows[0]["files_removed"] is None
+    # as_of_time just before the swap reads the old state
+    before_swap = rows[8]["commit_time"]
+    assert read_committed(out, as_of_time=before_swap).num_rows == 18
+
+
+def test_a_second_optimize_finds_nothing_to_rewrite(out: str) -> None:
+    _write_versions(out, range(4))
+    assert optimize(out).committed
+    latest = MetadataLog(out).latest_batch_id()
+    again = optimize(out)
+    assert not again.committed and again.plan.bins == []
+    assert MetadataLog(out).latest_batch_id() == latest  # no empty batch, no rewrite
+
+
+def test_partitions_and_sort_by(out: str) -> None:
+    for v in range(4):
+        table = pa.table({"k": ["a", "b"] * 5, "v": pa.array([(v * 37 + i * 13) % 50 for i in range(10)], pa.int64())})
+        write_batch(out, table, app_id="app", version=v, partition_by=["k"])
+    result = optimize(out, partitions={"k": "a"}, sort_by=["v"])
+    assert result.committed and [b.directory for b in result.plan.bins] == ["k=a"]
+    (new,) = result.files
+    values = pq.read_table(new).column("v").to_pylist()
+    assert values == sorted(values) and len(values) == 20
+    assert len([f for f in committed_files(out) if f.relative_path.startswith("k=b/")]) == 4
+    with pytest.raises(ParameterError, match="partition columns"):
+        optimize(out, sort_by=["k"])
+
+
+@pytest.mark.parametrize("size", ["abc", 0, "-1MB", True])
+def test_bad_target_size_is_refused(out: str, size) -> None:
+    _write_versions(out, range(2))
+    with pytest.raises(ParameterError, match="size"):
+        optimize(out, target_file_size=size)
+
+
+def test_add_refuses_removal_outside_a_compaction_batch(out: str) -> None:
+    _write_versions(out, range(2))
+    log = MetadataLog(out)
+    with pytest.raises(LogError, match="not a compaction batch"):
+        log.add(2, [], removed=frozenset({"file:///x.parquet"}))
+
+
+def _spark_sink_like_batch(out: str, batch: int, record: CommitRecord | None) -> None:
+    """A batch as Spark's own sink (no record) or a streaming query of ours (a record without fingerprint) commits."""
+    path = Path(out) / f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": [batch]}), path)
+    log = MetadataLog(out)
+    entries = [LogEntry(log.storage.to_uri(str(path)), path.stat().st_size, False, int(time.time() * 1000))]
+    if record is not None:
+        entries = record.log_entries(log.storage, int(time.time() * 1000) + batch, entries, 1)
+    assert log.add(batch, entries)
+
+
+def test_refuses_an_output_spark_s_own_sink_writes(out: str) -> None:
+    for batch in range(3):
+        _spark_sink_like_batch(out, batch, None)
+    with pytest.raises(CommitConflictError, match="Spark's own file sink"):
+        optimize(out)
+    assert MetadataLog(out).latest_batch_id() == 2
+
+
+def test_commit_times_of_a_streaming_run_survive_the_swap(out: str) -> None:
+    """A streaming query's records inside a run are not kept by compaction: the figures (commit time, rows) of
+    the batches whose files the swap removes must stay, or as_of_time and history lose them."""
+    for batch in range(13):
+        _spark_sink_like_batch(out, batch, CommitRecord.new(batch, "query-1", batch))
+    before = history(out).to_pylist()
+    assert optimize(out).committed
+    after = {r["log_batch_id"]: r for r in history(out).to_pylist()}
+    for row in before:
+        assert after[row["log_batch_id"]]["commit_time"] == row["commit_time"]
+        assert after[row["log_batch_id"]]["rows"] == row["rows"]
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(13))
+    assert read_committed(out, as_of_time=before[0]["commit_time"]).num_rows == 13
+
+
+def test_vacuum_keeps_replaced_files_while_the_snapshot_before_can_be_read(out: str) -> None:
+    _write_versions(out, range(3))
+    old = {f.path for f in committed_files(out)}
+    two_days_ago = time.time() - 2 * 86400
+    for path in old:
+        os.utime(path, (two_days_ago, two_days_ago))
+    optimize(out)
+
+    # (include_files_before_log: the files were backdated to before the log's first commit)
+    kept = vacuum(out, "1h", allow_short_retention=True, include_files_before_log=True)
+    assert {i.path for i in kept.plan.replaced_kept} == old and kept.plan.orphans == []
+    assert read_committed(out, as_of_batch=2).num_rows == 18  # time travel before the swap still works
+
+    time.sleep(0.01)
+    gone = vacuum(out, "1ms", allow_short_retention=True, include_files_before_log=True)  # the swap is now older than the retention
+    assert {i.path for i in gone.plan.orphans} == old
+    assert not any(os.path.exists(p) for p in old)
+    assert read_committed(out).num_rows == 18
+
+
+def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    from parquet_sink import sync_delta_log
+
+    expected = _write_versions(out, range(4))
+    sync_delta_log(out)
+    result = optimize(out)
+    synced = sync_delta_log(out)
+    assert synced.added == result.files_added and synced.removed == result.files_removed
+    table = deltalake.DeltaTable(out)
+    assert sorted(Path(u).name for u in table.file_uris()) == sorted(Path(p).name for p in result.files)
+    delta_rows = table.to_pyarrow_table()
+    assert sorted(delta_rows.column("id").to_pylist()) == sorted(expected.column("id").to_pylist())
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 20), min_size=2, max_size=8),
+    target=st.integers(500, 6000),
+    values=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=5),
+)
+def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, target, values) -> None:
+    """Whatever the file sizes and the target, the rows read after equal the rows before, and no partition ends up
+    with more files than before."""
+    out = str(tmp_path_factory.mktemp("drawn") / "out")
+    expected = []
+    for v, n in enumerate(sizes):
+        table = pa.table({
+            "k": pa.array([("u" if i % 2 else "w") for i in range(n)], pa.string()),
+            "x": pa.array([values[i % len(values)] for i in range(n)], pa.int64()),
+            "id": pa.array([v * 100 + i for i in range(n)], pa.int64()),
+        })
+        write_batch(out, table, app_id="a", version=v, partition_by=["k"])
+        expected.append(table)
+    before = len(committed_files(out))
+    optimize(out, target_file_size=target)
+    assert _rows(read_committed(out)) == _rows(pa.concat_tables(expected))
+    assert len(committed_files(out)) <= before
+    assert MetadataLog(out).check() == []
+
+
+def test_optimize_on_every_store(backend) -> None:
+    """Local disk, moto (S3) and Azurite: the swap, the rows, time travel and a second run with nothing to do."""
+    url, options = backend.url, backend.storage_options
+    expected = []
+    for v in range(4):
+        rows = pa.table({"id": pa.array([10 * v + i for i in range(4)], pa.int64()), "k": ["a", "b", "a", "c"]})
+        write_batch(url, rows, app_id="a", version=v, partition_by=["k"], storage_options=options)
+        expected += rows.column("id").to_pylist()
+    before = {f.path for f in committed_files(url, storage_options=options)}
+    result = optimize(url, storage_options=options)
+    assert result.committed and result.files_added == 3 and result.files_removed == len(before) == 12
+    assert sorted(read_committed(url, storage_options=options).column("id").to_pylist()) == sorted(expected)
+    assert {f.path for f in committed_files(url, storage_options=options, as_of_batch=3)} == before
+    assert not optimize(url, storage_options=options).committed
+    assert MetadataLog(url, options).check() == []
+
+
+def test_an_old_snapshot_whose_log_files_are_gone_is_refused_not_answered_wrong(out: str) -> None:
+    """Once cleanup deleted the log files before the swap, the snapshot before it cannot be answered from the newest
+    compact file (its rows moved to the swap's batch): SnapshotExpiredError, not 0 rows."""
+    from parquet_sink.errors import SnapshotExpiredError
+
+    _write_versions(out, range(13))
+    optimize(out)
+    log_dir = Path(out) / "_spark_metadata"
+    for name in ["9.compact", *map(str, range(10, 19))]:
+        (log_dir / name).unlink()
+    with pytest.raises(SnapshotExpiredError):
+        read_committed(out, as_of_batch=12)
+    assert read_committed(out).num_rows == 13 * 6
+
+
+def test_cli_optimize_dry_run_then_summary(out: str, capsys) -> None:
+    import json
+
+    from parquet_sink.cli.main import main
+
+    _write_versions(out, range(3))
+    assert main(["optimize", out, "--dry-run", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["dry_run"] and not planned["committed"] and planned["files_removed"] == 12
+    assert MetadataLog(out).latest_batch_id() == 2  # the dry run committed nothing
+    assert main(["optimize", out, "--partition", "day=x", "--sort-by", "id"]) == 0
+    text = capsys.readouterr().out
+    assert "3 file(s)" in text and "-> 1 file(s)" in text and "committed files: 12 before, 10 after" in text
+    assert main(["optimize", out, "--partition", "day"]) == 1
+    assert "use COLUMN=VALUE" in capsys.readouterr().err
+    assert _rows(read_committed(out)) == _rows(pa.concat_tables(_version(v) for v in range(3)))
