@@ -318,14 +318,10 @@ class ParquetSink:
             failpoint("before_commit")
 
             started = time.monotonic()
-            refuse_missing_files(
-                storage, [s.path for s in statuses], f"{self}: log batch {target}",
-                "Spark retries the batch when the query restarts",
-            )
             data = [LogEntry(storage.to_uri(s.path), s.size, False, s.modification_time) for s in statuses]
             progress.rows = sum(s.num_rows for s in statuses)
             txn = Transaction(query_id, batch_id, data_schema, self.partition_by)
-            record, progress.conflicts = self._commit(record, txn, data, progress.rows)
+            record, progress.conflicts = self._commit(record, txn, [s.path for s in statuses], data, progress.rows)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
@@ -392,16 +388,22 @@ class ParquetSink:
         return None
 
     def _commit(
-        self, record: CommitRecord, txn: Transaction, data: list[LogEntry], rows: int
+        self, record: CommitRecord, txn: Transaction, paths: list[str], data: list[LogEntry], rows: int
     ) -> tuple[CommitRecord, int]:
-        """Commit ``data`` with ``record`` (the driver's state then says so); returns the record committed and
-        the commit races lost. A race lost to other writers' appends moves the commit to the next log batch, as
-        Delta's optimistic transactions do (:mod:`parquet_sink.write.conflicts`); a real conflict, or too many
-        races in a row, is a CommitConflictError (or SchemaMismatchError), with nothing committed."""
+        """Commit ``data`` (the entries of the data files ``paths``) with ``record`` (the driver's state then
+        says so); returns the record committed and the commit races lost. A race lost to other writers' appends
+        moves the commit to the next log batch, as Delta's optimistic transactions do
+        (:mod:`parquet_sink.write.conflicts`); a real conflict, or too many races in a row, is a
+        CommitConflictError (or SchemaMismatchError), with nothing committed. Before each attempt the files are
+        checked to be there (MissingDataFileError: the log never points at missing data)."""
         log = self.log
         state = self._state
         assert state is not None
         for lost in range(MAX_COMMIT_ATTEMPTS):
+            refuse_missing_files(
+                log.storage, paths, f"{self}: log batch {record.log_batch_id}",
+                "Spark retries the batch when the query restarts",
+            )
             commit_ms = next_commit_time(state.newest_commit_ms)
             if log.add(record.log_batch_id, record.log_entries(log.storage, commit_ms, data, rows)):
                 state.latest, state.newest_commit_ms = record.log_batch_id, commit_ms
