@@ -72,7 +72,8 @@ def test_sink_losing_races_to_appends_commits_at_the_next_batches_compact_ones_t
         def run() -> None:
             for _ in range(n):
                 version = next(neighbour)
-                assert write_batch(out, _rows([1000 + version]), app_id="n", version=version, compact_interval=3).committed
+                table = _rows([1000 + version])
+                assert write_batch(out, table, app_id="n", version=version, compact_interval=3).committed
 
         return run
 
@@ -110,7 +111,7 @@ def test_query_continues_after_neighbours_appended_between_its_batches(spark, tm
     sink(spark.createDataFrame([(1, "n1")], SCHEMA), 1)
     assert sink.last_progress.log_batch_id == 3
     assert_same_ids(read_committed(out).column("id").to_pylist(), [0, 1, 1000, 1001], "read_committed")
-    with pytest.raises(errors.OutputResetError):  # its batch 2 is missing from the log: the checkpoint is ahead
+    with pytest.raises(errors.OutputResetError, match=r"newest batch in it is 1 \(log batch 3\), so batches 2\.\.2"):
         ParquetSink(out, checkpoint_location=_checkpoint(tmp_path))(spark.createDataFrame([(3, "n3")], SCHEMA), 3)
 
 

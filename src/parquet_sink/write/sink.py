@@ -423,6 +423,7 @@ class ParquetSink:
                 txn.query_batch_id, txn.query_id, state.latest + 1,
             )
             record = dataclasses.replace(record, log_batch_id=state.latest + 1)
+            failpoint("commit_retry")
         self._state = None
         raise CommitConflictError(
             f"batch {txn.query_batch_id} of query {txn.query_id} could not be committed to "
@@ -564,9 +565,15 @@ class ParquetSink:
                 f"({state.latest}).{cause}"
             )
         if action == "reset":
+            own = state.queries.get(query_id)
+            newest = (
+                f"this query's newest batch in it is {own.query_batch_id} (log batch {own.log_batch_id})"
+                if own is not None and query_id is not None else f"its newest batch is {state.latest}"
+            )
+            first = state.latest + 1 if own is None or query_id is None else own.query_batch_id + 1
             raise OutputResetError(
                 f"batch {batch_id} of query {query_id} would leave a gap in {self.log.display(self.log.log_dir)}: "
-                f"its newest batch is {state.latest}, so batches {state.latest + 1}..{batch_id - 1} that Spark's "
+                f"{newest}, so batches {first}..{batch_id - 1} that Spark's "
                 "checkpoint says are done are missing (the output was deleted or reset). Restore the output, "
                 "or start a new checkpoint; ParquetSink(..., on_foreign_query='append') appends anyway."
             )
