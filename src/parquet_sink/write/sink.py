@@ -5,8 +5,10 @@ schema; take the batch's lease (:mod:`parquet_sink.write.inflight`); write Parqu
 writer into a hidden staging directory and an atomic rename of each file into place
 (:mod:`parquet_sink.write.spark_staging`, stores with atomic renames) or with pyarrow on the executors
 (:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
-(atomic, exclusive) and drop the lease. A batch is visible to readers exactly
-when its log file exists.
+(atomic, exclusive; a race lost to another writer's append moves it to the next log batch, as Delta's
+optimistic transactions do: :mod:`parquet_sink.write.conflicts`) and drop the lease. A batch is visible to
+readers exactly when its log file exists. The log directory exists before the output's first data file
+(:func:`~parquet_sink.write.inflight.start_output`), as with Spark's sink.
 
 Each commit carries one *commit record*: extra keys Spark ignores, on the batch's first data entry (on an
 entry of its own that Spark skips when the batch wrote no file), naming the streaming query, the query's
@@ -113,9 +115,12 @@ class ParquetSink:
             are refused: pyarrow cannot write them.
         max_records_per_file: roll over to a new file after this many rows (Spark's ``maxRecordsPerFile``;
             None for no limit).
-        on_foreign_query: what to do when another query's batches (a new checkpoint) are already in the
-            log: ``"error"`` (default) raises :class:`ForeignQueryError`; ``"append"`` commits this query's
-            batches after the latest log batch, staying idempotent across this query's restarts.
+        on_foreign_query: what to do when, at this query's first batch, other writers' batches (a new
+            checkpoint on an old output?) are already in the log: ``"error"`` (default) raises
+            :class:`ForeignQueryError`; ``"append"`` commits this query's batches after the latest log batch,
+            staying idempotent across this query's restarts. A query that has committed to the output goes on
+            after other writers' appends either way, and a commit race lost to them moves its batch to the next
+            log batch (:mod:`parquet_sink.write.conflicts`).
         min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
         writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer into a hidden staging
             directory, then an atomic rename of each file into place (needs a store with atomic renames:
