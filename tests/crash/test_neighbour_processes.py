@@ -51,13 +51,17 @@ def test_streaming_query_and_write_batch_loop_append_together(spark, tmp_path: P
         "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
         "max_files_per_trigger": 1,
     })
-    while not query.progress():  # the query committed its first batch: let the loop go while it runs the rest
-        assert query.proc.poll() is None, query.log_tail()
-        time.sleep(0.05)
-    go.touch()
-    for child in (writer, query):
-        child.wait()
-        assert_ok(child)
+    try:
+        while not query.progress():  # the query committed its first batch: let the loop go while it runs the rest
+            assert query.proc.poll() is None, query.log_tail()
+            time.sleep(0.05)
+        go.touch()
+        for child in (writer, query):
+            child.wait()
+            assert_ok(child)
+    finally:  # a failed query must not leave the loop waiting for its go
+        for child in (writer, query):
+            child.kill()
 
     loop_ids = [i for v in versions for i in writer_rows(1, v, 5).column("id").to_pylist()]
     everything = inputs + loop_ids
