@@ -95,16 +95,20 @@ def test_query_killed_between_a_lost_race_and_its_retry(spark, tmp_path: Path) -
     config = {"input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
               "max_files_per_trigger": 1}
     query = start_child(tmp_path, config, failpoints="before_commit=stop@2,commit_retry=kill")
-    deadline = time.monotonic() + 240
-    while psutil.Process(query.pgid).status() != psutil.STATUS_STOPPED:
-        assert time.monotonic() < deadline and query.proc.poll() is None, query.log_tail()
-        time.sleep(0.05)
     loop_table = writer_rows(1, 0, 5)
     loop_table = pa.table({"id": loop_table.column("id"), "file": pa.array([-1] * 5, pa.int64()),
                            "name": [f"w{i}" for i in loop_table.column("id").to_pylist()]})
-    assert write_batch(str(out), loop_table, app_id="loop", version=0).log_batch_id == 1
-    os.kill(query.pgid, signal.SIGCONT)
-    query.wait()
+    try:
+        deadline = time.monotonic() + 240
+        while psutil.Process(query.pgid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline and query.proc.poll() is None, query.log_tail()
+            time.sleep(0.05)
+        assert write_batch(str(out), loop_table, app_id="loop", version=0).log_batch_id == 1
+        os.kill(query.pgid, signal.SIGCONT)
+        query.wait()
+    finally:  # never leave a stopped driver behind
+        if query.proc.poll() is None:
+            query.kill()
     assert_sigkilled(query)
     left = parquet_on_disk(out) - committed_paths(out)
     assert left, "the killed attempt's files are on disk, uncommitted"
