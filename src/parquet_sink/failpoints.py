@@ -20,7 +20,8 @@ Failpoints in the write path (see docs/reliability.md): ``before_write``, ``task
 (inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
 into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
 place), ``before_commit``, ``commit_publish`` (log temp file written, not yet published),
-``after_commit``, ``compaction``, ``sidecar`` (a compact file committed, its columnar copy not yet
+``after_commit``, ``commit_retry`` (the sink lost its log batch to another writer and checked the winners: before
+it commits at the next log batch), ``compaction``, ``sidecar`` (a compact file committed, its columnar copy not yet
 written), ``cleanup``, ``delta_commit`` (``delta_log=True`` or ``sync_delta_log``: the batch is committed to
 ``_spark_metadata``, its Delta commit not yet made), ``delta_read`` (``sync_delta_log``, ``verify``: the Delta log
 read, ``_spark_metadata`` not yet). In ``optimize``: ``optimize_write`` (its lease taken, no new

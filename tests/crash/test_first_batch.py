@@ -108,7 +108,9 @@ def test_failed_first_write_batch_is_invisible_and_its_rerun_commits(request, sp
         assert child.returncode == 3 and "FailpointError" in child.result()["error"]
     storage = Storage(url, options)
     prefix = storage.root.rstrip("/") + "/"
-    placed = [i.path for i in storage.find(storage.root) if i.path.endswith(".parquet") and "/_" not in i.path[len(prefix):]]
+    placed = [
+        i.path for i in storage.find(storage.root) if i.path.endswith(".parquet") and "/_" not in i.path[len(prefix) :]
+    ]
     assert placed, "the call placed its files before failing"
     if backend_name == "local":
         assert spark.read.schema("id long, app long").parquet(url).count() == 0

@@ -72,7 +72,8 @@ def test_sink_losing_races_to_appends_commits_at_the_next_batches_compact_ones_t
         def run() -> None:
             for _ in range(n):
                 version = next(neighbour)
-                assert write_batch(out, _rows([1000 + version]), app_id="n", version=version, compact_interval=3).committed
+                table = _rows([1000 + version])
+                assert write_batch(out, table, app_id="n", version=version, compact_interval=3).committed
 
         return run
 
@@ -110,7 +111,7 @@ def test_query_continues_after_neighbours_appended_between_its_batches(spark, tm
     sink(spark.createDataFrame([(1, "n1")], SCHEMA), 1)
     assert sink.last_progress.log_batch_id == 3
     assert_same_ids(read_committed(out).column("id").to_pylist(), [0, 1, 1000, 1001], "read_committed")
-    with pytest.raises(errors.OutputResetError):  # its batch 2 is missing from the log: the checkpoint is ahead
+    with pytest.raises(errors.OutputResetError, match=r"newest batch in it is 1 \(log batch 3\), so batches 2\.\.2"):
         ParquetSink(out, checkpoint_location=_checkpoint(tmp_path))(spark.createDataFrame([(3, "n3")], SCHEMA), 3)
 
 
@@ -140,6 +141,29 @@ def test_sink_refuses_real_conflicts(spark, tmp_path, change):
         assert "two runs of one checkpoint" in str(info.value)
     assert MetadataLog(out).latest_batch_id() == 0
     assert_same_ids(read_committed(out).column("id").to_pylist(), winner_ids, "the winner's rows only")
+
+
+def test_vacuum_while_the_sink_retries_keeps_its_files(spark, tmp_path):
+    """Another app takes the log batch the query aimed at, then a vacuum runs (--older-than 0s) before the query
+    retries: the query's lease lives until the query commits its batch, not only while its first log batch is
+    free, so the vacuum keeps the files and the retry commits them. With the old lease rule the vacuum deleted
+    them (the lease's log batch was committed by the other app)."""
+    from tests.helpers.crash_util import vacuum
+
+    out = str(tmp_path / "out")
+    reports = []
+
+    def winner() -> None:
+        write_batch(out, _rows([100]), app_id="n", version=0)
+        reports.append(vacuum(out))
+
+    sink = _staged(ParquetSink(out, checkpoint_location=_checkpoint(tmp_path)), {1: winner})
+    sink(spark.createDataFrame([(0, "n0")], SCHEMA), 0)
+    sink(spark.createDataFrame([(1, "n1"), (2, "n2")], SCHEMA), 1)
+    assert reports[0]["files"] == [] and reports[0]["in_flight_kept"] >= 1, reports
+    assert sink.last_progress.log_batch_id == 2 and sink.last_progress.conflicts == 1
+    assert_same_ids(read_committed(out).column("id").to_pylist(), [0, 1, 2, 100], "after the race and the vacuum")
+    assert_same_ids([r[0] for r in spark.read.parquet(out).select("id").collect()], [0, 1, 2, 100], "spark")
 
 
 # -- the decision, drawn ------------------------------------------------------------------------------------

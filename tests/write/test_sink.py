@@ -260,7 +260,7 @@ def test_two_writers_one_batch_loser_without_query_id_gets_conflict(spark, tmp_p
     b._state.queries.clear()
     target = b._target_batch(b._state, None, 1)
     with pytest.raises(errors.CommitConflictError, match="without a query id"):
-        b._commit(CommitRecord.new(target, None, 1), Transaction(None, 1, None, ()), [], 0)
+        b._commit(CommitRecord.new(target, None, 1), Transaction(None, 1, None, ()), [], [], 0)
     assert sorted(read_committed(out).column("id").to_pylist()) == [1, 2]
 
 

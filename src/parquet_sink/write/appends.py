@@ -13,8 +13,9 @@ Concurrency is optimistic: the commit is an exclusive create of the next log fil
 (:meth:`MetadataLog.add`). A writer that loses the race re-reads the log, re-checks its version (another
 run of the same app may have committed it: then it stops, skipped) and what the winning commits changed
 (:func:`~parquet_sink.write.conflicts.check_commit`: other partition columns, or a schema the data does not
-fit, raise SchemaMismatchError), and commits the *same* files as the following batch. Re-committing them is safe: the lost create published nothing (a lost
-acknowledgement is read back by the storage layer), so no log batch references them, and they are
+fit, raise SchemaMismatchError), and commits the *same* files as the following batch. Re-committing
+them is safe: the lost create published nothing (a lost acknowledgement is read back by the storage
+layer), so no log batch references them, and they are
 complete, fsynced files; rewriting them would only cost time. Files of an attempt that never commits (a
 crash, or a skip after a lost race) stay uncommitted: invisible to both readers, removed by
 ``parquet-sink vacuum``.

@@ -89,7 +89,9 @@ def check_commit(txn: Transaction, winners: Sequence[WinningCommit]) -> Conflict
     for winner in winners:
         record = winner.record
         if txn.query_id is None:
-            return Conflict("identity", winner.log_batch_id, "this writer has no query id to tell a replay of its batch apart")
+            return Conflict(
+                "identity", winner.log_batch_id, "this writer has no query id to tell a replay of its batch apart"
+            )
         if record is not None and record.query_id == txn.query_id and record.query_batch_id >= txn.query_batch_id:
             return Conflict(
                 "replay", winner.log_batch_id,

@@ -5,8 +5,10 @@ schema; take the batch's lease (:mod:`parquet_sink.write.inflight`); write Parqu
 writer into a hidden staging directory and an atomic rename of each file into place
 (:mod:`parquet_sink.write.spark_staging`, stores with atomic renames) or with pyarrow on the executors
 (:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
-(atomic, exclusive) and drop the lease. A batch is visible to readers exactly
-when its log file exists.
+(atomic, exclusive; a race lost to another writer's append moves it to the next log batch, as Delta's
+optimistic transactions do: :mod:`parquet_sink.write.conflicts`) and drop the lease. A batch is visible to
+readers exactly when its log file exists. The log directory exists before the output's first data file
+(:func:`~parquet_sink.write.inflight.start_output`), as with Spark's sink.
 
 Each commit carries one *commit record*: extra keys Spark ignores, on the batch's first data entry (on an
 entry of its own that Spark skips when the batch wrote no file), naming the streaming query, the query's
@@ -114,9 +116,12 @@ class ParquetSink:
             are refused: pyarrow cannot write them.
         max_records_per_file: roll over to a new file after this many rows (Spark's ``maxRecordsPerFile``;
             None for no limit).
-        on_foreign_query: what to do when another query's batches (a new checkpoint) are already in the
-            log: ``"error"`` (default) raises :class:`ForeignQueryError`; ``"append"`` commits this query's
-            batches after the latest log batch, staying idempotent across this query's restarts.
+        on_foreign_query: what to do when, at this query's first batch, other writers' batches (a new
+            checkpoint on an old output?) are already in the log: ``"error"`` (default) raises
+            :class:`ForeignQueryError`; ``"append"`` commits this query's batches after the latest log batch,
+            staying idempotent across this query's restarts. A query that has committed to the output goes on
+            after other writers' appends either way, and a commit race lost to them moves its batch to the next
+            log batch (:mod:`parquet_sink.write.conflicts`).
         min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
         writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer into a hidden staging
             directory, then an atomic rename of each file into place (needs a store with atomic renames:
@@ -324,14 +329,10 @@ class ParquetSink:
             failpoint("before_commit")
 
             started = time.monotonic()
-            refuse_missing_files(
-                storage, [s.path for s in statuses], f"{self}: log batch {target}",
-                "Spark retries the batch when the query restarts",
-            )
             data = [log_entry(storage, s) for s in statuses]
             progress.rows = sum(s.num_rows for s in statuses)
             txn = Transaction(query_id, batch_id, data_schema, self.partition_by)
-            record, progress.conflicts = self._commit(record, txn, data, progress.rows)
+            record, progress.conflicts = self._commit(record, txn, [s.path for s in statuses], data, progress.rows)
         finally:
             batch.end(staged=spark_writes)
         failpoint("after_commit")
@@ -398,16 +399,22 @@ class ParquetSink:
         return None
 
     def _commit(
-        self, record: CommitRecord, txn: Transaction, data: list[LogEntry], rows: int
+        self, record: CommitRecord, txn: Transaction, paths: list[str], data: list[LogEntry], rows: int
     ) -> tuple[CommitRecord, int]:
-        """Commit ``data`` with ``record`` (the driver's state then says so); returns the record committed and
-        the commit races lost. A race lost to other writers' appends moves the commit to the next log batch, as
-        Delta's optimistic transactions do (:mod:`parquet_sink.write.conflicts`); a real conflict, or too many
-        races in a row, is a CommitConflictError (or SchemaMismatchError), with nothing committed."""
+        """Commit ``data`` (the entries of the data files ``paths``) with ``record`` (the driver's state then
+        says so); returns the record committed and the commit races lost. A race lost to other writers' appends
+        moves the commit to the next log batch, as Delta's optimistic transactions do
+        (:mod:`parquet_sink.write.conflicts`); a real conflict, or too many races in a row, is a
+        CommitConflictError (or SchemaMismatchError), with nothing committed. Before each attempt the files are
+        checked to be there (MissingDataFileError: the log never points at missing data)."""
         log = self.log
         state = self._state
         assert state is not None
         for lost in range(MAX_COMMIT_ATTEMPTS):
+            refuse_missing_files(
+                log.storage, paths, f"{self}: log batch {record.log_batch_id}",
+                "Spark retries the batch when the query restarts",
+            )
             commit_ms = next_commit_time(state.newest_commit_ms)
             if log.add(record.log_batch_id, record.log_entries(log.storage, commit_ms, data, rows)):
                 state.latest, state.newest_commit_ms = record.log_batch_id, commit_ms
@@ -427,6 +434,7 @@ class ParquetSink:
                 txn.query_batch_id, txn.query_id, state.latest + 1,
             )
             record = dataclasses.replace(record, log_batch_id=state.latest + 1)
+            failpoint("commit_retry")
         self._state = None
         raise CommitConflictError(
             f"batch {txn.query_batch_id} of query {txn.query_id} could not be committed to "
@@ -568,9 +576,15 @@ class ParquetSink:
                 f"({state.latest}).{cause}"
             )
         if action == "reset":
+            own = state.queries.get(query_id)
+            newest = (
+                f"this query's newest batch in it is {own.query_batch_id} (log batch {own.log_batch_id})"
+                if own is not None and query_id is not None else f"its newest batch is {state.latest}"
+            )
+            first = state.latest + 1 if own is None or query_id is None else own.query_batch_id + 1
             raise OutputResetError(
                 f"batch {batch_id} of query {query_id} would leave a gap in {self.log.display(self.log.log_dir)}: "
-                f"its newest batch is {state.latest}, so batches {state.latest + 1}..{batch_id - 1} that Spark's "
+                f"{newest}, so batches {first}..{batch_id - 1} that Spark's "
                 "checkpoint says are done are missing (the output was deleted or reset). Restore the output, "
                 "or start a new checkpoint; ParquetSink(..., on_foreign_query='append') appends anyway."
             )
