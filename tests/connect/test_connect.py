@@ -121,7 +121,7 @@ def test_checkpoint_query_id_from_hadoop_urls(spark, tmp_path: Path, backend) ->
     src, ckpt = str(tmp_path / "in"), tmp_path / "ckpt"
     write_input_files(src, _batches(1, 3))
     query = run_available_now(_stream(spark, src), str(ckpt), ParquetSink(str(tmp_path / "out0")))
-    storage = MetadataLog(backend.url, backend.storage_options).storage
+    storage = MetadataLog(backend.url, storage_options=backend.storage_options).storage
     with storage.open(storage.join("ckpt", "metadata"), "wb") as fh:
         fh.write((ckpt / "metadata").read_bytes())
     fsspec_url = f"{backend.url}/ckpt"

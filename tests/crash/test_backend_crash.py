@@ -43,7 +43,7 @@ def test_commit_window_kill_on_object_store(spark, request, tmp_path: Path, back
     killed = run_child(tmp_path, config, failpoints=f"{failpoint}=kill@4", state_dir=tmp_path / "fp")
 
     assert_sigkilled(killed)
-    log = MetadataLog(backend.url, backend.storage_options)
+    log = MetadataLog(backend.url, storage_options=backend.storage_options)
     assert log.latest_batch_id() == log_latest
     assert latest_commit(tmp_path / "ckpt") == 2
     on_store = {i.path for i in log.storage.find(log.storage.root) if i.path.endswith(".parquet")}
@@ -59,6 +59,6 @@ def test_commit_window_kill_on_object_store(spark, request, tmp_path: Path, back
     assert_ok(restarted)
     assert restarted.progress()[0]["skipped"] is replay_skipped
     assert_same_ids(committed_ids(backend.url, storage_options=backend.storage_options), ids, "after restart")
-    assert MetadataLog(backend.url, backend.storage_options).latest_batch_id() == latest_commit(tmp_path / "ckpt")
+    assert MetadataLog(backend.url, storage_options=backend.storage_options).latest_batch_id() == latest_commit(tmp_path / "ckpt")
     if backend.secret:
         assert backend.secret not in killed.log_tail(10**7) + restarted.log_tail(10**7)

@@ -59,7 +59,7 @@ def _assert_output(out: str, source: dict[int, list[int]], upto: int, storage_op
     assert_same_ids(ids, [i for b in range(upto + 1) for i in source[b]], f"output (source batches 0..{upto})")
     assert table.column("double").to_pylist() == [2 * i for i in ids]
     assert committed_version(out, "job", storage_options=storage_options) == (upto if upto >= 0 else None)
-    log = MetadataLog(out, storage_options)
+    log = MetadataLog(out, storage_options=storage_options)
     latest = log.latest_batch_id()
     if latest is None:
         return

@@ -216,7 +216,7 @@ class LogModel(RuleBasedStateMachine):
         mtime = now - 30 * DAY_MS if old else now
         entries = [LogEntry(self.storage.to_uri(s.path), s.size, False, mtime) for s in statuses]
         batch = len(self.history)
-        log = MetadataLog(self.url, self.options, compact_interval=self.interval,
+        log = MetadataLog(self.url, storage_options=self.options, compact_interval=self.interval,
                           retention="7d" if retention else None, cleanup=False)
         assert log.add(batch, entries)
         files = {self.relative(s.path): [self.next_id - 1] for s in statuses}
@@ -257,7 +257,7 @@ class LogModel(RuleBasedStateMachine):
     @rule(retain=st.integers(1, 4))
     def cleanup(self, retain: int) -> None:
         """Spark's cleanup after the newest batch (no delay): only files Spark's rule lets go are deleted."""
-        log = MetadataLog(self.url, self.options, compact_interval=self.interval,
+        log = MetadataLog(self.url, storage_options=self.options, compact_interval=self.interval,
                           min_batches_to_retain=retain, cleanup_delay="0s")
         min_batch = self.latest + 1 - retain
         spark_threshold = min_batch - (min_batch % self.current) - 1
@@ -281,7 +281,7 @@ class LogModel(RuleBasedStateMachine):
             return
         min_batch = self.latest + 1 - retain
         threshold = min_batch - (min_batch % self.current) - 1
-        log = MetadataLog(self.url, self.options, cleanup=False)
+        log = MetadataLog(self.url, storage_options=self.options, cleanup=False)
         names = log.list_names()
         gone = [b for b in names if b < threshold]
         for batch in gone:
@@ -347,7 +347,7 @@ class LogModel(RuleBasedStateMachine):
         """Names follow the interval; the newest compact file holds exactly the live files as of its batch."""
         if not self.history:
             return
-        log = MetadataLog(self.url, self.options, compact_interval=self.interval, cleanup=False)
+        log = MetadataLog(self.url, storage_options=self.options, compact_interval=self.interval, cleanup=False)
         names = log.list_names()
         assert max(names) == self.latest
         for batch, path in names.items():

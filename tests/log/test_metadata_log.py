@@ -392,7 +392,7 @@ def test_wrong_credentials_give_a_typed_error(request, tmp_path):
     wrong = dict(backend.storage_options)
     wrong["connection_string"] = wrong["connection_string"].replace(backend.secret, bogus)
     with pytest.raises(errors.StorageError) as info:
-        MetadataLog(backend.url, wrong).add(0, [])
+        MetadataLog(backend.url, storage_options=wrong).add(0, [])
     message = str(info.value)
     assert backend.url.split("//")[1].split("/")[0] in message and "credentials" in message
     assert bogus not in message and backend.secret not in message
@@ -403,14 +403,14 @@ def test_concurrent_add_one_winner_on_object_stores(request, tmp_path, backend_n
     from tests.conftest import make_backend
 
     backend = make_backend(backend_name, request, tmp_path)
-    log = MetadataLog(backend.url, backend.storage_options)
+    log = MetadataLog(backend.url, storage_options=backend.storage_options)
     log.add(0, [])
     for batch in (1, 2):
         barrier = threading.Barrier(8)
         results: list[bool] = []
 
         def attempt(i: int, batch: int = batch) -> None:
-            mine = MetadataLog(backend.url, backend.storage_options)
+            mine = MetadataLog(backend.url, storage_options=backend.storage_options)
             barrier.wait()
             results.append(mine.add(batch, [LogEntry(f"s3a://x/w{i}.parquet", i + 1)]))
 

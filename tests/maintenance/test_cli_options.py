@@ -35,7 +35,7 @@ def s3_output(moto_server):
     bucket = f"b{uuid.uuid4().hex[:12]}"
     moto_server.make_bucket(bucket)
     url = f"s3://{bucket}/out"
-    MetadataLog(url, moto_server.storage_options).add(0, [])
+    MetadataLog(url, storage_options=moto_server.storage_options).add(0, [])
     secret = "env-s3cr3t-" + uuid.uuid4().hex  # moto accepts any credentials
     options = {"key": moto_server.access_key, "secret": secret,
                "client_kwargs": moto_server.storage_options["client_kwargs"]}

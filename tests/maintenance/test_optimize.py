@@ -293,7 +293,7 @@ def test_optimize_on_every_store(backend) -> None:
     assert sorted(read_committed(url, storage_options=options).column("id").to_pylist()) == sorted(expected)
     assert {f.path for f in committed_files(url, storage_options=options, as_of_batch=3)} == before
     assert not optimize(url, storage_options=options).committed
-    assert MetadataLog(url, options).check() == []
+    assert MetadataLog(url, storage_options=options).check() == []
 
 
 def test_an_old_snapshot_whose_log_files_are_gone_is_refused_not_answered_wrong(out: str) -> None:

@@ -73,10 +73,12 @@ def test_as_of_time_without_a_zone_or_not_a_time_is_refused(out, value):
 
 def test_paths_take_os_pathlike_and_storage_options_is_keyword_only(out):
     assert read_committed(out).num_rows == 3 and read_output(out).latest == 2
-    # the functions of the API and the sink; MetadataLog and Storage, the log's and the store's own classes, take
-    # (path, storage_options) as fsspec's filesystems do
+    # the functions of the API, the sink and the log; Storage, the store's own seam, takes (url, storage_options)
+    # as fsspec's filesystems do
     public = [getattr(parquet_sink, name) for name in parquet_sink.__all__]
-    public = [f for f in public if inspect.isfunction(f)] + [parquet_sink.ParquetSink.__init__, read_output]
+    public = [f for f in public if inspect.isfunction(f)] + [
+        parquet_sink.ParquetSink.__init__, parquet_sink.MetadataLog.__init__, read_output,
+    ]
     assert len(public) >= 12
     for function in public:
         parameters = inspect.signature(function).parameters

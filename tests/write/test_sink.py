@@ -100,7 +100,7 @@ def test_sink_on_every_backend(spark, tmp_path, backend):
 
     table = read_committed(backend.url, storage_options=backend.storage_options)
     assert sorted(table.column("id").to_pylist()) == list(range(60))
-    log = MetadataLog(backend.url, backend.storage_options)
+    log = MetadataLog(backend.url, storage_options=backend.storage_options)
     assert log.latest_batch_id() == 3
     listing = log.list_names()
     assert sorted(listing.sidecars) == [1, 3]  # columnar copies of the compact files, read back below

@@ -328,7 +328,7 @@ def test_two_apps_appending_concurrently_lose_and_double_nothing(request, tmp_pa
     expected = [i for index in (1, 2) for v in versions for i in writer_rows(index, v, 50).column("id").to_pylist()]
     got = read_committed(backend.url, storage_options=backend.storage_options).column("id").to_pylist()
     assert_same_ids(got, expected, f"two apps on {backend_name}")
-    log = MetadataLog(backend.url, backend.storage_options)
+    log = MetadataLog(backend.url, storage_options=backend.storage_options)
     kept = [r for r in (CommitRecord.from_entry(e) for e in log.all_files()) if r is not None]
     assert log.latest_batch_id() == 23, "24 writes, 24 log batches"
     # Compaction keeps the first and last record of each run; the others are inferred inside the runs.

@@ -75,16 +75,16 @@ class MetadataLog(CompactibleLog):
 
     Example::
 
-        >>> log = MetadataLog("s3://bucket/out", {"anon": False}, compact_interval=10)
+        >>> log = MetadataLog("s3://bucket/out", storage_options={"anon": False}, compact_interval=10)
         >>> log.latest_batch_id()
         41
     """
 
     def __init__(
         self,
-        path: str,
-        storage_options: dict[str, Any] | None = None,
+        path: str | os.PathLike[str],
         *,
+        storage_options: dict[str, Any] | None = None,
         compact_interval: int = 10,
         retention: str | _dt.timedelta | None = None,
         min_batches_to_retain: int = 100,
@@ -93,7 +93,7 @@ class MetadataLog(CompactibleLog):
         storage: Storage | None = None,
     ) -> None:
         options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
-        storage = storage or Storage(path, storage_options)
+        storage = storage or Storage(os.fspath(path), storage_options)
         storage.check_reachable()  # a StorageError in seconds, not the backend's minutes of retries
         super().__init__(storage, options, cleanup=cleanup)
 

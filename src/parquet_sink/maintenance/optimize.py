@@ -338,7 +338,7 @@ def optimize(
         raise ParameterError(
             f"partitions must be a mapping of column to value, e.g. {{'day': '2024-01-01'}}, got {partitions!r}"
         )
-    log = MetadataLog(path, storage_options, compact_interval=compact_interval)
+    log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
     storage = log.storage
     snap = read_snapshot(log)
     if snap.latest is None:

@@ -95,7 +95,7 @@ def committed_version(
         >>> committed_version("/data/daily", "daily-job")
         41
     """
-    log = MetadataLog(path, storage_options, cleanup=False)
+    log = MetadataLog(path, storage_options=storage_options, cleanup=False)
     own = app_commits(records_of(read_snapshot(log).table)).get(app_id)
     return None if own is None else own.query_batch_id
 

@@ -249,7 +249,7 @@ def write_batch(
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
     partition_by = check_partition_by(partition_by)
-    log = MetadataLog(path, storage_options, compact_interval=compact_interval)
+    log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     read = -1  # the latest log batch when this call last read the log

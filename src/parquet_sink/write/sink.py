@@ -263,7 +263,7 @@ class ParquetSink:
         if self._metadata_log is None:
             self._metadata_log = MetadataLog(
                 self.path,
-                self.storage_options,
+                storage_options=self.storage_options,
                 compact_interval=self.compact_interval,
                 retention=self.retention,
                 min_batches_to_retain=self.min_batches_to_retain,
