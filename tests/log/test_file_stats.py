@@ -93,7 +93,7 @@ def test_write_batch_records_exact_stats_that_compaction_carries_into_the_copy(t
     compact = tmp_path / "out" / "_spark_metadata" / "2.compact"
     lines = [json.loads(line) for line in compact.read_text().splitlines()[1:]]
     assert [line["stats"] for line in lines] == [e["stats"] for e in entries[:3]]
-    copy = decode_sidecar((tmp_path / "out" / "_spark_metadata" / "2.compact.parquet").read_bytes(), "2.compact")
+    copy = decode_sidecar((tmp_path / "out" / "_spark_metadata" / "2.compact.columnar").read_bytes(), "2.compact")
     assert copy.table(["stats"]).column("stats").to_pylist() == [e["stats"] for e in entries[:3]]
     assert read_committed(out).num_rows == 12
 
@@ -103,7 +103,7 @@ def test_copy_written_before_stats_is_still_read(tmp_path):
     out = str(tmp_path / "out")
     for version in range(3):
         write_batch(out, _edge_table(version), app_id="job", version=version, compact_interval=3)
-    path = tmp_path / "out" / "_spark_metadata" / "2.compact.parquet"
+    path = tmp_path / "out" / "_spark_metadata" / "2.compact.columnar"
     meta = pq.read_metadata(path).metadata
     older = pq.read_table(path).drop_columns(["stats"]).replace_schema_metadata(meta)
     pq.write_table(older, path, compression="lz4", write_page_checksum=True)
@@ -124,7 +124,7 @@ def test_both_writer_paths_record_stats_spark_reads_past(spark, tmp_path, writer
     _check_exact(out, entries)
     assert sum(json.loads(e["stats"])["numRecords"] for e in entries) == 40
     assert spark.read.parquet(out).count() == 40  # Spark's log reader ignores the key
-    assert Path(out, "_spark_metadata", "2.compact.parquet").exists()
+    assert Path(out, "_spark_metadata", "2.compact.columnar").exists()
 
 
 def test_compaction_stamps_lines_with_stats_as_to_json_writes_them(tmp_path):

@@ -50,6 +50,7 @@ CASES = {
     "verify": (["{good}"], ["{broken}"], ["{good}", "--compact-interval", "x"]),
     "vacuum": (["{good}", "--dry-run"], ["{corrupt}", "--dry-run"], ["{good}", "--older-than", "1d"]),
     "delta-sync": (["{good}"], ["{nowhere}"], ["{good}", "--time-zone"]),
+    "optimize": (["{good}", "--dry-run"], ["{nowhere}"], ["{good}", "--target-file-size"]),
     "doctor": (["{good}", "--app-id", "a", "--version", "2"], ["{good}", "--checkpoint", "{ckpt}"], ["{good}"]),
 }
 

@@ -324,6 +324,6 @@ def test_cli_optimize_dry_run_then_summary(out: str, capsys) -> None:
     assert main(["optimize", out, "--partition", "day=x", "--sort-by", "id"]) == 0
     text = capsys.readouterr().out
     assert "3 file(s)" in text and "-> 1 file(s)" in text and "committed files: 12 before, 10 after" in text
-    assert main(["optimize", out, "--partition", "day"]) == 1
+    assert main(["optimize", out, "--partition", "day"]) == 2  # an input error
     assert "use COLUMN=VALUE" in capsys.readouterr().err
     assert _rows(read_committed(out)) == _rows(pa.concat_tables(_version(v) for v in range(3)))

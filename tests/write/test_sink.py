@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import shutil
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -314,18 +315,21 @@ def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer)
     assert sorted(read_committed(out).column("id").to_pylist()) == list(range(6))
 
 
-def test_writer_option_picks_the_path_per_store(tmp_path):
+def test_writer_option_picks_the_path_per_store(tmp_path, moto_server):
     """``writer="auto"`` takes Spark's writer only where renames are atomic (local disk); ``"spark"`` on a
-    store without them is refused with the remedy, in the constructor, as unknown values are."""
+    store without them (S3) is refused with the remedy, in the constructor, as unknown values are."""
     with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
         ParquetSink(str(tmp_path / "out"), writer="jvm")
-    local, memory = ParquetSink(str(tmp_path / "out")), ParquetSink("memory://eo-writer-test/out")
+    bucket = f"w{uuid.uuid4().hex[:12]}"
+    moto_server.make_bucket(bucket)
+    options = moto_server.storage_options
+    local, s3 = ParquetSink(str(tmp_path / "out")), ParquetSink(f"s3://{bucket}/out", storage_options=options)
     assert local._spark_writes(local.log.storage) is True
-    assert memory._spark_writes(memory.log.storage) is False
+    assert s3._spark_writes(s3.log.storage) is False
     arrow = ParquetSink(str(tmp_path / "out"), writer="arrow")
     assert arrow._spark_writes(arrow.log.storage) is False
     with pytest.raises(errors.ParameterError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
-        ParquetSink("memory://eo-writer-test/out", writer="spark")
+        ParquetSink(f"s3://{bucket}/out", writer="spark", storage_options=options)
 
 
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
