@@ -94,7 +94,9 @@ class Diagnosis:
 
 def explain(exc: BaseException, is_local: bool) -> Diagnosis:
     """What failed and what to do, from the exception's type, errno or HTTP status, looking through the chain of
-    causes (backends wrap the operating system's and the SDKs' errors)."""
+    causes (backends wrap the operating system's and the SDKs' errors). An HTTP status anywhere in the chain
+    outranks what a wrapper made of it: s3fs turns a "SlowDown" code into EBUSY whatever the status was."""
+    answered = next(filter(None, map(_http_status, _causes(exc))), None)
     for cause in _causes(exc):
         names = {klass.__name__ for klass in type(cause).__mro__}
         code = cause.errno if isinstance(cause, OSError) else None
@@ -113,7 +115,7 @@ def explain(exc: BaseException, is_local: bool) -> Diagnosis:
                 "no credentials for the store were found; pass them in storage_options (S3: key and secret; Azure: "
                 "account_key, sas_token or a connection_string) or set them in the environment"
             )
-        if names & _AUTH_ERRORS or status in (401, 403) or isinstance(cause, PermissionError):
+        if names & _AUTH_ERRORS or answered in (401, 403) or isinstance(cause, PermissionError):
             if is_local:
                 return Diagnosis("permission denied; check the permissions of the directory for the user running the job")
             return Diagnosis(
@@ -121,8 +123,7 @@ def explain(exc: BaseException, is_local: bool) -> Diagnosis:
                 "are valid, not expired, and allowed to read and write this location"
             )
         if status in _FAILING_STATUS or _error_code(cause) in _FAILING_CODES or (not is_local and code in _FAILING_ERRNO):
-            status = status or next(filter(None, map(_http_status, _causes(exc))), None)
-            answer = f" (HTTP {status})" if status else ""
+            answer = f" (HTTP {answered})" if answered else ""
             return Diagnosis(f"the store is throttling or failing{answer}: retry; {RETRY_ADVICE}", retryable=True)
         if names & _CUT_SHORT:
             return Diagnosis(f"the store's answer was cut short: retry; {RETRY_ADVICE}", retryable=True)
