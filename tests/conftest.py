@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# The default run draws the same examples on every run: CI judges the change, not the luck of the draw.
+# ``--fuzz-minutes N`` draws new ones (the tests that read it also raise their example counts).
+hypothesis_settings.register_profile("fixed", derandomize=True, database=None)
+hypothesis_settings.register_profile("fuzz", derandomize=False, database=None)
+hypothesis_settings.load_profile("fixed")
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -31,6 +38,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fuzz-minutes", type=float, default=0.0,
         help="keep the property-based tests drawing new random examples for this many minutes each",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--fuzz-minutes"):
+        hypothesis_settings.load_profile("fuzz")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
