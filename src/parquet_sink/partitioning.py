@@ -106,6 +106,7 @@ def _zone(name: str) -> _dt.tzinfo:
 # The Gregorian calendar repeats every 400 years (146097 days): a local time in year 0 or 10000, which
 # Python's datetime cannot hold, is handled 400 years later or earlier.
 _ERA = _dt.timedelta(days=146097)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def _year_str(year: int) -> str:
@@ -305,7 +306,8 @@ def infer_partition_types(raw_values: Mapping[str, Iterable[str]], time_zone: st
 
 def convert_partition_value(raw: str, typ: pa.DataType) -> Any:
     """The Python value of a raw directory value for the inferred type (None for the default name);
-    Spark's ``castPartValueToDesiredType``."""
+    Spark's ``castPartValueToDesiredType``. A timestamp whose instant Python's datetime cannot hold (year 0 or
+    10000 in UTC) is given as microseconds since the epoch, which Arrow takes for the type."""
     if raw == DEFAULT_PARTITION_NAME or pa.types.is_null(typ):
         return None
     if pa.types.is_integer(typ):
@@ -319,7 +321,12 @@ def convert_partition_value(raw: str, typ: pa.DataType) -> Any:
         return _dt.date(*_timestamp_value(text)[:3])
     if pa.types.is_timestamp(typ):
         year, *fields = _timestamp_value(text)
-        if year:
-            return _dt.datetime(year, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC)
-        return _dt.datetime(400, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC) - _ERA  # year 0
+        try:
+            if year:
+                return _dt.datetime(year, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC)
+            return _dt.datetime(400, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC) - _ERA  # year 0
+        except OverflowError:  # the instant lies in year 0 or 10000 (0001-01-01 00:00 at +05:00): Arrow holds it
+            shift = _ERA if year < 5000 else -_ERA
+            moved = _dt.datetime(year + (400 if shift > _dt.timedelta(0) else -400), *fields, tzinfo=_zone(typ.tz))
+            return (moved.astimezone(_dt.UTC) - _EPOCH - shift) // _dt.timedelta(microseconds=1)
     return text

@@ -245,6 +245,22 @@ def test_types_delta_lacks_are_refused_before_the_delta_log(tmp_path, caplog, ki
         assert deltalake.DeltaTable(str(root)).to_pyarrow_table().num_rows == 1
 
 
+@pytest.mark.parametrize(("zone", "wall"), [("Asia/Kolkata", _dt.datetime(1, 1, 1, tzinfo=_dt.UTC)),
+                                            ("America/New_York", _dt.datetime(9999, 12, 31, 23, tzinfo=_dt.UTC))])
+def test_a_timestamp_partition_beyond_the_calendar_in_the_outputs_zone_is_refused_typed(tmp_path, zone, wall):
+    """A timestamp partition directory whose wall time, read in the output's zone, is an instant in year 0 or
+    10000 (UTC): the sync refuses it with a DeltaLogError naming the column and file (it was an untyped
+    OverflowError), _delta_log is not created, and read_committed reads the rows in that zone."""
+    root = str(tmp_path / "out")
+    data = pa.table({"id": [1, 2], "ts": pa.array([wall, _dt.datetime(2020, 1, 1, tzinfo=_dt.UTC)], pa.timestamp("us", "UTC"))})
+    write_batch(root, data, app_id="a", version=0, partition_by=["ts"])
+    with pytest.raises(DeltaLogError, match=r"column 'ts' holds a value outside 0001-01-01\.\.9999-12-31") as raised:
+        sync_delta_log(root, time_zone=zone)
+    assert "Nothing was committed to _delta_log" in str(raised.value) and "ts=" in str(raised.value)
+    assert not (tmp_path / "out" / "_delta_log").exists()
+    assert sorted(read_committed(root, time_zone=zone).column("id").to_pylist()) == [1, 2]
+
+
 @pytest.mark.parametrize("damage", ["missing", "truncated"])
 def test_a_missing_or_truncated_committed_file_is_the_readers_typed_error(tmp_path, damage):
     """The sync reads each new file's footer: a committed file deleted or truncated outside the sink is the

@@ -274,3 +274,32 @@ def test_hidden_names_follow_spark() -> None:
     assert is_data_file("_k=a/_j=b/part-0.parquet") and is_data_file("part-0.parquet")
     assert not is_data_file("_k=a/.part-0.parquet") and not is_data_file("_k=a/part-0.json")
     assert not is_data_file("_exactly_once/staging/ab12/_k=a/part-0.parquet")
+
+
+@pytest.mark.parametrize("zone", [ZONE, "Asia/Kolkata"])
+def test_timestamp_partitions_at_the_ends_of_the_calendar_read_as_spark_reads_them(spark, tmp_path: Path, zone) -> None:
+    """Directory values whose instant lies in year 0 or 10000 in UTC (``0001-01-01 00:00:00`` east of UTC,
+    ``9999-12-31 23:59:59`` west of it), which Python's datetime cannot hold: read_committed reads them,
+    as Spark's reader does, instead of failing with an untyped OverflowError."""
+    from parquet_sink import write_batch
+
+    ends = [_dt_utc(1, 1, 1), _dt_utc(1, 1, 1, 12), _dt_utc(9999, 12, 31, 23, 59, 59), _dt_utc(9999, 12, 31, 12)]
+    data = pa.table({"id": list(range(len(ends))), "ts": pa.array(ends, pa.timestamp("us", tz="UTC"))})
+    out = str(tmp_path / "out")
+    write_batch(out, data, app_id="ends", version=0, partition_by=["ts"])  # directories in UTC wall time
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        expected = _spark_values(spark.read.parquet(out), ["ts"])
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    table = read_committed(out, time_zone=zone)
+    assert table.schema.field("ts").type == pa.timestamp("us", tz=zone)
+    assert _our_values(table, ["ts"]) == expected
+    assert len(expected) == len(ends)
+
+
+def _dt_utc(*fields: int):
+    import datetime as dt
+
+    return dt.datetime(*fields, tzinfo=dt.UTC)

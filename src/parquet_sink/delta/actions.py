@@ -227,7 +227,7 @@ def _string_max(value: str) -> str | None:
     return None
 
 
-def _out_of_range(column: str, what: str) -> DeltaLogError:
+def out_of_range(column: str, what: str) -> DeltaLogError:
     return DeltaLogError(
         f"{what}: column {column!r} holds a value outside 0001-01-01..9999-12-31, the range of Delta dates and "
         "timestamps, which Delta readers cannot read. Nothing was committed to _delta_log; the data and "
@@ -245,7 +245,7 @@ def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) ->
     if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
         micros = _micros(scalar, bound) if pa.types.is_timestamp(typ) else scalar.cast(pa.date32()).value * 86_400_000_000
         if not DELTA_MIN_US <= micros <= DELTA_MAX_US:
-            raise _out_of_range(column, what)
+            raise out_of_range(column, what)
         if pa.types.is_date(typ):
             return _date_text(scalar.as_py())
         return _timestamp_text(micros, bound)
@@ -355,5 +355,5 @@ def file_stats(parquet: pq.ParquetFile, schema: pa.Schema, what: str = "a commit
 
 
 __all__ = [
-    "DELTA_MAX_US", "DELTA_MIN_US", "STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats",
+    "DELTA_MAX_US", "DELTA_MIN_US", "STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats", "out_of_range",
 ]

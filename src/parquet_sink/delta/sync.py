@@ -62,7 +62,7 @@ from ..log.files import require_output
 from ..partitioning import parse_partition_path
 from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, snapshot_after, unreadable_file
 from ..storage.filesystem import Storage
-from .actions import delta_partition_value, delta_schema, delta_type, file_stats
+from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError
 
 logger = logging.getLogger(__name__)
@@ -369,9 +369,13 @@ def _add_actions(
 
     def action(relative: str) -> Any:
         committed: CommittedFile = snap.files[files[relative]]
-        keys = ds.get_partition_keys(fragments[relative].partition_expression)
-        values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
         what = f"committed file {snap.storage.display(committed.path)} of batch {committed.batch_id}"
+        try:
+            keys = ds.get_partition_keys(fragments[relative].partition_expression)
+        except OverflowError:  # a timestamp directory whose instant lies in year 0 or 10000 in UTC
+            timestamps = [c for c in partition_columns if pa.types.is_timestamp(types[c])]
+            raise out_of_range(", ".join(timestamps), f"{what} (its directory, read in the output's time zone)") from None
+        values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
         try:
             stats = file_stats(pq.ParquetFile(committed.path, filesystem=filesystem), data_schema, what)
         except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)

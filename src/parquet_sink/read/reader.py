@@ -441,16 +441,15 @@ def _dataset(snap: Snapshot, layout: _Layout, filesystem: pyarrow.fs.FileSystem)
     expressions: list[ds.Expression] = []
     if layout.mixed is not None:  # not every file has every partition column
         types = {f.name: f.type for f in layout.schema}
-        rows = [[(c, convert_partition_value(raw, types[c])) for c, raw in p] for p in layout.mixed]
-    else:
+        rows = [[(c, pa.scalar(convert_partition_value(raw, types[c]), types[c])) for c, raw in p] for p in layout.mixed]
+    else:  # Arrow scalars, not Python values: a timestamp in year 0 has no datetime
         names = list(layout.values)
-        rows = [list(zip(names, r)) for r in zip(*(v.to_pylist() for v in layout.values.values()))] if names else []
+        rows = [list(zip(names, r)) for r in zip(*layout.values.values())] if names else []
     for row in rows:
         expr = ds.scalar(True)
         for column, value in row:
             field = ds.field(column)
-            typ = layout.schema.field(column).type
-            expr = expr & (field.is_null() if value is None else field == pa.scalar(value, typ))
+            expr = expr & (field == value if value.is_valid else field.is_null())
         expressions.append(expr)
     return ds.FileSystemDataset.from_paths(
         snap.files.paths().to_pylist(),
