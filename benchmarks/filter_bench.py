@@ -6,7 +6,9 @@ Timed, interleaved repeats, each reader from scratch (no cached table or snapsho
 
 * count: ``count_committed(out)`` against ``DeltaTable(out).to_pyarrow_dataset().count_rows()``;
 * filtered read, 1% of the files match (a range of ids): ``read_committed(out, filter=f)`` against
-  ``DeltaTable(out).to_pyarrow_dataset().to_table(filter=f)``.
+  ``DeltaTable(out).to_pyarrow_dataset().to_table(filter=f)``;
+* both again against delta-rs's DataFusion engine (``QueryBuilder``, SQL ``count(*)`` and ``WHERE``), which
+  prunes files by the statistics of the Delta log, as ours prunes by those of ``_spark_metadata``.
 
 No Spark. Standalone: ``python -m benchmarks.filter_bench [--files 10000,100000] [--repeats 3] [--moto]`` prints
 the markdown section (``--moto``: on a moto S3 server the tests' helper starts, instead of local disk);
@@ -55,15 +57,20 @@ def build(out: str, files: int, options: dict | None = None) -> None:
     sync_delta_log(out, storage_options=options)
 
 
-def selective_filter(files: int) -> ds.Expression:
-    """The ids of 1% of the files, from the middle of the output."""
+def selective_range(files: int) -> tuple[int, int]:
+    """The ids ``[low, high)`` of 1% of the files, from the middle of the output."""
     low = files // 2 * ROWS_PER_FILE
-    return (ds.field("id") >= low) & (ds.field("id") < low + files // 100 * ROWS_PER_FILE)
+    return low, low + files // 100 * ROWS_PER_FILE
+
+
+def selective_filter(files: int) -> ds.Expression:
+    low, high = selective_range(files)
+    return (ds.field("id") >= low) & (ds.field("id") < high)
 
 
 def run(work_dir: str, sizes: list[int], repeats: int, options: dict | None = None) -> FilterResults:
     """``work_dir``: a local directory, or an ``s3://`` URI with ``options`` (storage options)."""
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, QueryBuilder
 
     results = FilterResults(sizes, "local disk" if options is None else "moto S3")
     for files in sizes:
@@ -77,11 +84,18 @@ def run(work_dir: str, sizes: list[int], repeats: int, options: dict | None = No
         def delta() -> ds.Dataset:
             return DeltaTable(uri, storage_options=delta_options).to_pyarrow_dataset()
 
+        def sql(query: str) -> pa.Table:
+            table = DeltaTable(uri, storage_options=delta_options)
+            return QueryBuilder().register("t", table).execute(query).read_all()
+
+        low, high = selective_range(files)
         readers = {
             ("ours", "count"): (lambda: count_committed(out, storage_options=options), rows),
             ("delta-rs", "count"): (lambda: delta().count_rows(), rows),
+            ("delta-rs-sql", "count"): (lambda: sql("SELECT count(*) AS n FROM t").column("n")[0].as_py(), rows),
             ("ours", "filter"): (lambda: read_committed(out, filter=chosen, storage_options=options).num_rows, matching),
             ("delta-rs", "filter"): (lambda: delta().to_table(filter=chosen).num_rows, matching),
+            ("delta-rs-sql", "filter"): (lambda: sql(f"SELECT * FROM t WHERE id >= {low} AND id < {high}").num_rows, matching),
         }
         for fn, _ in readers.values():
             fn()  # warm-up
@@ -92,11 +106,8 @@ def run(work_dir: str, sizes: list[int], repeats: int, options: dict | None = No
                 if found != expected:
                     raise RuntimeError(f"{key}: {found} rows, expected {expected}")
                 results.times.setdefault((*key, files), Stat()).add(seconds)
-        logger.info(
-            "filter %d files: count ours %s delta-rs %s; 1%% read ours %s delta-rs %s", files,
-            results.times[("ours", "count", files)].fmt(), results.times[("delta-rs", "count", files)].fmt(),
-            results.times[("ours", "filter", files)].fmt(), results.times[("delta-rs", "filter", files)].fmt(),
-        )
+        logger.info("filter %d files: %s", files, "; ".join(
+            f"{mode} {reader} {results.times[(reader, mode, files)].fmt()}" for reader, mode in readers))
         if options is None:
             shutil.rmtree(out, ignore_errors=True)
     return results
@@ -111,18 +122,24 @@ def section(results: FilterResults) -> str:
         f"{results.where}. Count: `count_committed(out)` vs `DeltaTable(out).to_pyarrow_dataset().count_rows()`. Filtered "
         "read (an id range, 1% of the files match): `read_committed(out, filter=f)` vs "
         "`DeltaTable(out).to_pyarrow_dataset().to_table(filter=f)`. Each from scratch, interleaved repeats; "
-        "median (min-max); ratio = delta-rs / ours per repeat (> 1: ours faster).\n",
-        "| files | count, ours | count, delta-rs | ours vs delta-rs | 1% read, ours | 1% read, delta-rs | ours vs delta-rs |",
-        "|---|---|---|---|---|---|---|",
+        "median (min-max); ratio = delta-rs / ours per repeat (> 1: ours faster). Then the same against delta-rs's "
+        "DataFusion engine (`QueryBuilder().register(\"t\", DeltaTable(out))`, `SELECT count(*)` and "
+        "`SELECT * ... WHERE id >= a AND id < b`), which prunes files by the Delta log's statistics.\n",
     ]
-    for files in results.files:
-        cells = [f"{files:,}"]
-        for mode in ("count", "filter"):
-            ours, theirs = results.times[("ours", mode, files)], results.times[("delta-rs", mode, files)]
-            ratio = ratio_stat(ours, theirs, False)
-            cells += [ours.fmt(), theirs.fmt(), f"{ratio.median:.2f}x ({ratio.low:.2f}-{ratio.high:.2f})"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    for theirs_name, title in (("delta-rs", "delta-rs (pyarrow dataset)"), ("delta-rs-sql", "delta-rs (DataFusion SQL)")):
+        lines += [
+            f"| files | count, ours | count, {title} | ours vs it | 1% read, ours | 1% read, {title} | ours vs it |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for files in results.files:
+            cells = [f"{files:,}"]
+            for mode in ("count", "filter"):
+                ours, theirs = results.times[("ours", mode, files)], results.times[(theirs_name, mode, files)]
+                ratio = ratio_stat(ours, theirs, False)
+                cells += [ours.fmt(), theirs.fmt(), f"{ratio.median:.2f}x ({ratio.low:.2f}-{ratio.high:.2f})"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -169,7 +169,8 @@ def decode_stats(stats: pa.Array | pa.ChunkedArray, schema: pa.Schema) -> FileSt
     try:
         table = pa_json.read_json(
             pa.BufferReader(text),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=max(len(text), 1 << 16)),
+            # blocks parsed at once (Arrow's JSON parser: ~100 MB/s a thread; 10,000 files: ~2 MB)
+            read_options=pa_json.ReadOptions(use_threads=True, block_size=max(len(text) // 2 + 1, 1 << 20)),
             parse_options=pa_json.ParseOptions(explicit_schema=parse_schema, unexpected_field_behavior="ignore"),
         )
     except pa.ArrowInvalid:  # a value of another JSON type than the column's: nothing known

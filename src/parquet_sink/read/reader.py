@@ -486,6 +486,16 @@ def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, 
     return Snapshot(snap.storage, snap.latest_batch_id, files), _Layout(layout.schema, values, mixed)
 
 
+def _decoded(snap: Snapshot, layout: _Layout | None, filter: ds.Expression | None) -> FileStats:
+    """The log's statistics of the files of ``snap``: row counts, and bounds of the columns ``filter`` reads
+    (of every column when it reads a nested field): decoding costs per column and file."""
+    if layout is None or filter is None:
+        return decode_stats(snap.files.table.column(STATS_KEY), pa.schema([]))
+    fields = filter_fields(filter)
+    schema = layout.schema if fields is None else pa.schema([f for f in layout.schema if f.name in fields])
+    return decode_stats(snap.files.table.column(STATS_KEY), schema)
+
+
 def _verdicts(stats: FileStats, layout: _Layout, filter: ds.Expression) -> FileVerdicts:
     """Which files (their decoded ``stats``, laid out as ``layout``) ``filter`` may match, and matches whole."""
     return file_verdicts(filter, stats, layout.values)
@@ -610,8 +620,7 @@ def read_committed(
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
     layout = _layout(snap, time_zone, snap.storage.arrow_filesystem())
     if filter is not None:
-        stats = decode_stats(snap.files.table.column(STATS_KEY), layout.schema)
-        snap, layout = _kept(snap, layout, _verdicts(stats, layout, filter).may_match)
+        snap, layout = _kept(snap, layout, _verdicts(_decoded(snap, layout, filter), layout, filter).may_match)
     try:
         dataset = _dataset(snap, layout, _fetched(snap) or snap.storage.arrow_filesystem())
         unknown = [c for c in columns or () if c not in dataset.schema.names]
@@ -660,7 +669,7 @@ def count_committed(
     if not len(snap.files):
         return 0
     layout = None if filter is None else _layout(snap, time_zone, snap.storage.arrow_filesystem())
-    stats = decode_stats(snap.files.table.column(STATS_KEY), pa.schema([]) if layout is None else layout.schema)
+    stats = _decoded(snap, layout, filter)
     may = whole = np.ones(len(stats.rows), bool)
     if layout is not None:
         verdicts = _verdicts(stats, layout, filter)
