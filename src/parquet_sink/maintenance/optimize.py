@@ -46,7 +46,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import re
 import secrets
@@ -62,6 +61,7 @@ import pyarrow.compute as pc
 import pyarrow.fs
 import pyarrow.parquet as pq
 
+from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
 from ..errors import CommitConflictError, ParameterError
 from ..failpoints import failpoint
 from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
@@ -69,7 +69,13 @@ from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
 from ..partitioning import DEFAULT_PARTITION_NAME, parse_partition_path, unescape_path_name
-from ..read.history import OPTIMIZE_APP_ID, newest_commit_time, next_commit_time, optimize_fingerprint
+from ..read.history import (
+    OPTIMIZE_APP_ID,
+    newest_commit_time,
+    next_commit_time,
+    optimize_fingerprint,
+    optimize_key,
+)
 from ..storage.filesystem import Storage
 from ..write.inflight import InFlightBatch
 from ..write.parquet_files import codec_extension, parquet_codec
@@ -108,11 +114,12 @@ def parse_file_size(value: int | str) -> int:
 
 @dataclass(frozen=True)
 class InputFile:
-    """A committed data file an optimize rewrites: its storage path, its path as the log records it, its size
-    and the log batch that committed it."""
+    """A committed data file an optimize rewrites: its storage path, its path as the log records it, its path
+    relative to the output root, its size and the log batch that committed it."""
 
     path: str
     logged: str
+    relative: str
     size: int
     batch_id: int | None
 
@@ -151,16 +158,16 @@ class OptimizePlan:
 
     @property
     def key(self) -> str:
-        """The plan's idempotency key: a hash of its input files' logged paths."""
-        digest = hashlib.sha256("\n".join(sorted(f.logged for b in self.bins for f in b.inputs)).encode())
-        return digest.hexdigest()[:16]
+        """The plan's idempotency key (:func:`~parquet_sink.read.history.optimize_key` of its input files)."""
+        return optimize_key(f.relative for b in self.bins for f in b.inputs)
 
 
 @dataclass
 class OptimizeResult:
     """What :func:`optimize` did: the plan, whether the swap was committed and at which log batch, the files it
     added (their paths, bytes, rows), the empty batches committed to reach a compaction batch, the commit races
-    lost, and the bins given up because another writer removed one of their inputs first."""
+    lost, the bins given up because another writer removed one of their inputs first, and the Delta log's sync
+    after the swap (None: no Delta log, or its sync failed and was logged)."""
 
     plan: OptimizePlan
     dry_run: bool
@@ -173,6 +180,7 @@ class OptimizeResult:
     conflicts: int = 0
     abandoned: list[Bin] = field(default_factory=list)
     seconds: float = 0.0
+    delta: DeltaSyncResult | None = None
 
     @property
     def files_added(self) -> int:
@@ -229,7 +237,7 @@ def plan_optimize(
         directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if partitions and not _directory_matches(directory, partitions):
             continue
-        by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, size, batch))
+        by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
     bins: list[Bin] = []
     for directory in sorted(by_directory):
         files = sorted(by_directory[directory], key=lambda f: (-1 if f.batch_id is None else f.batch_id, f.path))
@@ -303,6 +311,7 @@ def optimize(
     compact_interval: int = 10,
     storage_options: dict[str, Any] | None = None,
     progress: Progress = _silent,
+    delta_log: bool | None = None,
 ) -> OptimizeResult:
     """Rewrite the committed small files of the output at ``path`` into files near ``target_file_size`` (bytes,
     or a string such as ``"128MB"``), one partition directory at a time, and swap them in with one commit that
@@ -317,6 +326,10 @@ def optimize(
         compression: the Parquet codec of the new files (as the sink's).
         compact_interval: the log's compaction interval when no compact file tells it yet.
         progress: wraps the bins as they are written (the CLI draws a counter with it).
+        delta_log: after the swap, bring the output's Delta log in step (:func:`~parquet_sink.sync_delta_log`:
+            the swap becomes an ``OPTIMIZE`` commit whose ``remove`` and ``add`` actions carry
+            ``dataChange=false``, so Delta streaming readers skip it); None: when the output has a Delta log.
+            Its failure is logged, never raised (the swap is committed; the next sync catches up).
 
     Returns an :class:`OptimizeResult`; ``committed`` is False when there was nothing to rewrite, on a dry run,
     or when another writer removed every input first. Raises NotAnOutputError for a path without a log,
@@ -362,6 +375,8 @@ def optimize(
         lease = _commit(log, result, written, interval, lease, snap)
     finally:
         lease.end(staged=False)
+    if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
+        result.delta = sync_after_commit(path, storage_options, f"the optimize at log batch {result.log_batch_id}", None)
     result.seconds = time.monotonic() - started
     return result
 
@@ -437,7 +452,9 @@ def _commit(
             lease = moved
         bins = list(written)
         removed = [f for b in bins for f in b.inputs]
-        fingerprint = optimize_fingerprint(result.plan.key, len(removed), sum(f.size for f in removed))
+        fingerprint = optimize_fingerprint(
+            optimize_key(f.relative for f in removed), len(removed), sum(f.size for f in removed)
+        )
         record = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch, fingerprint)
         data = [LogEntry(storage.to_uri(written[b][0]), written[b][1], False, int(time.time() * 1000)) for b in bins]
         entries = record.log_entries(storage, now, data, 0)

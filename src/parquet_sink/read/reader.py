@@ -374,6 +374,21 @@ def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool, 
     return pa.table(columns)
 
 
+def snapshot_of_log(log: MetadataLog, log_snap: LogSnapshot, as_of_batch: int | None = None) -> Snapshot:
+    """The committed files of a log snapshot already read (``read_snapshot(log)``, every entry column), as of
+    ``as_of_batch`` (read as :func:`snapshot` reads it, SnapshotExpiredError included) and with that batch as
+    ``latest_batch_id``: for a caller that needs the snapshot's commit records too without reading the log twice
+    (the Delta sync finds an optimize's batch in them).
+
+    Example: ``snapshot_of_log(log, read_snapshot(log), 18).latest_batch_id`` -> ``18``.
+    """
+    assert log_snap.latest is not None
+    selected = _select(log, log_snap, as_of_batch, None, None, _LOG_COLUMNS)
+    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
+    files = CommittedFiles(log.storage, _files_table(entries, log.storage, False))
+    return Snapshot(log.storage, log_snap.latest if as_of_batch is None else as_of_batch, files)
+
+
 def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOptions]) -> CommittedFiles:
     """The committed data files of the output at ``path``, from the log only (options as :func:`snapshot`).
 
