@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import secrets
 import threading
@@ -59,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs
@@ -212,11 +214,14 @@ def plan_optimize(
     snap: LogSnapshot,
     target_file_size: int,
     partitions: Mapping[str, str | None] | None = None,
+    whole: bool = False,
 ) -> OptimizePlan:
     """The bins of an optimize of snapshot ``snap``: in each partition directory (only those whose values equal
     ``partitions``, given as Spark writes them in directory names, unescaped), its committed files smaller than
     ``target_file_size``, oldest batch first, packed greedily into bins of at most that size; bins of one file are
-    left out. Files the log lists twice or that lie outside the root are left as they are. Pure but for reading.
+    left out. ``whole`` (a z-order, which clusters a partition's rows across its files): every file of a partition,
+    whatever its size, in one bin. Files the log lists twice or that lie outside the root are left as they are.
+    Pure but for reading.
 
     Example: ``[len(b.inputs) for b in plan_optimize(log, read_snapshot(log), 1 << 20).bins]`` -> ``[60, 60, 60]``.
     """
@@ -230,11 +235,12 @@ def plan_optimize(
     for path in logged:
         counts[path] = counts.get(path, 0) + 1
     by_directory: dict[str, list[InputFile]] = {}
+    limit = math.inf if whole else target_file_size
     for path, rel, out, size, batch in zip(
         logged, relative.to_pylist(), outside.to_pylist(), table.column("size").to_pylist(),
         table.column(BATCH_KEY).to_pylist(),
     ):
-        if out is not None or counts[path] > 1 or size >= target_file_size:
+        if out is not None or counts[path] > 1 or size >= limit:
             continue
         directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if partitions and not _directory_matches(directory, partitions):
@@ -246,7 +252,7 @@ def plan_optimize(
         current: list[InputFile] = []
         size = 0
         for info in files:
-            if current and size + info.size > target_file_size:
+            if current and size + info.size > limit:
                 if len(current) > 1:
                     bins.append(Bin(directory, tuple(current)))
                 current, size = [], 0
@@ -279,27 +285,73 @@ def _read_bin(storage: Storage, inputs: Sequence[InputFile]) -> tuple[pa.Table, 
     return table.replace_schema_metadata(metadata), any(int96 for _, int96 in read)
 
 
-def _write_bin(storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str]) -> tuple[str, int, int]:
-    """Write one bin's rows as one Parquet file in its partition directory; (path, size, rows)."""
-    table, int96 = _read_bin(storage, bin_.inputs)
-    if sort_by:
-        missing = [c for c in sort_by if c not in table.column_names]
-        if missing:
-            raise ParameterError(
-                f"sort_by={list(sort_by)}: {missing} are not data columns of the files in "
-                f"{storage.display(storage.join(bin_.directory) if bin_.directory else storage.root)} (partition "
-                "columns live in directory names and cannot be sorted on)"
-            )
-        table = table.sort_by([(c, "ascending") for c in sort_by])
-    name = f"part-00000-{uuid.uuid4()}.c000{codec_extension(compression)}.parquet"
-    path = storage.join(bin_.directory, name) if bin_.directory else storage.join(name)
-    with storage.translating("writing", path), storage.open(path, "wb") as handle:
-        pq.write_table(
-            table, handle, compression=parquet_codec(compression), row_group_size=_ROW_GROUP_ROWS,
-            use_deprecated_int96_timestamps=int96,
+def z_order_indices(table: pa.Table, columns: Sequence[str]) -> pa.Array:
+    """The row order of ``table`` along a Z-order (Morton) curve over ``columns``, as delta-rs's ``z_order()``
+    clusters: each column's dense rank (nulls last, NaN after numbers), scaled to ``52 // len(columns)`` bits
+    (at most 32), the bits interleaved from the most significant, rows sorted by that key (ties in input order).
+    Rows close in every column end up close, so files cut from the order have narrow min/max bounds in each.
+    ParameterError for a column whose type has no order (struct, list, map).
+
+    Example: ``table.take(z_order_indices(table, ["x", "y"]))``.
+    """
+    bits = min(32, 52 // len(columns))
+    key = np.zeros(table.num_rows, np.uint64)
+    ranks = []
+    for column in columns:
+        values = table.column(column).combine_chunks()
+        try:
+            rank = pc.rank(values, "ascending", tiebreaker="dense").to_numpy().astype(np.float64) - 1
+        except pa.ArrowNotImplementedError as exc:
+            raise ParameterError(f"z_order: column {column!r} of type {values.type} has no order to cluster by") from exc
+        top = rank.max() if len(rank) else 0
+        ranks.append((rank * (((1 << bits) - 1) / top) if top else rank).astype(np.uint64))
+    for bit in range(bits - 1, -1, -1):
+        for rank in ranks:
+            key = (key << np.uint64(1)) | ((rank >> np.uint64(bit)) & np.uint64(1))
+    return pa.array(np.argsort(key, kind="stable"))
+
+
+def _order(table: pa.Table, bin_: Bin, storage: Storage, sort_by: Sequence[str], z_order: Sequence[str]) -> pa.Table:
+    """``table`` sorted by ``sort_by`` or along ``z_order``; ParameterError naming the partition when a column is
+    not a data column of the bin's files."""
+    columns = list(sort_by) or list(z_order)
+    if not columns:
+        return table
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        option = "sort_by" if sort_by else "z_order"
+        raise ParameterError(
+            f"{option}={columns}: {missing} are not data columns of the files in "
+            f"{storage.display(storage.join(bin_.directory) if bin_.directory else storage.root)} (partition "
+            "columns live in directory names and cannot be sorted on)"
         )
-    storage.sync_files([path])
-    return path, storage.info(path).size, table.num_rows
+    if sort_by:
+        return table.sort_by([(c, "ascending") for c in sort_by])
+    return table.take(z_order_indices(table, z_order))
+
+
+def _write_bin(
+    storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str], z_order: Sequence[str], target: int
+) -> list[tuple[str, int, int]]:
+    """Write one bin's rows as Parquet files in its partition directory; [(path, size, rows)]. One file, but for a
+    z-order: its rows are cut into files of about ``target`` bytes each (as many as the inputs' bytes fill), so
+    each file covers a narrow range of every z-order column."""
+    table, int96 = _read_bin(storage, bin_.inputs)
+    table = _order(table, bin_, storage, sort_by, z_order)
+    pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target))) if z_order else 1
+    bounds = [table.num_rows * i // pieces for i in range(pieces + 1)]
+    written = []
+    for start, stop in zip(bounds, bounds[1:]):
+        name = f"part-{len(written):05d}-{uuid.uuid4()}.c000{codec_extension(compression)}.parquet"
+        path = storage.join(bin_.directory, name) if bin_.directory else storage.join(name)
+        with storage.translating("writing", path), storage.open(path, "wb") as handle:
+            pq.write_table(
+                table.slice(start, stop - start), handle, compression=parquet_codec(compression),
+                row_group_size=_ROW_GROUP_ROWS, use_deprecated_int96_timestamps=int96,
+            )
+        written.append(path)
+    storage.sync_files(written)
+    return [(path, storage.info(path).size, stop - start) for path, start, stop in zip(written, bounds, bounds[1:])]
 
 
 def optimize(
@@ -308,6 +360,7 @@ def optimize(
     target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     partitions: Mapping[str, str | None] | None = None,
     sort_by: Sequence[str] | None = None,
+    z_order: Sequence[str] | None = None,
     dry_run: bool = False,
     compression: str = "snappy",
     compact_interval: int = 10,
@@ -323,7 +376,11 @@ def optimize(
     Args:
         partitions: only partition directories whose values equal these (``{"day": "2024-01-01"}``, values as
             Spark writes them in directory names, unescaped; ``None`` for the null partition).
-        sort_by: data columns to sort each rewritten file by (min/max statistics then skip files).
+        sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip).
+        z_order: data columns to cluster each partition's rows by along a Z-order curve (:func:`z_order_indices`,
+            as delta-rs's ``z_order()``): every file of a partition is rewritten, its rows cut into files of about
+            ``target_file_size``, so min/max statistics (Parquet footers, the Delta log) skip files for a filter on
+            any of them. Not with ``sort_by``.
         dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
         compression: the Parquet codec of the new files (as the sink's).
         compact_interval: the log's compaction interval when no compact file tells it yet.
@@ -346,9 +403,12 @@ def optimize(
     started = time.monotonic()
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
-    if isinstance(sort_by, str):
-        raise ParameterError(f"sort_by must be a list of column names, e.g. [{sort_by!r}], got the string {sort_by!r}")
-    sort_by = list(sort_by or ())
+    for option, value in (("sort_by", sort_by), ("z_order", z_order)):
+        if isinstance(value, str):
+            raise ParameterError(f"{option} must be a list of column names, e.g. [{value!r}], got the string {value!r}")
+    sort_by, z_order = list(sort_by or ()), list(z_order or ())
+    if sort_by and z_order:
+        raise ParameterError(f"pass sort_by={sort_by} or z_order={z_order}, not both: a file has one row order")
     if partitions is not None and not isinstance(partitions, Mapping):
         raise ParameterError(
             f"partitions must be a mapping of column to value, e.g. {{'day': '2024-01-01'}}, got {partitions!r}"
@@ -358,7 +418,7 @@ def optimize(
     snap = read_snapshot(log)
     if snap.latest is None:
         require_output(storage)
-    plan = plan_optimize(log, snap, target, partitions)
+    plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order))
     result = OptimizeResult(plan, dry_run)
     where = storage.display(storage.root)
     if dry_run or not plan.bins:
@@ -368,11 +428,11 @@ def optimize(
     interval = log.interval_for(snap.listing)
     target_batch = _next_compaction(snap.latest, interval)
     lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch)
-    written: dict[Bin, tuple[str, int, int]] = {}
+    written: dict[Bin, list[tuple[str, int, int]]] = {}
     try:
         failpoint("optimize_write")
         for bin_ in progress(plan.bins, "rewriting"):
-            written[bin_] = _write_bin(storage, bin_, compression, sort_by)
+            written[bin_] = _write_bin(storage, bin_, compression, sort_by, z_order, target)
         failpoint("optimize_commit")
         lease = _commit(log, result, written, interval, lease, snap)
     finally:
@@ -407,12 +467,12 @@ def _refuse_spark_sink(log: MetadataLog, snap: LogSnapshot, where: str) -> None:
 def _commit(
     log: MetadataLog,
     result: OptimizeResult,
-    written: dict[Bin, tuple[str, int, int]],
+    written: dict[Bin, list[tuple[str, int, int]]],
     interval: int,
     lease: InFlightBatch,
     planned: LogSnapshot,
 ) -> InFlightBatch:
-    """Commit the swap of ``written`` (bin -> new file) at the next compaction batch: empty batches up to it,
+    """Commit the swap of ``written`` (bin -> its new files) at the next compaction batch: empty batches up to it,
     then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. ``planned``:
     the snapshot the plan read, used as it is while no batch was committed since. Returns the lease it holds
     last."""
@@ -427,7 +487,8 @@ def _commit(
             newest_time = newest_commit_time(snap.table)
             live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
             for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
-                storage.delete(written.pop(bin_)[0])  # never committed: no reader can have it
+                for path, _, _ in written.pop(bin_):  # never committed: no reader can have them
+                    storage.delete(path)
                 result.abandoned.append(bin_)
                 logger.info(
                     "%s: another writer removed an input of a bin in %s first: its rewrite is dropped",
@@ -458,18 +519,19 @@ def _commit(
             optimize_key(f.relative for f in removed), len(removed), sum(f.size for f in removed)
         )
         record = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch, fingerprint)
-        data = [LogEntry(storage.to_uri(written[b][0]), written[b][1], False, int(time.time() * 1000)) for b in bins]
+        new = [file for b in bins for file in written[b]]
+        data = [LogEntry(storage.to_uri(path), size, False, int(time.time() * 1000)) for path, size, _ in new]
         entries = record.log_entries(storage, now, data, 0)
         if log.add(batch, entries, removed=frozenset(f.logged for f in removed)):
             failpoint("optimize_after_commit")
             result.committed, result.log_batch_id = True, batch
-            result.files = [written[b][0] for b in bins]
-            result.bytes_added = sum(written[b][1] for b in bins)
-            result.rows = sum(written[b][2] for b in bins)
+            result.files = [path for path, _, _ in new]
+            result.bytes_added = sum(size for _, size, _ in new)
+            result.rows = sum(rows for _, _, rows in new)
             logger.info(
                 "%s: optimize committed as log batch %d: %d files (%d bytes) replaced by %d (%d bytes), %d empty "
                 "batches before it, %d lost races", where, batch, len(removed), sum(f.size for f in removed),
-                len(bins), result.bytes_added, len(result.padding_batches), result.conflicts,
+                len(new), result.bytes_added, len(result.padding_batches), result.conflicts,
             )
             return lease
         result.conflicts += 1
