@@ -248,17 +248,20 @@ def _stamp(storage: Storage, version: int) -> tuple[int, int]:
     return info.size, info.mtime_ms
 
 
-def _apply(state: DeltaState, commit: bytes, version: int) -> None:
-    """Apply the actions of the commit file of ``version`` to ``state``: ``add``/``remove`` to its files,
+def _actions_of(commit: bytes) -> list[dict[str, Any]]:
+    """The actions of a commit file, one JSON object a line."""
+    return [json.loads(line) for line in commit.splitlines() if line.strip()]
+
+
+def _apply(state: DeltaState, actions: list[dict[str, Any]], version: int) -> None:
+    """Apply the ``actions`` of the commit of ``version`` to ``state``: ``add``/``remove`` to its files,
     our ``txn``, ``metaData`` (schema, partition columns, properties); a commit whose ``commitInfo`` lacks
     :data:`MARKER` (or that has none) is another writer's (``state.foreign``)."""
     import deltalake
 
     info: dict[str, Any] = {"operation": "a commit without commitInfo"}
-    for line in commit.splitlines():
-        if not line.strip():
-            continue
-        ((kind, body),) = json.loads(line).items()
+    for action in actions:
+        ((kind, body),) = action.items()
         if kind == "add":
             state.files[unquote(body["path"])] = body["size"]
         elif kind == "remove":
@@ -284,7 +287,7 @@ def _forward(storage: Storage, state: DeltaState) -> None:
             commit = storage.read_bytes(_commit_file(storage, state.version + 1))
         except FileNotFoundError:
             return
-        _apply(state, commit, state.version + 1)
+        _apply(state, _actions_of(commit), state.version + 1)
 
 
 def _remember(storage: Storage, state: DeltaState) -> None:
@@ -546,9 +549,12 @@ def _create(
     return table.version()
 
 
+_UNQUOTED = re.compile(r"[A-Za-z0-9/:&+=@,;'!$()_.~-]*")
+
+
 def _quote(relative: str) -> str:
     """A root-relative path as a Delta action's ``path`` (a URI reference), percent-encoded as delta-rs does."""
-    return quote(relative, safe="/:&+=@,;'!$()")
+    return relative if _UNQUOTED.fullmatch(relative) else quote(relative, safe="/:&+=@,;'!$()")
 
 
 @dataclass(frozen=True)
@@ -606,10 +612,11 @@ def _quiet_actions(
 def _commit_lines(
     state: DeltaState, adds: list[Any], gone: list[str], log_batch_id: int, partition_columns: list[str],
     quiet: QuietActions,
-) -> bytes:
-    """The commit file of one sync: commitInfo (with our marker), the ``add`` and ``remove`` actions and the
-    ``txn``, one JSON object a line, as the Delta protocol's "Delta Log Entries" say; the actions ``quiet``
-    names with ``dataChange=false`` (a remove of those with its partition values, as delta-rs writes it)."""
+) -> list[dict[str, Any]]:
+    """The actions of the commit file of one sync (written one JSON object a line, as the Delta protocol's "Delta
+    Log Entries" say): commitInfo (with our marker), the ``add`` and ``remove`` actions and the ``txn``; the
+    actions ``quiet`` names with ``dataChange=false`` (a remove of those with its partition values, as delta-rs
+    writes it)."""
     now_ms = _now_ms()
     info = {
         "timestamp": now_ms, "operation": "WRITE",
@@ -632,7 +639,7 @@ def _commit_lines(
             remove.update(extendedFileMetadata=True, partitionValues=values[directory])
         actions.append({"remove": remove})
     actions.append({"txn": {"appId": APP_ID, "version": log_batch_id, "lastUpdated": now_ms}})
-    return "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode() + b"\n"
+    return actions
 
 
 def _append(
@@ -657,10 +664,11 @@ def _append(
             )
         _forward(storage, state)
     version = state.version + 1
-    commit = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns, quiet)
+    actions = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns, quiet)
+    commit = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode() + b"\n"
     if not storage.put_if_absent(_commit_file(storage, version), commit):
         return None
-    _apply(state, commit, version)
+    _apply(state, actions, version)
     _remember(storage, state)
     if version % int(state.configuration.get("delta.checkpointInterval") or 100) == 0:
         try:
@@ -834,6 +842,12 @@ def _log_changes(
     log = MetadataLog(path, storage=storage, cleanup=False)
     log_snap = read_snapshot(log)
     step = None if mirrored is None or log_snap.latest is None else _optimize_step(log, log_snap, mirrored)
+    if step is not None and step.upto < step.batch and not full:  # the batches before the swap, if all deltas
+        since = snapshot_after(path, mirrored, storage_options=options, upto=step.upto)
+        if since is not None:
+            relative = since.files.table.column("relative_path").to_pylist()
+            if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
+                return since, since, [], [], step
     snap = snapshot(path, storage_options=options) if log_snap.latest is None else snapshot_of_log(log, log_snap)
     if step is not None and step.upto != log_snap.latest:
         try:

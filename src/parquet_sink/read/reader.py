@@ -334,10 +334,12 @@ def snapshot(
     return Snapshot(storage, latest, files)
 
 
-def snapshot_after(path: str, batch: int, *, storage_options: dict[str, Any] | None = None) -> Snapshot | None:
-    """The files the batches after ``batch`` committed, read from those batches' own delta files only (no
-    compact file: the cost of those batches, not of the output), as a :class:`Snapshot` whose
-    ``latest_batch_id`` is the newest batch (no file when ``batch`` is the newest). None when one of those
+def snapshot_after(
+    path: str, batch: int, *, storage_options: dict[str, Any] | None = None, upto: int | None = None
+) -> Snapshot | None:
+    """The files the batches after ``batch`` (up to ``upto``, default the newest) committed, read from those
+    batches' own delta files only (no compact file: the cost of those batches, not of the output), as a
+    :class:`Snapshot` whose ``latest_batch_id`` is the last of them (no file when ``batch`` is it). None when one of those
     batches is a compaction (retention may have dropped entries: read the whole snapshot) or its log file is
     gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
 
@@ -347,6 +349,7 @@ def snapshot_after(path: str, batch: int, *, storage_options: dict[str, Any] | N
     log = MetadataLog(path, storage=storage, cleanup=False)
     listing = log.list_names()
     latest = max(listing, default=None)
+    latest = latest if upto is None or latest is None else min(latest, upto)
     names = [listing.get(b) for b in range(batch + 1, (latest if latest is not None else batch) + 1)]
     if any(name is None or is_compact_path(name) for name in names):
         return None

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import math
 import re
 import secrets
@@ -91,7 +92,11 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib|gb|gib)?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
 _ROW_GROUP_ROWS = 1 << 20
-_READ_THREADS = 8  # small files are latency-bound (an object store's GETs above all)
+_READ_THREADS = 8  # runs of files read at once, over all bins, from an object store (latency-bound GETs); on local
+# disk one per core: reads of small files are CPU-bound, and more threads only queue for the GIL
+_RUN_FILES = 256  # ... of at least this many files each
+_BIN_THREADS = 4  # bins rewritten at once
+_BIN_MEMORY = 1 << 30  # ... while their inputs (about target_file_size each) fit in this
 _SWAP_ATTEMPTS = 10  # commit races lost at the compaction batch before giving up
 
 
@@ -265,23 +270,40 @@ def plan_optimize(
     )
 
 
-def _read_file(storage: Storage, filesystem: pyarrow.fs.FileSystem, info: InputFile) -> tuple[pa.Table, bool]:
-    """One input file's rows (its own columns only) and whether it holds an INT96 timestamp (Spark's writer)."""
-    with storage.translating("reading", info.path), filesystem.open_input_file(info.path) as handle:
-        parquet = pq.ParquetFile(handle)
-        int96 = any(parquet.schema.column(i).physical_type == "INT96" for i in range(len(parquet.schema)))
-        return parquet.read(), int96
-
-
-def _read_bin(storage: Storage, inputs: Sequence[InputFile]) -> tuple[pa.Table, bool]:
-    """The rows of ``inputs`` (their file columns, schemas unified permissively as ``read_committed`` does), read
-    on threads, and whether a timestamp column of theirs is INT96 (Spark's writer)."""
-    filesystem = storage.arrow_filesystem()
-    with ThreadPoolExecutor(_READ_THREADS) as pool:
-        read = list(pool.map(functools.partial(_read_file, storage, filesystem), inputs))
-    tables = [table for table, _ in read]
-    metadata = tables[-1].schema.metadata  # the newest file's footer (Spark's row metadata) describes the widest schema
+def _read_files(
+    storage: Storage, filesystem: pyarrow.fs.FileSystem, inputs: Sequence[InputFile]
+) -> tuple[pa.Table, bool]:
+    """The rows of ``inputs`` read one after the other (for small files a thread per file costs more than it
+    saves), schemas unified permissively, with the last file's footer metadata, and whether one of them holds
+    an INT96 timestamp (Spark's writer)."""
+    tables: list[pa.Table] = []
+    int96 = False
+    for info in inputs:
+        try:
+            with filesystem.open_input_file(info.path) as handle:
+                parquet = pq.ParquetFile(handle, pre_buffer=False)
+                schema = parquet.schema
+                int96 = int96 or any(schema.column(i).physical_type == "INT96" for i in range(len(schema)))
+                tables.append(parquet.read(use_threads=False))  # a pool hop per small file costs more than it saves
+        except Exception:  # translated only when it fails: its cost is per file
+            with storage.translating("reading", info.path):
+                raise
     table = pa.concat_tables(tables, promote_options="permissive")
+    return table.replace_schema_metadata(tables[-1].schema.metadata), int96
+
+
+def _read_bin(storage: Storage, bin_: Bin, threads: int) -> tuple[pa.Table, bool]:
+    """The rows of the bin's files in their order (their file columns, schemas unified permissively as
+    ``read_committed`` does: a column a file lacks is null there), read in up to ``threads`` runs of at least
+    :data:`_RUN_FILES` files on threads, and whether a timestamp column of theirs is INT96."""
+    filesystem = storage.arrow_filesystem()
+    inputs = bin_.inputs
+    size = max(_RUN_FILES, math.ceil(len(inputs) / threads))
+    runs = [inputs[i : i + size] for i in range(0, len(inputs), size)]
+    with ThreadPoolExecutor(len(runs)) as pool:
+        read = list(pool.map(functools.partial(_read_files, storage, filesystem), runs))
+    metadata = read[-1][0].schema.metadata  # the newest file's footer (Spark's row metadata): the widest schema
+    table = pa.concat_tables([t for t, _ in read], promote_options="permissive")
     return table.replace_schema_metadata(metadata), any(int96 for _, int96 in read)
 
 
@@ -331,12 +353,13 @@ def _order(table: pa.Table, bin_: Bin, storage: Storage, sort_by: Sequence[str],
 
 
 def _write_bin(
-    storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str], z_order: Sequence[str], target: int
+    storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str], z_order: Sequence[str], target: int,
+    threads: int,
 ) -> list[tuple[str, int, int]]:
     """Write one bin's rows as Parquet files in its partition directory; [(path, size, rows)]. One file, but for a
     z-order: its rows are cut into files of about ``target`` bytes each (as many as the inputs' bytes fill), so
     each file covers a narrow range of every z-order column."""
-    table, int96 = _read_bin(storage, bin_.inputs)
+    table, int96 = _read_bin(storage, bin_, threads)
     table = _order(table, bin_, storage, sort_by, z_order)
     pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target))) if z_order else 1
     bounds = [table.num_rows * i // pieces for i in range(pieces + 1)]
@@ -365,7 +388,7 @@ def optimize(
     compression: str = "snappy",
     compact_interval: int = 10,
     storage_options: dict[str, Any] | None = None,
-    progress: Callable[[Sequence[Bin], str], Iterable[Bin]] = lambda bins, label: bins,
+    progress: Callable[[Sequence[Any], str], Iterable[Any]] = lambda items, label: items,
     delta_log: bool | None = None,
 ) -> OptimizeResult:
     """Rewrite the committed small files of the output at ``path`` into files near ``target_file_size`` (bytes,
@@ -384,7 +407,7 @@ def optimize(
         dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
         compression: the Parquet codec of the new files (as the sink's).
         compact_interval: the log's compaction interval when no compact file tells it yet.
-        progress: wraps the bins as they are written (the CLI draws a counter with it).
+        progress: wraps the bins' rewrites as they complete (the CLI draws a counter with it).
         delta_log: after the swap, bring the output's Delta log in step (:func:`~parquet_sink.sync_delta_log`:
             the swap becomes an ``OPTIMIZE`` commit whose ``remove`` and ``add`` actions carry
             ``dataChange=false``, so Delta streaming readers skip it); None: when the output has a Delta log.
@@ -431,8 +454,15 @@ def optimize(
     written: dict[Bin, list[tuple[str, int, int]]] = {}
     try:
         failpoint("optimize_write")
-        for bin_ in progress(plan.bins, "rewriting"):
-            written[bin_] = _write_bin(storage, bin_, compression, sort_by, z_order, target)
+        readers = (os.cpu_count() or 2) if storage.is_local else _READ_THREADS
+        workers = max(1, min(_BIN_THREADS, readers, len(plan.bins), _BIN_MEMORY // target))
+        with ThreadPoolExecutor(workers) as pool:  # Arrow reads, sorts and writes without the GIL
+            threads = max(1, readers // workers)
+            futures = [
+                pool.submit(_write_bin, storage, b, compression, sort_by, z_order, target, threads) for b in plan.bins
+            ]
+            for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
+                written[bin_] = future.result()
         failpoint("optimize_commit")
         lease = _commit(log, result, written, interval, lease, snap)
     finally:
