@@ -281,16 +281,26 @@ def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, tar
 
 
 def test_optimize_on_every_store(backend) -> None:
-    """Local disk, moto (S3) and Azurite: the swap, the rows, time travel and a second run with nothing to do."""
+    """Local disk, moto (S3) and Azurite: the swap, the rows, time travel, the Delta log's OPTIMIZE commit (read by
+    delta-rs through the store) and a second run with nothing to do."""
+    import deltalake
+
+    from parquet_sink.storage.filesystem import Storage
+
     url, options = backend.url, backend.storage_options
     expected = []
     for v in range(4):
         rows = pa.table({"id": pa.array([10 * v + i for i in range(4)], pa.int64()), "k": ["a", "b", "a", "c"]})
-        write_batch(url, rows, app_id="a", version=v, partition_by=["k"], storage_options=options)
+        write_batch(url, rows, app_id="a", version=v, partition_by=["k"], storage_options=options, delta_log=True)
         expected += rows.column("id").to_pylist()
     before = {f.path for f in committed_files(url, storage_options=options)}
     result = optimize(url, storage_options=options)
     assert result.committed and result.files_added == 3 and result.files_removed == len(before) == 12
+    assert result.delta is not None and result.delta.optimizes == 1
+    delta_url, delta_options = Storage(url, options).object_store_location()
+    table = deltalake.DeltaTable(delta_url, storage_options=delta_options)
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == sorted(expected)
     assert sorted(read_committed(url, storage_options=options).column("id").to_pylist()) == sorted(expected)
     assert {f.path for f in committed_files(url, storage_options=options, as_of_batch=3)} == before
     assert not optimize(url, storage_options=options).committed
@@ -399,3 +409,54 @@ def test_z_order_refusals(out: str) -> None:
     with pytest.raises(ParameterError, match="not data columns"):
         optimize(out, z_order=["day", "id"])
     assert len(committed_files(out)) == 12  # nothing swapped
+
+
+def test_schema_evolution_across_the_files_of_one_bin(out: str) -> None:
+    """A column added in later batches (null in the older files of the same bin), columns written in another
+    order: the rewritten file holds the widest schema, rows equal ``read_committed``'s before (which unifies as
+    the readers do), and the Delta log after the sync reads the same rows (delta-rs)."""
+    deltalake = pytest.importorskip("deltalake")
+
+    write_batch(out, pa.table({"id": [1, 2], "k": ["a", None]}), app_id="e", version=0, partition_by=["k"],
+                delta_log=True)
+    write_batch(out, pa.table({"k": ["a", None], "id": [3, 4], "extra": ["x", None]}), app_id="e", version=1,
+                partition_by=["k"], delta_log=True)
+    write_batch(out, pa.table({"id": [5], "k": ["a"], "extra": ["%/="]}), app_id="e", version=2,
+                partition_by=["k"], delta_log=True)
+    before = read_committed(out)
+    result = optimize(out)
+    assert result.committed and result.files_removed == 5 and result.files_added == 2
+    assert {pq.read_schema(p).names.__len__() for p in result.files} == {2}  # id, extra (k in the directory)
+    assert _rows(read_committed(out)) == _rows(before)
+    assert _rows(deltalake.DeltaTable(out).to_pyarrow_table()) == _rows(before)
+
+
+def test_only_the_null_partition(out: str) -> None:
+    expected = _write_versions(out, range(3))
+    result = optimize(out, partitions={"day": None})
+    assert result.committed and [b.directory for b in result.plan.bins] == ["day=__HIVE_DEFAULT_PARTITION__"]
+    assert result.files_removed == 3 and result.files_added == 1
+    assert _rows(read_committed(out)) == _rows(expected)
+
+
+def test_empty_outputs(tmp_path: Path) -> None:
+    """Not an output: a typed refusal. An output with only empty batches, or one file: nothing to rewrite, no
+    batch committed. A zero-row file in a bin: rows preserved."""
+    from parquet_sink.errors import NotAnOutputError
+
+    with pytest.raises(NotAnOutputError):
+        optimize(str(tmp_path / "nothing"))
+    empty = str(tmp_path / "empty")
+    schema = pa.schema([("id", pa.int64()), ("k", pa.string())])
+    for v in range(3):
+        write_batch(empty, schema.empty_table(), app_id="e", version=v)
+    latest = MetadataLog(empty).latest_batch_id()
+    assert not optimize(empty).committed and MetadataLog(empty).latest_batch_id() == latest
+    mixed = str(tmp_path / "mixed")
+    write_batch(mixed, schema.empty_table(), app_id="e", version=0)
+    write_batch(mixed, pa.table({"id": [1, 2], "k": ["a", "b"]}), app_id="e", version=1)
+    write_batch(mixed, pa.table({"id": [3], "k": ["c"]}), app_id="e", version=2)
+    files = len(committed_files(mixed))
+    result = optimize(mixed)
+    assert result.committed and result.files_removed == files and result.rows == 3
+    assert sorted(read_committed(mixed).column("id").to_pylist()) == [1, 2, 3]
