@@ -87,17 +87,19 @@ def test_batches_around_an_optimize_get_delta_commits_of_their_own(out: str) -> 
     an OPTIMIZE commit holds the swap's actions only, and a streaming reader sees every row once."""
     for v in range(4):
         write_batch(out, _version(v), app_id="app", version=v, partition_by=["day"], delta_log=True)
+    write_batch(out, _version(4), app_id="app", version=4, partition_by=["day"])  # not mirrored yet
     swap = optimize(out, delta_log=False)
-    for v in range(4, 6):
+    for v in range(5, 7):
         write_batch(out, _version(v), app_id="app", version=v, partition_by=["day"])
     synced = sync_delta_log(out)
     assert synced.committed and synced.optimizes == 1 and synced.previous_log_batch_id == 3
     assert synced.log_batch_id == swap.log_batch_id + 2
-    operations = [h["operation"] for h in deltalake.DeltaTable(out).history(3)]
-    assert operations == ["WRITE", "OPTIMIZE", "WRITE"]
-    expected = pa.concat_tables(_version(v) for v in range(6))
+    history = deltalake.DeltaTable(out).history(4)
+    assert [h["operation"] for h in history] == ["WRITE", "OPTIMIZE", "WRITE", "WRITE"]
+    assert int(history[2]["parquetSinkLogBatchId"]) == swap.log_batch_id - 1  # batch 4, the optimize's waits
+    expected = pa.concat_tables(_version(v) for v in range(7))
     assert _rows(_streamed_rows(out)) == _rows(_without_day(expected))
-    write_batch(out, _version(6), app_id="app", version=6, partition_by=["day"], delta_log=True)
+    write_batch(out, _version(7), app_id="app", version=7, partition_by=["day"], delta_log=True)
     assert compare_logs(out) == ([], [])
     assert _rows(deltalake.DeltaTable(out).to_pyarrow_table()) == _rows(read_committed(out))
 

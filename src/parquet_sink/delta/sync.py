@@ -147,7 +147,8 @@ class OptimizeStep:
     """How a sync mirrors the optimize committed as log batch ``batch`` (:mod:`parquet_sink.maintenance.optimize`,
     whose commit record carries ``key``, the hash of the files it replaced): ``upto`` is the log batch this
     Delta commit mirrors, the batch before the swap first (so the swap gets a Delta commit of its own), then the
-    swap; ``exact``: this commit is the swap's alone. Without ``exact`` (the snapshot before it cannot be read
+    swap (or the swap at once when the batches before it add no file: an optimize's empty batches); ``exact``:
+    this commit is the swap's alone. Without ``exact`` (the snapshot before it cannot be read
     any more) the files the swap batches added still get ``dataChange=false``. ``latest``: the log's latest
     batch (a sync commits again while ``upto`` is before it)."""
 
@@ -844,7 +845,9 @@ def _log_changes(
     step = None if mirrored is None or log_snap.latest is None else _optimize_step(log, log_snap, mirrored)
     if step is not None and step.upto < step.batch and not full:  # the batches before the swap, if all deltas
         since = snapshot_after(path, mirrored, storage_options=options, upto=step.upto)
-        if since is not None:
+        if since is not None and not since.files.table.num_rows:  # only empty batches (the optimize's waits)
+            step = dataclasses.replace(step, upto=step.batch, exact=True)  # the swap's commit covers them
+        elif since is not None:
             relative = since.files.table.column("relative_path").to_pylist()
             if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
                 return since, since, [], [], step
