@@ -409,6 +409,11 @@ def test_z_order_refusals(out: str) -> None:
     with pytest.raises(ParameterError, match="not data columns"):
         optimize(out, z_order=["day", "id"])
     assert len(committed_files(out)) == 12  # nothing swapped
+    lists = out + "-lists"
+    for v in range(2):
+        write_batch(lists, pa.table({"id": [v], "tags": [[v, 1]]}), app_id="l", version=v)
+    with pytest.raises(ParameterError, match="'tags' of the files in .*-lists is list<.*>, which has no order"):
+        optimize(lists, z_order=["id", "tags"])
 
 
 def test_schema_evolution_across_the_files_of_one_bin(out: str) -> None:

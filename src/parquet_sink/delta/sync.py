@@ -603,7 +603,8 @@ def _quiet_actions(
         "operation": "OPTIMIZE", "operationParameters": {"predicate": "[]"},
         "operationMetrics": {
             "numFilesAdded": len(added), "numFilesRemoved": len(removed), "filesAdded": _size_metrics(added),
-            "filesRemoved": _size_metrics(removed), "partitionsOptimized": len({a.path.rpartition("/")[0] for a in adds}),
+            "filesRemoved": _size_metrics(removed),
+            "partitionsOptimized": len({a.path.rpartition("/")[0] for a in adds}),
             "numBatches": len(added), "totalConsideredFiles": len(removed), "totalFilesSkipped": 0,
         },
     }

@@ -339,9 +339,9 @@ def snapshot_after(
 ) -> Snapshot | None:
     """The files the batches after ``batch`` (up to ``upto``, default the newest) committed, read from those
     batches' own delta files only (no compact file: the cost of those batches, not of the output), as a
-    :class:`Snapshot` whose ``latest_batch_id`` is the last of them (no file when ``batch`` is it). None when one of those
-    batches is a compaction (retention may have dropped entries: read the whole snapshot) or its log file is
-    gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
+    :class:`Snapshot` whose ``latest_batch_id`` is the last of them (no file when ``batch`` is it). None when
+    one of those batches is a compaction (retention may have dropped entries: read the whole snapshot) or its
+    log file is gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
 
     Example: ``[f.relative_path for f in snapshot_after("/data/events", 56).files]`` -> ``['k=a/part-0...parquet']``.
     """

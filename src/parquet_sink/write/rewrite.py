@@ -307,12 +307,12 @@ def _read_bin(storage: Storage, bin_: Bin, threads: int) -> tuple[pa.Table, bool
     return table.replace_schema_metadata(metadata), any(int96 for _, int96 in read)
 
 
-def z_order_indices(table: pa.Table, columns: Sequence[str]) -> pa.Array:
+def z_order_indices(table: pa.Table, columns: Sequence[str], where: str = "the rows") -> pa.Array:
     """The row order of ``table`` along a Z-order (Morton) curve over ``columns``, as delta-rs's ``z_order()``
     clusters: each column's dense rank (nulls last, NaN after numbers), scaled to ``52 // len(columns)`` bits
     (at most 32), the bits interleaved from the most significant, rows sorted by that key (ties in input order).
     Rows close in every column end up close, so files cut from the order have narrow min/max bounds in each.
-    ParameterError for a column whose type has no order (struct, list, map).
+    ParameterError naming ``where`` for a column whose type has no order (struct, list, map).
 
     Example: ``table.take(z_order_indices(table, ["x", "y"]))``.
     """
@@ -324,7 +324,10 @@ def z_order_indices(table: pa.Table, columns: Sequence[str]) -> pa.Array:
         try:
             rank = pc.rank(values, "ascending", tiebreaker="dense").to_numpy().astype(np.float64) - 1
         except pa.ArrowNotImplementedError as exc:
-            raise ParameterError(f"z_order: column {column!r} of type {values.type} has no order to cluster by") from exc
+            raise ParameterError(
+                f"z_order: column {column!r} of {where} is {values.type}, which has no order to cluster by; pick "
+                "columns of an ordered type (numbers, strings, binary, dates, timestamps, decimals, booleans)"
+            ) from exc
         top = rank.max() if len(rank) else 0
         ranks.append((rank * (((1 << bits) - 1) / top) if top else rank).astype(np.uint64))
     for bit in range(bits - 1, -1, -1):
@@ -339,17 +342,17 @@ def _order(table: pa.Table, bin_: Bin, storage: Storage, sort_by: Sequence[str],
     columns = list(sort_by) or list(z_order)
     if not columns:
         return table
+    where = f"the files in {storage.display(storage.join(bin_.directory) if bin_.directory else storage.root)}"
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         option = "sort_by" if sort_by else "z_order"
         raise ParameterError(
-            f"{option}={columns}: {missing} are not data columns of the files in "
-            f"{storage.display(storage.join(bin_.directory) if bin_.directory else storage.root)} (partition "
-            "columns live in directory names and cannot be sorted on)"
+            f"{option}={columns}: {missing} are not data columns of {where} (partition columns live in directory "
+            "names and cannot be sorted on)"
         )
     if sort_by:
         return table.sort_by([(c, "ascending") for c in sort_by])
-    return table.take(z_order_indices(table, z_order))
+    return table.take(z_order_indices(table, z_order, where))
 
 
 def _write_bin(
@@ -468,7 +471,8 @@ def optimize(
     finally:
         lease.end(staged=False)
     if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
-        result.delta = sync_after_commit(path, storage_options, f"the optimize at log batch {result.log_batch_id}", None)
+        what = f"the optimize at log batch {result.log_batch_id}"
+        result.delta = sync_after_commit(path, storage_options, what, None)
     result.seconds = time.monotonic() - started
     return result
 
