@@ -99,3 +99,28 @@ def test_the_stream_and_a_background_optimize_race_without_loss(spark, tmp_path:
     assert sorted(r[0] for r in spark.read.parquet(out).select("id").collect()) == expected
     table = read_committed(out)
     assert isinstance(table, pa.Table)
+
+
+def test_a_stream_with_delta_log_and_optimize_every_mirrors_each_swap(spark, tmp_path: Path) -> None:
+    """``delta_log=True`` with ``optimize_every``: each background swap becomes an OPTIMIZE commit of the Delta log
+    (dataChange=false), the Delta view equals the log's, and a Delta stream replay sees every row once."""
+    deltalake = pytest.importorskip("deltalake")
+    from parquet_sink.delta.sync import compare_logs
+    from tests.maintenance.test_optimize_delta import _streamed_rows
+
+    src, out = str(tmp_path / "in"), str(tmp_path / "out")
+    batches = _batches(9, 4)
+    write_input_files(src, batches)
+    sink = ParquetSink(out, partition_by=["cat"], optimize_every=3, target_file_size="1MB", delta_log=True)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(src)
+    run_available_now(stream, str(tmp_path / "ckpt"), sink)
+    assert sink.optimizer.wait(120) and sink.optimizer.error is None
+    from parquet_sink import sync_delta_log
+
+    sync_delta_log(out)  # a swap committed after the last batch's sync
+    expected = sorted(r["id"] for b in batches for r in b)
+    operations = [h["operation"] for h in deltalake.DeltaTable(out).history()]
+    assert "OPTIMIZE" in operations
+    assert sorted(deltalake.DeltaTable(out).to_pyarrow_table().column("id").to_pylist()) == expected
+    assert sorted(_streamed_rows(out).column("id").to_pylist()) == expected
+    assert compare_logs(out) == ([], [])
