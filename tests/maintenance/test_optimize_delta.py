@@ -149,3 +149,27 @@ def test_cli_optimize_syncs_the_delta_log(out: str, capsys) -> None:
     assert deltalake.DeltaTable(out).history(1)[0]["operation"] == "OPTIMIZE"
     assert main(["verify", out]) == 0
     assert_delta_matches(out)
+
+
+def test_a_swap_whose_snapshot_before_is_gone_is_mirrored_as_a_data_change(out: str) -> None:
+    """The log files before the swap cleaned up before any sync: the swap cannot get a Delta commit of its own, and
+    its new files hold rows of batches Delta readers never saw; so it is mirrored in one WRITE whose actions are
+    all data changes: no row is hidden from a Delta stream (it would see the removes as a change)."""
+    for v in range(4):
+        write_batch(out, _version(v), app_id="app", version=v, partition_by=["day"], delta_log=True)
+    for v in range(4, 13):
+        write_batch(out, _version(v), app_id="app", version=v, partition_by=["day"])
+    swap = optimize(out, delta_log=False)
+    log_dir = Path(out, "_spark_metadata")
+    for name in ["9.compact", *map(str, range(10, swap.log_batch_id))]:
+        (log_dir / name).unlink()
+    synced = sync_delta_log(out)
+    assert synced.committed and synced.optimizes == 0 and synced.log_batch_id == swap.log_batch_id
+    table = deltalake.DeltaTable(out)
+    assert table.history(1)[0]["operation"] == "WRITE"
+    version = table.version()
+    actions = _actions(out, version, "add") + _actions(out, version, "remove")
+    assert actions and all(a["dataChange"] for a in actions)
+    expected = pa.concat_tables(_version(v) for v in range(13))
+    assert _rows(table.to_pyarrow_table()) == _rows(expected)
+    assert compare_logs(out)[0] == []

@@ -148,9 +148,9 @@ class OptimizeStep:
     whose commit record carries ``key``, the hash of the files it replaced): ``upto`` is the log batch this
     Delta commit mirrors, the batch before the swap first (so the swap gets a Delta commit of its own), then the
     swap (or the swap at once when the batches before it add no file: an optimize's empty batches); ``exact``:
-    this commit is the swap's alone. Without ``exact`` (the snapshot before it cannot be read
-    any more) the files the swap batches added still get ``dataChange=false``. ``latest``: the log's latest
-    batch (a sync commits again while ``upto`` is before it)."""
+    this commit is the swap's alone. Without ``exact`` (the snapshot before it cannot be read any more: one
+    commit then mirrors it with other batches, whose rows its new files may hold) every action is a data change.
+    ``latest``: the log's latest batch (a sync commits again while ``upto`` is before it)."""
 
     batch: int
     key: str
@@ -158,7 +158,6 @@ class OptimizeStep:
     bytes: int
     upto: int
     exact: bool
-    swaps: frozenset[int]
     latest: int
 
 
@@ -579,19 +578,16 @@ def _size_metrics(sizes: list[int]) -> str:
 
 
 def _quiet_actions(
-    step: OptimizeStep | None, fresh: Snapshot, adds: list[Any], gone: list[str], state: DeltaState | None,
-    where: str,
+    step: OptimizeStep | None, adds: list[Any], gone: list[str], state: DeltaState | None, where: str
 ) -> QuietActions:
-    """Which actions of this commit change no data: none without an optimize at or before the batch it mirrors;
-    the swap's adds and removes, with an ``OPTIMIZE`` commitInfo, when the commit is the swap's alone and the
-    removed files are exactly the swap's (their :func:`~parquet_sink.read.history.optimize_key`); else the
-    adds of the swaps' batches only (the removes then include files retention dropped, a data change)."""
-    if step is None or step.upto < step.batch or state is None:
+    """Which actions of this commit change no data: none unless the commit is an optimize's swap alone (its
+    inputs all mirrored before: the new files hold no row Delta readers have not seen); then its adds, and its
+    removes with an ``OPTIMIZE`` commitInfo when the removed files are exactly the swap's (their
+    :func:`~parquet_sink.read.history.optimize_key`; else retention dropped some with it, a data change)."""
+    if step is None or not step.exact or state is None:
         return QuietActions()
-    table = fresh.files.table
-    swapped = pc.is_in(table.column("batch_id"), value_set=pa.array(sorted(step.swaps), pa.int64()))
-    quiet_adds = frozenset(table.filter(swapped).column("relative_path").to_pylist())
-    if not (step.exact and optimize_key(gone) == step.key):
+    quiet_adds = frozenset(a.path for a in adds)
+    if optimize_key(gone) != step.key:
         logger.warning(
             "%s: the Delta commit of log batch %d (an optimize) also removes files that retention dropped: they are "
             "removed with dataChange=true", where, step.upto,
@@ -821,7 +817,7 @@ def _optimize_step(log: MetadataLog, log_snap: Any, mirrored: int) -> OptimizeSt
     batch = min(swaps)
     key, files, size = swaps[batch]
     upto = batch - 1 if mirrored < batch - 1 else batch
-    return OptimizeStep(batch, key, files, size, upto, upto == batch, frozenset(swaps), log_snap.latest)
+    return OptimizeStep(batch, key, files, size, upto, upto == batch, log_snap.latest)
 
 
 def _log_changes(
@@ -856,10 +852,10 @@ def _log_changes(
     if step is not None and step.upto != log_snap.latest:
         try:
             snap = snapshot_of_log(log, log_snap, step.upto)
-        except SnapshotExpiredError as exc:  # one commit to the latest batch; the swaps' files still quiet
+        except SnapshotExpiredError as exc:  # one commit to the latest batch, every action a data change
             logger.warning(
-                "%s: the optimize of log batch %d gets no Delta commit of its own (%s); its new files are added "
-                "with dataChange=false, the files it replaced removed with dataChange=true",
+                "%s: the optimize of log batch %d gets no Delta commit of its own (%s): it is mirrored with the "
+                "batches around it, every action with dataChange=true (a Delta stream sees its removes as a change)",
                 storage.display(storage.root), step.batch, exc,
             )
             step = dataclasses.replace(step, upto=log_snap.latest, exact=False)
@@ -932,7 +928,7 @@ def _sync_once(
     if state is not None:  # the table's columns, with the new ones: a batch may lack some
         schema = pa.schema(list(state.schema) + added_columns)
     adds = _add_actions(fresh, files, dataset, list(files), partition_columns, schema) if files else []
-    quiet = _quiet_actions(step, fresh, adds, gone, state, where)
+    quiet = _quiet_actions(step, adds, gone, state, where)
     failpoint("delta_commit")
     try:
         if state is None:
