@@ -7,6 +7,9 @@ The output: ``write_batch`` appends of ``files / batches`` small files each (``m
 fresh copies: rows/s and input bytes/s. Reads of all rows before and after: ``read_committed``, Spark
 (``spark.read.parquet(out)`` summing a column, through ``_spark_metadata``) and delta-rs
 (``DeltaTable(out).to_pyarrow_table()``, through ``_delta_log``, on delta-rs's own compacted copy).
+
+Alone: ``python -m benchmarks.optimize_bench --files 10000 --repeats 3`` (``--reads`` adds the reads, with Spark);
+prints each repeat's paired figures (ours and delta-rs on copies of the same files, the order alternating).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def _time_reads(results: OptimizeResults, spark, outs: dict[str, str], when: str
 
 
 def run(spark, work_dir: str, files: int, rows_per_file: int, repeats: int) -> OptimizeResults:
+    """The section's figures (``spark`` None: the compaction only, no reads)."""
     from deltalake import DeltaTable
 
     base = os.path.join(work_dir, "optimize-base")
@@ -96,7 +100,8 @@ def run(spark, work_dir: str, files: int, rows_per_file: int, repeats: int) -> O
         for f in fs if f.endswith(".parquet")
     )
     before = {"read_committed": base, "spark": base, "delta-rs": base}
-    _time_reads(results, spark, before, "before", repeats)
+    if spark is not None:
+        _time_reads(results, spark, before, "before", repeats)
     ours_out = theirs_out = ""
     for rep in range(repeats):
         ours_out, theirs_out = os.path.join(work_dir, f"optimize-ours-{rep}"), os.path.join(work_dir, f"optimize-delta-{rep}")
@@ -109,6 +114,8 @@ def run(spark, work_dir: str, files: int, rows_per_file: int, repeats: int) -> O
         for name in (list(contenders) if rep % 2 == 0 else list(contenders)[::-1]):
             seconds, _ = timed(contenders[name])
             results.seconds.setdefault(name, Stat()).add(seconds)
+        logger.info("repeat %d: ours %.2f s, delta-rs %.2f s", rep, results.seconds["ours"].values[-1],
+                    results.seconds["delta-rs"].values[-1])
         if rep < repeats - 1:
             shutil.rmtree(ours_out)
             shutil.rmtree(theirs_out)
@@ -117,10 +124,42 @@ def run(spark, work_dir: str, files: int, rows_per_file: int, repeats: int) -> O
         "delta-rs": len(DeltaTable(theirs_out).file_uris()),
     }
     after = {"read_committed": ours_out, "spark": ours_out, "delta-rs": theirs_out}
-    _time_reads(results, spark, after, "after", repeats)
+    if spark is not None:
+        _time_reads(results, spark, after, "after", repeats)
     logger.info(
         "optimize: %d files, %d rows: ours %s (%.0f rows/s), delta-rs %s (%.0f rows/s); files after %s",
         files, rows, results.seconds["ours"].fmt(), results.rate("ours", "rows"), results.seconds["delta-rs"].fmt(),
         results.rate("delta-rs", "rows"), results.files_after,
     )
     return results
+
+
+def main() -> None:
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.optimize_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--files", type=int, default=10_000, help="small files to compact (default 10,000)")
+    p.add_argument("--rows-per-file", type=int, default=100, help="rows per small file (default 100)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs of each contender, on fresh copies (default 3)")
+    p.add_argument("--work-dir", help="where to build the files (default: a temporary directory)")
+    p.add_argument("--reads", action="store_true", help="also time reads before and after (starts Spark)")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    spark = None
+    if args.reads:
+        from .common import make_session
+
+        spark = make_session()
+    with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
+        results = run(spark, work, args.files, args.rows_per_file, args.repeats)
+    mb = results.bytes / 1e6
+    for name in ("ours", "delta-rs"):
+        stat = results.seconds[name]
+        print(f"{name:9} {stat.fmt():>22}  {results.rate(name, 'rows'):>12,.0f} rows/s  "
+              f"{results.rate(name, 'bytes') / 1e6:6.1f} MB/s  ({results.files} files, {mb:.1f} MB, "
+              f"{results.files_after[name]} after)")
+
+
+if __name__ == "__main__":
+    main()

@@ -143,6 +143,11 @@ class RowCountMismatchError(ParquetSinkError):
     """The data files found for a batch hold a different number of rows than its write job wrote."""
 
 
+class OptimizeError(ParquetSinkError):
+    """A background optimize (``ParquetSink(optimize_every=...)``) failed for a cause that is not a typed error of
+    this package; the stream's batches are committed, the swap is not (its files are orphans for ``vacuum``)."""
+
+
 # The last line of the Python traceback Spark puts in a failed query's message: "parquet_sink.errors.<Class>: <text>".
 _RAISED = re.compile(r"^parquet_sink\.errors\.([A-Za-z]+Error): (.*)$", re.MULTILINE)
 

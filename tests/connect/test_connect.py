@@ -317,3 +317,40 @@ def test_connect_seed_fault_tolerance_example(connect_spark, tmp_path: Path) -> 
     assert sorted(r.name for r in connect_spark.read.parquet(out).select("name").collect()) == expected
     assert MetadataLog(out).latest_batch_id() == latest_commit(ckpt) == 9
     assert len({r.query_id for r in _records(out)}) == 1
+
+
+def test_optimize_while_a_connect_stream_writes(connect_spark, tmp_path: Path) -> None:
+    """Issue 37: optimizes loop on the client while a Spark Connect stream (its foreachBatch on the server)
+    commits to the same output: the query never fails, and every reader reads every row once after."""
+    from parquet_sink import history
+    from parquet_sink.maintenance import optimize
+
+    src, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    batches = _batches(10, 6)
+    write_input_files(src, batches)
+    sink = ParquetSink(out, partition_by=["cat"], compact_interval=3, checkpoint_location=ckpt)
+    for attempt in range(3):  # the server's Python worker may miss its 10 s connect-back on a loaded machine
+        query = (
+            _stream(connect_spark, src).writeStream.option("checkpointLocation", ckpt).trigger(availableNow=True)
+            .foreachBatch(sink).start()
+        )
+        swaps = 0
+        while query.isActive:
+            if MetadataLog(out).latest_batch_id() is not None:
+                swaps += optimize(out, target_file_size="1MB").committed
+        try:
+            query.awaitTermination()
+            break
+        except Exception as exc:
+            if "Python worker failed to connect back" not in str(exc) or attempt == 2:
+                raise
+    assert query.exception() is None
+    swaps += optimize(out, target_file_size="1MB").committed
+    assert swaps >= 1
+    operations = history(out).column("operation").to_pylist()
+    assert operations.count("append") == 10 and "optimize" in operations
+    expected = sorted((r["id"], r["cat"]) for batch in batches for r in batch)
+    ours = read_committed(out)
+    assert sorted(zip(ours.column("id").to_pylist(), ours.column("cat").to_pylist())) == expected
+    assert sorted((r.id, r.cat) for r in connect_spark.read.parquet(out).collect()) == expected
+    assert MetadataLog(out).check() == []

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -244,7 +245,7 @@ def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
 
     expected = _write_versions(out, range(4))
     sync_delta_log(out)
-    result = optimize(out)
+    result = optimize(out, delta_log=False)
     synced = sync_delta_log(out)
     assert synced.added == result.files_added and synced.removed == result.files_removed
     table = deltalake.DeltaTable(out)
@@ -280,16 +281,26 @@ def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, tar
 
 
 def test_optimize_on_every_store(backend) -> None:
-    """Local disk, moto (S3) and Azurite: the swap, the rows, time travel and a second run with nothing to do."""
+    """Local disk, moto (S3) and Azurite: the swap, the rows, time travel, the Delta log's OPTIMIZE commit (read by
+    delta-rs through the store) and a second run with nothing to do."""
+    import deltalake
+
+    from parquet_sink.storage.filesystem import Storage
+
     url, options = backend.url, backend.storage_options
     expected = []
     for v in range(4):
         rows = pa.table({"id": pa.array([10 * v + i for i in range(4)], pa.int64()), "k": ["a", "b", "a", "c"]})
-        write_batch(url, rows, app_id="a", version=v, partition_by=["k"], storage_options=options)
+        write_batch(url, rows, app_id="a", version=v, partition_by=["k"], storage_options=options, delta_log=True)
         expected += rows.column("id").to_pylist()
     before = {f.path for f in committed_files(url, storage_options=options)}
     result = optimize(url, storage_options=options)
     assert result.committed and result.files_added == 3 and result.files_removed == len(before) == 12
+    assert result.delta is not None and result.delta.optimizes == 1
+    delta_url, delta_options = Storage(url, options).object_store_location()
+    table = deltalake.DeltaTable(delta_url, storage_options=delta_options)
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == sorted(expected)
     assert sorted(read_committed(url, storage_options=options).column("id").to_pylist()) == sorted(expected)
     assert {f.path for f in committed_files(url, storage_options=options, as_of_batch=3)} == before
     assert not optimize(url, storage_options=options).committed
@@ -327,3 +338,130 @@ def test_cli_optimize_dry_run_then_summary(out: str, capsys) -> None:
     assert main(["optimize", out, "--partition", "day"]) == 2  # an input error
     assert "use COLUMN=VALUE" in capsys.readouterr().err
     assert _rows(read_committed(out)) == _rows(pa.concat_tables(_version(v) for v in range(3)))
+
+
+_Z_TYPES = {
+    "int": (pa.int64(), lambda r: r.randrange(-(10**6), 10**6)),
+    "float": (pa.float64(), lambda r: r.uniform(-1e3, 1e3)),
+    "string": (pa.string(), lambda r: f"s{r.randrange(10**6):07d}"),
+    "date": (pa.date32(), lambda r: dt.date(2000, 1, 1) + dt.timedelta(days=r.randrange(20000))),
+    "timestamp": (pa.timestamp("us", tz="UTC"),
+                  lambda r: dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=r.randrange(10**12))),
+    "decimal": (pa.decimal128(20, 3), lambda r: decimal.Decimal(r.randrange(-(10**9), 10**9)) / 1000),
+}
+
+
+def _overlapping(bounds: list[tuple], value) -> int:
+    return sum(1 for low, high in bounds if low is not None and low <= value <= high)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    types=st.lists(st.sampled_from(sorted(_Z_TYPES)), min_size=2, max_size=3),
+    seed=st.integers(0, 2**32),
+)
+def test_z_order_preserves_rows_and_lets_statistics_skip_files_on_each_column(tmp_path_factory, types, seed) -> None:
+    """Rows preserved; for a point filter on each z-order column, fewer files' footer min/max bounds overlap the
+    value than when the same rows are cut into as many files in arrival order (each spans nearly everything)."""
+    import random
+
+    rng = random.Random(seed)
+    names = [f"c{i}" for i in range(len(types))]
+    out = str(tmp_path_factory.mktemp("zorder") / "out")
+    batches = []
+    for v in range(16):
+        columns = {"id": pa.array(range(v * 100, v * 100 + 100), pa.int64())}
+        for name, kind in zip(names, types):
+            typ, draw = _Z_TYPES[kind]
+            columns[name] = pa.array([None if rng.random() < 0.03 else draw(rng) for _ in range(100)], typ)
+        batch = pa.table(columns)
+        write_batch(out, batch, app_id="z", version=v, partition_by=[])
+        batches.append(batch)
+    expected = pa.concat_tables(batches)
+    input_bytes = sum(f.size for f in committed_files(out))
+    files = 4 ** len(names)  # each column's range cut in four at least (a point hits a quarter to a half)
+    result = optimize(out, z_order=names, target_file_size=input_bytes // files + 1)
+    assert result.committed and result.files_added == files
+    assert _rows(read_committed(out)) == _rows(expected)
+    probes = expected.slice(0, 400).take(list(range(0, 400, 13)))
+    for column in names:
+        index = pq.ParquetFile(result.files[0]).schema_arrow.get_field_index(column)
+        clustered = []
+        for path in result.files:
+            stats = pq.ParquetFile(path).metadata.row_group(0).column(index).statistics
+            clustered.append((stats.min, stats.max) if stats is not None and stats.has_min_max else (None, None))
+        arrival = []
+        for start in range(0, expected.num_rows, expected.num_rows // files):
+            piece = expected.column(column).slice(start, expected.num_rows // files)
+            arrival.append((pc.min(piece).as_py(), pc.max(piece).as_py()))
+        values = [v for v in probes.column(column).to_pylist() if v is not None]
+        hit_clustered = sum(_overlapping(clustered, v) for v in values)
+        hit_arrival = sum(_overlapping(arrival, v) for v in values)
+        assert hit_clustered < hit_arrival * 0.6, (column, types, hit_clustered, hit_arrival)
+
+
+def test_z_order_refusals(out: str) -> None:
+    _write_versions(out, range(3))
+    with pytest.raises(ParameterError, match="not both"):
+        optimize(out, z_order=["id"], sort_by=["id"])
+    with pytest.raises(ParameterError, match="list of column names"):
+        optimize(out, z_order="id")
+    with pytest.raises(ParameterError, match="not data columns"):
+        optimize(out, z_order=["day", "id"])
+    assert len(committed_files(out)) == 12  # nothing swapped
+    lists = out + "-lists"
+    for v in range(2):
+        write_batch(lists, pa.table({"id": [v], "tags": [[v, 1]]}), app_id="l", version=v)
+    with pytest.raises(ParameterError, match="'tags' of the files in .*-lists is list<.*>, which has no order"):
+        optimize(lists, z_order=["id", "tags"])
+
+
+def test_schema_evolution_across_the_files_of_one_bin(out: str) -> None:
+    """A column added in later batches (null in the older files of the same bin), columns written in another
+    order: the rewritten file holds the widest schema, rows equal ``read_committed``'s before (which unifies as
+    the readers do), and the Delta log after the sync reads the same rows (delta-rs)."""
+    deltalake = pytest.importorskip("deltalake")
+
+    write_batch(out, pa.table({"id": [1, 2], "k": ["a", None]}), app_id="e", version=0, partition_by=["k"],
+                delta_log=True)
+    write_batch(out, pa.table({"k": ["a", None], "id": [3, 4], "extra": ["x", None]}), app_id="e", version=1,
+                partition_by=["k"], delta_log=True)
+    write_batch(out, pa.table({"id": [5], "k": ["a"], "extra": ["%/="]}), app_id="e", version=2,
+                partition_by=["k"], delta_log=True)
+    before = read_committed(out)
+    result = optimize(out)
+    assert result.committed and result.files_removed == 5 and result.files_added == 2
+    assert {pq.read_schema(p).names.__len__() for p in result.files} == {2}  # id, extra (k in the directory)
+    assert _rows(read_committed(out)) == _rows(before)
+    assert _rows(deltalake.DeltaTable(out).to_pyarrow_table()) == _rows(before)
+
+
+def test_only_the_null_partition(out: str) -> None:
+    expected = _write_versions(out, range(3))
+    result = optimize(out, partitions={"day": None})
+    assert result.committed and [b.directory for b in result.plan.bins] == ["day=__HIVE_DEFAULT_PARTITION__"]
+    assert result.files_removed == 3 and result.files_added == 1
+    assert _rows(read_committed(out)) == _rows(expected)
+
+
+def test_empty_outputs(tmp_path: Path) -> None:
+    """Not an output: a typed refusal. An output with only empty batches, or one file: nothing to rewrite, no
+    batch committed. A zero-row file in a bin: rows preserved."""
+    from parquet_sink.errors import NotAnOutputError
+
+    with pytest.raises(NotAnOutputError):
+        optimize(str(tmp_path / "nothing"))
+    empty = str(tmp_path / "empty")
+    schema = pa.schema([("id", pa.int64()), ("k", pa.string())])
+    for v in range(3):
+        write_batch(empty, schema.empty_table(), app_id="e", version=v)
+    latest = MetadataLog(empty).latest_batch_id()
+    assert not optimize(empty).committed and MetadataLog(empty).latest_batch_id() == latest
+    mixed = str(tmp_path / "mixed")
+    write_batch(mixed, schema.empty_table(), app_id="e", version=0)
+    write_batch(mixed, pa.table({"id": [1, 2], "k": ["a", "b"]}), app_id="e", version=1)
+    write_batch(mixed, pa.table({"id": [3], "k": ["c"]}), app_id="e", version=2)
+    files = len(committed_files(mixed))
+    result = optimize(mixed)
+    assert result.committed and result.files_removed == files and result.rows == 3
+    assert sorted(read_committed(mixed).column("id").to_pylist()) == [1, 2, 3]

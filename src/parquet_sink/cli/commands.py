@@ -208,7 +208,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
 
 
 def _cmd_optimize(args: argparse.Namespace) -> int:
-    """``optimize PATH [--target-file-size SIZE] [--partition K=V] [--sort-by COL] [--dry-run]``: compact small
+    """``optimize PATH [--target-file-size SIZE] [--partition K=V] [--sort-by COL | --z-order COL] [--dry-run]``: compact small
     files; prints files and bytes before and after."""
     partitions = {}
     for pair in args.partition:
@@ -218,6 +218,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         partitions[name] = value
     result = optimize(
         args.path, target_file_size=args.target_file_size, partitions=partitions or None, sort_by=args.sort_by,
+        z_order=args.z_order,
         dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval or 10,
         storage_options=storage_options(args), progress=progress,
     )

@@ -11,7 +11,7 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
 * ``vacuum PATH [--older-than 7d] [--allow-short-retention] [--dry-run] [--include-files-before-log]``: delete Parquet data files no
   committed batch references (files older than the log's first commit only when asked).
-* ``optimize PATH [--target-file-size 128MB] [--partition K=V] [--sort-by COL] [--dry-run]``: rewrite the committed
+* ``optimize PATH [--target-file-size 128MB] [--partition K=V] [--sort-by COL | --z-order COL] [--dry-run]``: rewrite the committed
   small files of each partition into files near the target size, swapped in with one commit every reader sees
   atomically (safe while the stream runs); progress on a terminal, a summary of files and bytes before and after.
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
@@ -178,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     optimize.add_argument(
         "--sort-by", metavar="COL", action="append", default=[], help="sort each rewritten file by this data column, repeatable"
+    )
+    optimize.add_argument(
+        "--z-order", metavar="COL", action="append", default=[],
+        help="cluster each partition's rows along a Z-order curve over these data columns (repeatable; every file of "
+        "a partition is rewritten); not with --sort-by",
     )
     optimize.add_argument("--dry-run", action="store_true", help="say what would be rewritten, write nothing")
     optimize.add_argument("--compression", default="snappy", help="Parquet codec of the new files (default snappy)")

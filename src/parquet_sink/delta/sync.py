@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -60,7 +61,20 @@ from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..log.files import require_output
 from ..partitioning import parse_partition_path
-from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, snapshot_after, unreadable_file
+from ..log.entry import records_of
+from ..log.metadata_log import MetadataLog
+from ..log.snapshot import read_snapshot
+from ..read.history import optimize_figures, optimize_key
+from ..read.reader import (
+    CommittedFile,
+    CommittedFiles,
+    Snapshot,
+    dataset_of,
+    snapshot,
+    snapshot_after,
+    snapshot_of_log,
+    unreadable_file,
+)
 from ..storage.filesystem import Storage
 from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError
@@ -125,6 +139,26 @@ class DeltaSyncResult:
     created: bool = False
     seconds: float = 0.0
     duplicates: int = 0
+    optimizes: int = 0
+
+
+@dataclass(frozen=True)
+class OptimizeStep:
+    """How a sync mirrors the optimize committed as log batch ``batch`` (:mod:`parquet_sink.maintenance.optimize`,
+    whose commit record carries ``key``, the hash of the files it replaced): ``upto`` is the log batch this
+    Delta commit mirrors, the batch before the swap first (so the swap gets a Delta commit of its own), then the
+    swap (or the swap at once when the batches before it add no file: an optimize's empty batches); ``exact``:
+    this commit is the swap's alone. Without ``exact`` (the snapshot before it cannot be read any more: one
+    commit then mirrors it with other batches, whose rows its new files may hold) every action is a data change.
+    ``latest``: the log's latest batch (a sync commits again while ``upto`` is before it)."""
+
+    batch: int
+    key: str
+    files: int
+    bytes: int
+    upto: int
+    exact: bool
+    latest: int
 
 
 @dataclass
@@ -214,17 +248,20 @@ def _stamp(storage: Storage, version: int) -> tuple[int, int]:
     return info.size, info.mtime_ms
 
 
-def _apply(state: DeltaState, commit: bytes, version: int) -> None:
-    """Apply the actions of the commit file of ``version`` to ``state``: ``add``/``remove`` to its files,
+def _actions_of(commit: bytes) -> list[dict[str, Any]]:
+    """The actions of a commit file, one JSON object a line."""
+    return [json.loads(line) for line in commit.splitlines() if line.strip()]
+
+
+def _apply(state: DeltaState, actions: list[dict[str, Any]], version: int) -> None:
+    """Apply the ``actions`` of the commit of ``version`` to ``state``: ``add``/``remove`` to its files,
     our ``txn``, ``metaData`` (schema, partition columns, properties); a commit whose ``commitInfo`` lacks
     :data:`MARKER` (or that has none) is another writer's (``state.foreign``)."""
     import deltalake
 
     info: dict[str, Any] = {"operation": "a commit without commitInfo"}
-    for line in commit.splitlines():
-        if not line.strip():
-            continue
-        ((kind, body),) = json.loads(line).items()
+    for action in actions:
+        ((kind, body),) = action.items()
         if kind == "add":
             state.files[unquote(body["path"])] = body["size"]
         elif kind == "remove":
@@ -250,7 +287,7 @@ def _forward(storage: Storage, state: DeltaState) -> None:
             commit = storage.read_bytes(_commit_file(storage, state.version + 1))
         except FileNotFoundError:
             return
-        _apply(state, commit, state.version + 1)
+        _apply(state, _actions_of(commit), state.version + 1)
 
 
 def _remember(storage: Storage, state: DeltaState) -> None:
@@ -516,39 +553,100 @@ def _create(
     return table.version()
 
 
+_UNQUOTED = re.compile(r"[A-Za-z0-9/:&+=@,;'!$()_.~-]*")
+
+
 def _quote(relative: str) -> str:
     """A root-relative path as a Delta action's ``path`` (a URI reference), percent-encoded as delta-rs does."""
-    return quote(relative, safe="/:&+=@,;'!$()")
+    return relative if _UNQUOTED.fullmatch(relative) else quote(relative, safe="/:&+=@,;'!$()")
+
+
+@dataclass(frozen=True)
+class QuietActions:
+    """The actions of a sync's commit that change no data (``dataChange=false``, which Delta streaming readers
+    skip): the root-relative paths of the ``adds`` and the ``removes`` an optimize rewrote, and the commitInfo
+    of an optimize (``OPTIMIZE``, as delta-rs's ``optimize.compact()`` writes it) when the commit is an
+    optimize's alone."""
+
+    adds: frozenset[str] = frozenset()
+    removes: frozenset[str] = frozenset()
+    info: dict[str, Any] | None = None
+
+
+def _size_metrics(sizes: list[int]) -> str:
+    """delta-rs's ``filesAdded``/``filesRemoved`` operation metric of files of ``sizes``."""
+    return json.dumps({
+        "avg": sum(sizes) / len(sizes) if sizes else 0.0, "max": max(sizes, default=0), "min": min(sizes, default=0),
+        "totalFiles": len(sizes), "totalSize": sum(sizes),
+    }, separators=(",", ":"))
+
+
+def _quiet_actions(
+    step: OptimizeStep | None, adds: list[Any], gone: list[str], state: DeltaState | None, where: str
+) -> QuietActions:
+    """Which actions of this commit change no data: none unless the commit is an optimize's swap alone (its
+    inputs all mirrored before: the new files hold no row Delta readers have not seen); then its adds, and its
+    removes with an ``OPTIMIZE`` commitInfo when the removed files are exactly the swap's (their
+    :func:`~parquet_sink.read.history.optimize_key`; else retention dropped some with it, a data change)."""
+    if step is None or not step.exact or state is None:
+        return QuietActions()
+    quiet_adds = frozenset(a.path for a in adds)
+    if optimize_key(gone) != step.key:
+        logger.warning(
+            "%s: the Delta commit of log batch %d (an optimize) also removes files that retention dropped: they are "
+            "removed with dataChange=true", where, step.upto,
+        )
+        return QuietActions(quiet_adds)
+    added = [a.size for a in adds]
+    removed = [state.files[r] for r in gone]
+    info = {
+        "operation": "OPTIMIZE", "operationParameters": {"predicate": "[]"},
+        "operationMetrics": {
+            "numFilesAdded": len(added), "numFilesRemoved": len(removed), "filesAdded": _size_metrics(added),
+            "filesRemoved": _size_metrics(removed),
+            "partitionsOptimized": len({a.path.rpartition("/")[0] for a in adds}),
+            "numBatches": len(added), "totalConsideredFiles": len(removed), "totalFilesSkipped": 0,
+        },
+    }
+    return QuietActions(quiet_adds, frozenset(gone), info)
 
 
 def _commit_lines(
-    state: DeltaState, adds: list[Any], gone: list[str], log_batch_id: int, partition_columns: list[str]
-) -> bytes:
-    """The commit file of one sync: commitInfo (with our marker), the ``add`` and ``remove`` actions and the
-    ``txn``, one JSON object a line, as the Delta protocol's "Delta Log Entries" say."""
+    state: DeltaState, adds: list[Any], gone: list[str], log_batch_id: int, partition_columns: list[str],
+    quiet: QuietActions,
+) -> list[dict[str, Any]]:
+    """The actions of the commit file of one sync (written one JSON object a line, as the Delta protocol's "Delta
+    Log Entries" say): commitInfo (with our marker), the ``add`` and ``remove`` actions and the ``txn``; the
+    actions ``quiet`` names with ``dataChange=false`` (a remove of those with its partition values, as delta-rs
+    writes it)."""
     now_ms = _now_ms()
     info = {
         "timestamp": now_ms, "operation": "WRITE",
         "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_columns)},
-        "engineInfo": "parquet-sink", "isBlindAppend": False, MARKER: str(log_batch_id), CHECKED: str(state.version),
+        "readVersion": state.version, "engineInfo": "parquet-sink", "isBlindAppend": False, **(quiet.info or {}),
+        MARKER: str(log_batch_id), CHECKED: str(state.version),
     }
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
     actions += [
         {"add": {"path": _quote(a.path), "partitionValues": a.partition_values, "size": a.size,
-                 "modificationTime": a.modification_time, "dataChange": True, "stats": a.stats}}
+                 "modificationTime": a.modification_time, "dataChange": a.path not in quiet.adds, "stats": a.stats}}
         for a in adds
     ]
-    actions += [
-        {"remove": {"path": _quote(r), "deletionTimestamp": now_ms, "dataChange": True, "size": state.files[r]}}
-        for r in gone
-    ]
+    values = {a.path.rpartition("/")[0]: a.partition_values for a in adds}
+    for r in gone:
+        remove = {"path": _quote(r), "deletionTimestamp": now_ms, "dataChange": r not in quiet.removes,
+                  "size": state.files[r]}
+        directory = r.rpartition("/")[0]
+        if r in quiet.removes and directory in values:
+            remove.update(extendedFileMetadata=True, partitionValues=values[directory])
+        actions.append({"remove": remove})
     actions.append({"txn": {"appId": APP_ID, "version": log_batch_id, "lastUpdated": now_ms}})
-    return "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode() + b"\n"
+    return actions
 
 
 def _append(
     deltalake: ModuleType, storage: Storage, state: DeltaState, added_columns: list[pa.Field], adds: list[Any],
-    gone: list[str], log_batch_id: int, zone: str,
+    gone: list[str], log_batch_id: int, zone: str, quiet: QuietActions,
 ) -> int | None:
     """Commit ``adds`` and the removal of ``gone`` to the existing table as its next version, after adding
     ``added_columns`` (new nullable columns: the schema evolution the writers allow) and recording the session
@@ -568,10 +666,11 @@ def _append(
             )
         _forward(storage, state)
     version = state.version + 1
-    commit = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns)
+    actions = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns, quiet)
+    commit = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode() + b"\n"
     if not storage.put_if_absent(_commit_file(storage, version), commit):
         return None
-    _apply(state, commit, version)
+    _apply(state, actions, version)
     _remember(storage, state)
     if version % int(state.configuration.get("delta.checkpointInterval") or 100) == 0:
         try:
@@ -683,50 +782,104 @@ def sync_delta_log(
         storage.remove_tree(storage.join(DELTA_DIR))
         _STATES.pop(_cache_key(storage), None)
     with _sync_lock(storage):
-        for attempt in range(_ATTEMPTS):
+        first: DeltaSyncResult | None = None
+        attempt = 0
+        while attempt < _ATTEMPTS:
             done = _sync_once(
                 deltalake, path, storage, options, time_zone, check_files, checkpoint_interval, retention_s, started,
                 attempt,
             )
-            if done is not None:
-                return done
+            if done is None:
+                attempt += 1
+                continue
+            step, more = done
+            if first is not None:  # the commits of one call, before and of an optimize, as one result
+                step = dataclasses.replace(
+                    step, previous_log_batch_id=first.previous_log_batch_id, added=first.added + step.added,
+                    removed=first.removed + step.removed, committed=True, created=first.created,
+                    optimizes=first.optimizes + step.optimizes,
+                )
+            if not more:
+                return step
+            first, attempt = step, 0
     raise DeltaLogError(
         f"{path}: other commits to {DELTA_DIR} won {_ATTEMPTS} times in a row; run `parquet-sink delta-sync {path}` "
         "again when fewer writers sync at once."
     )
 
 
+def _optimize_step(log: MetadataLog, log_snap: Any, mirrored: int) -> OptimizeStep | None:
+    """The :class:`OptimizeStep` of the first optimize swap committed after log batch ``mirrored`` in the
+    snapshot ``log_snap`` (its commit records), None when there is none."""
+    swaps = {}
+    for record in records_of(log_snap.table):
+        figures = optimize_figures(record)
+        if figures is not None and record.log_batch_id > mirrored:
+            swaps[record.log_batch_id] = figures
+    if not swaps:
+        return None
+    batch = min(swaps)
+    key, files, size = swaps[batch]
+    upto = batch - 1 if mirrored < batch - 1 else batch
+    return OptimizeStep(batch, key, files, size, upto, upto == batch, log_snap.latest)
+
+
 def _log_changes(
     path: str, storage: Storage, options: dict[str, Any], state: DeltaState | None, full: bool
-) -> tuple[Snapshot, Snapshot, list[str], list[tuple[str, list[int | None]]]]:
-    """(the log read, the files to add, the relative paths to remove, files committed twice). Without ``full``
-    and with a Delta log that mirrors a batch, only the delta files of the batches after it are read
-    (:func:`~parquet_sink.read.reader.snapshot_after`); the whole snapshot when one of them is a compaction
-    (retention may have dropped entries: the removals are what Delta lists and the snapshot does not), when a
-    file would be added twice, or when asked."""
+) -> tuple[Snapshot, Snapshot, list[str], list[tuple[str, list[int | None]]], OptimizeStep | None]:
+    """(the log read, the files to add, the relative paths to remove, files committed twice, the optimize this
+    commit mirrors). Without ``full`` and with a Delta log that mirrors a batch, only the delta files of the
+    batches after it are read (:func:`~parquet_sink.read.reader.snapshot_after`); the whole snapshot when one of
+    them is a compaction (retention may have dropped entries: the removals are what Delta lists and the snapshot
+    does not; an optimize's swap is one), when a file would be added twice, or when asked. An optimize swap
+    after the mirrored batch gets a Delta commit of its own (:func:`_optimize_step`): the log is then read as of
+    the batch before it, or as of it."""
     mirrored = None if state is None else state.log_batch_id
     if not full and mirrored is not None:
         since = snapshot_after(path, mirrored, storage_options=options)
         if since is not None:
             relative = since.files.table.column("relative_path").to_pylist()
             if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
-                return since, since, [], []
-    snap = snapshot(path, storage_options=options)
+                return since, since, [], [], None
+    log = MetadataLog(path, storage=storage, cleanup=False)
+    log_snap = read_snapshot(log)
+    step = None if mirrored is None or log_snap.latest is None else _optimize_step(log, log_snap, mirrored)
+    if step is not None and step.upto < step.batch and not full:  # the batches before the swap, if all deltas
+        since = snapshot_after(path, mirrored, storage_options=options, upto=step.upto)
+        if since is not None and not since.files.table.num_rows:  # only empty batches (the optimize's waits)
+            step = dataclasses.replace(step, upto=step.batch, exact=True)  # the swap's commit covers them
+        elif since is not None:
+            relative = since.files.table.column("relative_path").to_pylist()
+            if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
+                return since, since, [], [], step
+    snap = snapshot(path, storage_options=options) if log_snap.latest is None else snapshot_of_log(log, log_snap)
+    if step is not None and step.upto != log_snap.latest:
+        try:
+            snap = snapshot_of_log(log, log_snap, step.upto)
+        except SnapshotExpiredError as exc:  # one commit to the latest batch, every action a data change
+            logger.warning(
+                "%s: the optimize of log batch %d gets no Delta commit of its own (%s): it is mirrored with the "
+                "batches around it, every action with dataChange=true (a Delta stream sees its removes as a change)",
+                storage.display(storage.root), step.batch, exc,
+            )
+            step = dataclasses.replace(step, upto=log_snap.latest, exact=False)
     if state is None:
-        return snap, snap, [], duplicate_files(snap)
+        return snap, snap, [], duplicate_files(snap), None
     table = snap.files.table
     known = pa.array(list(state.files), pa.string())
     live = table.column("relative_path").combine_chunks()
     new = table.filter(pc.invert(pc.is_in(table.column("relative_path"), value_set=known)))
     gone = known.filter(pc.invert(pc.is_in(known, value_set=live))).to_pylist()
-    return snap, Snapshot(storage, snap.latest_batch_id, CommittedFiles(storage, new)), gone, duplicate_files(snap)
+    fresh = Snapshot(storage, snap.latest_batch_id, CommittedFiles(storage, new))
+    return snap, fresh, gone, duplicate_files(snap), step
 
 
 def _sync_once(
     deltalake: ModuleType, path: str, storage: Storage, options: dict[str, Any], time_zone: str | None,
     check_files: bool, checkpoint_interval: int, retention_s: int, started: float, attempt: int,
-) -> DeltaSyncResult | None:
-    """One attempt of :func:`sync_delta_log`: its result, or None to try again (a lost commit race, or the
+) -> tuple[DeltaSyncResult, bool] | None:
+    """One attempt of :func:`sync_delta_log`: its result and whether the log holds batches after the one it
+    mirrored (an optimize's swap gets a commit of its own), or None to try again (a lost commit race, or the
     Delta log found ahead of the log read)."""
     from deltalake.exceptions import CommitFailedError, DeltaError
 
@@ -736,7 +889,7 @@ def _sync_once(
     if state is not None and state.foreign:
         raise _foreign_error(where, state.foreign)
     failpoint("delta_read")
-    snap, fresh, gone, duplicates = _log_changes(path, storage, options, state, check_files)
+    snap, fresh, gone, duplicates, step = _log_changes(path, storage, options, state, check_files)
     previous = None if state is None else state.log_batch_id
     latest = snap.latest_batch_id
 
@@ -762,11 +915,11 @@ def _sync_once(
         for warning in warnings:
             logger.warning("%s", warning)
     if latest is None or (previous is not None and previous >= latest):
-        return result()
+        return result(), False
     files = _relative_files(fresh)
     if state is None and not files:
         logger.info("%s: no committed file yet (log batch %d): no Delta log to create", where, latest)
-        return result()
+        return result(), False
     if duplicates:
         logger.warning("%s", _duplicates_text(where, duplicates))
     partition_columns = _partition_columns(fresh, files) if files else state.partition_columns
@@ -779,6 +932,7 @@ def _sync_once(
     if state is not None:  # the table's columns, with the new ones: a batch may lack some
         schema = pa.schema(list(state.schema) + added_columns)
     adds = _add_actions(fresh, files, dataset, list(files), partition_columns, schema) if files else []
+    quiet = _quiet_actions(step, adds, gone, state, where)
     failpoint("delta_commit")
     try:
         if state is None:
@@ -789,7 +943,7 @@ def _sync_once(
             }
             version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration, zone)
         else:
-            version = _append(deltalake, storage, state, added_columns, adds, gone, latest, zone)
+            version = _append(deltalake, storage, state, added_columns, adds, gone, latest, zone, quiet)
     except (DeltaError, OSError) as exc:
         # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
         if not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
@@ -804,12 +958,12 @@ def _sync_once(
     )
     return result(
         delta_version=version, added=len(adds), removed=len(gone), committed=True, created=state is None,
-        duplicates=len(duplicates),
-    )
+        duplicates=len(duplicates), optimizes=int(quiet.info is not None),
+    ), step is not None and step.upto < step.latest
 
 
 def sync_after_commit(
-    path: str, storage_options: Mapping[str, Any] | None, what: str, time_zone: str = "UTC"
+    path: str, storage_options: Mapping[str, Any] | None, what: str, time_zone: str | None = "UTC"
 ) -> DeltaSyncResult | None:
     """The writers' hook (``delta_log=True``), called on the driver after a ``_spark_metadata`` commit: the
     sync (without the file-by-file check: ``verify`` and ``delta-sync`` make it), whose failure never fails the

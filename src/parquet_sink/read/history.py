@@ -28,9 +28,11 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -64,6 +66,15 @@ HISTORY_SCHEMA = pa.schema(
 # optimize_fingerprint() as its fingerprint; the empty batches it commits to reach a compaction batch none.
 OPTIMIZE_APP_ID = "parquet-sink/optimize"
 _OPTIMIZE_PREFIX = "optimize."
+
+
+def optimize_key(relative_paths: Iterable[str]) -> str:
+    """The idempotency key of an optimize: a hash of the root-relative paths of the files it replaces, so the
+    Delta sync can tell the files an optimize's compact file left out from those retention dropped with it.
+
+    Example: ``optimize_key(["k=a/part-0.parquet", "k=a/part-1.parquet"])`` -> ``'3b1d0c5f2a9e8d47'``.
+    """
+    return hashlib.sha256("\n".join(sorted(relative_paths)).encode()).hexdigest()[:16]
 
 
 def optimize_fingerprint(key: str, files_removed: int, bytes_removed: int) -> str:

@@ -334,12 +334,14 @@ def snapshot(
     return Snapshot(storage, latest, files)
 
 
-def snapshot_after(path: str, batch: int, *, storage_options: dict[str, Any] | None = None) -> Snapshot | None:
-    """The files the batches after ``batch`` committed, read from those batches' own delta files only (no
-    compact file: the cost of those batches, not of the output), as a :class:`Snapshot` whose
-    ``latest_batch_id`` is the newest batch (no file when ``batch`` is the newest). None when one of those
-    batches is a compaction (retention may have dropped entries: read the whole snapshot) or its log file is
-    gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
+def snapshot_after(
+    path: str, batch: int, *, storage_options: dict[str, Any] | None = None, upto: int | None = None
+) -> Snapshot | None:
+    """The files the batches after ``batch`` (up to ``upto``, default the newest) committed, read from those
+    batches' own delta files only (no compact file: the cost of those batches, not of the output), as a
+    :class:`Snapshot` whose ``latest_batch_id`` is the last of them (no file when ``batch`` is it). None when
+    one of those batches is a compaction (retention may have dropped entries: read the whole snapshot) or its
+    log file is gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
 
     Example: ``[f.relative_path for f in snapshot_after("/data/events", 56).files]`` -> ``['k=a/part-0...parquet']``.
     """
@@ -347,6 +349,7 @@ def snapshot_after(path: str, batch: int, *, storage_options: dict[str, Any] | N
     log = MetadataLog(path, storage=storage, cleanup=False)
     listing = log.list_names()
     latest = max(listing, default=None)
+    latest = latest if upto is None or latest is None else min(latest, upto)
     names = [listing.get(b) for b in range(batch + 1, (latest if latest is not None else batch) + 1)]
     if any(name is None or is_compact_path(name) for name in names):
         return None
@@ -372,6 +375,21 @@ def _files_table(entries: pa.Table, storage: Storage, allow_outside_root: bool, 
     if statistics:
         columns[STATS_KEY] = entries.column(STATS_KEY)
     return pa.table(columns)
+
+
+def snapshot_of_log(log: MetadataLog, log_snap: LogSnapshot, as_of_batch: int | None = None) -> Snapshot:
+    """The committed files of a log snapshot already read (``read_snapshot(log)``, every entry column), as of
+    ``as_of_batch`` (read as :func:`snapshot` reads it, SnapshotExpiredError included) and with that batch as
+    ``latest_batch_id``: for a caller that needs the snapshot's commit records too without reading the log twice
+    (the Delta sync finds an optimize's batch in them).
+
+    Example: ``snapshot_of_log(log, read_snapshot(log), 18).latest_batch_id`` -> ``18``.
+    """
+    assert log_snap.latest is not None
+    selected = _select(log, log_snap, as_of_batch, None, None, _LOG_COLUMNS)
+    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
+    files = CommittedFiles(log.storage, _files_table(entries, log.storage, False))
+    return Snapshot(log.storage, log_snap.latest if as_of_batch is None else as_of_batch, files)
 
 
 def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOptions]) -> CommittedFiles:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
+from .rewrite import DEFAULT_TARGET_FILE_SIZE, BackgroundOptimizer
 from .dependencies import require_sink_dependencies
 from ..errors import (
     CommitConflictError,
@@ -141,6 +142,10 @@ class ParquetSink:
             in step with the log on the driver (:func:`~parquet_sink.sync_delta_log`), so every Delta reader
             reads exactly the committed files; a failure of that commit is logged, never raised, and the next
             batch catches up. Needs ``pip install "parquet-sink[delta]"``.
+        optimize_every, target_file_size: after every ``optimize_every``-th batch of the stream, compact the
+            output's small files into files near ``target_file_size`` (bytes or ``"128MB"``) on a driver thread,
+            off the batch's critical path (:class:`~parquet_sink.write.rewrite.BackgroundOptimizer`, reachable as
+            ``sink.optimizer``: its ``last`` result, its ``error``, ``wait()``); it never fails the query.
         check_storage: check at construction that the store answers (StorageError within seconds otherwise).
             Pass False where this process cannot reach the store but the query's driver can (a Spark Connect
             client on another network): the driver then checks at the first batch.
@@ -179,6 +184,8 @@ class ParquetSink:
         allow_existing_files: bool = False,
         delta_log: bool = False,
         check_storage: bool = True,
+        optimize_every: int | None = None,
+        target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
         require_sink_dependencies()
         if delta_log:
@@ -218,6 +225,10 @@ class ParquetSink:
         self.writer = writer
         self.allow_existing_files = allow_existing_files
         self.delta_log = delta_log
+        self.optimizer = None if optimize_every is None else BackgroundOptimizer(
+            self.path, self.storage_options, every=optimize_every, target_file_size=target_file_size,
+            compression=self.compression, compact_interval=compact_interval, delta_log=delta_log,
+        )
         self._recent: collections.deque[BatchProgress] = collections.deque(maxlen=RECENT_PROGRESS)
         self._state: _OutputState | None = None
         self._metadata_log: MetadataLog | None = None
@@ -348,6 +359,8 @@ class ParquetSink:
             progress.write_seconds, progress.commit_seconds,
         )
         self._sync_delta(df, f"batch {batch_id} of query {query_id} (log batch {target})")
+        if self.optimizer is not None:
+            self.optimizer.after_batch(batch_id)
 
     def _sync_delta(self, df: DataFrame, what: str) -> None:
         """With ``delta_log``: the Delta log follows the commit (never failing the batch); timestamp partition

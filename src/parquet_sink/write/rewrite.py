@@ -1,0 +1,671 @@
+"""The rewrite and swap under ``optimize``: bin-pack the committed small data files of each partition into files
+near a target size and swap them in with one commit that every reader sees atomically, like delta-rs's
+``DeltaTable.optimize.compact()`` / ``z_order()``, Delta's ``OPTIMIZE`` and Iceberg's ``rewrite_data_files``
+(Spark's file sink has none). It lives with the writers because it is one: the sink's ``optimize_every`` runs it
+(:class:`BackgroundOptimizer`), and :mod:`parquet_sink.maintenance.optimize` is its library surface (the CLI only
+prints what :func:`optimize` returns).
+
+How the swap stays atomic for every reader:
+
+* Spark's readers (``MetadataLogFileIndex``, the streaming file source) honour no ``delete`` entry (Spark 3.1+
+  reads one as one more file), and take as the live state the newest compact file plus the deltas after it.
+  So the swap is a *compact file*: :meth:`~parquet_sink.log.compaction.CompactibleLog.add` at a compaction
+  batch ``N`` (``(N + 1) % interval == 0``) with ``removed=`` writes every live entry but the rewritten files,
+  and the new files. When the next log batch is not a compaction batch, empty batches (a commit record on an
+  entry of its own, which Spark skips) are committed up to it, each an exclusive create like any commit:
+  readers between see no change.
+* New files are written first, under Spark's file names in the partition directories of the files they
+  replace, which no reader lists (every reader lists the log); a lease (:mod:`parquet_sink.write.inflight`)
+  keeps ``vacuum`` off them until batch ``N`` is committed. A crash before the commit leaves orphans for
+  ``vacuum``; the commit is one exclusive create.
+* Beside other writers it is one more writer (:mod:`parquet_sink.write.conflicts`): the sink or
+  ``write_batch`` losing a commit race to it re-reads and commits at the next log batch (the optimize's batch
+  appends files of the same schema and partitioning: no conflict). The optimize losing a race re-reads, keeps
+  the bins whose input files are all still live (the exclusive create at ``latest + 1`` then proves they still
+  are) and deletes the files of the others (another optimize, or retention, removed an input). Two optimizes
+  of the same files cannot both win.
+* Idempotent: a retried optimize plans from the log again; files it rewrote are gone from the live state. The
+  commit record carries the plan's key (a hash of the input paths) and its figures (files and bytes removed),
+  which :func:`parquet_sink.history` reports (operation ``optimize``, zero rows added).
+* Time travel: the compact file carries a retention marker for the batches whose files it removed, so a reader
+  asking for an older snapshot reads it from its own log files while they exist, and refuses when they are gone.
+  ``vacuum`` keeps the removed files while a snapshot committed within its ``older_than`` references them.
+
+Rows are preserved exactly: each bin's files are read with pyarrow (their columns only: partition values stay in
+the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``), and written as one
+Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata.
+
+Example::
+
+    >>> from parquet_sink.maintenance import optimize  # this module's optimize
+    >>> optimize("/data/events", target_file_size="128MB", dry_run=True).plan.files_removed
+    180
+    >>> result = optimize("/data/events")
+    >>> result.log_batch_id, result.files_added, result.plan.files_removed
+    (19, 3, 180)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import math
+import re
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs
+import pyarrow.parquet as pq
+
+from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
+from ..errors import CommitConflictError, OptimizeError, ParameterError, ParquetSinkError
+from ..failpoints import failpoint
+from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
+from ..log.files import require_output
+from ..log.metadata_log import MetadataLog
+from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
+from ..partitioning import DEFAULT_PARTITION_NAME, parse_partition_path, unescape_path_name
+from ..read.history import (
+    OPTIMIZE_APP_ID,
+    newest_commit_time,
+    next_commit_time,
+    optimize_fingerprint,
+    optimize_key,
+)
+from ..storage.filesystem import Storage
+from .inflight import InFlightBatch
+from .parquet_files import codec_extension, parquet_codec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNIT = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
+_ROW_GROUP_ROWS = 1 << 20
+_READ_THREADS = 8  # runs of files read at once, over all bins, from an object store (latency-bound GETs); on local
+# disk one per core: reads of small files are CPU-bound, and more threads only queue for the GIL
+_RUN_FILES = 256  # ... of at least this many files each
+_BIN_THREADS = 4  # bins rewritten at once
+_BIN_MEMORY = 1 << 30  # ... while their inputs (about target_file_size each) fit in this
+_SWAP_ATTEMPTS = 10  # commit races lost at the compaction batch before giving up
+
+
+def parse_file_size(value: int | str) -> int:
+    """A file size in bytes from an int or a string with an optional unit (``"128MB"``, ``"64MiB"``, ``"1gb"``).
+    ParameterError for anything else or a size below 1.
+
+    Example: ``parse_file_size("128MiB") == 134217728``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        result = value
+    else:
+        match = _SIZE.match(value) if isinstance(value, str) else None
+        if not match:
+            raise ParameterError(
+                f"invalid file size {value!r}: use bytes or a number with B, KB, MB, GB (or KiB, MiB, GiB)"
+            )
+        unit = match.group(2)
+        result = int(match.group(1)) * _SIZE_UNIT[unit.lower() if unit else None]
+    if result < 1:
+        raise ParameterError(f"target_file_size must be at least 1 byte, got {value!r}")
+    return result
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A committed data file an optimize rewrites: its storage path, its path as the log records it, its path
+    relative to the output root, its size and the log batch that committed it."""
+
+    path: str
+    logged: str
+    relative: str
+    size: int
+    batch_id: int | None
+
+
+@dataclass(frozen=True)
+class Bin:
+    """Files of one partition directory (``directory``, root-relative, ``""`` for the root) rewritten into one."""
+
+    directory: str
+    inputs: tuple[InputFile, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.inputs)
+
+
+@dataclass
+class OptimizePlan:
+    """What an optimize rewrites, from the log's snapshot at ``latest_batch_id``: the bins (two or more small
+    files of one partition each), and how many committed files it looked at."""
+
+    storage: Storage
+    latest_batch_id: int | None
+    target_file_size: int
+    bins: list[Bin]
+    files_considered: int
+    bytes_considered: int
+
+    @property
+    def files_removed(self) -> int:
+        return sum(len(b.inputs) for b in self.bins)
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(b.bytes for b in self.bins)
+
+    @property
+    def key(self) -> str:
+        """The plan's idempotency key (:func:`~parquet_sink.read.history.optimize_key` of its input files)."""
+        return optimize_key(f.relative for b in self.bins for f in b.inputs)
+
+
+@dataclass
+class OptimizeResult:
+    """What :func:`optimize` did: the plan, whether the swap was committed and at which log batch, the files it
+    added (their paths, bytes, rows), the empty batches committed to reach a compaction batch, the commit races
+    lost, the bins given up because another writer removed one of their inputs first, and the Delta log's sync
+    after the swap (None: no Delta log, or its sync failed and was logged)."""
+
+    plan: OptimizePlan
+    dry_run: bool
+    committed: bool = False
+    log_batch_id: int | None = None
+    files: list[str] = field(default_factory=list)
+    bytes_added: int = 0
+    rows: int = 0
+    padding_batches: list[int] = field(default_factory=list)
+    conflicts: int = 0
+    abandoned: list[Bin] = field(default_factory=list)
+    seconds: float = 0.0
+    delta: DeltaSyncResult | None = None
+
+    @property
+    def files_added(self) -> int:
+        return len(self.files)
+
+    @property
+    def files_removed(self) -> int:
+        """Files the committed swap removed (0 when nothing was committed)."""
+        return self.plan.files_removed - sum(len(b.inputs) for b in self.abandoned) if self.committed else 0
+
+    @property
+    def bytes_removed(self) -> int:
+        return self.plan.bytes_removed - sum(b.bytes for b in self.abandoned) if self.committed else 0
+
+
+def _directory_matches(directory: str, partitions: Mapping[str, str | None]) -> bool:
+    """Whether the partition directory ``directory`` has every value of ``partitions`` (None: the null one)."""
+    values = dict(parse_partition_path(directory + "/x")) if directory else {}
+    return all(
+        name in values and unescape_path_name(values[name]) == (DEFAULT_PARTITION_NAME if value is None else value)
+        for name, value in partitions.items()
+    )
+
+
+def plan_optimize(
+    log: MetadataLog,
+    snap: LogSnapshot,
+    target_file_size: int,
+    partitions: Mapping[str, str | None] | None = None,
+    whole: bool = False,
+) -> OptimizePlan:
+    """The bins of an optimize of snapshot ``snap``: in each partition directory (only those whose values equal
+    ``partitions``, given as Spark writes them in directory names, unescaped), its committed files smaller than
+    ``target_file_size``, oldest batch first, packed greedily into bins of at most that size; bins of one file are
+    left out. ``whole`` (a z-order, which clusters a partition's rows across its files): every file of a partition,
+    whatever its size, in one bin. Files the log lists twice or that lie outside the root are left as they are.
+    Pure but for reading.
+
+    Example: ``[len(b.inputs) for b in plan_optimize(log, read_snapshot(log), 1 << 20).bins]`` -> ``[60, 60, 60]``.
+    """
+    storage = log.storage
+    table = data_files(snap.table, ["path", "size", BATCH_KEY]) if snap.latest is not None else None
+    if table is None or not table.num_rows:
+        return OptimizePlan(storage, snap.latest, target_file_size, [], 0, 0)
+    relative, outside = resolve_paths(storage, table.column("path"), table.column(BATCH_KEY), True)
+    logged = table.column("path").to_pylist()
+    counts: dict[str, int] = {}
+    for path in logged:
+        counts[path] = counts.get(path, 0) + 1
+    by_directory: dict[str, list[InputFile]] = {}
+    limit = math.inf if whole else target_file_size
+    for path, rel, out, size, batch in zip(
+        logged, relative.to_pylist(), outside.to_pylist(), table.column("size").to_pylist(),
+        table.column(BATCH_KEY).to_pylist(),
+    ):
+        if out is not None or counts[path] > 1 or size >= limit:
+            continue
+        directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        if partitions and not _directory_matches(directory, partitions):
+            continue
+        by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
+    bins: list[Bin] = []
+    for directory in sorted(by_directory):
+        files = sorted(by_directory[directory], key=lambda f: (-1 if f.batch_id is None else f.batch_id, f.path))
+        current: list[InputFile] = []
+        size = 0
+        for info in files:
+            if current and size + info.size > limit:
+                if len(current) > 1:
+                    bins.append(Bin(directory, tuple(current)))
+                current, size = [], 0
+            current.append(info)
+            size += info.size
+        if len(current) > 1:
+            bins.append(Bin(directory, tuple(current)))
+    return OptimizePlan(
+        storage, snap.latest, target_file_size, bins, table.num_rows, pc.sum(table.column("size")).as_py() or 0
+    )
+
+
+def _read_files(
+    storage: Storage, filesystem: pyarrow.fs.FileSystem, inputs: Sequence[InputFile]
+) -> tuple[pa.Table, bool]:
+    """The rows of ``inputs`` read one after the other (for small files a thread per file costs more than it
+    saves), schemas unified permissively, with the last file's footer metadata, and whether one of them holds
+    an INT96 timestamp (Spark's writer)."""
+    tables: list[pa.Table] = []
+    int96 = False
+    for info in inputs:
+        try:
+            with filesystem.open_input_file(info.path) as handle:
+                parquet = pq.ParquetFile(handle, pre_buffer=False)
+                schema = parquet.schema
+                int96 = int96 or any(schema.column(i).physical_type == "INT96" for i in range(len(schema)))
+                tables.append(parquet.read(use_threads=False))  # a pool hop per small file costs more than it saves
+        except Exception:  # translated only when it fails: its cost is per file
+            with storage.translating("reading", info.path):
+                raise
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return table.replace_schema_metadata(tables[-1].schema.metadata), int96
+
+
+def _read_bin(storage: Storage, bin_: Bin, threads: int) -> tuple[pa.Table, bool]:
+    """The rows of the bin's files in their order (their file columns, schemas unified permissively as
+    ``read_committed`` does: a column a file lacks is null there), read in up to ``threads`` runs of at least
+    :data:`_RUN_FILES` files on threads, and whether a timestamp column of theirs is INT96."""
+    filesystem = storage.arrow_filesystem()
+    inputs = bin_.inputs
+    size = max(_RUN_FILES, math.ceil(len(inputs) / threads))
+    runs = [inputs[i : i + size] for i in range(0, len(inputs), size)]
+    with ThreadPoolExecutor(len(runs)) as pool:
+        read = list(pool.map(functools.partial(_read_files, storage, filesystem), runs))
+    metadata = read[-1][0].schema.metadata  # the newest file's footer (Spark's row metadata): the widest schema
+    table = pa.concat_tables([t for t, _ in read], promote_options="permissive")
+    return table.replace_schema_metadata(metadata), any(int96 for _, int96 in read)
+
+
+def z_order_indices(table: pa.Table, columns: Sequence[str], where: str = "the rows") -> pa.Array:
+    """The row order of ``table`` along a Z-order (Morton) curve over ``columns``, as delta-rs's ``z_order()``
+    clusters: each column's dense rank (nulls last, NaN after numbers), scaled to ``52 // len(columns)`` bits
+    (at most 32), the bits interleaved from the most significant, rows sorted by that key (ties in input order).
+    Rows close in every column end up close, so files cut from the order have narrow min/max bounds in each.
+    ParameterError naming ``where`` for a column whose type has no order (struct, list, map).
+
+    Example: ``table.take(z_order_indices(table, ["x", "y"]))``.
+    """
+    bits = min(32, 52 // len(columns))
+    key = np.zeros(table.num_rows, np.uint64)
+    ranks = []
+    for column in columns:
+        values = table.column(column).combine_chunks()
+        try:
+            rank = pc.rank(values, "ascending", tiebreaker="dense").to_numpy().astype(np.float64) - 1
+        except pa.ArrowNotImplementedError as exc:
+            raise ParameterError(
+                f"z_order: column {column!r} of {where} is {values.type}, which has no order to cluster by; pick "
+                "columns of an ordered type (numbers, strings, binary, dates, timestamps, decimals, booleans)"
+            ) from exc
+        top = rank.max() if len(rank) else 0
+        ranks.append((rank * (((1 << bits) - 1) / top) if top else rank).astype(np.uint64))
+    for bit in range(bits - 1, -1, -1):
+        for rank in ranks:
+            key = (key << np.uint64(1)) | ((rank >> np.uint64(bit)) & np.uint64(1))
+    return pa.array(np.argsort(key, kind="stable"))
+
+
+def _order(table: pa.Table, bin_: Bin, storage: Storage, sort_by: Sequence[str], z_order: Sequence[str]) -> pa.Table:
+    """``table`` sorted by ``sort_by`` or along ``z_order``; ParameterError naming the partition when a column is
+    not a data column of the bin's files."""
+    columns = list(sort_by) or list(z_order)
+    if not columns:
+        return table
+    where = f"the files in {storage.display(storage.join(bin_.directory) if bin_.directory else storage.root)}"
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        option = "sort_by" if sort_by else "z_order"
+        raise ParameterError(
+            f"{option}={columns}: {missing} are not data columns of {where} (partition columns live in directory "
+            "names and cannot be sorted on)"
+        )
+    if sort_by:
+        return table.sort_by([(c, "ascending") for c in sort_by])
+    return table.take(z_order_indices(table, z_order, where))
+
+
+def _write_bin(
+    storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str], z_order: Sequence[str], target: int,
+    threads: int,
+) -> list[tuple[str, int, int]]:
+    """Write one bin's rows as Parquet files in its partition directory; [(path, size, rows)]. One file, but for a
+    z-order: its rows are cut into files of about ``target`` bytes each (as many as the inputs' bytes fill), so
+    each file covers a narrow range of every z-order column."""
+    table, int96 = _read_bin(storage, bin_, threads)
+    table = _order(table, bin_, storage, sort_by, z_order)
+    pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target))) if z_order else 1
+    bounds = [table.num_rows * i // pieces for i in range(pieces + 1)]
+    written = []
+    for start, stop in zip(bounds, bounds[1:]):
+        name = f"part-{len(written):05d}-{uuid.uuid4()}.c000{codec_extension(compression)}.parquet"
+        path = storage.join(bin_.directory, name) if bin_.directory else storage.join(name)
+        with storage.translating("writing", path), storage.open(path, "wb") as handle:
+            pq.write_table(
+                table.slice(start, stop - start), handle, compression=parquet_codec(compression),
+                row_group_size=_ROW_GROUP_ROWS, use_deprecated_int96_timestamps=int96,
+            )
+        written.append(path)
+    storage.sync_files(written)
+    return [(path, storage.info(path).size, stop - start) for path, start, stop in zip(written, bounds, bounds[1:])]
+
+
+def optimize(
+    path: str,
+    *,
+    target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
+    partitions: Mapping[str, str | None] | None = None,
+    sort_by: Sequence[str] | None = None,
+    z_order: Sequence[str] | None = None,
+    dry_run: bool = False,
+    compression: str = "snappy",
+    compact_interval: int = 10,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[Sequence[Any], str], Iterable[Any]] = lambda items, label: items,
+    delta_log: bool | None = None,
+) -> OptimizeResult:
+    """Rewrite the committed small files of the output at ``path`` into files near ``target_file_size`` (bytes,
+    or a string such as ``"128MB"``), one partition directory at a time, and swap them in with one commit that
+    every reader sees atomically (see the module docstring). Safe beside a running sink, ``write_batch`` calls
+    and another optimize.
+
+    Args:
+        partitions: only partition directories whose values equal these (``{"day": "2024-01-01"}``, values as
+            Spark writes them in directory names, unescaped; ``None`` for the null partition).
+        sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip).
+        z_order: data columns to cluster each partition's rows by along a Z-order curve (:func:`z_order_indices`,
+            as delta-rs's ``z_order()``): every file of a partition is rewritten, its rows cut into files of about
+            ``target_file_size``, so min/max statistics (Parquet footers, the Delta log) skip files for a filter on
+            any of them. Not with ``sort_by``.
+        dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
+        compression: the Parquet codec of the new files (as the sink's).
+        compact_interval: the log's compaction interval when no compact file tells it yet.
+        progress: wraps the bins' rewrites as they complete (the CLI draws a counter with it).
+        delta_log: after the swap, bring the output's Delta log in step (:func:`~parquet_sink.sync_delta_log`:
+            the swap becomes an ``OPTIMIZE`` commit whose ``remove`` and ``add`` actions carry
+            ``dataChange=false``, so Delta streaming readers skip it); None: when the output has a Delta log.
+            Its failure is logged, never raised (the swap is committed; the next sync catches up).
+
+    Returns an :class:`OptimizeResult`; ``committed`` is False when there was nothing to rewrite, on a dry run,
+    or when another writer removed every input first. Raises NotAnOutputError for a path without a log,
+    CommitConflictError when the log's newest batch was written by Spark's own sink (an optimize's batches would
+    make that query skip its next batches: stop it for good first) or after many lost races in a row.
+
+    Example::
+
+        >>> optimize("/data/events", target_file_size="64MB", sort_by=["ts"]).files_added
+        3
+    """
+    started = time.monotonic()
+    target = parse_file_size(target_file_size)
+    codec_extension(compression)  # validate early
+    for option, value in (("sort_by", sort_by), ("z_order", z_order)):
+        if isinstance(value, str):
+            raise ParameterError(f"{option} must be a list of column names, e.g. [{value!r}], got the string {value!r}")
+    sort_by, z_order = list(sort_by or ()), list(z_order or ())
+    if sort_by and z_order:
+        raise ParameterError(f"pass sort_by={sort_by} or z_order={z_order}, not both: a file has one row order")
+    if partitions is not None and not isinstance(partitions, Mapping):
+        raise ParameterError(
+            f"partitions must be a mapping of column to value, e.g. {{'day': '2024-01-01'}}, got {partitions!r}"
+        )
+    log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
+    storage = log.storage
+    snap = read_snapshot(log)
+    if snap.latest is None:
+        require_output(storage)
+    plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order))
+    result = OptimizeResult(plan, dry_run)
+    where = storage.display(storage.root)
+    if dry_run or not plan.bins:
+        result.seconds = time.monotonic() - started
+        return result
+    _refuse_spark_sink(log, snap, where)
+    interval = log.interval_for(snap.listing)
+    target_batch = _next_compaction(snap.latest, interval)
+    lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch)
+    written: dict[Bin, list[tuple[str, int, int]]] = {}
+    try:
+        failpoint("optimize_write")
+        readers = (os.cpu_count() or 2) if storage.is_local else _READ_THREADS
+        workers = max(1, min(_BIN_THREADS, readers, len(plan.bins), _BIN_MEMORY // target))
+        with ThreadPoolExecutor(workers) as pool:  # Arrow reads, sorts and writes without the GIL
+            threads = max(1, readers // workers)
+            futures = [
+                pool.submit(_write_bin, storage, b, compression, sort_by, z_order, target, threads) for b in plan.bins
+            ]
+            for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
+                written[bin_] = future.result()
+        failpoint("optimize_commit")
+        lease = _commit(log, result, written, interval, lease, snap)
+    finally:
+        lease.end(staged=False)
+    if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
+        what = f"the optimize at log batch {result.log_batch_id}"
+        result.delta = sync_after_commit(path, storage_options, what, None)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _next_compaction(latest: int | None, interval: int) -> int:
+    """The first compaction batch after ``latest``."""
+    after = (-1 if latest is None else latest) + 1
+    return after + (interval - 1 - after % interval) % interval
+
+
+def _refuse_spark_sink(log: MetadataLog, snap: LogSnapshot, where: str) -> None:
+    """CommitConflictError when the newest log batch was committed by Spark's own sink (no commit record)."""
+    assert snap.latest is not None
+    recorded = {r.log_batch_id for r in records_of(snap.table)}
+    ids = snap.table.column(BATCH_KEY)
+    newest_data = pc.max(ids).as_py() if ids.null_count < len(ids) else None
+    if snap.latest not in recorded and (newest_data == snap.latest or newest_data is None):
+        raise CommitConflictError(
+            f"refusing to optimize {where}: its newest log batch {snap.latest} was committed by Spark's own file "
+            "sink, which skips every batch whose id the log already holds, so the batches an optimize commits would "
+            "silently drop that query's next batches. Stop that query for good (or move it to parquet-sink's sink), "
+            "then optimize."
+        )
+
+
+def _commit(
+    log: MetadataLog,
+    result: OptimizeResult,
+    written: dict[Bin, list[tuple[str, int, int]]],
+    interval: int,
+    lease: InFlightBatch,
+    planned: LogSnapshot,
+) -> InFlightBatch:
+    """Commit the swap of ``written`` (bin -> its new files) at the next compaction batch: empty batches up to it,
+    then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. ``planned``:
+    the snapshot the plan read, used as it is while no batch was committed since. Returns the lease it holds
+    last."""
+    storage = log.storage
+    where = storage.display(storage.root)
+    lost = 0
+    snap: LogSnapshot | None = planned if log.latest_batch_id() == planned.latest else None
+    newest_time = newest_commit_time(planned.table)
+    while True:
+        if snap is None:  # first, and after every lost race: what changed since
+            snap = read_snapshot(log)
+            newest_time = newest_commit_time(snap.table)
+            live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
+            for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
+                for path, _, _ in written.pop(bin_):  # never committed: no reader can have them
+                    storage.delete(path)
+                result.abandoned.append(bin_)
+                logger.info(
+                    "%s: another writer removed an input of a bin in %s first: its rewrite is dropped",
+                    where, bin_.directory or "/",
+                )
+            if not written:
+                return lease
+        latest = -1 if snap.latest is None else snap.latest
+        batch = latest + 1
+        now = next_commit_time(newest_time)
+        if not log.is_compaction_batch(batch, interval):
+            entries = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch).log_entries(storage, now, [], 0)
+            failpoint("optimize_padding")
+            if log.add(batch, entries):  # an empty batch changes no live file: no need to read the log again
+                result.padding_batches.append(batch)
+                snap, newest_time = LogSnapshot(snap.listing, batch, snap.table), now
+            else:
+                result.conflicts += 1
+                snap = None
+            continue
+        if lease.log_batch_id != batch:  # moved past a compaction batch another writer took
+            moved = InFlightBatch.begin(storage, batch, secrets.token_hex(8), OPTIMIZE_APP_ID, batch)
+            lease.end(staged=False)
+            lease = moved
+        bins = list(written)
+        removed = [f for b in bins for f in b.inputs]
+        fingerprint = optimize_fingerprint(
+            optimize_key(f.relative for f in removed), len(removed), sum(f.size for f in removed)
+        )
+        record = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch, fingerprint)
+        new = [file for b in bins for file in written[b]]
+        data = [LogEntry(storage.to_uri(path), size, False, int(time.time() * 1000)) for path, size, _ in new]
+        entries = record.log_entries(storage, now, data, 0)
+        if log.add(batch, entries, removed=frozenset(f.logged for f in removed)):
+            failpoint("optimize_after_commit")
+            result.committed, result.log_batch_id = True, batch
+            result.files = [path for path, _, _ in new]
+            result.bytes_added = sum(size for _, size, _ in new)
+            result.rows = sum(rows for _, _, rows in new)
+            logger.info(
+                "%s: optimize committed as log batch %d: %d files (%d bytes) replaced by %d (%d bytes), %d empty "
+                "batches before it, %d lost races", where, batch, len(removed), sum(f.size for f in removed),
+                len(new), result.bytes_added, len(result.padding_batches), result.conflicts,
+            )
+            return lease
+        result.conflicts += 1
+        snap = None
+        lost += 1
+        if lost >= _SWAP_ATTEMPTS:
+            raise CommitConflictError(
+                f"the optimize of {where} lost the commit race at a compaction batch {lost} times in a row to other "
+                "writers. Nothing was swapped (its new files are left for `parquet-sink vacuum`); run it again, "
+                "at a quieter time."
+            )
+
+
+class BackgroundOptimizer:
+    """The sink's ``optimize_every=N``: after every ``N``-th batch of the stream, an :func:`optimize` of the output
+    on a daemon thread of the driver, off the batch's critical path (the batch is committed already). One runs at
+    a time: a trigger while the previous one runs is skipped (the next one compacts what it left). Its commits
+    race the next batches' commits as any other writer's do (:mod:`parquet_sink.write.conflicts`: the loser
+    re-reads and moves on). It never fails the query: a lost race (:class:`CommitConflictError`) is logged at INFO,
+    any other failure at WARNING and kept as :attr:`error` (a typed :class:`ParquetSinkError`; an untyped cause is
+    wrapped in :class:`OptimizeError`); :attr:`last` is the newest :class:`OptimizeResult`.
+
+    Example::
+
+        >>> optimizer = BackgroundOptimizer("/data/events", None, every=100, target_file_size="128MB")
+        >>> optimizer.after_batch(99)   # starts an optimize; after_batch(0..98) start none
+        True
+        >>> optimizer.wait(); optimizer.last.files_added
+        3
+    """
+
+    def __init__(
+        self, path: str, storage_options: Mapping[str, Any] | None, *, every: int,
+        target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE, compression: str = "snappy",
+        compact_interval: int = 10, delta_log: bool = False,
+    ) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ParameterError(f"optimize_every must be an integer >= 1 (batches), got {every!r}")
+        self.path, self.every = path, every
+        self._options = {
+            "target_file_size": parse_file_size(target_file_size), "compression": compression,
+            "compact_interval": compact_interval, "storage_options": dict(storage_options or {}),
+            "delta_log": delta_log,
+        }
+        self.last: OptimizeResult | None = None
+        self.error: ParquetSinkError | None = None
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with the sink (Spark Connect ships it to the server): the settings, not the thread."""
+        return {**self.__dict__, "_thread": None, "last": None, "error": None}
+
+    def after_batch(self, batch_id: int) -> bool:
+        """Start an optimize after the stream's batch ``batch_id`` when it is an ``every``-th one
+        (``(batch_id + 1) % every == 0``) and none runs; whether one was started."""
+        if (batch_id + 1) % self.every or (self._thread is not None and self._thread.is_alive()):
+            return False
+        self._thread = threading.Thread(
+            target=self._run, args=(batch_id,), name=f"parquet-sink optimize {self.path}", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the running optimize (if any); whether none runs any more."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
+    def _run(self, batch_id: int) -> None:
+        what = f"{self.path}: the background optimize after batch {batch_id}"
+        try:
+            self.last = optimize(self.path, **self._options)
+            self.error = None
+            logger.info("%s: %d files replaced by %d (log batch %s)", what, self.last.files_removed,
+                        self.last.files_added, self.last.log_batch_id)
+        except CommitConflictError as exc:
+            logger.info("%s lost its commit races; the next one compacts: %s", what, exc)
+        except ParquetSinkError as exc:
+            self.error = exc
+            logger.warning("%s failed (%s: %s); the stream's batches are committed", what, type(exc).__name__, exc)
+        except Exception as exc:  # a thread's failure must not vanish: typed, kept and logged
+            self.error = OptimizeError(
+                f"{what} failed ({type(exc).__name__}: {exc}); the stream's batches are committed and nothing was "
+                f"swapped. Run `parquet-sink optimize {self.path}` to see the cause; `parquet-sink vacuum` removes "
+                "its leftover files."
+            )
+            self.error.__cause__ = exc
+            logger.warning("%s", self.error)
+
+
+__all__ = [
+    "BackgroundOptimizer",
+    "DEFAULT_TARGET_FILE_SIZE",
+    "Bin",
+    "InputFile",
+    "OptimizePlan",
+    "OptimizeResult",
+    "optimize",
+    "parse_file_size",
+    "plan_optimize",
+]
