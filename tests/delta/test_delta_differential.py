@@ -51,8 +51,8 @@ def _settings(fuzz_minutes: float) -> settings:
 def _write(case: DeltaCase, out: str) -> None:
     """The case's steps, each followed by the Delta log in step (a sync after it finds nothing to do)."""
     versions = {"a": 0, "b": 0}
-    for kind, who, batch_rows in case.steps:
-        table = pa.Table.from_pylist(batch_rows, schema=case.schema)
+    for step, (kind, who, batch_rows) in enumerate(case.steps):
+        table = pa.Table.from_pylist(batch_rows, schema=case.schema_at(step))
         if kind == "write":
             write_batch(out, table, app_id=who, version=versions[who], partition_by=case.partitions,
                         compact_interval=2, time_zone=case.time_zone, delta_log=True)

@@ -142,6 +142,22 @@ def test_schema_evolution_adds_a_delta_column(out):
     ]
 
 
+def test_a_column_added_to_a_partitioned_output_comes_before_the_partition_columns_in_one_commit(out):
+    """A later batch of a partitioned output brings a column: Delta readers give the columns in the order
+    read_committed (and spark.read.parquet) gives them, partition columns last (delta-rs's add_columns put it
+    after them), and the new column arrives in the same Delta commit as the files that bring it."""
+    write_batch(out, pa.table({"id": [1, 2], "p": ["a", "b"]}), app_id="app", version=0, partition_by=["p"], delta_log=True)
+    before = deltalake.DeltaTable(out).version()
+    write_batch(out, pa.table({"id": [3], "extra": ["x"], "p": ["a"]}), app_id="app", version=1, partition_by=["p"],
+                delta_log=True)
+    table = deltalake.DeltaTable(out)
+    assert table.version() == before + 1
+    assert table.to_pyarrow_table().column_names == read_committed(out).column_names == ["id", "extra", "p"]
+    assert table.metadata().partition_columns == ["p"]
+    assert sorted(assert_delta_matches(out).column("id").to_pylist()) == [1, 2, 3]
+    assert sync_delta_log(out).committed is False and verify(out).ok
+
+
 def test_checkpoints_and_log_cleanup_keep_the_delta_log_bounded(out):
     write_batch(out, pa.table({"id": [0]}), app_id="app", version=0)
     sync_delta_log(out, checkpoint_interval=3, log_retention="1s")

@@ -247,20 +247,27 @@ class DeltaCase:
     partitions: list[str]
     steps: list[tuple[str, object, list[dict]]] = field(repr=False)
     time_zone: str = "UTC"
+    late: dict[str, int] = field(default_factory=dict)  # a data column first written by this step (evolution)
 
     @property
     def schema(self) -> pa.Schema:
         return pa.schema({"id": pa.int64()} | {c: k.arrow for c, k in self.columns.items()})
 
+    def schema_at(self, step: int) -> pa.Schema:
+        """The columns the batch of ``step`` is written with: the late ones from their step on."""
+        return pa.schema([f for f in self.schema if self.late.get(f.name, 0) <= step])
+
     def __repr__(self) -> str:
         kinds = {c: k.name for c, k in self.columns.items()}
-        return f"DeltaCase(columns={kinds}, partitions={self.partitions}, time_zone={self.time_zone!r}, steps={self.steps!r})"
+        return (f"DeltaCase(columns={kinds}, partitions={self.partitions}, time_zone={self.time_zone!r}, "
+                f"late={self.late}, steps={self.steps!r})")
 
 
 @st.composite
 def delta_cases(draw: st.DrawFn) -> DeltaCase:
     """1-3 data columns of every Delta type (atomic, struct, array, map), 0-2 partition columns, 2-4 steps of
-    0-6 rows each by two apps and Spark-style batches (old ones dropped by retention at compaction)."""
+    0-6 rows each by two apps and Spark-style batches (old ones dropped by retention at compaction); sometimes
+    a data column first written by a later step."""
     names = draw(st.lists(st.sampled_from(DELTA_NAMES), min_size=1, max_size=4, unique_by=str.lower))
     columns: dict[str, Kind] = {}
     for name in names:
@@ -283,4 +290,7 @@ def delta_cases(draw: st.DrawFn) -> DeltaCase:
         rows = [{"id": next_id + i} | r for i, r in enumerate(rows)]
         next_id += len(rows)
         steps.append((kind, draw(st.sampled_from(["a", "b"])) if kind == "write" else draw(st.booleans()), rows))
-    return DeltaCase(columns, partitions, steps, draw(st.sampled_from(["UTC", "UTC", "Asia/Kolkata"])))
+    data = [c for c in columns if c not in partitions]
+    # a data column the first batches lack (a later batch adds it: the Delta table's schema evolves)
+    late = {draw(st.sampled_from(data)): draw(st.integers(1, len(steps) - 1))} if len(data) > 1 and draw(st.booleans()) else {}
+    return DeltaCase(columns, partitions, steps, draw(st.sampled_from(["UTC", "UTC", "Asia/Kolkata"])), late)

@@ -480,6 +480,14 @@ def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: l
     return added
 
 
+def _evolved(schema: pa.Schema, added: list[pa.Field], partition_columns: list[str]) -> pa.Schema:
+    """The table's ``schema`` with the ``added`` columns after its data columns and before its partition
+    columns: the order ``read_committed`` and ``spark.read.parquet`` give (partition columns last), so a Delta
+    reader's columns come in the same order after a batch added one."""
+    data = [f for f in schema if f.name not in partition_columns]
+    return pa.schema(data + added + [f for f in schema if f.name in partition_columns])
+
+
 def _table_partition_types(state: DeltaState, inferred: pa.Schema, zone: str) -> dict[str, pa.DataType]:
     """The partition types to read the committed directories with: the table's for each column whose inferred
     type it holds (:func:`_holds`; a timestamp read in the session zone ``zone``), so a sync never flips the
@@ -649,24 +657,19 @@ def _append(
     gone: list[str], log_batch_id: int, zone: str, quiet: QuietActions,
 ) -> int | None:
     """Commit ``adds`` and the removal of ``gone`` to the existing table as its next version, after adding
-    ``added_columns`` (new nullable columns: the schema evolution the writers allow) and recording the session
-    zone if the table has none (both through delta-rs, rare); the table's version after it, or None when
+    ``added_columns`` (new nullable columns: the schema evolution the writers allow; a ``metaData`` action in
+    the same commit) and recording the session zone if the table has none (through delta-rs, once); the table's version after it, or None when
     another commit took that version (read again and retry). The commit file is created only if absent (the
     Delta protocol's mutual exclusion, as delta-rs commits), and costs the batch, not the table; a checkpoint
     is written through delta-rs every ``delta.checkpointInterval`` versions, expired commit files cleaned."""
-    if TIME_ZONE_PROPERTY not in state.configuration or added_columns:
-        table = state.table
-        table.update_incremental()
-        if TIME_ZONE_PROPERTY not in state.configuration:
-            _record_zone(deltalake, table, zone, log_batch_id, state.version)
-        if added_columns:
-            table.alter.add_columns(
-                [deltalake.Field.from_arrow(f) for f in added_columns],
-                commit_properties=_properties(deltalake, log_batch_id, state.version),
-            )
+    if TIME_ZONE_PROPERTY not in state.configuration:
+        state.table.update_incremental()
+        _record_zone(deltalake, state.table, zone, log_batch_id, state.version)
         _forward(storage, state)
     version = state.version + 1
     actions = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns, quiet)
+    if added_columns:  # the new columns in the same commit as the files that bring them
+        actions.insert(0, _metadata_action(deltalake, state, _evolved(state.schema, added_columns, state.partition_columns)))
     commit = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions).encode() + b"\n"
     if not storage.put_if_absent(_commit_file(storage, version), commit):
         return None
@@ -680,6 +683,21 @@ def _append(
         except (deltalake.exceptions.DeltaError, OSError) as exc:  # the commit is made: readers replay JSON
             logger.warning("%s", delta_failure(storage, f"writing the checkpoint of version {version}", exc))
     return version
+
+
+def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema) -> dict[str, Any]:
+    """The table's ``metaData`` with ``schema`` as its schema (its id, partitioning, properties and creation
+    time kept), as the Delta protocol changes a schema: a commit holding a new ``metaData`` action."""
+    state.table.update_incremental()
+    metadata = state.table.metadata()
+    body = {
+        "id": metadata.id, "name": metadata.name, "description": metadata.description,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": deltalake.Schema.from_arrow(schema).to_json(),
+        "partitionColumns": list(state.partition_columns), "configuration": dict(state.configuration),
+        "createdTime": metadata.created_time,
+    }
+    return {"metaData": body}
 
 
 def _file_set_problems(
@@ -930,7 +948,7 @@ def _sync_once(
     schema = delta_schema(dataset.schema, where) if dataset is not None else state.schema
     added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
     if state is not None:  # the table's columns, with the new ones: a batch may lack some
-        schema = pa.schema(list(state.schema) + added_columns)
+        schema = _evolved(state.schema, added_columns, partition_columns)
     adds = _add_actions(fresh, files, dataset, list(files), partition_columns, schema) if files else []
     quiet = _quiet_actions(step, adds, gone, state, where)
     failpoint("delta_commit")
