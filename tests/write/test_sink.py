@@ -349,6 +349,30 @@ def test_partition_column_starting_with_underscore_keeps_every_row(spark, tmp_pa
     assert not list((out / "_exactly_once").rglob("*.parquet"))
 
 
+def test_row_count_metric_is_built_once_and_counts_each_batch(spark, tmp_path):
+    """Spark writer path: the observed ``count(1)`` Column is built once per SparkContext and reused, and each
+    batch's observation still counts that batch's rows (different sizes, schemas and partitionings)."""
+    from parquet_sink.write import spark_staging
+    from parquet_sink.write.inflight import InFlightBatch
+    from parquet_sink.storage.filesystem import Storage
+
+    storage = Storage(str(tmp_path / "out"))
+    frames = [
+        (spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, k string"), ("k",)),
+        (spark.range(7).selectExpr("id", "id * 0.5 AS x"), ()),
+        (spark.range(0).selectExpr("id"), ()),
+    ]
+    counted = []
+    for n, (df, partition_by) in enumerate(frames):
+        batch = InFlightBatch.begin(storage, n, f"c{n}", None, n)
+        counted.append(
+            spark_staging.write_staged(df, batch, partition_by=partition_by, compression="snappy", max_records_per_file=None)
+        )
+    assert counted == [10, 7, 0]
+    built = spark_staging._ROWS_COUNTED[spark.sparkContext]
+    assert spark_staging._rows_counted(spark.range(3)) is built
+
+
 def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
     """Spark writer path: a staged file the job did not write (here: one more copy of a staged file) makes
     the files hold more rows than the job wrote; publishing refuses before renaming anything and the
