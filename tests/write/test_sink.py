@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
 from parquet_sink.write.conflicts import Transaction
@@ -371,6 +372,26 @@ def test_row_count_metric_is_built_once_and_counts_each_batch(spark, tmp_path):
     assert counted == [10, 7, 0]
     built = spark_staging._ROWS_COUNTED[spark.sparkContext]
     assert spark_staging._rows_counted(spark.range(3)) is built
+
+
+@pytest.mark.parametrize(
+    ("names", "plain"),
+    [(["id", "s_1", "_x"], True), (["a.b"], False), (["a b"], False), (["c`d"], False), (["a", "A"], False), (["1x"], False)],
+)
+def test_arrow_path_renames_columns_only_when_mapinarrow_cannot_resolve_them(spark, tmp_path, names, plain):
+    """Arrow path: only names mapInArrow would not resolve as themselves (a dot, a backtick, a space, case-only
+    duplicates, ...) go through positional names; the files hold the real names and the rows either way."""
+    from parquet_sink.write.parquet_files import _plain_names
+
+    assert _plain_names(names) is plain
+    if len({n.lower() for n in names}) < len(names):
+        return  # Spark's writers refuse case-only duplicates in a file; the rule above is all there is to check
+    out = tmp_path / "out"
+    df = spark.range(3).select(*(F.col("id").alias(n) for n in names))
+    ParquetSink(str(out), writer="arrow")(df, 0)
+    table = read_committed(str(out))
+    assert table.column_names == names
+    assert all(sorted(table.column(n).to_pylist()) == [0, 1, 2] for n in names)
 
 
 def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
