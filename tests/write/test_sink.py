@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
 from parquet_sink.write.conflicts import Transaction
@@ -347,6 +348,50 @@ def test_partition_column_starting_with_underscore_keeps_every_row(spark, tmp_pa
     ]
     assert sorted((r.id, r._k) for r in spark.read.parquet(str(out)).collect()) == [(i, "ab"[i % 2]) for i in range(10)]
     assert not list((out / "_exactly_once").rglob("*.parquet"))
+
+
+def test_row_count_metric_is_built_once_and_counts_each_batch(spark, tmp_path):
+    """Spark writer path: the observed ``count(1)`` Column is built once per SparkContext and reused, and each
+    batch's observation still counts that batch's rows (different sizes, schemas and partitionings)."""
+    from parquet_sink.write import spark_staging
+    from parquet_sink.write.inflight import InFlightBatch
+    from parquet_sink.storage.filesystem import Storage
+
+    storage = Storage(str(tmp_path / "out"))
+    frames = [
+        (spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, k string"), ("k",)),
+        (spark.range(7).selectExpr("id", "id * 0.5 AS x"), ()),
+        (spark.range(0).selectExpr("id"), ()),
+    ]
+    counted = []
+    for n, (df, partition_by) in enumerate(frames):
+        batch = InFlightBatch.begin(storage, n, f"c{n}", None, n)
+        counted.append(
+            spark_staging.write_staged(df, batch, partition_by=partition_by, compression="snappy", max_records_per_file=None)
+        )
+    assert counted == [10, 7, 0]
+    built = spark_staging._ROWS_COUNTED[spark.sparkContext]
+    assert spark_staging._rows_counted(spark.range(3)) is built
+
+
+@pytest.mark.parametrize(
+    ("names", "plain"),
+    [(["id", "s_1", "_x"], True), (["a.b"], False), (["a b"], False), (["c`d"], False), (["a", "A"], False), (["1x"], False)],
+)
+def test_arrow_path_renames_columns_only_when_mapinarrow_cannot_resolve_them(spark, tmp_path, names, plain):
+    """Arrow path: only names mapInArrow would not resolve as themselves (a dot, a backtick, a space, case-only
+    duplicates, ...) go through positional names; the files hold the real names and the rows either way."""
+    from parquet_sink.write.parquet_files import _plain_names
+
+    assert _plain_names(names) is plain
+    if len({n.lower() for n in names}) < len(names):
+        return  # Spark's writers refuse case-only duplicates in a file; the rule above is all there is to check
+    out = tmp_path / "out"
+    df = spark.range(3).select(*(F.col("id").alias(n) for n in names))
+    ParquetSink(str(out), writer="arrow")(df, 0)
+    table = read_committed(str(out))
+    assert table.column_names == names
+    assert all(sorted(table.column(n).to_pylist()) == [0, 1, 2] for n in names)
 
 
 def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
