@@ -274,7 +274,11 @@ def check_case(case: DeltaCase, workdir: Path, data: st.DataObject) -> None:
     committed = assert_delta_matches(out, time_zone=case.time_zone)
     if not committed.num_columns:
         return
-    expected = committed.cast(delta_schema(committed.schema))
+    # in the table's types: a partition column keeps the type it was created with (a first batch of nulls
+    # makes it a string; a later ``0`` does not make it a number), as assert_delta_matches compares
+    table = deltalake.DeltaTable(out)
+    kept = {c: pa.schema(table.schema()).field(c).type for c in table.metadata().partition_columns}
+    expected = committed.cast(pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)]))
     _check_actions(out, expected, case, workdir)
     for spec in data.draw(_filters(expected), label="filters"):
         _check_filter(out, expected, case, spec)

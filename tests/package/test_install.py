@@ -22,6 +22,9 @@ from packaging.requirements import Requirement
 from parquet_sink.storage.commits import EXCLUSIVE_CREATE_SINCE
 
 REPO = Path(__file__).resolve().parents[2]
+# One worker builds from the checkout at a time: pip wheel and build --sdist both write the egg-info and build
+# directories inside it (two at once failed a CI run).
+pytestmark = pytest.mark.xdist_group("builds-from-the-checkout")
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
@@ -95,10 +98,11 @@ def test_sink_with_the_spark_extra_is_built(tmp_path):
 def wheel(tmp_path_factory) -> Path:
     """The wheel this machine builds from the checkout (pip wheel, no dependencies)."""
     target = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(target), str(REPO)],
-        check=True, capture_output=True, text=True, timeout=300,
+        check=False, capture_output=True, text=True, timeout=300,
     )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     (built,) = target.glob("parquet_sink-*.whl")
     return built
 
