@@ -326,7 +326,7 @@ def convert_partition_value(raw: str, typ: pa.DataType) -> Any:
                 return _dt.datetime(year, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC)
             return _dt.datetime(400, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC) - _ERA  # year 0
         except OverflowError:  # the instant lies in year 0 or 10000 (0001-01-01 00:00 at +05:00): Arrow holds it
-            shift = _ERA if year < 5000 else -_ERA
-            moved = _dt.datetime(year + (400 if shift > _dt.timedelta(0) else -400), *fields, tzinfo=_zone(typ.tz))
-            return (moved.astimezone(_dt.UTC) - _EPOCH - shift) // _dt.timedelta(microseconds=1)
+            eras = 1 if year < 5000 else -1  # computed 400 years away, then moved back
+            moved = _dt.datetime(year + 400 * eras, *fields, tzinfo=_zone(typ.tz)).astimezone(_dt.UTC)
+            return (moved - _EPOCH - eras * _ERA) // _dt.timedelta(microseconds=1)
     return text

@@ -687,8 +687,9 @@ def _append(
 
 def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema) -> dict[str, Any]:
     """The table's ``metaData`` with ``schema`` as its schema (its id, partitioning, properties and creation
-    time kept), as the Delta protocol changes a schema: a commit holding a new ``metaData`` action."""
-    state.table.update_incremental()
+    time kept), as the Delta protocol changes a schema: a commit holding a new ``metaData`` action. The id, name,
+    description and creation time come from the table as loaded (they never change; another writer's commit is
+    refused before), the properties and partitioning from ``state`` (kept current commit by commit)."""
     metadata = state.table.metadata()
     body = {
         "id": metadata.id, "name": metadata.name, "description": metadata.description,
@@ -826,7 +827,7 @@ def sync_delta_log(
     )
 
 
-def _optimize_step(log: MetadataLog, log_snap: Any, mirrored: int) -> OptimizeStep | None:
+def _optimize_step(log_snap: Any, mirrored: int) -> OptimizeStep | None:
     """The :class:`OptimizeStep` of the first optimize swap committed after log batch ``mirrored`` in the
     snapshot ``log_snap`` (its commit records), None when there is none."""
     swaps = {}
@@ -842,6 +843,13 @@ def _optimize_step(log: MetadataLog, log_snap: Any, mirrored: int) -> OptimizeSt
     return OptimizeStep(batch, key, files, size, upto, upto == batch, log_snap.latest)
 
 
+def _all_new(since: Snapshot, state: DeltaState) -> bool:
+    """Whether the files the batches of ``since`` commit are each committed once and none is in the Delta log
+    yet: then they are the sync's adds, and nothing is removed."""
+    relative = since.files.table.column("relative_path").to_pylist()
+    return len(set(relative)) == len(relative) and not any(r in state.files for r in relative)
+
+
 def _log_changes(
     path: str, storage: Storage, options: dict[str, Any], state: DeltaState | None, full: bool
 ) -> tuple[Snapshot, Snapshot, list[str], list[tuple[str, list[int | None]]], OptimizeStep | None]:
@@ -855,21 +863,17 @@ def _log_changes(
     mirrored = None if state is None else state.log_batch_id
     if not full and mirrored is not None:
         since = snapshot_after(path, mirrored, storage_options=options)
-        if since is not None:
-            relative = since.files.table.column("relative_path").to_pylist()
-            if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
-                return since, since, [], [], None
+        if since is not None and _all_new(since, state):
+            return since, since, [], [], None
     log = MetadataLog(path, storage=storage, cleanup=False)
     log_snap = read_snapshot(log)
-    step = None if mirrored is None or log_snap.latest is None else _optimize_step(log, log_snap, mirrored)
+    step = None if mirrored is None or log_snap.latest is None else _optimize_step(log_snap, mirrored)
     if step is not None and step.upto < step.batch and not full:  # the batches before the swap, if all deltas
         since = snapshot_after(path, mirrored, storage_options=options, upto=step.upto)
         if since is not None and not since.files.table.num_rows:  # only empty batches (the optimize's waits)
             step = dataclasses.replace(step, upto=step.batch, exact=True)  # the swap's commit covers them
-        elif since is not None:
-            relative = since.files.table.column("relative_path").to_pylist()
-            if len(set(relative)) == len(relative) and not any(r in state.files for r in relative):
-                return since, since, [], [], step
+        elif since is not None and _all_new(since, state):
+            return since, since, [], [], step
     snap = snapshot(path, storage_options=options) if log_snap.latest is None else snapshot_of_log(log, log_snap)
     if step is not None and step.upto != log_snap.latest:
         try:

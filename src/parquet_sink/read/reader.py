@@ -320,12 +320,9 @@ def snapshot(
     if as_of_time is not None:
         as_of_batch = batch_as_of_time(log, batch_history(log_snap), as_of_time)
         log_snap = LogSnapshot(log_snap.listing, log_snap.latest, log_snap.table.select(columns))
-    selected = _select(log, log_snap, as_of_batch, batches, compact_interval, columns)
-    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY] + columns[len(_LOG_COLUMNS):])
     latest = log_snap.latest
-    del log_snap, selected  # the parsed log: only the columns above are kept
-    files = CommittedFiles(storage, _files_table(entries, storage, allow_outside_root, statistics))
-    del entries  # the logged URIs
+    files = _committed(log, log_snap, as_of_batch, batches, compact_interval, columns, allow_outside_root)
+    del log_snap  # the parsed log: only the files' columns are kept
     if ignore_missing_files:
         present = pa.array([storage.exists(p) for p in files.paths().to_pylist()], pa.bool_())
         for gone in CommittedFiles(storage, files.table.filter(pc.invert(present))):
@@ -386,10 +383,21 @@ def snapshot_of_log(log: MetadataLog, log_snap: LogSnapshot, as_of_batch: int | 
     Example: ``snapshot_of_log(log, read_snapshot(log), 18).latest_batch_id`` -> ``18``.
     """
     assert log_snap.latest is not None
-    selected = _select(log, log_snap, as_of_batch, None, None, _LOG_COLUMNS)
-    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY])
-    files = CommittedFiles(log.storage, _files_table(entries, log.storage, False))
+    files = _committed(log, log_snap, as_of_batch, None, None, _LOG_COLUMNS, False)
     return Snapshot(log.storage, log_snap.latest if as_of_batch is None else as_of_batch, files)
+
+
+def _committed(
+    log: MetadataLog, log_snap: LogSnapshot, as_of_batch: int | None, batches: Sequence[int] | None,
+    compact_interval: int | None, columns: list[str], allow_outside_root: bool,
+) -> CommittedFiles:
+    """The committed files of ``log_snap`` as of ``as_of_batch`` (or of ``batches``), with the entry
+    ``columns`` beyond the log's own (the statistics) kept."""
+    selected = _select(log, log_snap, as_of_batch, batches, compact_interval, columns)
+    entries = data_files(selected, ["path", "size", "modificationTime", BATCH_KEY] + columns[len(_LOG_COLUMNS):])
+    del selected  # the parsed log: only the columns above are kept
+    statistics = STATS_KEY in columns
+    return CommittedFiles(log.storage, _files_table(entries, log.storage, allow_outside_root, statistics))
 
 
 def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOptions]) -> CommittedFiles:
