@@ -22,9 +22,8 @@ from packaging.requirements import Requirement
 from parquet_sink.storage.commits import EXCLUSIVE_CREATE_SINCE
 
 REPO = Path(__file__).resolve().parents[2]
-# One worker builds from the checkout at a time: pip wheel and build --sdist both write the egg-info and build
-# directories inside it (two at once failed a CI run).
-pytestmark = pytest.mark.xdist_group("builds-from-the-checkout")
+# One worker runs these (each build takes a core for a while).
+pytestmark = pytest.mark.xdist_group("builds")
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
@@ -95,11 +94,24 @@ def test_sink_with_the_spark_extra_is_built(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def source(tmp_path_factory) -> Path:
+    """A copy of the checkout to build from. Setuptools builds in the source tree (build/, src/*.egg-info): in the
+    checkout itself a build shares those directories with whatever else touches them while the suite runs (a CI
+    run lost a file from build/lib between setuptools listing and copying it)."""
+    import shutil
+
+    copy = tmp_path_factory.mktemp("source") / "parquet-sink"
+    skip = shutil.ignore_patterns(".git", ".venv", "node_modules", "build", "*.egg-info", "__pycache__", ".*cache", ".hypothesis")
+    shutil.copytree(REPO, copy, ignore=skip, symlinks=True)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory, source) -> Path:
     """The wheel this machine builds from the checkout (pip wheel, no dependencies)."""
     target = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(target), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(target), str(source)],
         check=False, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
@@ -159,13 +171,13 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path, w
     assert version.returncode == 0 and "compiled log scanner: missing" in version.stdout, version.stdout
 
 
-def test_sdist_carries_the_docs(tmp_path):
+def test_sdist_carries_the_docs(tmp_path, source):
     """A user installing from the sdist (or reading it) gets the README, every doc page, the license and the
     example; the compiled scanner's source, never a built binary."""
     import tarfile
 
     env = _tools(tmp_path / "tools", "build>=1.2")
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path / "dist"), str(REPO)],
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path / "dist"), str(source)],
                    check=True, capture_output=True, timeout=300, env=env)
     (sdist,) = (tmp_path / "dist").glob("parquet_sink-*.tar.gz")
     names = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
