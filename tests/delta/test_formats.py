@@ -327,13 +327,14 @@ def test_footer_statistics_over_row_groups_are_exact_or_absent(tmp_path):
     assert found[("n",)].max.as_py() == 7 and found[("d",)] == LeafStatistics(None, None, None)
 
 
-def test_columns_whose_footer_has_no_bounds_get_them_from_their_data(tmp_path):
+@pytest.mark.parametrize("moment", [_dt.datetime(2024, 1, 1, 0, 0, 0, 1), _dt.datetime(1000, 1, 1, 0, 0, 0, 1)])
+def test_columns_whose_footer_has_no_bounds_get_them_from_their_data(tmp_path, moment):
     """delta-rs's dataset compares a missing bound with null and skips the file for every filter on that
     column: a string over the writer's statistics size (no footer bounds) and INT96 timestamps (Spark's) get
-    their bounds from the data."""
+    their bounds from the data, an INT96 outside pyarrow's nanosecond range (year 1000) too."""
     root = tmp_path / "out"
     long = "\u03bb" * 3000
-    at = pa.array([_dt.datetime(2024, 1, 1, 0, 0, 0, 1), None], pa.timestamp("us"))
+    at = pa.array([moment, None], pa.timestamp("us"))
     data = pa.table({"id": [0, 1], "u": [long, None], "at": at})
     log = MetadataLog(str(root))
     for batch in range(2):  # files as Spark writes timestamps (INT96: no footer statistics), logged as Spark does
@@ -344,7 +345,14 @@ def test_columns_whose_footer_has_no_bounds_get_them_from_their_data(tmp_path):
     assert pq.read_metadata(path).row_group(0).column(2).statistics is None
     assert not pq.read_metadata(path).row_group(0).column(1).statistics.has_min_max
     sync_delta_log(str(root))
+    actions = [json.loads(line) for log in sorted((root / "_delta_log").glob("*.json")) for line in log.read_text().split("\n") if line]
+    for add in [a["add"] for a in actions if "add" in a]:
+        bounds = json.loads(add["stats"])
+        low, high = (_dt.datetime.fromisoformat(bounds[k]["at"]).replace(tzinfo=None) for k in ("minValues", "maxValues"))
+        assert low <= moment <= high and high - low <= _dt.timedelta(milliseconds=1), bounds
+    if moment.year <= 1677:  # delta-rs's dataset reads an INT96 as nanoseconds (an ArrowInvalid there)
+        return
     dataset = deltalake.DeltaTable(str(root)).to_pyarrow_dataset()
     assert dataset.to_table(filter=ds.field("u") == long).column("id").to_pylist() == [0, 0]
-    at = pa.scalar(_dt.datetime(2024, 1, 1, 0, 0, 0, 1), pa.timestamp("us", "UTC"))
+    at = pa.scalar(moment, pa.timestamp("us", "UTC"))
     assert dataset.to_table(filter=ds.field("at") == at).column("id").to_pylist() == [0, 0]

@@ -93,13 +93,15 @@ def test_optimize_swaps_small_files_and_every_reader_reads_the_same_rows(spark, 
 
 def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
     """Files of the Spark writer path (INT96 timestamps, Spark's footer metadata) rewritten: Spark reads the same
-    schema and rows, and the new file keeps INT96."""
+    schema and rows, and the new file keeps INT96. Timestamps outside pyarrow's nanosecond range (years 1000 and
+    9999) keep their values: an INT96 read as nanoseconds wraps, and the rewrite would have made that permanent."""
     sink = ParquetSink(out, writer="spark", partition_by=["day"])
     schema = "id long, day string, ts timestamp, amount decimal(10,2), d date, b binary"
+    far = [dt.datetime(1000, 1, 1, 0, 0, 0, 1), dt.datetime(9999, 12, 30, 23, 59, 59, 999999)]
     for batch in range(3):
         rows = [
-            (batch * 10 + i, ["p", "q:r"][i % 2], dt.datetime(2026, 3, 1, 12, 0, i, 123456), decimal.Decimal(f"{i}.25"),
-             dt.date(999, 1, 1 + i), bytes([i, 0, 255]))
+            (batch * 10 + i, ["p", "q:r"][i % 2], [dt.datetime(2026, 3, 1, 12, 0, i, 123456), *far][i % 3],
+             decimal.Decimal(f"{i}.25"), dt.date(999, 1, 1 + i), bytes([i, 0, 255]))
             for i in range(4)
         ]
         sink(spark.createDataFrame(rows, schema).coalesce(1), batch)
@@ -112,6 +114,7 @@ def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
     spark_after, schema_after = _spark_rows(spark, out)
     assert schema_after == schema_before and spark_after == spark_before
     assert _rows(read_committed(out)) == ours_before
+    assert set(far) <= {t.replace(tzinfo=None) for t in read_committed(out).column("ts").to_pylist()}
     for path in result.files:
         parquet = pq.ParquetFile(path)
         assert parquet.schema.column(parquet.schema.names.index("ts")).physical_type == "INT96"

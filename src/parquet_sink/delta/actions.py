@@ -82,7 +82,7 @@ def _refusal(typ: pa.DataType) -> str | None:
 
 def delta_type(typ: pa.DataType) -> pa.DataType:
     """The Arrow type a Delta table declares for a column of Arrow type ``typ``: every timestamp (naive,
-    zoned, any unit; INT96 reads as naive nanoseconds) is Delta's ``timestamp``, UTC microseconds, which
+    zoned, any unit; INT96 reads as naive microseconds) is Delta's ``timestamp``, UTC microseconds, which
     every Delta reader accepts (``timestamp_ntz`` needs a table feature older readers refuse); large and
     view variants of string and binary are Delta's ``string`` and ``binary``, a dictionary its values' type;
     nested types are mapped field by field. Types Delta lacks stay as they are (see :func:`delta_schema`).

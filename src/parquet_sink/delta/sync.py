@@ -60,6 +60,7 @@ from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredEr
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..log.files import require_output
+from ..parquet_read import open_parquet
 from ..partitioning import parse_partition_path
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
@@ -414,7 +415,8 @@ def _add_actions(
             raise out_of_range(", ".join(timestamps), f"{what} (its directory, read in the output's time zone)") from None
         values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
         try:
-            stats = file_stats(pq.ParquetFile(committed.path, filesystem=filesystem), data_schema, what)
+            with open_parquet(committed.path, filesystem) as parquet:
+                stats = file_stats(parquet, data_schema, what)
         except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
             raise unreadable_file(snap.storage, committed, exc) or DeltaLogError(
                 f"reading {what} failed ({type(exc).__name__}: {exc}); nothing was committed to {DELTA_DIR}. Fix "

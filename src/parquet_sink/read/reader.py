@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs
-import pyarrow.parquet as pq
 
 from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError, ParameterError
 from ..log.snapshot import (
@@ -43,6 +42,7 @@ from ..log.snapshot import (
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
+from ..parquet_read import parquet_format, read_schema
 from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, STATS_KEY
 from ..log.file_stats import FileStats, decode_stats
@@ -447,7 +447,7 @@ def _layout(
     ends = list(dict.fromkeys([paths[0].as_py(), paths[-1].as_py()]))
     try:
         with ThreadPoolExecutor(len(ends)) as pool:  # on an object store, two round trips at once
-            schemas = list(pool.map(lambda p: pq.read_schema(p, filesystem=filesystem), ends))
+            schemas = list(pool.map(lambda p: read_schema(p, filesystem), ends))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
     data_schema = pa.unify_schemas(schemas, promote_options="permissive")
@@ -480,7 +480,7 @@ def _dataset(snap: Snapshot, layout: _Layout, filesystem: pyarrow.fs.FileSystem)
     return ds.FileSystemDataset.from_paths(
         snap.files.paths().to_pylist(),
         schema=layout.schema,
-        format=ds.ParquetFileFormat(),
+        format=parquet_format(),
         filesystem=filesystem,
         partitions=expressions or None,
     )

@@ -16,18 +16,18 @@ import difflib
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import ParameterError, SchemaMismatchError
 from ..log.snapshot import full_paths, resolve_paths
+from ..parquet_read import read_schema
 from ..partitioning import parse_partition_path
 from ..storage.filesystem import Storage
 
 
 def _normalise(typ: pa.DataType) -> pa.DataType:
     """``typ`` as far as the schema rule compares it, at every depth (struct fields, map keys and values,
-    list elements): time zones and timestamp units dropped (Spark's writer stores INT96, read back as ns;
-    Spark's own type is us), large/view and small variants alike, nested fields nullable."""
+    list elements): time zones and timestamp units dropped (Spark's writer stores INT96, read back
+    naive; files of other writers may hold ms or ns), large/view and small variants alike, nested fields nullable."""
     if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
         return pa.string()
     if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
@@ -82,7 +82,7 @@ def read_committed_schema(
     relative, outside = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
     try:
         with storage.open(full_paths(storage, relative, outside)[0].as_py(), "rb") as fh:
-            schema = pq.read_schema(fh)
+            schema = read_schema(fh)
     except FileNotFoundError:
         return None
     return schema, tuple(name for name, _ in parse_partition_path(relative[0].as_py()))
