@@ -7,13 +7,17 @@
 * two optimizes of the same files at once: one wins, the other gives its bins up and deletes its files;
 * a ``write_batch`` writer losing the race to an optimize commits at the next log batch, and an optimize losing
   to a writer (which wrote the compaction batch itself) moves to the next compaction batch;
-* a streaming query (a real Spark query with the sink) runs while optimizes run in a loop: no lost or doubled row.
+* a streaming query (a real Spark query with the sink) runs while optimizes run in a loop: no lost or doubled row;
+* the same with both killed at random moments, again and again, and restarted: every reader (``read_committed``,
+  ``spark.read.parquet``, the Delta log through delta-rs) holds every input row once.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from parquet_sink import MetadataLog, history, read_committed, write_batch
 from parquet_sink.maintenance import optimize, vacuum
 from tests.helpers.chain_child import writer_rows
 from tests.helpers.crash_util import (
+    assert_group_gone,
     assert_ok,
     assert_same_ids,
     assert_sigkilled,
@@ -177,3 +182,65 @@ def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path, parti
     assert swaps >= 1
     _assert_readers(spark, out, inputs)
     assert len(query.progress()) == 12  # every batch of the query ran once and none failed
+
+
+@pytest.mark.soak
+def test_stream_and_optimizes_killed_at_random(spark, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A partitioned stream with a Delta log runs while optimizes run one after the other; the optimizes and
+    the stream are SIGKILLed at random moments (or finish first) and the stream restarted, round after round.
+    Then the stream runs to its end and a last optimize: every input row once in every reader."""
+    import deltalake
+
+    from parquet_sink import sync_delta_log
+
+    seed = int(os.environ.get("CRASH_SOAK_SEED") or random.SystemRandom().randrange(2**32))
+    rng = random.Random(seed)
+    writer = rng.choice(["spark", "arrow"])
+    out = tmp_path / "out"
+    config = {
+        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"), "max_files_per_trigger": 1,
+        "sink": {"partition_by": ["bucket"], "writer": writer, "compact_interval": 3, "delta_log": True},
+        "attempt_bucket": True,
+    }
+    ids: list[int] = []
+    history_: list[str] = [f"writer {writer}"]
+    for round_ in range(6 if request.config.getoption("--soak") else 2):
+        ids += write_inputs(tmp_path / "in", range(8 * round_, 8 * round_ + 8), 10)
+        stream = start_child(tmp_path, config)
+        deadline = time.monotonic() + 180
+        while stream.proc.poll() is None and not stream.progress() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop_at = time.monotonic() + rng.uniform(0.3, 3.0)
+        while stream.proc.poll() is None and time.monotonic() < stop_at:
+            optimizer = start_child(tmp_path / "optimizes", {"out": str(out), "kwargs": {"target_file_size": "1MB"}},
+                                    script=OPTIMIZE_CHILD)
+            delay = rng.uniform(0.2, 2.5)
+            try:
+                optimizer.returncode = optimizer.proc.wait(delay)
+                assert optimizer.returncode == 0, f"seed {seed}: {optimizer.result()} {optimizer.log_tail()}"
+                history_.append(f"optimize finished: {optimizer.result()['log_batch_id']}")
+            except subprocess.TimeoutExpired:
+                optimizer.kill()
+                optimizer.wait()
+                history_.append(f"optimize killed after {delay:.2f}s")
+            assert_group_gone(optimizer.pgid)
+        if stream.proc.poll() is None:
+            stream.kill()
+            stream.wait()
+            history_.append(f"stream killed at log batch {MetadataLog(str(out)).latest_batch_id()}")
+        else:
+            stream.wait()
+            assert_ok(stream)
+            history_.append("stream finished")
+        assert_group_gone(stream.pgid)
+    print(f"soak seed {seed}:", *history_, sep="\n  ")
+
+    try:
+        assert_ok(run_child(tmp_path, config))
+        optimize(str(out), target_file_size="1MB")
+        _assert_readers(spark, out, ids)
+        sync_delta_log(str(out))  # a stream killed between a commit and its Delta commit: the next one catches up
+        assert_same_ids(deltalake.DeltaTable(str(out)).to_pyarrow_table(columns=["id"]).column("id").to_pylist(), ids,
+                        "delta-rs")
+    except AssertionError as exc:
+        raise AssertionError(f"seed {seed} (CRASH_SOAK_SEED): {history_}: {exc}") from exc
