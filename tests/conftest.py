@@ -64,7 +64,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (on_connect(item), Path(item.nodeid.split("::")[0]).stem not in SLOW_MODULES))
 
 
-SLOW_MODULES = {"test_crash", "test_backend_crash", "test_chain_crash", "test_writer_bounds", "test_relative_path", "test_optimize_crash"}
+SLOW_MODULES = {
+    "test_crash", "test_backend_crash", "test_chain_crash", "test_writer_bounds", "test_relative_path", "test_optimize_crash",
+}
 
 
 @pytest.fixture(scope="session")
