@@ -24,6 +24,7 @@ from parquet_sink import MetadataLog, ParquetSink, committed_files, history, rea
 from parquet_sink.errors import CommitConflictError, LogError, ParameterError
 from parquet_sink.log.entry import CommitRecord, LogEntry
 from parquet_sink.maintenance import optimize, vacuum
+from parquet_sink.maintenance.optimize import parse_file_size
 from parquet_sink.read.history import OPTIMIZE_APP_ID
 
 DAYS = ["a b", "c:d", None, "x"]
@@ -173,11 +174,16 @@ def test_partitions_and_sort_by(out: str) -> None:
         optimize(out, sort_by=["k"])
 
 
-@pytest.mark.parametrize("size", ["abc", 0, "-1MB", True])
+@pytest.mark.parametrize("size", ["abc", 0, "-1MB", True, "1.5", "0.0001KB", 1.5])
 def test_bad_target_size_is_refused(out: str, size) -> None:
     _write_versions(out, range(2))
     with pytest.raises(ParameterError, match="size"):
         optimize(out, target_file_size=size)
+
+
+@pytest.mark.parametrize(("size", "expected"), [("1.5GB", 1_500_000_000), (" 64 mib ", 64 << 20), ("2.0", 2), (7, 7)])
+def test_target_sizes_as_users_type_them(size, expected) -> None:
+    assert parse_file_size(size) == expected
 
 
 def test_add_refuses_removal_outside_a_compaction_batch(out: str) -> None:

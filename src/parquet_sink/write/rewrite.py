@@ -47,6 +47,7 @@ Example::
 
 from __future__ import annotations
 
+import decimal
 import functools
 import inspect
 import logging
@@ -92,7 +93,7 @@ from .parquet_files import codec_extension, parquet_codec
 logger = logging.getLogger(__name__)
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|kib|mb|mib|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib)?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
 _ROW_GROUP_ROWS = 1 << 20
 _READ_THREADS = 8  # runs of files read at once, over all bins, from an object store (latency-bound GETs); on local
@@ -104,8 +105,8 @@ _SWAP_ATTEMPTS = 10  # commit races lost at the compaction batch before giving u
 
 
 def parse_file_size(value: int | str) -> int:
-    """A file size in bytes from an int or a string with an optional unit (``"128MB"``, ``"64MiB"``, ``"1gb"``).
-    ParameterError for anything else or a size below 1.
+    """A file size in bytes from an int or a string with an optional unit (``"128MB"``, ``"64MiB"``, ``"1gb"``,
+    ``"1.5GB"``). ParameterError for anything else, a fraction of a byte or a size below 1.
 
     Example: ``parse_file_size("128MiB") == 134217728``.
     """
@@ -118,7 +119,10 @@ def parse_file_size(value: int | str) -> int:
                 f"invalid file size {value!r}: use bytes or a number with B, KB, MB, GB (or KiB, MiB, GiB)"
             )
         unit = match.group(2)
-        result = int(match.group(1)) * _SIZE_UNIT[unit.lower() if unit else None]
+        exact = decimal.Decimal(match.group(1)) * _SIZE_UNIT[unit.lower() if unit else None]
+        if exact != exact.to_integral_value():
+            raise ParameterError(f"invalid file size {value!r}: {exact} is not a whole number of bytes")
+        result = int(exact)
     if result < 1:
         raise ParameterError(f"target_file_size must be at least 1 byte, got {value!r}")
     return result
