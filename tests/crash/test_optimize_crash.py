@@ -36,6 +36,7 @@ from tests.helpers.crash_util import (
     committed_paths,
     orphans,
     run_child,
+    run_in_process,
     spark_ids,
     start_child,
     write_inputs,
@@ -236,7 +237,7 @@ def test_stream_and_optimizes_killed_at_random(spark, tmp_path: Path, request: p
     print(f"soak seed {seed}:", *history_, sep="\n  ")
 
     try:
-        assert_ok(run_child(tmp_path, config))
+        assert_ok(run_in_process(spark, tmp_path, config))  # on the test's driver: no JVM start
         optimize(str(out), target_file_size="1MB")
         _assert_readers(spark, out, ids)
         sync_delta_log(str(out))  # a stream killed between a commit and its Delta commit: the next one catches up
