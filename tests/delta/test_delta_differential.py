@@ -32,7 +32,9 @@ from hypothesis import strategies as st
 
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink.delta.actions import delta_schema
-from tests.delta.readers import add_actions, assert_delta_matches, canonical, check_add_stats, rows, spark_style_batch
+from tests.delta.readers import (
+    add_actions, assert_delta_matches, canonical, check_add_stats, in_table_types, rows, spark_style_batch,
+)
 from tests.helpers.strategies import DeltaCase, delta_cases
 
 OPS = ["==", "!=", "<", "<=", ">", ">="]
@@ -283,7 +285,7 @@ def check_case(case: DeltaCase, workdir: Path, data: st.DataObject) -> None:
     # makes it a string; a later ``0`` does not make it a number), as assert_delta_matches compares
     table = deltalake.DeltaTable(out)
     kept = {c: pa.schema(table.schema()).field(c).type for c in table.metadata().partition_columns}
-    expected = committed.cast(pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)]))
+    expected = in_table_types(out, committed, pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)]), {})
     _check_actions(out, expected, case, workdir)
     for spec in data.draw(_filters(expected), label="filters"):
         _check_filter(out, expected, case, spec)
@@ -331,3 +333,24 @@ def test_filtered_reads_of_a_file_without_bounds(tmp_path) -> None:
     expected = read_committed(out)
     _check_filter(out, expected, DeltaCase({}, [], []), (("s p",), "!=", 0.0, pa.float32()))
     assert pl.scan_delta(out).filter(pl.col("s p") != 0.0).collect()["id"].to_list() == [1]
+
+
+def test_a_partition_column_created_all_null_then_numbers(tmp_path) -> None:
+    """A partition column whose first values are all null is a string in the Delta table; a later ``0.0``
+    directory is the string ``0.0`` there (its name), while read_committed infers a double: every reader and the
+    add actions agree once read_committed's values are put in the table's types by their directory names."""
+    out = str(tmp_path / "out")
+    schema = pa.schema([("id", pa.int64()), ("s p", pa.float32()), ("x.y", pa.bool_())])
+    for version, value in enumerate([None, 0.0]):
+        table = pa.Table.from_pylist([{"id": version, "s p": value, "x.y": None}], schema=schema)
+        write_batch(out, table, app_id="a", version=version, partition_by=["s p", "x.y"], delta_log=True)
+    committed = assert_delta_matches(out)
+    assert pa.types.is_floating(committed.schema.field("s p").type)
+    case = DeltaCase({}, ["s p", "x.y"], [])
+    table = deltalake.DeltaTable(out)
+    kept = {c: pa.schema(table.schema()).field(c).type for c in table.metadata().partition_columns}
+    assert pa.types.is_string(kept["s p"])
+    expected = in_table_types(out, committed, pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)]), {})
+    assert sorted(expected.column("s p").to_pylist(), key=str) == ["0.0", None]
+    _check_actions(out, expected, case, tmp_path)
+    _check_filter(out, expected, case, (("s p",), "==", "0.0", pa.string()))
