@@ -254,12 +254,12 @@ def _check_actions(out: str, expected: pa.Table, case: DeltaCase, workdir: Path)
         types = {c: expected.schema.field(c).type for c in case.partitions}
 
         def value(column: str, text: str | None) -> Any:
-            """Doubles: Java's 1.0E-5 where delta-rs writes 0.00001; timestamps: delta-rs writes year 1 with
+            """Doubles: Java's 1.0E-5 where delta-rs writes 0.00001, -0.0 where it writes -0; timestamps: delta-rs writes year 1 with
             ``.000000``, other years without (both the protocol's form): the same values."""
             if text is None:
                 return None
-            if pa.types.is_floating(types[column]):
-                return float(text)
+            if pa.types.is_floating(types[column]):  # by repr: -0.0 and 0.0 are two directories, equal as floats
+                return repr(float(text))
             if pa.types.is_timestamp(types[column]):
                 return dt.datetime.fromisoformat(text)
             return text
@@ -354,3 +354,15 @@ def test_a_partition_column_created_all_null_then_numbers(tmp_path) -> None:
     assert sorted(expected.column("s p").to_pylist(), key=str) == ["0.0", None]
     _check_actions(out, expected, case, tmp_path)
     _check_filter(out, expected, case, (("s p",), "==", "0.0", pa.string()))
+
+
+def test_signed_zero_partitions_match_write_deltalake(tmp_path) -> None:
+    """-0.0 and 0.0 of a double partition column are two directories and two partition values (delta-rs writes
+    ``-0`` and ``0``); compared as floats they would be one."""
+    out = str(tmp_path / "out")
+    for version, value in enumerate([0.0, -0.0]):
+        table = pa.table({"id": pa.array([version], pa.int64()), "s p": pa.array([value], pa.float64())})
+        write_batch(out, table, app_id="a", version=version, partition_by=["s p"], delta_log=True)
+    expected = assert_delta_matches(out)
+    assert sorted(str(v) for v in expected.column("s p").to_pylist()) == ["-0.0", "0.0"]
+    _check_actions(out, expected, DeltaCase({}, ["s p"], []), tmp_path)
