@@ -254,8 +254,8 @@ def _check_actions(out: str, expected: pa.Table, case: DeltaCase, workdir: Path)
         types = {c: expected.schema.field(c).type for c in case.partitions}
 
         def value(column: str, text: str | None) -> Any:
-            """Doubles: Java's 1.0E-5 where delta-rs writes 0.00001, -0.0 where it writes -0; timestamps: delta-rs writes year 1 with
-            ``.000000``, other years without (both the protocol's form): the same values."""
+            """Doubles: Java's 1.0E-5 where delta-rs writes 0.00001, -0.0 where it writes -0; timestamps: delta-rs
+            writes year 1 with ``.000000``, other years without (both the protocol's form): the same values."""
             if text is None:
                 return None
             if pa.types.is_floating(types[column]):  # by repr: -0.0 and 0.0 are two directories, equal as floats
@@ -285,7 +285,8 @@ def check_case(case: DeltaCase, workdir: Path, data: st.DataObject) -> None:
     # makes it a string; a later ``0`` does not make it a number), as assert_delta_matches compares
     table = deltalake.DeltaTable(out)
     kept = {c: pa.schema(table.schema()).field(c).type for c in table.metadata().partition_columns}
-    expected = in_table_types(out, committed, pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)]), {})
+    table_schema = pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)])
+    expected = in_table_types(out, committed, table_schema, {})
     _check_actions(out, expected, case, workdir)
     for spec in data.draw(_filters(expected), label="filters"):
         _check_filter(out, expected, case, spec)
@@ -350,7 +351,8 @@ def test_a_partition_column_created_all_null_then_numbers(tmp_path) -> None:
     table = deltalake.DeltaTable(out)
     kept = {c: pa.schema(table.schema()).field(c).type for c in table.metadata().partition_columns}
     assert pa.types.is_string(kept["s p"])
-    expected = in_table_types(out, committed, pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)]), {})
+    table_schema = pa.schema([f.with_type(kept.get(f.name, f.type)) for f in delta_schema(committed.schema)])
+    expected = in_table_types(out, committed, table_schema, {})
     assert sorted(expected.column("s p").to_pylist(), key=str) == ["0.0", None]
     _check_actions(out, expected, case, tmp_path)
     _check_filter(out, expected, case, (("s p",), "==", "0.0", pa.string()))
