@@ -35,7 +35,7 @@ from parquet_sink.delta.actions import delta_schema
 from tests.delta.readers import (
     add_actions, assert_delta_matches, canonical, check_add_stats, in_table_types, rows, spark_style_batch,
 )
-from tests.helpers.strategies import DeltaCase, delta_cases
+from tests.helpers.strategies import DELTA_ATOMIC, DeltaCase, delta_cases
 
 OPS = ["==", "!=", "<", "<=", ">", ">="]
 EXAMPLES = 12
@@ -368,3 +368,17 @@ def test_signed_zero_partitions_match_write_deltalake(tmp_path) -> None:
     expected = assert_delta_matches(out)
     assert sorted(str(v) for v in expected.column("s p").to_pylist()) == ["-0.0", "0.0"]
     _check_actions(out, expected, DeltaCase({}, ["s p"], []), tmp_path)
+
+
+def test_a_column_whose_files_retention_dropped(tmp_path) -> None:
+    """A column added by a later batch whose every file retention then dropped stays in the Delta schema, all
+    null (Delta never drops a column on its own); read_committed reads the remaining files as Spark does, without
+    it: every reader agrees on the remaining columns."""
+    kind = next(k for k in DELTA_ATOMIC if k.name == "bool")
+    case = DeltaCase(columns={"x.y": kind, "s p": kind}, partitions=[], late={"x.y": 1}, time_zone="UTC", steps=[
+        ("write", "a", []), ("write", "a", []), ("spark", True, [{"id": 0, "x.y": None, "s p": None}]),
+        ("spark", True, [{"id": 1, "x.y": None, "s p": None}])])
+    out = str(tmp_path / "out")
+    _write(case, out)
+    assert "x.y" in pa.schema(deltalake.DeltaTable(out).schema()).names
+    assert "x.y" not in assert_delta_matches(out).column_names
