@@ -31,6 +31,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink.delta.errors import DeltaLogError
+from parquet_sink.delta.sync import DeltaSyncResult
 from parquet_sink.delta.actions import delta_schema
 from tests.delta.readers import (
     add_actions, assert_delta_matches, canonical, check_add_stats, in_table_types, rows, spark_style_batch,
@@ -60,11 +62,24 @@ def _write(case: DeltaCase, out: str) -> None:
                         compact_interval=2, time_zone=case.time_zone, delta_log=True)
             versions[who] += 1
             if Path(out, "_delta_log").exists():
-                assert not sync_delta_log(out, time_zone=case.time_zone).committed  # the writer's sync followed
+                result, recreated = _sync(out, case)
+                assert recreated or not result.committed  # the writer's sync followed (or was refused: _sync)
         else:
             log = MetadataLog(out, compact_interval=2, retention="7d", cleanup=False)
             spark_style_batch(log, table, tuple(case.partitions), old=who, time_zone=case.time_zone)
-            sync_delta_log(out, time_zone=case.time_zone)
+            _sync(out, case)
+
+
+def _sync(out: str, case: DeltaCase) -> tuple[DeltaSyncResult, bool]:
+    """``sync_delta_log``; when a new directory name widened a partition column's inferred type (a timestamp
+    column meeting ``9999-12-31 23:59:59.999999``, which Spark reads as a string), the sync refuses with a
+    DeltaLogError and commits nothing (a Delta column's type cannot change): then what its message tells the
+    user to do, a recreated Delta log. The result, and whether it was recreated."""
+    try:
+        return sync_delta_log(out, time_zone=case.time_zone), False
+    except DeltaLogError as exc:
+        assert "a new value widened it" in str(exc) and "--recreate" in str(exc), exc
+        return sync_delta_log(out, time_zone=case.time_zone, recreate=True), True
 
 
 # -- filters -------------------------------------------------------------------------------------------------
@@ -382,3 +397,18 @@ def test_a_column_whose_files_retention_dropped(tmp_path) -> None:
     _write(case, out)
     assert "x.y" in pa.schema(deltalake.DeltaTable(out).schema()).names
     assert "x.y" not in assert_delta_matches(out).column_names
+
+
+def test_a_partition_type_widened_by_a_later_directory(tmp_path) -> None:
+    """A timestamp partition column whose later directory (``9999-12-31 23:59:59.999999``: Spark reads a
+    fraction of more than one digit as a string) widens the inferred type to string: the sync refuses (a Delta
+    column's type cannot change) and commits nothing; recreated as its message says, every reader agrees."""
+    kind = next(k for k in DELTA_ATOMIC if k.name == "timestamp")
+    case = DeltaCase(columns={"t": kind}, partitions=["t"], late={}, time_zone="UTC", steps=[
+        ("write", "a", [{"id": 0, "t": dt.datetime(1, 1, 1, tzinfo=dt.UTC)}]),
+        ("write", "a", [{"id": 1, "t": dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)}])])
+    out = str(tmp_path / "out")
+    _write(case, out)
+    committed = assert_delta_matches(out)
+    assert pa.types.is_string(committed.schema.field("t").type)
+    assert pa.types.is_string(pa.schema(deltalake.DeltaTable(out).schema()).field("t").type)
