@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pytest
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -412,3 +413,19 @@ def test_a_partition_type_widened_by_a_later_directory(tmp_path) -> None:
     committed = assert_delta_matches(out)
     assert pa.types.is_string(committed.schema.field("t").type)
     assert pa.types.is_string(pa.schema(deltalake.DeltaTable(out).schema()).field("t").type)
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_characters_beyond_the_basic_plane(tmp_path, partitioned) -> None:
+    """A character beyond U+FFFF (U+20000, an emoji) in a string column and a partition value, in commits the sync
+    writes itself (the first is delta-rs's): delta-rs read an escaped surrogate pair as another character, so the
+    partition value was wrong and the bounds too low (a filtered read skipped every file but the first)."""
+    out = str(tmp_path / "out")
+    for version, value in enumerate(["\U00020000", "\U0001F600", "\U00020000"]):
+        table = pa.table({"id": pa.array([version], pa.int64()), "s": [value], "p": [value]})
+        write_batch(out, table, app_id="a", version=version, delta_log=True, partition_by=["p"] if partitioned else None)
+    expected = assert_delta_matches(out)
+    case = DeltaCase({}, ["p"] if partitioned else [], [])
+    _check_filter(out, expected, case, (("s",), "==", "\U00020000", pa.string()))
+    _check_filter(out, expected, case, (("p",), "==", "\U00020000", pa.string()))
+    assert deltalake.DeltaTable(out).to_pyarrow_dataset().to_table(filter=ds.field("s") == "\U00020000").num_rows == 2

@@ -654,7 +654,11 @@ def _commit_lines(
     return actions
 
 
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps builds one per call (10,000 removes: 29 -> 21 ms)
+# A commit's actions as UTF-8 JSON lines, non-ASCII characters as they are, as delta-rs writes them: delta-rs reads
+# an escaped surrogate pair (a character beyond U+FFFF, such as U+20000, written "\ud840\udc00") as another
+# character (U+10000), which made a partition value wrong and a string bound too low (filtered reads skipped the
+# file). One encoder: json.dumps builds one per call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _append(
@@ -675,7 +679,7 @@ def _append(
     actions = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns, quiet)
     if added_columns:  # the new columns in the same commit as the files that bring them
         actions.insert(0, _metadata_action(deltalake, state, _evolved(state.schema, added_columns, state.partition_columns)))
-    commit = "\n".join(map(_COMPACT_JSON.encode, actions)).encode() + b"\n"
+    commit = "\n".join(map(_COMPACT_JSON.encode, actions)).encode("utf-8") + b"\n"
     if not storage.put_if_absent(_commit_file(storage, version), commit):
         return None
     _apply(state, actions, version)
