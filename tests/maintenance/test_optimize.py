@@ -97,12 +97,12 @@ def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
     schema and rows, and the new file keeps INT96. Timestamps outside pyarrow's nanosecond range (years 1000 and
     9999) keep their values: an INT96 read as nanoseconds wraps, and the rewrite would have made that permanent."""
     sink = ParquetSink(out, writer="spark", partition_by=["day"])
-    schema = "id long, day string, ts timestamp, amount decimal(10,2), d date, b binary"
+    schema = "id long, day string, ts timestamp, amount decimal(10,2), d date, b binary, n struct<t: timestamp>"
     far = [dt.datetime(1000, 1, 1, 0, 0, 0, 1), dt.datetime(9999, 12, 30, 23, 59, 59, 999999)]
     for batch in range(3):
         rows = [
             (batch * 10 + i, ["p", "q:r"][i % 2], [dt.datetime(2026, 3, 1, 12, 0, i, 123456), *far][i % 3],
-             decimal.Decimal(f"{i}.25"), dt.date(999, 1, 1 + i), bytes([i, 0, 255]))
+             decimal.Decimal(f"{i}.25"), dt.date(999, 1, 1 + i), bytes([i, 0, 255]), (far[i % 2],))
             for i in range(4)
         ]
         sink(spark.createDataFrame(rows, schema).coalesce(1), batch)
@@ -118,8 +118,24 @@ def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
     assert set(far) <= {t.replace(tzinfo=None) for t in read_committed(out).column("ts").to_pylist()}
     for path in result.files:
         parquet = pq.ParquetFile(path)
-        assert parquet.schema.column(parquet.schema.names.index("ts")).physical_type == "INT96"
+        physical = {parquet.schema.column(i).path: parquet.schema.column(i).physical_type for i in range(len(parquet.schema))}
+        assert physical["ts"] == physical["n.t"] == "INT96", physical  # a nested timestamp too
         assert "day" not in parquet.schema.names  # partition values stay in the directory
+
+
+def test_spark_writer_files_with_only_a_nested_timestamp_keep_int96(spark, out: str) -> None:
+    """A timestamp only inside a struct (Spark stores it INT96 too): the rewritten file keeps INT96 there, so
+    Spark reads the same type (an INT64 without UTC adjustment would read as TIMESTAMP_NTZ)."""
+    sink = ParquetSink(out, writer="spark")
+    for batch in range(2):
+        sink(spark.createDataFrame([(batch, (dt.datetime(1000, 1, 1, 0, 0, batch),))], "id long, n struct<t: timestamp>"), batch)
+    spark_before, schema_before = _spark_rows(spark, out)
+    result = optimize(out)
+    assert result.committed
+    assert _spark_rows(spark, out) == (spark_before, schema_before)
+    (path,) = result.files
+    parquet = pq.ParquetFile(path)
+    assert [parquet.schema.column(i).physical_type for i in range(len(parquet.schema)) if parquet.schema.column(i).path == "n.t"] == ["INT96"]
 
 
 def test_dry_run_writes_nothing(out: str) -> None:

@@ -291,6 +291,13 @@ def _open_options() -> dict[str, Any]:
 _OPEN_OPTIONS = _open_options()
 
 
+def _holds_timestamp(typ: pa.DataType) -> bool:
+    """Whether ``typ`` is a timestamp or holds one (in a struct, list or map: Spark stores those INT96 too)."""
+    if pa.types.is_timestamp(typ):
+        return True
+    return any(_holds_timestamp(typ.field(i).type) for i in range(typ.num_fields))
+
+
 def _has_int96(filesystem: pyarrow.fs.FileSystem, path: str) -> bool:
     """Whether a column of the file at ``path`` is an INT96 timestamp (as Spark's writer stores timestamps)."""
     with filesystem.open_input_file(path) as handle:
@@ -320,9 +327,7 @@ def _read_files(
             with storage.translating("reading", info.path):
                 raise
     table = pa.concat_tables(tables, promote_options="permissive")
-    int96 = any(map(pa.types.is_timestamp, table.schema.types)) and any(
-        _has_int96(filesystem, info.path) for info in inputs
-    )
+    int96 = any(map(_holds_timestamp, table.schema.types)) and any(_has_int96(filesystem, info.path) for info in inputs)
     return table.replace_schema_metadata(tables[-1].schema.metadata), int96
 
 
