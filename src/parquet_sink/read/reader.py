@@ -427,10 +427,18 @@ class _Layout:
     partition expression built once."""
 
     schema: pa.Schema
-    values: dict[str, pa.Array]
     mixed: list[tuple[tuple[str, str], ...]] | None = None
     directory: np.ndarray | None = None
     directory_values: dict[str, pa.Array] | None = None
+
+    @property
+    def values(self) -> dict[str, pa.Array]:
+        """Each file's partition values (column -> the typed value per file, in the files' order); none when
+        ``mixed``."""
+        if not self.directory_values:
+            return {}
+        take = pa.array(self.directory)
+        return {column: v.take(take) for column, v in self.directory_values.items()}
 
 
 def _directories(relatives: pa.ChunkedArray) -> tuple[np.ndarray, list[tuple[tuple[str, str], ...]]]:
@@ -438,7 +446,7 @@ def _directories(relatives: pa.ChunkedArray) -> tuple[np.ndarray, list[tuple[tup
     pairs, parsed once per directory (10,000 files in 4 directories: 4 parses, not 10,000)."""
     has_directory = pc.match_substring(relatives, "/")
     directories = pc.if_else(has_directory, pc.replace_substring_regex(relatives, r"/[^/]*$", ""), "")
-    encoded = pc.dictionary_encode(directories.combine_chunks() if isinstance(directories, pa.ChunkedArray) else directories)
+    encoded = pc.dictionary_encode(directories.combine_chunks())
     parsed = [tuple(parse_partition_path(d + "/")) if d else () for d in encoded.dictionary.to_pylist()]
     return encoded.indices.to_numpy(zero_copy_only=False), parsed
 
@@ -449,10 +457,7 @@ def _layout(
 ) -> _Layout:
     """The :class:`_Layout` of ``snap`` (with files): the partition columns from the files' paths (typed as
     inferred, or as ``partition_types`` says), the data columns from the footers of the first and the last file."""
-    relatives = snap.files.table.column("relative_path")
-    directory, partitions = np.zeros(len(relatives), np.int64), [()]
-    if pc.any(pc.match_substring(relatives, "/")).as_py():
-        directory, partitions = _directories(relatives)
+    directory, partitions = _directories(snap.files.table.column("relative_path"))
     raw_values: dict[str, list[str]] = {}
     for partition in partitions:
         for column, raw in partition:
@@ -469,14 +474,12 @@ def _layout(
     data_schema = pa.schema([f for f in data_schema if f.name not in types])
     schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
     if not all(tuple(c for c, _ in p) == tuple(types) for p in partitions):  # files under other directories
-        return _Layout(schema, {}, [partitions[i] for i in directory])
+        return _Layout(schema, [partitions[i] for i in directory])
     directory_values = {
         column: pa.array([convert_partition_value(p[index][1], typ) for p in partitions], typ)
         for index, (column, typ) in enumerate(types.items())
     }
-    take = pa.array(directory)
-    values = {column: v.take(take) for column, v in directory_values.items()}
-    return _Layout(schema, values, None, directory, directory_values)
+    return _Layout(schema, None, directory, directory_values)
 
 
 def _partition_expression(row: list[tuple[str, pa.Scalar]]) -> ds.Expression:
@@ -530,10 +533,9 @@ def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, 
     """``snap`` and ``layout`` with only the files ``keep`` marks."""
     mask = pa.array(keep, pa.bool_())
     files = CommittedFiles(snap.storage, snap.files.table.filter(mask))
-    values = {column: v.filter(mask) for column, v in layout.values.items()}
     mixed = None if layout.mixed is None else [p for p, kept in zip(layout.mixed, keep) if kept]
     directory = None if layout.directory is None else layout.directory[keep]
-    kept = _Layout(layout.schema, values, mixed, directory, layout.directory_values)
+    kept = _Layout(layout.schema, mixed, directory, layout.directory_values)
     return Snapshot(snap.storage, snap.latest_batch_id, files), kept
 
 
