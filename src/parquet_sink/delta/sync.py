@@ -632,7 +632,7 @@ def _commit_lines(
     now_ms = _now_ms()
     info = {
         "timestamp": now_ms, "operation": "WRITE",
-        "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_columns)},
+        "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_columns, ensure_ascii=False)},
         "readVersion": state.version, "engineInfo": "parquet-sink", "isBlindAppend": False, **(quiet.info or {}),
         MARKER: str(log_batch_id), CHECKED: str(state.version),
     }
