@@ -172,7 +172,7 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     if case.staged_batch is not None:
         assert_same_ids(ids_of_files(staged_files(out)), file_ids(case.staged_batch, ROWS), "rows left in staging")
         # staged through Hadoop's raw local filesystem: no .crc files (each would cost a chmod process)
-        assert not list((Path(out) / "_exactly_once" / "staging").rglob("*.crc"))
+        assert not list((Path(out) / "_exactly_once" / "staging").rglob("*.parquet.crc"))
     names = log_files(out)
     if case.temp:
         assert any(re.fullmatch(case.temp, n) for n in names), f"no unpublished log temp file in {names}"
@@ -341,11 +341,11 @@ def test_task_attempt_fails_inside_spark_writer(spark, tmp_path: Path) -> None:
 def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path) -> None:
     """Spark writer path on ``local-cluster[2,1,1024]`` (executors are JVMs of their own): the first task
     attempt to commit halts its executor right after its task commit, before reporting success
-    (``tests/helpers/java/HaltAfterTaskCommit.java``, Spark's commit protocol otherwise). Spark retries the task on
-    a live executor, and the retry writes other files: its ``bucket`` partition value is not deterministic.
-    Only the files of the attempts Spark accepted are published (a task commit is one rename, algorithm 1):
-    every row exactly once in both readers. With algorithm 2 the dead attempt's files, moved into staging
-    at its task commit, were published too (its rows twice)."""
+    (``tests/helpers/java/HaltAfterTaskCommit.java``, Spark's sink's manifest commit protocol otherwise). Spark
+    retries the task on a live executor, and the retry writes other files: its ``bucket`` partition value is not
+    deterministic. The dead attempt's committed files stay in staging, but only the files of the attempts Spark
+    accepted (their commit messages) are published: every row exactly once in both readers. (With ``df.write``
+    and algorithm 2 the dead attempt's files, moved into staging at its task commit, were published too.)"""
     classes = tmp_path / "classes"
     jars = Path(pyspark.__file__).parent / "jars"
     java = Path(__file__).resolve().parents[1] / "helpers" / "java" / "HaltAfterTaskCommit.java"
@@ -361,7 +361,7 @@ def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path
         sink=dict(SINK, writer="spark", partition_by=["bucket"]),
         conf={
             "spark.sql.files.maxPartitionBytes": "1048576",  # one input file per task
-            "spark.sql.sources.commitProtocolClass": "HaltAfterTaskCommit",
+            "spark.sql.streaming.commitProtocolClass": "HaltAfterTaskCommit",
             "spark.driver.extraClassPath": str(classes),
             "spark.executor.extraClassPath": str(classes),
             "spark.executorEnv.PARQUET_SINK_FAILPOINT_STATE": str(state),

@@ -350,9 +350,10 @@ def test_partition_column_starting_with_underscore_keeps_every_row(spark, tmp_pa
     assert not list((out / "_exactly_once").rglob("*.parquet"))
 
 
-def test_row_count_metric_is_built_once_and_counts_each_batch(spark, tmp_path):
-    """Spark writer path: the observed ``count(1)`` Column is built once per SparkContext and reused, and each
-    batch's observation still counts that batch's rows (different sizes, schemas and partitionings)."""
+def test_spark_writer_counts_each_batch_from_the_accepted_attempts(spark, tmp_path):
+    """Spark writer path on classic PySpark: each batch is written as Spark's file sink writes it (its manifest
+    commit protocol): the rows come from the job's write statistics and the files from the accepted attempts'
+    commit messages, for different sizes, schemas and partitionings; no ``_temporary`` directory is made."""
     from parquet_sink.write import spark_staging
     from parquet_sink.write.inflight import InFlightBatch
     from parquet_sink.storage.filesystem import Storage
@@ -366,12 +367,13 @@ def test_row_count_metric_is_built_once_and_counts_each_batch(spark, tmp_path):
     counted = []
     for n, (df, partition_by) in enumerate(frames):
         batch = InFlightBatch.begin(storage, n, f"c{n}", None, n)
-        counted.append(
-            spark_staging.write_staged(df, batch, partition_by=partition_by, compression="snappy", max_records_per_file=None)
-        )
+        staged = spark_staging.write_staged(df, batch, partition_by=partition_by, compression="snappy", max_records_per_file=None)
+        on_disk = sorted(str(p.relative_to(batch.staging)) for p in Path(batch.staging).rglob("*.parquet"))
+        assert staged.files == on_disk and not list(Path(batch.staging).rglob("_temporary"))
+        counted.append(staged.rows)
+        assert sum(pq.read_metadata(Path(batch.staging) / f).num_rows for f in staged.files) == staged.rows
     assert counted == [10, 7, 0]
-    built = spark_staging._ROWS_COUNTED[spark.sparkContext]
-    assert spark_staging._rows_counted(spark.range(3)) is built
+    assert spark_staging._rows_counted(spark.range(3)) is spark_staging._rows_counted(spark.range(4))
 
 
 @pytest.mark.parametrize(
@@ -395,22 +397,30 @@ def test_arrow_path_renames_columns_only_when_mapinarrow_cannot_resolve_them(spa
 
 
 def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
-    """Spark writer path: a staged file the job did not write (here: one more copy of a staged file) makes
-    the files hold more rows than the job wrote; publishing refuses before renaming anything and the
-    batch is not committed."""
+    """Spark writer path: a file Spark's job did not write in staging is not published (the accepted attempts'
+    commit messages list the files), and a listed file that holds other rows than the job wrote (here
+    replaced by a copy of the other one) makes publishing refuse before renaming anything: the batch is not
+    committed."""
     from parquet_sink.write.inflight import InFlightBatch
     from parquet_sink.write.spark_staging import publish, write_staged
     from parquet_sink.storage.filesystem import Storage
 
     out = tmp_path / "out"
     storage = Storage(str(out))
+    df = spark.createDataFrame([(i, "ab"[i % 3 == 0]) for i in range(10)], "id long, k string").coalesce(1)
     batch = InFlightBatch.begin(storage, 0, "c0ffee", None, 0)
-    df = spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, k string").coalesce(1)
-    written = write_staged(df, batch, partition_by=("k",), compression="snappy", max_records_per_file=None)
-    assert written == 10
-    staged = sorted(Path(batch.staging).rglob("*.parquet"))
-    shutil.copyfile(staged[0], staged[0].with_name("part-99999-stray.c000.snappy.parquet"))
-    with pytest.raises(errors.RowCountMismatchError, match=r"log batch 0 of .*wrote 10 rows but the 3 data file\(s\)"):
-        publish(batch, written)
-    assert not [p for p in out.rglob("*.parquet") if "_exactly_once" not in p.parts]
-    assert MetadataLog(str(out)).latest_batch_id() is None
+    staged = write_staged(df, batch, partition_by=("k",), compression="snappy", max_records_per_file=None)
+    assert staged.rows == 10 and len(staged.files) == 2
+    stray = Path(batch.staging) / "k=a" / "part-99999-stray.c000.snappy.parquet"
+    shutil.copyfile(Path(batch.staging) / staged.files[0], stray)
+    published = publish(batch, staged)
+    assert sorted(Path(f.path).relative_to(out).as_posix() for f in published) == staged.files
+    assert stray.exists() and sum(f.num_rows for f in published) == 10
+
+    batch = InFlightBatch.begin(storage, 1, "c0ffee2", None, 1)
+    staged = write_staged(df, batch, partition_by=("k",), compression="snappy", max_records_per_file=None)
+    first, second = (Path(batch.staging) / f for f in staged.files)
+    shutil.copyfile(second, first)  # 3 rows and 7 rows -> the 3 or 7 twice
+    with pytest.raises(errors.RowCountMismatchError, match=r"log batch 1 of .*wrote 10 rows but the 2 data file\(s\)"):
+        publish(batch, staged)
+    assert not any(Path(f).name in {p.name for p in out.glob("k=*/*.parquet")} for f in staged.files)

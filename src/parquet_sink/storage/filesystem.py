@@ -353,6 +353,11 @@ class Storage:
         return TranslatedFile(self.fs.open(path, mode, **kwargs), self.errors, self.display(path))  # type: ignore[return-value]
 
     @backend_errors
+    def makedirs(self, path: str) -> None:
+        """Create directory ``path`` and its parents (on object stores, where directories are prefixes: nothing)."""
+        self.fs.makedirs(path, exist_ok=True)
+
+    @backend_errors
     def delete(self, path: str) -> None:
         """Delete one file; a file already gone is not an error."""
         try:

@@ -323,12 +323,12 @@ class ParquetSink:
         )
         try:
             if spark_writes:
-                written = write_staged(
+                staged = write_staged(
                     df, batch, partition_by=self.partition_by, compression=self.compression,
                     max_records_per_file=self.max_records_per_file,
                 )
                 publishing = time.monotonic()
-                statuses = publish(batch, written, schema_file)
+                statuses = publish(batch, staged, schema_file)
                 progress.publish_seconds = time.monotonic() - publishing
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"

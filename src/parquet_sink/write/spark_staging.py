@@ -4,22 +4,25 @@ directory, then each file is published under the output root by an atomic, no-ov
 Used where the store renames atomically and cheaply (:attr:`Storage.renames_atomically`, local disk).
 Spark writes exactly what its streaming file sink would (same encoder, codec, ``maxRecordsPerFile``
 and ``k=v/`` directory names for every type), into ``_exactly_once/staging/<commit id>/`` (hidden from
-every reader). The Hadoop output committer runs with algorithm 1: a task commit renames the attempt's
-directory at once, the job commit moves the committed tasks' files into staging, so staging holds exactly
-the files of the task attempts Spark accepted. It writes no ``_SUCCESS`` (the staging directory is not the
-output, the log commit is), and Hadoop's raw local filesystem stages the files without ``.crc`` checksum
-files. Before publishing, the rows in the staged files must equal the rows Spark's job wrote (observed in
-the job itself), else nothing is published. Publishing keeps each file's path relative to the staging
-directory, so the output has the layout of Spark's sink. Spark's file names carry the write job's uuid, so
-a replayed batch publishes under new names, and a rename never replaces a file.
+every reader). On classic PySpark the batch is written as Spark's sink writes it, with its
+``ManifestFileCommitProtocol`` (:mod:`parquet_sink.write.manifest_write`): tasks write their files in place in
+staging, the accepted attempts' commit messages list them, their write statistics count the rows. On Spark
+Connect ``df.write`` runs the Hadoop output committer with algorithm 1: a task commit renames the attempt's
+directory at once, the job commit moves the committed tasks' files into staging, so staging holds exactly the
+files of the task attempts Spark accepted, and an ``Observation`` counts the rows. Neither writes a
+``_SUCCESS`` (the staging directory is not the output, the log commit is), and Hadoop's raw local filesystem
+stages the files without ``.crc`` checksum files. Before publishing, the rows in the accepted files must equal
+the rows Spark's job wrote, else nothing is published. Publishing keeps each file's path relative to the
+staging directory, so the output has the layout of Spark's sink. Spark's file names carry a uuid, so a
+replayed batch publishes under new names, and a rename never replaces a file.
 
 After the renames the files and the directories that gained entries are fsynced (local disk), so the log
 commit never points at data a power loss could empty.
 
 Example::
 
-    >>> rows = write_staged(df, batch, partition_by=("day",), compression="snappy", max_records_per_file=None)
-    >>> files = publish(batch, rows)
+    >>> staged = write_staged(df, batch, partition_by=("day",), compression="snappy", max_records_per_file=None)
+    >>> files = publish(batch, staged)
     >>> files[0].path, files[0].size, files[0].num_rows
     ('/data/out/day=2026-01-01/part-00000-....c000.snappy.parquet', 1234, 100)
 """
@@ -27,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -37,6 +41,7 @@ from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
+from .manifest_write import write_with_manifest
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
 from ..storage.filesystem import Storage
@@ -45,12 +50,14 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 # Hadoop settings Spark copies from write options into the job's configuration.
-_COMMITTER_OPTIONS = {
+_COMMITTER_OPTIONS = {  # df.write only
     # A task commit is one rename of the attempt's directory (algorithm 1), so staging ends up with exactly
     # the files of the accepted attempts: algorithm 2 moves a task's files one by one at task commit, and an
     # attempt that dies after moving some, or whose retry writes other files, leaves stale ones behind.
     "mapreduce.fileoutputcommitter.algorithm.version": "1",
     "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",  # no _SUCCESS file
+}
+_RAW_LOCAL = {
     # Hadoop's checksummed local filesystem writes a hidden .crc file next to every data file; publishing
     # leaves those behind in staging anyway. Without Hadoop's native library every file or directory the
     # local filesystem creates costs a `chmod` process (~7 ms here), so the .crc files were a third of a
@@ -63,6 +70,15 @@ _IO_THREADS = 8
 _ROWS_COUNTED: dict[object, Column] = {}  # see _rows_counted
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A batch written into staging: the rows Spark's job wrote, and the staging-relative paths of the files of
+    the task attempts it accepted (None: every data file in staging is one, see :func:`write_staged`)."""
+
+    rows: int
+    files: list[str] | None
+
+
 def write_staged(
     df: DataFrame,
     batch: InFlightBatch,
@@ -70,22 +86,33 @@ def write_staged(
     partition_by: tuple[str, ...],
     compression: str,
     max_records_per_file: int | None,
-) -> int:
+) -> Staged:
     """Write ``df`` with Spark's Parquet writer into the batch's staging directory (nothing is visible
-    yet; :func:`publish` moves the files under the root) and return the number of rows the job wrote,
-    counted by Spark as they reach the writer, in the task attempts it accepted (an ``Observation``)."""
+    yet; :func:`publish` moves the files under the root).
+
+    Classic PySpark writes as Spark's streaming file sink does (:mod:`parquet_sink.write.manifest_write`): the
+    files and rows are those of the accepted task attempts, from their commit messages and write statistics.
+    Elsewhere (Spark Connect) ``df.write`` runs the Hadoop output committer with algorithm 1, so staging holds
+    exactly the accepted attempts' files, and the rows are counted as they reach the writer, in the attempts
+    Spark accepted (an ``Observation``)."""
+    df = _writer_order(df, partition_by)
+    options = {"compression": compression, **_RAW_LOCAL}
+    if max_records_per_file:
+        options["maxRecordsPerFile"] = str(max_records_per_file)
+    staging = batch.storage.to_hadoop_path(batch.staging)
+    manifest = write_with_manifest(df, batch.storage, batch.staging, batch.commit_id, partition_by, options)
+    if manifest is not None:
+        failpoint("before_publish")
+        return Staged(manifest.rows, manifest.files)
     from pyspark.sql import Observation
 
     observation = Observation(f"parquet_sink_{batch.commit_id}")
-    df = _writer_order(df.observe(observation, _rows_counted(df)), partition_by)
-    writer = df.write.mode("error").options(**_COMMITTER_OPTIONS).option("compression", compression)
-    if max_records_per_file:
-        writer = writer.option("maxRecordsPerFile", str(max_records_per_file))
+    writer = df.observe(observation, _rows_counted(df)).write.mode("error").options(**_COMMITTER_OPTIONS, **options)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.parquet(batch.storage.to_hadoop_path(batch.staging))
+    writer.parquet(staging)
     failpoint("before_publish")
-    return observation.get["rows"]
+    return Staged(observation.get["rows"], None)
 
 
 def _rows_counted(df: DataFrame) -> Column:
@@ -133,38 +160,40 @@ def _staged_files(storage: Storage, staging: str) -> list[str]:
     return sorted(filter(is_data_file, relative))
 
 
-def publish(batch: InFlightBatch, written_rows: int, schema_file: bool = False) -> list[FileStatus]:
+def publish(batch: InFlightBatch, staged: Staged, schema_file: bool = False) -> list[FileStatus]:
     """Rename every staged data file of ``batch`` that has rows to the same relative path under the root
     (never overwriting; Spark's schema-only file of an empty batch stays behind, unless ``schema_file``: then an
     empty batch publishes it, as Spark's sink commits it), then fsync the files and every directory that gained
     an entry, and read sizes and mtimes.
 
-    ``written_rows`` is what the write job wrote (:func:`write_staged`): if the staged files hold another
-    number of rows, :class:`RowCountMismatchError` is raised before anything is renamed.
+    The staged files are ``staged.files`` (the accepted attempts', from Spark's commit messages), else every
+    data file in staging. If they hold another number of rows than Spark's job wrote (``staged.rows``),
+    :class:`RowCountMismatchError` is raised before anything is renamed.
 
     Example::
 
-        >>> [f.path for f in publish(batch, written_rows=100)]
+        >>> [f.path for f in publish(batch, Staged(rows=100, files=None))]
         ['/data/out/k=a/part-00000-....c000.snappy.parquet']
     """
-    storage, staging = batch.storage, batch.staging
-    staged = [posixpath.join(staging, relative) for relative in _staged_files(storage, staging)]
+    storage, staging, written_rows = batch.storage, batch.staging, staged.rows
+    relative = _staged_files(storage, staging) if staged.files is None else staged.files
+    staged_paths = [posixpath.join(staging, path) for path in relative]
     filesystem = storage.arrow_filesystem()
     with ThreadPoolExecutor(_IO_THREADS) as pool:
         # a file's data is made durable where it was staged: the rename keeps the inode
-        footers = list(pool.map(lambda path: _footer_made_durable(storage, filesystem, path), staged))
+        footers = list(pool.map(lambda path: _footer_made_durable(storage, filesystem, path), staged_paths))
         rows = [footer.num_rows for footer in footers]
         if sum(rows) != written_rows:
             raise RowCountMismatchError(
                 f"log batch {batch.log_batch_id} of {storage.display(storage.root)}: Spark's job wrote "
-                f"{written_rows} rows but the {len(staged)} data file(s) in {storage.display(staging)} hold "
+                f"{written_rows} rows but the {len(staged_paths)} data file(s) in {storage.display(staging)} hold "
                 f"{sum(rows)}; nothing was published or committed. Something else wrote into or deleted from "
                 "the staging directory, or a file there is not a data file; Spark retries the batch when the "
                 "query restarts (`parquet-sink vacuum` removes the staging directory)."
             )
         targets = []
         directories = {storage.root}
-        for source, footer in zip(staged, footers):
+        for source, footer in zip(staged_paths, footers):
             if not footer.num_rows and not (schema_file and not written_rows):
                 continue
             if not footer.num_rows:  # the schema-only file: not made durable above

@@ -1,0 +1,189 @@
+"""Spark's streaming file sink's own write, from classic PySpark: the counterpart of ``FileStreamSink.addBatch``.
+
+Spark's sink does not write a micro-batch with ``df.write``: it calls ``FileFormatWriter.write`` with a
+``ManifestFileCommitProtocol`` (the class ``spark.sql.streaming.commitProtocolClass`` names). Each task writes
+its files under their final names, ``part-<split>-<uuid>.c000.<codec>.parquet`` with a uuid of their own (a
+retried or speculative attempt never meets another's file); a task commit renames nothing and hands the
+driver the statuses of its files, an aborted task deletes them; the job commit adds the statuses of the
+accepted attempts to a ``FileStreamSinkLog``. No ``_temporary`` directories, no task or job commit renames,
+and the row count comes from the accepted attempts' own write statistics (``BasicWriteJobStatsTracker``), not
+from an aggregate added to the job.
+
+:func:`write_with_manifest` runs exactly that through py4j, into the batch's hidden staging directory, with a
+``FileStreamSinkLog`` of its own there (``<staging>/_manifest/0``): the list of files it returns is that
+manifest, the accepted attempts' files and nothing else (a dead attempt's file left in staging is not in it).
+:mod:`parquet_sink.write.spark_staging` publishes them. Spark Connect has no JVM to call; a Spark whose
+``FileFormatWriter.write`` has another signature, or a ``commitProtocolClass`` that is not a manifest protocol,
+neither: both get ``df.write`` (:func:`parquet_sink.write.spark_staging.write_staged`).
+
+Example::
+
+    >>> written = write_with_manifest(df, storage, "/data/out/_exactly_once/staging/ab12", "ab12", (), {"compression": "snappy"})
+    >>> written.rows, written.files
+    (100, ['part-00000-6f1c....c000.snappy.parquet'])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ParquetSinkError
+from ..storage.filesystem import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_DIR = "_manifest"  # in staging: not a data file (see partitioning.is_data_file)
+_MANIFEST_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
+_WRITER = "org.apache.spark.sql.execution.datasources.FileFormatWriter"
+_WRITE_ARITY = 12  # Spark 4.x: ..., options, numStaticPartitionCols, a job-commit hook
+# The manifest's own session settings: Hadoop's raw local filesystem (no .crc file) and a checkpoint file manager
+# on FileSystem, not FileContext. Without Hadoop's native library each file or directory the local filesystem
+# creates with a permission costs a `chmod` process, and FileContext's renames a `readlink` process (~7 ms each
+# here): with the query's own settings the manifest cost 14 processes a batch.
+_MANIFEST_SESSION = {
+    "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    "fs.file.impl.disable.cache": "true",
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+_JVM: dict[object, _Jvm | None] = {}  # per SparkContext: the JVM objects every batch reuses, or None
+
+
+@dataclass(frozen=True)
+class ManifestWrite:
+    """What Spark's job wrote: the rows (its write statistics) and each file's path relative to staging."""
+
+    rows: int
+    files: list[str]
+
+
+class _Jvm:
+    """The JVM objects a write reuses (each costs py4j round trips): the writer object, the Parquet format,
+    empty Scala values and the converters."""
+
+    def __init__(self, jvm: Any) -> None:
+        self.jvm = jvm
+        self.converters = jvm.scala.jdk.javaapi.CollectionConverters
+        self.writer = getattr(jvm, _WRITER.rsplit(".", 1)[0]).FileFormatWriter
+        self.defaults = (getattr(self.writer, "write$default$11")(), getattr(self.writer, "write$default$12")())
+        self.parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+        self.none = jvm.scala.Option.empty()
+        self.no_options = self.scala_map({})
+        self.metrics = jvm.org.apache.spark.sql.execution.datasources.BasicWriteJobStatsTracker
+        self.manifest = jvm.java.lang.Class.forName(_MANIFEST_PROTOCOL)
+        self._log_session: Any = None
+
+    def log_session(self, session: Any) -> Any:
+        """A session of the SparkContext whose Hadoop configuration writes the manifest cheaply
+        (:data:`_MANIFEST_SESSION`), made once from ``session``: the manifest log reads nothing else of it."""
+        if self._log_session is None:
+            log_session = session.newSession()
+            for name, value in _MANIFEST_SESSION.items():
+                log_session.conf().set(name, value)
+            self._log_session = log_session
+        return self._log_session
+
+    def scala_map(self, items: dict[str, str]) -> Any:
+        java = self.jvm.java.util.HashMap()
+        for key, value in items.items():
+            java.put(key, value)
+        return getattr(self.jvm.scala.collection.immutable.Map, "from")(self.converters.asScala(java))
+
+    def scala_list(self, items: list[Any]) -> Any:
+        java = self.jvm.java.util.ArrayList()
+        for item in items:
+            java.add(item)
+        return self.converters.asScala(java).toList()
+
+
+def _jvm_of(df: DataFrame) -> _Jvm | None:
+    """The reusable JVM objects of ``df``'s SparkContext; None on Spark Connect or where this Spark's
+    ``FileFormatWriter.write`` is not the one this module calls (checked once per SparkContext)."""
+    if type(df).__module__.startswith("pyspark.sql.connect.") or not hasattr(df, "_jdf"):
+        return None
+    context = df.sparkSession.sparkContext
+    if context not in _JVM:
+        jvm = context._jvm
+        writes = [m for m in jvm.java.lang.Class.forName(_WRITER).getMethods() if m.getName() == "write"]
+        if len(writes) == 1 and writes[0].getParameterCount() == _WRITE_ARITY:
+            _JVM[context] = _Jvm(jvm)
+        else:
+            logger.info("FileFormatWriter.write of this Spark is not the one expected: batches go through df.write")
+            _JVM[context] = None
+    return _JVM[context]
+
+
+def write_with_manifest(
+    df: DataFrame,
+    storage: Storage,
+    staging: str,
+    job_id: str,
+    partition_by: tuple[str, ...],
+    options: dict[str, str],
+) -> ManifestWrite | None:
+    """Write ``df`` as Spark's file sink writes a micro-batch, under ``staging`` (a directory of ``storage``,
+    which must not exist), with the Parquet writer ``options`` (also copied into the job's Hadoop
+    configuration, as ``df.write`` does); None (nothing written) where this path is not available (see the
+    module docstring): the caller writes with ``df.write``."""
+    java = _jvm_of(df)
+    if java is None:
+        return None
+    jdf = df._jdf
+    session = jdf.sparkSession()
+    committer = _committer(java, session, job_id, storage.to_hadoop_path(staging))
+    if committer is None:
+        return None
+    scala_options = java.scala_map(options)
+    hadoop_conf = session.sessionState().newHadoopConfWithOptions(scala_options)
+    manifest = storage.join(staging, MANIFEST_DIR)
+    storage.makedirs(manifest)  # made here, the log would make it with a `chmod` process
+    manifest_log = java.jvm.org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog(
+        1, java.log_session(session), storage.to_hadoop_path(manifest), java.none
+    )
+    committer.setupManifestOptions(manifest_log, 0)
+    execution = jdf.queryExecution()
+    output = execution.analyzed().output()
+    columns = list(df.columns)
+    partition_columns = java.scala_list([output.apply(columns.index(c)) for c in partition_by])
+    metrics = java.metrics.metrics()
+    tracker = java.metrics(java.jvm.org.apache.spark.util.SerializableConfiguration(hadoop_conf), metrics)
+    spec = getattr(java.jvm, _WRITER).OutputSpec(storage.to_hadoop_path(staging), java.no_options, output)
+    java.writer.write(
+        session, execution.executedPlan(), java.parquet, committer, spec, hadoop_conf, partition_columns,
+        java.none, java.scala_list([tracker]), scala_options, *java.defaults,
+    )
+    rows = metrics.apply("numOutputRows").value()
+    return ManifestWrite(rows, _manifest_files(storage, staging, storage.join(manifest, "0")))
+
+
+def _committer(java: _Jvm, session: Any, job_id: str, path: str) -> Any:
+    """The commit protocol Spark's sink would use (``spark.sql.streaming.commitProtocolClass``), or None if
+    it is not a ``ManifestFileCommitProtocol`` (its commit messages are not the files' statuses)."""
+    name = session.sessionState().conf().streamingFileCommitProtocolClass()
+    committer = java.jvm.org.apache.spark.internal.io.FileCommitProtocol.instantiate(name, job_id, path, False)
+    if not java.manifest.isInstance(committer):
+        logger.info("spark.sql.streaming.commitProtocolClass %s is not a manifest protocol: df.write is used", name)
+        return None
+    return committer
+
+
+def _manifest_files(storage: Storage, staging: str, manifest: str) -> list[str]:
+    """The staging-relative paths of the files a manifest (Spark's sink log format: ``v1`` then one JSON
+    status a line) lists."""
+    prefix = staging.rstrip("/") + "/"
+    lines = storage.read_bytes(manifest).decode("utf-8").splitlines()[1:]
+    paths = [storage.from_uri(json.loads(line)["path"]) for line in lines if line]
+    outside = [p for p in paths if not p.startswith(prefix)]
+    if outside:  # a commit protocol writing elsewhere: nothing here would find those files again
+        raise ParquetSinkError(
+            f"Spark's job wrote {outside[0]} outside the staging directory {storage.display(staging)} (its "
+            "spark.sql.streaming.commitProtocolClass writes elsewhere): nothing was published or committed. Use "
+            "Spark's ManifestFileCommitProtocol, or writer='arrow'."
+        )
+    return sorted(p[len(prefix) :] for p in paths)
