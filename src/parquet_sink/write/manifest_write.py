@@ -45,7 +45,8 @@ _WRITE_ARITY = 12  # Spark 4.x: ..., options, numStaticPartitionCols, a job-comm
 # The manifest's own session settings: Hadoop's raw local filesystem (no .crc file) and a checkpoint file manager
 # on FileSystem, not FileContext. Without Hadoop's native library each file or directory the local filesystem
 # creates with a permission costs a `chmod` process, and FileContext's renames a `readlink` process (~7 ms each
-# here): with the query's own settings the manifest cost 14 processes a batch.
+# here): with the query's own settings the manifest cost 12 processes a batch (its directory, temp file, .crc file,
+# renames), with these 1 (its temp file; the directory is made from Python).
 _MANIFEST_SESSION = {
     "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "fs.file.impl.disable.cache": "true",
@@ -64,19 +65,29 @@ class ManifestWrite:
 
 
 class _Jvm:
-    """The JVM objects a write reuses (each costs py4j round trips): the writer object, the Parquet format,
-    empty Scala values and the converters."""
+    """The JVM classes and values every write reuses: py4j resolves a class name a package at a time (a round
+    trip each), so a batch only calls constructors and methods (~25 round trips unpartitioned)."""
 
     def __init__(self, jvm: Any) -> None:
-        self.jvm = jvm
-        self.converters = jvm.scala.jdk.javaapi.CollectionConverters
-        self.writer = getattr(jvm, _WRITER.rsplit(".", 1)[0]).FileFormatWriter
+        def java_class(name: str) -> Any:
+            return getattr(jvm, name)
+
+        self.hash_map, self.array_list = java_class("java.util.HashMap"), java_class("java.util.ArrayList")
+        self.converters = java_class("scala.jdk.javaapi.CollectionConverters")
+        self.scala_maps = java_class("scala.collection.immutable.Map")
+        self.option = java_class("scala.Option")
+        self.writer = java_class(_WRITER)
+        self.output_spec = java_class(_WRITER + "$OutputSpec")
+        self.sink_log = java_class("org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog")
+        self.commit_protocol = java_class("org.apache.spark.internal.io.FileCommitProtocol")
+        self.stats_tracker = java_class("org.apache.spark.sql.execution.datasources.BasicWriteJobStatsTracker")
+        self.serializable_conf = java_class("org.apache.spark.util.SerializableConfiguration")
+        self.manifest = java_class("java.lang.Class").forName(_MANIFEST_PROTOCOL)
         self.defaults = (getattr(self.writer, "write$default$11")(), getattr(self.writer, "write$default$12")())
-        self.parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
-        self.none = jvm.scala.Option.empty()
-        self.no_options = self.scala_map({})
-        self.metrics = jvm.org.apache.spark.sql.execution.datasources.BasicWriteJobStatsTracker
-        self.manifest = jvm.java.lang.Class.forName(_MANIFEST_PROTOCOL)
+        self.parquet = java_class("org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat")()
+        self.none = self.option.empty()
+        self.no_columns = self.scala_list([])
+        self._maps: dict[tuple[tuple[str, str], ...], Any] = {}
         self._log_session: Any = None
 
     def log_session(self, session: Any) -> Any:
@@ -90,13 +101,19 @@ class _Jvm:
         return self._log_session
 
     def scala_map(self, items: dict[str, str]) -> Any:
-        java = self.jvm.java.util.HashMap()
-        for key, value in items.items():
-            java.put(key, value)
-        return getattr(self.jvm.scala.collection.immutable.Map, "from")(self.converters.asScala(java))
+        """An immutable Scala map of ``items`` (made once per distinct ``items``)."""
+        key = tuple(sorted(items.items()))
+        if key not in self._maps:
+            java = self.hash_map()
+            for name, value in key:
+                java.put(name, value)
+            self._maps[key] = getattr(self.scala_maps, "from")(self.converters.asScala(java))
+        return self._maps[key]
 
     def scala_list(self, items: list[Any]) -> Any:
-        java = self.jvm.java.util.ArrayList()
+        if len(items) == 1:
+            return self.option.apply(items[0]).toList()
+        java = self.array_list()
         for item in items:
             java.add(item)
         return self.converters.asScala(java).toList()
@@ -136,24 +153,23 @@ def write_with_manifest(
         return None
     jdf = df._jdf
     session = jdf.sparkSession()
-    committer = _committer(java, session, job_id, storage.to_hadoop_path(staging))
+    session_state = session.sessionState()
+    committer = _committer(java, session_state, job_id, storage.to_hadoop_path(staging))
     if committer is None:
         return None
     scala_options = java.scala_map(options)
-    hadoop_conf = session.sessionState().newHadoopConfWithOptions(scala_options)
+    hadoop_conf = session_state.newHadoopConfWithOptions(scala_options)
     manifest = storage.join(staging, MANIFEST_DIR)
     storage.makedirs(manifest)  # made here, the log would make it with a `chmod` process
-    manifest_log = java.jvm.org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog(
-        1, java.log_session(session), storage.to_hadoop_path(manifest), java.none
-    )
+    manifest_log = java.sink_log(1, java.log_session(session), storage.to_hadoop_path(manifest), java.none)
     committer.setupManifestOptions(manifest_log, 0)
     execution = jdf.queryExecution()
     output = execution.analyzed().output()
     columns = list(df.columns)
-    partition_columns = java.scala_list([output.apply(columns.index(c)) for c in partition_by])
-    metrics = java.metrics.metrics()
-    tracker = java.metrics(java.jvm.org.apache.spark.util.SerializableConfiguration(hadoop_conf), metrics)
-    spec = getattr(java.jvm, _WRITER).OutputSpec(storage.to_hadoop_path(staging), java.no_options, output)
+    partition_columns = java.scala_list([output.apply(columns.index(c)) for c in partition_by]) if partition_by else java.no_columns
+    metrics = java.stats_tracker.metrics()
+    tracker = java.stats_tracker(java.serializable_conf(hadoop_conf), metrics)
+    spec = java.output_spec(storage.to_hadoop_path(staging), java.scala_map({}), output)
     java.writer.write(
         session, execution.executedPlan(), java.parquet, committer, spec, hadoop_conf, partition_columns,
         java.none, java.scala_list([tracker]), scala_options, *java.defaults,
@@ -162,11 +178,11 @@ def write_with_manifest(
     return ManifestWrite(rows, _manifest_files(storage, staging, storage.join(manifest, "0")))
 
 
-def _committer(java: _Jvm, session: Any, job_id: str, path: str) -> Any:
+def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:
     """The commit protocol Spark's sink would use (``spark.sql.streaming.commitProtocolClass``), or None if
     it is not a ``ManifestFileCommitProtocol`` (its commit messages are not the files' statuses)."""
-    name = session.sessionState().conf().streamingFileCommitProtocolClass()
-    committer = java.jvm.org.apache.spark.internal.io.FileCommitProtocol.instantiate(name, job_id, path, False)
+    name = session_state.conf().streamingFileCommitProtocolClass()
+    committer = java.commit_protocol.instantiate(name, job_id, path, False)
     if not java.manifest.isInstance(committer):
         logger.info("spark.sql.streaming.commitProtocolClass %s is not a manifest protocol: df.write is used", name)
         return None
