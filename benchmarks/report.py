@@ -81,6 +81,12 @@ def headline(ctx: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                         (f"Sink time / Spark file-sink time, {kind}, {layout}", _ms(gap) + " per batch more",
                          "", _x(ratio), "ours/theirs wall time; goal <= 1.0")
                     )
+                cpu = cpu_ratio(sink, kind + suffix, "spark" + suffix)
+                if cpu.values:
+                    rows.append(
+                        (f"Sink CPU time / Spark file-sink CPU time, {kind}, {layout}", "", "", _x(cpu),
+                         "ours/theirs CPU seconds; goal <= 1.0")
+                    )
         best_ours, best_spark = _best(sink, "ours", "write"), _best(sink, "spark", "addBatch")
         rows.append(
             ("Sink, Spark job per batch (fastest batch of each repeat) vs Spark sink's addBatch", best_ours.fmt(),
@@ -273,11 +279,15 @@ def _sink_section(w, sink) -> None:
     w("")
     w("**Sink time / Spark file-sink time** on the same stream (wall time of the query, per repeat, median "
       "(min-max); 1.00 = as fast, lower is better), unpartitioned and partitioned by `country` (16 values):\n")
-    w("| contender | unpartitioned | partitioned |\n|---|---|---|")
+    w("| contender | unpartitioned | partitioned | CPU time, unpartitioned | CPU time, partitioned |\n|---|---|---|---|---|")
     for kind in ("ours", "ours-arrow", "spark-writer"):
-        cells = [_x(r) if (r := time_ratio(sink, kind + suffix, "spark" + suffix)).values else "n/a" for suffix in ("", "-part")]
-        w(f"| {NAMES[kind]} | {cells[0]} | {cells[1]} |")
-    w("")
+        cells = [
+            _x(r) if (r := ratio(sink, kind + suffix, "spark" + suffix)).values else "n/a"
+            for ratio in (time_ratio, cpu_ratio) for suffix in ("", "-part")
+        ]
+        w(f"| {NAMES[kind]} | {' | '.join(cells)} |")
+    w("\nCPU time: the JVM's, its Python workers' and the driver process's (children they reaped included) during "
+      "the query; other work on the host stretches wall time far more than CPU time.\n")
     files_ours = sum(r.files_per_batch for r in sink.runs["ours"]) / len(sink.runs["ours"])
     files_spark = sum(r.files_per_batch for r in sink.runs["spark"]) / len(sink.runs["spark"])
     w(f"Files per batch: ours {files_ours:.1f}, Spark {files_spark:.1f}.\n")
@@ -332,6 +342,12 @@ def _sink_section(w, sink) -> None:
 def time_ratio(sink, kind: str, reference: str) -> Stat:
     """Per repeat: wall time of ``kind`` / wall time of ``reference`` (same repeat, same input)."""
     return Stat([a / b for a, b in zip(sink.wall(kind).values, sink.wall(reference).values)])
+
+
+def cpu_ratio(sink, kind: str, reference: str) -> Stat:
+    """Per repeat: CPU time of ``kind`` / CPU time of ``reference`` (same repeat, same input)."""
+    cpu = {k: [r.cpu for r in sink.runs.get(k, [])] for k in (kind, reference)}
+    return Stat([a / b for a, b in zip(cpu[kind], cpu[reference]) if a and b])
 
 
 def gap_per_batch(sink, kind: str, reference: str) -> Stat:

@@ -117,6 +117,36 @@ class QueryRun:
     rows: int
     batches: list[dict[str, Any]]  # per batch: Spark's durationMs (s) plus what the wrapper recorded
     files_per_batch: float
+    cpu: float = 0.0  # CPU seconds of the JVM, its Python workers and this process (children it reaped included)
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """utime + stime + cutime + cstime of ``pids`` (gone ones count 0): a load-robust cost next to wall time,
+    since other work on the host stretches the wall time of a run far more than its CPU time."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _processes(spark) -> list[int]:
+    """The JVM, this process, and the JVM's Python daemon and workers (its children and theirs) running now."""
+    jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+    children = _children(jvm)
+    return [jvm, os.getpid(), *children, *(g for c in children for g in _children(c))]
 
 
 @dataclass
@@ -181,10 +211,13 @@ def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> 
         writer = writer.foreachBatch(recorder)
     else:
         raise ValueError(kind)
+    cpu_before = _cpu_seconds(processes := _processes(spark))
     started = time.perf_counter()
     query = writer.start()
     query.awaitTermination()
     wall = time.perf_counter() - started
+    processes += [p for p in _processes(spark) if p not in processes]
+    cpu = _cpu_seconds(processes) - cpu_before
     progress = list(query.recentProgress)
     batches = []
     for p in progress:
@@ -210,7 +243,7 @@ def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> 
         files = sum(n.endswith(".parquet") for _, _, names in os.walk(out) for n in names) / max(1, len(batches))
     shutil.rmtree(checkpoint, ignore_errors=True)
     logger.info("%-10s %s: %d rows in %d batches, %.2fs wall (%.0f rows/s)", kind, tag, rows, len(batches), wall, rows / wall)
-    return QueryRun(kind, wall, rows, batches, files)
+    return QueryRun(kind, wall, rows, batches, files, cpu)
 
 
 def _write_half(path: str, groups: list[int], out: str) -> None:
