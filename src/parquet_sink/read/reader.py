@@ -445,6 +445,8 @@ def _directories(relatives: pa.ChunkedArray) -> tuple[np.ndarray, list[tuple[tup
     """Each file's partition directory as an index into the distinct directories' ``(column, raw value)``
     pairs, parsed once per directory (10,000 files in 4 directories: 4 parses, not 10,000)."""
     has_directory = pc.match_substring(relatives, "/")
+    if len(relatives) and not pc.any(has_directory).as_py():  # none in a directory (100,000 files: 16 -> 3 ms)
+        return np.zeros(len(relatives), np.int32), [()]
     directories = pc.if_else(has_directory, pc.replace_substring_regex(relatives, r"/[^/]*$", ""), "")
     encoded = pc.dictionary_encode(directories.combine_chunks())
     parsed = [tuple(parse_partition_path(d + "/")) if d else () for d in encoded.dictionary.to_pylist()]
