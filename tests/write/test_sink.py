@@ -397,6 +397,30 @@ def test_arrow_path_renames_columns_only_when_mapinarrow_cannot_resolve_them(spa
     assert all(sorted(table.column(n).to_pylist()) == [0, 1, 2] for n in names)
 
 
+def test_a_commit_protocol_other_than_spark_sinks_writes_through_df_write(spark, tmp_path):
+    """A session whose ``spark.sql.streaming.commitProtocolClass`` is not a manifest protocol (its commit messages
+    would not be the files' statuses): batches go through ``df.write`` (staging listed, rows observed), every row
+    committed once, readable by Spark; with Spark's own protocol back, the next batch is written as its sink does."""
+    from parquet_sink.write import spark_staging
+    from parquet_sink.write.inflight import InFlightBatch
+    from parquet_sink.storage.filesystem import Storage
+
+    key = "spark.sql.streaming.commitProtocolClass"
+    out = tmp_path / "out"
+    df = spark.createDataFrame([(i, "ab"[i % 2]) for i in range(10)], "id long, k string")
+    spark.conf.set(key, "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol")
+    try:
+        batch = InFlightBatch.begin(Storage(str(tmp_path / "probe")), 0, "c0", None, 0)
+        staged = spark_staging.write_staged(df, batch, partition_by=("k",), compression="snappy", max_records_per_file=None)
+        assert (staged.rows, staged.files) == (10, None)
+        ParquetSink(str(out), partition_by=["k"])(df, 0)
+    finally:
+        spark.conf.unset(key)
+    ParquetSink(str(out), partition_by=["k"])(df.selectExpr("id + 10 AS id", "k"), 1)
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == list(range(20))
+    assert sorted(r.id for r in spark.read.parquet(str(out)).collect()) == list(range(20))
+
+
 def test_publish_refuses_files_that_disagree_with_the_rows_written(spark, tmp_path):
     """Spark writer path: a file Spark's job did not write in staging is not published (the accepted attempts'
     commit messages list the files), and a listed file that holds other rows than the job wrote (here
