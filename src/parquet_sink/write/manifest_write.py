@@ -143,11 +143,13 @@ def write_with_manifest(
     job_id: str,
     partition_by: tuple[str, ...],
     options: dict[str, str],
+    directories: tuple[str, ...] = (),
 ) -> ManifestWrite | None:
     """Write ``df`` as Spark's file sink writes a micro-batch, under ``staging`` (a directory of ``storage``,
     which must not exist), with the Parquet writer ``options`` (also copied into the job's Hadoop
     configuration, as ``df.write`` does); None (nothing written) where this path is not available (see the
-    module docstring): the caller writes with ``df.write``."""
+    module docstring): the caller writes with ``df.write``. ``directories`` (relative to ``staging``) are made
+    first, from Python: Hadoop's local filesystem would make each with a `chmod` process."""
     java = _jvm_of(df)
     if java is None:
         return None
@@ -160,7 +162,8 @@ def write_with_manifest(
     scala_options = java.scala_map(options)
     hadoop_conf = session_state.newHadoopConfWithOptions(scala_options)
     manifest = storage.join(staging, MANIFEST_DIR)
-    storage.makedirs(manifest)  # made here, the log would make it with a `chmod` process
+    for directory in (MANIFEST_DIR, *directories):  # staging itself with them
+        storage.makedirs(storage.join(staging, directory))
     manifest_log = java.sink_log(1, java.log_session(session), storage.to_hadoop_path(manifest), java.none)
     committer.setupManifestOptions(manifest_log, 0)
     execution = jdf.queryExecution()

@@ -234,6 +234,7 @@ class ParquetSink:
         self._metadata_log: MetadataLog | None = None
         self._checkpoints: dict[str | None, str | None] = {}  # query id -> its temporary checkpoint, if any
         self._warned: set[str | None] = set()
+        self._directories: tuple[str, ...] = ()  # partition directories the last batch published files into
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -325,10 +326,11 @@ class ParquetSink:
             if spark_writes:
                 staged = write_staged(
                     df, batch, partition_by=self.partition_by, compression=self.compression,
-                    max_records_per_file=self.max_records_per_file,
+                    max_records_per_file=self.max_records_per_file, directories=self._directories,
                 )
                 publishing = time.monotonic()
                 statuses = publish(batch, staged, schema_file)
+                self._directories = staged.directories
                 progress.publish_seconds = time.monotonic() - publishing
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
