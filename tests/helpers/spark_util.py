@@ -33,6 +33,10 @@ def make_session(master: str = "local[2]", app: str = "parquet-sink-tests", **co
     java_options = driver_java_options(conf.pop("spark.driver.extraJavaOptions", ""))
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    if master.startswith("local-cluster") and "spark.executor.extraJavaOptions" not in conf:
+        executor_options = driver_java_options()  # executors: JVMs of their own, on the same jars
+        if executor_options:
+            builder = builder.config("spark.executor.extraJavaOptions", executor_options)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
