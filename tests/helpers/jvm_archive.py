@@ -55,7 +55,7 @@ def main(archive: str, workdir: str) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(workdir)
-    write_inputs(work / "in", range(4), 10)
+    write_inputs(work / "in", range(2), 10)
     for writer in ("arrow", "spark"):
         config = {
             "input": str(work / "in"), "out": str(work / f"out-{writer}"), "checkpoint": str(work / f"ckpt-{writer}"),
@@ -66,7 +66,7 @@ def main(archive: str, workdir: str) -> int:
         }
         if run_query(spark, config) != 0:
             return 3
-        assert spark.read.parquet(config["out"]).count() == 40
+        assert spark.read.parquet(config["out"]).count() == 20
     gateway = spark.sparkContext._gateway
     spark.stop()
     # The JVM exits when its stdin closes; it writes the archive on its way out.
