@@ -69,6 +69,50 @@ SLOW_MODULES = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_class_archive(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The Spark driver class archive of this run (``tests/helpers/jvm_archive.py``): when the run has tests that
+    use Spark or start drivers of their own, the first xdist worker here starts its dump in the background, and
+    every worker names it in the environment, for the drivers started once it exists. A run of the fast inner
+    loop (``-m "not spark and not crash"``) makes none."""
+    from tests.helpers import jvm_archive
+
+    if os.environ.get(jvm_archive.ENV) or not any(
+        item.get_closest_marker("spark") or item.get_closest_marker("crash") for item in request.session.items
+    ):
+        yield
+        return
+    # The run's root temp directory, shared by the xdist workers (each has its own basetemp below it).
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    archive = root / "spark-classes.jsa"
+    os.environ[jvm_archive.ENV] = str(archive)
+    dump = None
+    try:
+        os.close(os.open(root / "spark-classes.lock", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        pass  # another worker makes it
+    else:
+        workdir = root / "spark-classes"
+        workdir.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PARQUET_SINK_") and k != jvm_archive.ENV}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")]))
+        with open(workdir / "dump.log", "wb") as log:
+            dump = subprocess.Popen(
+                [sys.executable, "-m", "tests.helpers.jvm_archive", str(archive), str(workdir)],
+                cwd=Path(__file__).resolve().parents[1], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+    yield
+    if dump is not None:  # a short run may end before the dump does: it is of no use any more
+        try:
+            os.killpg(dump.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        dump.wait()
+
+
 @pytest.fixture(scope="session")
 def fuzz_minutes(request: pytest.FixtureRequest) -> float:
     """``--fuzz-minutes``: 0 for the default run (a fixed seed, few examples)."""

@@ -33,6 +33,7 @@ import pytest
 from parquet_sink.log.files import parse_batch_name
 from parquet_sink import MetadataLog, ParquetSink, read_committed
 from parquet_sink.log.entry import CommitRecord, attribute
+from tests.helpers.jvm_archive import driver_java_options
 from tests.helpers.spark_util import spark_home_for_local_cluster
 from tests.helpers.crash_util import (
     SCHEMA,
@@ -261,7 +262,7 @@ def test_random_kill_soak(spark, tmp_path: Path, request: pytest.FixtureRequest,
     assert kills == kills_wanted, f"seed {seed}: only {kills} kills: {history}"
     print(f"soak seed {seed}:", *history, sep="\n  ")
 
-    final = run_child(tmp_path, config)
+    final = run_in_process(spark, tmp_path, config)  # the last restart is never killed: the test's driver runs it
     assert_ok(final)
     try:
         assert_parquet_sink(spark, out, ckpt, ids, rows)
@@ -365,7 +366,8 @@ def test_executor_dies_during_task_commit_on_local_cluster(spark, tmp_path: Path
             "spark.driver.extraClassPath": str(classes),
             "spark.executor.extraClassPath": str(classes),
             "spark.executorEnv.PARQUET_SINK_FAILPOINT_STATE": str(state),
-            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",  # short-lived JVMs
+            # short-lived JVMs (with the run's class archive once it exists: tests/helpers/jvm_archive.py)
+            "spark.executor.extraJavaOptions": driver_java_options("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"),
         },
     )
 

@@ -102,6 +102,8 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
+    from tests.helpers.jvm_archive import driver_java_options
+
     builder = (
         SparkSession.builder.master(config.get("master", "local[2]"))
         .appName("parquet-sink-crash-child")
@@ -110,7 +112,8 @@ def main() -> int:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         # A short-lived driver: C1-only JIT and the serial GC start it markedly faster.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        # (and the run's class archive, once it exists: tests/helpers/jvm_archive.py)
+        .config("spark.driver.extraJavaOptions", driver_java_options("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"))
     )
     for key, value in config.get("conf", {}).items():
         builder = builder.config(key, value)

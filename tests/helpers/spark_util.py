@@ -16,7 +16,10 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def make_session(master: str = "local[2]", app: str = "parquet-sink-tests", **conf: str) -> SparkSession:
-    """A small local session: no UI, few shuffle partitions, quiet logs."""
+    """A small local session: no UI, few shuffle partitions, quiet logs (and the run's class archive once it
+    exists: ``tests/helpers/jvm_archive.py``)."""
+    from tests.helpers.jvm_archive import driver_java_options
+
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -26,6 +29,14 @@ def make_session(master: str = "local[2]", app: str = "parquet-sink-tests", **co
         .config("spark.driver.memory", "2g")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     )
+    conf = dict(conf)
+    java_options = driver_java_options(conf.pop("spark.driver.extraJavaOptions", ""))
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    if master.startswith("local-cluster") and "spark.executor.extraJavaOptions" not in conf:
+        executor_options = driver_java_options()  # executors: JVMs of their own, on the same jars
+        if executor_options:
+            builder = builder.config("spark.executor.extraJavaOptions", executor_options)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

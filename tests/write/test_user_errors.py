@@ -109,7 +109,9 @@ _CHILD = textwrap.dedent(
     from pyspark.sql import SparkSession
     from parquet_sink import ParquetSink, await_termination
     from parquet_sink.errors import ExecutorDependencyError
-    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    from tests.helpers.jvm_archive import driver_java_options
+    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.driver.extraJavaOptions", driver_java_options()).getOrCreate())
     src, out, ckpt = sys.argv[1:4]
     stream = spark.readStream.schema("id long").json(src)
     query = stream.writeStream.option("checkpointLocation", ckpt).trigger(availableNow=True).foreachBatch(
