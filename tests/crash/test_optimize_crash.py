@@ -48,11 +48,11 @@ CHAIN_CHILD = HELPERS / "chain_child.py"
 ROWS = 5
 
 
-def _append(out: Path, versions: range) -> list[int]:
+def _append(out: Path, versions: range, compact_interval: int = 10) -> list[int]:
     ids = []
     for v in versions:
         table = writer_rows(v % 3, v, ROWS)  # app = v % 3: three partitions
-        write_batch(str(out), table, app_id="loop", version=v, partition_by=["app"])
+        write_batch(str(out), table, app_id="loop", version=v, partition_by=["app"], compact_interval=compact_interval)
         ids += table.column("id").to_pylist()
     return ids
 
@@ -163,6 +163,27 @@ def test_an_optimize_losing_to_a_writer_moves_to_the_next_compaction_batch(spark
     _assert_readers(spark, out, expected)
 
 
+def test_an_optimize_planned_before_the_first_compact_file_takes_the_interval_a_writer_shows(spark, tmp_path: Path) -> None:
+    """An optimize planned while the log had no compact file (so its interval was the default, 10) stops before
+    its commit; a writer with compact_interval=3 meanwhile commits batches 2..8 and compacts at 2, 5 and 8. The
+    optimize then commits its swap at a compaction batch of that interval, 11 after empty batches 9 and 10 (before:
+    it tried 9, which the log refused: "not a compaction batch")."""
+    out = tmp_path / "out"
+    expected = _append(out, range(0, 6, 3), compact_interval=3)  # log batches 0, 1 (app=0 twice): no compact file
+    child = start_child(tmp_path / "children", {"out": str(out)}, failpoints="optimize_commit=stop", script=OPTIMIZE_CHILD)
+    _wait_stopped(child)
+
+    expected += _append(out, range(6, 13), compact_interval=3)  # log batches 2..8
+    assert {p.name for p in (out / "_spark_metadata").glob("*.compact")} == {"2.compact", "5.compact", "8.compact"}
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["log_batch_id"] == 11 and outcome["padding"] == [9, 10], outcome
+    _assert_readers(spark, out, expected)
+
+
 @pytest.mark.parametrize("partition_by", [None, ["bucket"]])  # bucket: id % 3 (crash_child's attempt_bucket)
 def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path, partition_by) -> None:
     inputs = write_inputs(tmp_path / "in", range(12), 10)
@@ -213,8 +234,11 @@ def test_stream_and_optimizes_killed_at_random(spark, tmp_path: Path, request: p
             time.sleep(0.05)
         stop_at = time.monotonic() + rng.uniform(0.3, 3.0)
         while stream.proc.poll() is None and time.monotonic() < stop_at:
-            optimizer = start_child(tmp_path / "optimizes", {"out": str(out), "kwargs": {"target_file_size": "1MB"}},
-                                    script=OPTIMIZE_CHILD)
+            # the stream's interval: before the first compact file the log cannot tell it, and an optimize assuming
+            # another commits its empty batches as deltas where the stream commits compact files (N beside N.compact)
+            optimizer = start_child(tmp_path / "optimizes", {
+                "out": str(out), "kwargs": {"target_file_size": "1MB", "compact_interval": 3},
+            }, script=OPTIMIZE_CHILD)
             delay = rng.uniform(0.2, 2.5)
             try:
                 optimizer.returncode = optimizer.proc.wait(delay)

@@ -564,6 +564,9 @@ def _commit(
         if snap is None:  # first, and after every lost race: what changed since
             snap = read_snapshot(log)
             newest_time = newest_commit_time(snap.table)
+            # planned before the log had a compact file, ``interval`` was the default: a writer's first compact
+            # file since tells the log's (and ``log.add`` goes by it)
+            interval = log.interval_for(snap.listing)
             live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
             for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
                 for path, _, _ in written.pop(bin_):  # never committed: no reader can have them
