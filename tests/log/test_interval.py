@@ -35,5 +35,21 @@ def test_two_compact_files_give_their_distance(default, interval, count, deltas)
     listing = {b: f"/o/_spark_metadata/{b}.compact" for b in compacts}
     listing |= {compacts[-1] + d: f"/o/_spark_metadata/{compacts[-1] + d}" for d in range(1, deltas + 1)}
     inferred = infer_interval(default, listing)
-    assert inferred == (interval if count >= 2 else derive_compact_interval(default, compacts[0]))
+    if count >= 2:
+        assert inferred == interval
+    elif (compacts[0] + 1) % default == 0:  # the interval asked for fits the only compact file: kept
+        assert inferred == default
+    else:
+        assert inferred == derive_compact_interval(default, compacts[0])
     assert infer_interval(default, {b: p for b, p in listing.items() if not p.endswith(".compact")}) is None
+
+
+def test_a_writer_restarted_after_cleanup_keeps_its_interval():
+    """Interval 3, cleanup left one compact file: a restarted writer keeps 3 (Spark's rule derives 6 from 5.compact
+    and 3 from 11.compact: a writer restarted at each wrote 8 as a delta, the next looked for 14.compact; seen in
+    the random-kill soak)."""
+    for compact, deltas in ((5, (6, 7)), (11, (12, 13, 14, 15))):
+        listing = {compact: f"/o/_spark_metadata/{compact}.compact"} | {d: f"/o/_spark_metadata/{d}" for d in deltas}
+        assert infer_interval(3, listing) == 3
+    assert derive_compact_interval(3, 5) == 6  # Spark's own rule, unchanged
+    assert infer_interval(10, {5: "/o/_spark_metadata/5.compact"}) == 6  # another interval asked for: Spark's rule

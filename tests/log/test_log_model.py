@@ -82,10 +82,13 @@ def verify(url: str, storage_options: dict) -> dict:
 
 
 def spark_derived_interval(default: int, compact_batch: int) -> int:
-    """Spark's ``CompactibleFileStreamLog.deriveCompactInterval``: the interval a writer infers when a single
-    compact file is left (after a cleanup with ``min_batches_to_retain`` below the interval): the first
+    """The interval a writer infers when a single compact file is left (after a cleanup with
+    ``min_batches_to_retain`` below the interval): ``default`` when that file is a compaction batch under it (a
+    writer keeps its own interval), else Spark's ``CompactibleFileStreamLog.deriveCompactInterval``: the first
     divisor of ``compact_batch + 1`` from ``default`` up to half of it, else ``compact_batch + 1``."""
     n = compact_batch + 1
+    if n % default == 0:
+        return default
     if n <= default:
         return n
     if default < n // 2:

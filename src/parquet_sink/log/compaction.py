@@ -160,13 +160,19 @@ def derive_compact_interval(default_interval: int, latest_compact_batch_id: int)
 
 
 def infer_interval(default_interval: int, listing: Listing) -> int | None:
-    """The compact interval a log's compact files imply (Spark's rule), or None when there is none yet.
+    """The compact interval a log's compact files imply (Spark's rule, except that ``default_interval`` is kept
+    when the only compact file left is a compaction batch under it), or None when there is none yet.
 
     Example: ``infer_interval(10, {2: ".../2.compact", 5: ".../5.compact"}) == 3``.
     """
     compacts = sorted((b for b, path in listing.items() if is_compact_path(path)), reverse=True)
     if len(compacts) >= 2:
         return compacts[0] - compacts[1]
+    if compacts and (compacts[0] + 1) % default_interval == 0:
+        # the interval asked for fits the only compact file left: kept. Spark's rule would pick another divisor
+        # (interval 3, cleanup left 5.compact alone: 6), so a writer restarted then wrote 8 as a delta, and one
+        # restarted after 5.compact too was gone (11.compact alone: 3) looked for 14.compact
+        return default_interval
     if compacts:
         return derive_compact_interval(default_interval, compacts[0])
     return None
