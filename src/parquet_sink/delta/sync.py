@@ -377,7 +377,8 @@ def duplicate_files(snap: Snapshot) -> list[tuple[str, list[int | None]]]:
         return []
     grouped = table.group_by("relative_path").aggregate([("batch_id", "list"), ("relative_path", "count")])
     grouped = grouped.filter(pc.greater(grouped.column("relative_path_count"), 1))
-    return sorted(zip(grouped.column("relative_path").to_pylist(), grouped.column("batch_id_list").to_pylist()))
+    batches = [sorted(b, key=lambda batch: (batch is None, batch or 0)) for b in grouped.column("batch_id_list").to_pylist()]
+    return sorted(zip(grouped.column("relative_path").to_pylist(), batches))  # a list aggregate keeps no order
 
 
 def _duplicates_text(where: str, duplicates: list[tuple[str, list[int | None]]]) -> str:
