@@ -25,12 +25,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ParquetSinkError
+from ..log.files import LogFiles
 from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
@@ -42,14 +42,21 @@ MANIFEST_DIR = "_manifest"  # in staging: not a data file (see partitioning.is_d
 _MANIFEST_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 _WRITER = "org.apache.spark.sql.execution.datasources.FileFormatWriter"
 _WRITE_ARITY = 12  # Spark 4.x: ..., options, numStaticPartitionCols, a job-commit hook
-# The manifest's own session settings: Hadoop's raw local filesystem (no .crc file) and a checkpoint file manager
-# on FileSystem, not FileContext. Without Hadoop's native library each file or directory the local filesystem
-# creates with a permission costs a `chmod` process, and FileContext's renames a `readlink` process (~7 ms each
-# here): with the query's own settings the manifest cost 12 processes a batch (its directory, temp file, .crc file,
-# renames), with these 1 (its temp file; the directory is made from Python).
-_MANIFEST_SESSION = {
+# Hadoop's checksummed local filesystem writes a hidden .crc file next to every file. Without Hadoop's native library
+# every file or directory the local filesystem creates with a permission costs a `chmod` process (~7 ms here), so
+# the .crc files were a third of a partitioned batch's process spawns. The raw filesystem writes the same files
+# without them (an uncached instance: the cached one is the checksummed filesystem). Both writer calls of the Spark
+# path stage with it (:mod:`parquet_sink.write.spark_staging`).
+RAW_LOCAL_FS = {
     "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "fs.file.impl.disable.cache": "true",
+}
+# The manifest's own session settings: the raw local filesystem and a checkpoint file manager on FileSystem, not
+# FileContext, whose renames cost a `readlink` process each: with the query's own settings the manifest cost 12
+# processes a batch (its directory, temp file, .crc file, renames), with these 1 (its temp file; the directory is
+# made from Python).
+_MANIFEST_SESSION = {
+    **RAW_LOCAL_FS,
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
@@ -193,11 +200,10 @@ def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:
 
 
 def _manifest_files(storage: Storage, staging: str, manifest: str) -> list[str]:
-    """The staging-relative paths of the files a manifest (Spark's sink log format: ``v1`` then one JSON
-    status a line) lists."""
+    """The staging-relative paths of the files a manifest (Spark's sink log format, read as the log reads its
+    files) lists."""
     prefix = staging.rstrip("/") + "/"
-    lines = storage.read_bytes(manifest).decode("utf-8").splitlines()[1:]
-    paths = [storage.from_uri(json.loads(line)["path"]) for line in lines if line]
+    paths = [storage.from_uri(entry.path) for entry in LogFiles(storage).iter_entries(manifest, 0)]
     outside = [p for p in paths if not p.startswith(prefix)]
     if outside:  # a commit protocol writing elsewhere: nothing here would find those files again
         raise ParquetSinkError(

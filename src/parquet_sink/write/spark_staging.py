@@ -41,7 +41,7 @@ from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
-from .manifest_write import write_with_manifest
+from .manifest_write import RAW_LOCAL_FS, write_with_manifest
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
 from ..storage.filesystem import Storage
@@ -56,15 +56,6 @@ _COMMITTER_OPTIONS = {  # df.write only
     # attempt that dies after moving some, or whose retry writes other files, leaves stale ones behind.
     "mapreduce.fileoutputcommitter.algorithm.version": "1",
     "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",  # no _SUCCESS file
-}
-_RAW_LOCAL = {
-    # Hadoop's checksummed local filesystem writes a hidden .crc file next to every data file; publishing
-    # leaves those behind in staging anyway. Without Hadoop's native library every file or directory the
-    # local filesystem creates costs a `chmod` process (~7 ms here), so the .crc files were a third of a
-    # partitioned batch's process spawns. The raw filesystem writes the same data files without them (an
-    # uncached instance: the cached one is the checksummed filesystem).
-    "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    "fs.file.impl.disable.cache": "true",
 }
 _IO_THREADS = 8
 _ROWS_COUNTED: dict[object, Column] = {}  # see _rows_counted
@@ -106,10 +97,9 @@ def write_staged(
     Python before the job: Hadoop's local filesystem makes a directory with a `chmod` process (no native library),
     a third of a partitioned batch's processes, and a stream's batches mostly fill the same directories."""
     df = _writer_order(df, partition_by)
-    options = {"compression": compression, **_RAW_LOCAL}
+    options = {"compression": compression, **RAW_LOCAL_FS}
     if max_records_per_file:
         options["maxRecordsPerFile"] = str(max_records_per_file)
-    staging = batch.storage.to_hadoop_path(batch.staging)
     manifest = write_with_manifest(
         df, batch.storage, batch.staging, batch.commit_id, partition_by, options, directories
     )
@@ -122,7 +112,7 @@ def write_staged(
     writer = df.observe(observation, _rows_counted(df)).write.mode("error").options(**_COMMITTER_OPTIONS, **options)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.parquet(staging)
+    writer.parquet(batch.storage.to_hadoop_path(batch.staging))
     failpoint("before_publish")
     return Staged(observation.get["rows"], None)
 
