@@ -17,7 +17,7 @@ import pytest
 
 from fsspec.implementations.memory import MemoryFileSystem
 
-from parquet_sink.log.files import parse_batch_name
+from parquet_sink.log.files import INTERVAL_RECORD, parse_batch_name
 from parquet_sink import errors
 from parquet_sink.log.snapshot import read_snapshot
 from parquet_sink.log.metadata_log import LogEntry, MetadataLog, derive_compact_interval, parse_duration_ms
@@ -225,7 +225,9 @@ def test_interval_inferred_from_existing_compacts(tmp_path):
         writer.add(b, [])
     assert MetadataLog(root, compact_interval=10).compact_interval == 3
     (tmp_path / "_spark_metadata" / "2.compact").unlink()
-    assert MetadataLog(root, compact_interval=10).compact_interval == 6  # only 5.compact left: divisor of 6
+    assert MetadataLog(root, compact_interval=10).compact_interval == 3  # only 5.compact left: the log's record
+    (tmp_path / INTERVAL_RECORD).unlink()  # a log without the record (Spark's sink, an older release)
+    assert MetadataLog(root, compact_interval=10).compact_interval == 6  # Spark's rule: the divisor of 6 from 10
     assert MetadataLog(root, compact_interval=2).compact_interval == 2
 
 

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
 from .lines import joined, stamped_lines
-from .files import COMPACT_SUFFIX, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
+from .files import COMPACT_SUFFIX, INTERVAL_RECORD, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
 from .sidecar import Checksum, Sidecar, SidecarWriter, log_memory_pool, sidecar_path
 from .threads import ahead, mapped_ahead
 from .entry import (
@@ -380,6 +380,7 @@ class CompactibleLog(LogFiles):
         self.min_batches_to_retain = options.min_batches_to_retain
         self.cleanup_enabled = cleanup
         self._interval: int | None = None
+        self._recorded: int | None = None  # the recorded interval once read (0: the record is not an interval)
         self._listing: Listing | None = None
 
     # -- interval and chain ----------------------------------------------------------------------
@@ -391,16 +392,50 @@ class CompactibleLog(LogFiles):
         return self._listing
 
     def interval_for(self, listing: Listing) -> int:
-        """The compaction interval, inferred once from existing compact files like Spark does (the
-        default while there are none)."""
+        """The compaction interval, decided once: from two compact files, their distance (Spark's rule); with
+        fewer, the interval recorded for the log (:meth:`recorded_interval`) unless the one compact file
+        contradicts it; else from that compact file as Spark derives it, or the default while the log has no
+        compact file and no record (ask again later)."""
         if self._interval is None:
-            inferred = infer_interval(self.default_compact_interval, listing)
+            compacts = sorted(b for b, path in listing.items() if is_compact_path(path))
+            recorded = self.recorded_interval() if len(compacts) < 2 else None
+            if recorded is not None and compacts and (compacts[-1] + 1) % recorded:
+                recorded = None  # a compact file under another interval (written before the record): Spark's rule
+            inferred = recorded or infer_interval(self.default_compact_interval, listing)
             if inferred is None:
-                return self.default_compact_interval  # nothing to infer from yet: ask again later
+                return self.default_compact_interval
             if inferred != self.default_compact_interval:
-                logger.info("%s: compact interval inferred as %d from existing compact files", self, inferred)
+                how = "recorded for the log" if recorded else "inferred from existing compact files"
+                logger.info("%s: compact interval %d %s (asked for %d)", self, inferred, how, self.default_compact_interval)
             self._interval = inferred
         return self._interval
+
+    def recorded_interval(self) -> int | None:
+        """The compact interval recorded in :data:`~.files.INTERVAL_RECORD` by the log's first writer (:meth:`add`), None
+        without one (a log of Spark's sink or of an older release). Read once.
+
+        Before two compact files show the interval, writers asked for different ones would name a batch ``N``
+        (a delta) and ``N.compact``: both exclusive creates succeed and readers see one of them. Every writer
+        goes by the record instead, as Spark's writers go by the compact files once there are two."""
+        if self._recorded is None:
+            try:
+                text = self.storage.read_bytes(self.storage.join(INTERVAL_RECORD))
+            except FileNotFoundError:
+                return None  # not recorded yet: ask again
+            value = text.decode("ascii", "replace").strip()
+            self._recorded = int(value) if value.isdigit() and int(value) > 0 else 0
+            if not self._recorded:
+                logger.warning("%s: %s holds %r, not an interval: ignored", self, INTERVAL_RECORD, value[:40])
+        return self._recorded or None
+
+    def _record_interval(self, listing: Listing) -> None:
+        """Record the interval this writer names batches by (the log's, when its files tell one), unless one is
+        recorded: an exclusive create, so racing first writers agree on the winner's."""
+        if self.recorded_interval() is None:
+            interval = self.interval_for(listing)
+            self.storage.put_if_absent(self.storage.join(INTERVAL_RECORD), str(interval).encode(), commit=False)
+            self._interval = None  # decided again, from the record now there (this writer's or another's)
+            self.recorded_interval()
 
     @property
     def compact_interval(self) -> int:
@@ -473,6 +508,7 @@ class CompactibleLog(LogFiles):
                 f"{latest + 1} (log batches form an unbroken chain). Commit batches in order."
             )
         stamped = [e if e.batch_id == batch_id else dataclasses.replace(e, batch_id=batch_id) for e in entries]
+        self._record_interval(listing)
         interval = self.interval_for(listing)
         path = self.batch_path(batch_id, interval)
         if removed and not self.is_compaction_batch(batch_id, interval):

@@ -53,6 +53,9 @@ METADATA_DIR = "_spark_metadata"
 # the writers' hidden area under an output root (leases, staging: parquet_sink.write.inflight); named before the
 # package's rename, kept so outputs written before it read the same
 HIDDEN_DIR = "_exactly_once"
+# in the hidden area: the compact interval every writer of the log names batches by, as digits (written once, by
+# the log's first writer: CompactibleLog.recorded_interval)
+INTERVAL_RECORD = f"{HIDDEN_DIR}/compact_interval"
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
 _PREFIX_CHUNK = 1 << 24  # bytes read at once to checksum the start of a compact file (see LogFiles._older_copy)

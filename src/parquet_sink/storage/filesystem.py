@@ -421,11 +421,12 @@ class Storage:
     # -- exclusive create ------------------------------------------------------------------------
 
     @backend_errors
-    def put_if_absent(self, path: str, data: bytes | Iterable[bytes]) -> bool:
+    def put_if_absent(self, path: str, data: bytes | Iterable[bytes], *, commit: bool = True) -> bool:
         """Atomically create ``path`` with ``data``; False (and nothing changed) if it already exists.
 
         ``data`` may be an iterable of chunks, which local disk streams to the temp file (bounded memory).
-        The object is never visible half-written and is never overwritten.
+        The object is never visible half-written and is never overwritten. ``commit``: a log commit (failpoint
+        ``commit_publish`` fires before it), not a record beside the log.
 
         Example::
 
@@ -435,7 +436,7 @@ class Storage:
             False
         """
         commits.probe(self)
-        return commits.create_exclusive(self, path, data, publish_failpoint=True)
+        return commits.create_exclusive(self, path, data, publish_failpoint=commit)
 
     def check_reachable(self, timeout: float | None = None) -> None:
         """Fail fast when the store cannot be reached: StorageError within ``timeout`` seconds (default

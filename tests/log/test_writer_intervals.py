@@ -1,0 +1,128 @@
+"""Writers asked for different compact intervals on one output: every batch is named by the interval the
+log's first writer recorded (``_exactly_once/compact_interval``), never ``N`` by one writer and ``N.compact``
+by another.
+
+Before two compact files show the interval, each writer used to go by its own: with ``write_batch(...,
+compact_interval=3)`` then ``compact_interval=10`` (or a stream beside an optimize), batch 2 was a delta for one
+and a compact file for the other; the log then held both forms of a batch (readers see one of them: rows lost)
+or a writer compacting by the other's chain stopped on a MissingLogFileError.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parquet_sink import LogEntry, read_committed, write_batch
+from parquet_sink.log.compaction import CompactibleLog, LogOptions
+from parquet_sink.log.files import INTERVAL_RECORD
+from parquet_sink.storage.filesystem import Storage
+
+
+def _names(out: str) -> dict[int, list[str]]:
+    """Batch id -> the forms of it in the log (``N``, ``N.compact``)."""
+    forms: dict[int, list[str]] = {}
+    log = CompactibleLog(Storage(out))
+    for name in log.storage.ls_names(log.log_dir):
+        base = name.rsplit("/", 1)[-1]
+        stem = base[: -len(".compact")] if base.endswith(".compact") else base
+        if stem.isdigit():
+            forms.setdefault(int(stem), []).append(base)
+    return forms
+
+
+def _append(out: str, app: str, version: int, ids: range, interval: int) -> int:
+    table = pa.table({"id": pa.array(ids, pa.int64())})
+    result = write_batch(out, table, app_id=app, version=version, compact_interval=interval)
+    assert result.committed
+    return result.log_batch_id
+
+
+def _check(out: str, interval: int, expected: list[int]) -> None:
+    """One form per batch, named by ``interval``; every row once."""
+    forms = _names(out)
+    assert all(len(f) == 1 for f in forms.values()), forms
+    for batch, (name,) in forms.items():
+        assert name.endswith(".compact") == ((batch + 1) % interval == 0), (batch, name, interval)
+    ids = sorted(read_committed(out, columns=["id"]).column("id").to_pylist())
+    assert ids == sorted(expected)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    intervals=st.tuples(st.integers(2, 5), st.integers(2, 12)),
+    writers=st.lists(st.sampled_from([0, 1]), min_size=1, max_size=14),
+)
+def test_writers_with_other_intervals_name_batches_by_the_first_writers(tmp_path_factory, intervals, writers):
+    out = str(tmp_path_factory.mktemp("intervals") / "out")
+    versions = [0, 0]
+    expected: list[int] = []
+    for n, who in enumerate(writers):
+        ids = range(n * 3, n * 3 + 3)
+        batch = _append(out, f"app-{who}", versions[who], ids, intervals[who])
+        assert batch == n
+        versions[who] += 1
+        expected += ids
+    _check(out, intervals[writers[0]], expected)
+
+
+def test_the_first_writer_records_the_interval(out):
+    _append(out, "a", 0, range(3), 4)
+    marker = Storage(out).join(INTERVAL_RECORD)
+    assert Storage(out).read_bytes(marker) == b"4"
+    log = CompactibleLog(Storage(out), LogOptions(compact_interval=10))
+    assert log.recorded_interval() == 4
+    assert log.interval_for(log.list_names()) == 4  # a writer asked for 10 goes by the log's
+    _append(out, "b", 0, range(3, 6), 10)
+    assert Storage(out).read_bytes(marker) == b"4"  # written once
+
+
+def test_spark_reads_what_writers_with_other_intervals_wrote(out, spark):
+    _append(out, "a", 0, range(0, 3), 3)
+    for version in range(4):
+        _append(out, "b", version, range(3 + 3 * version, 6 + 3 * version), 10)
+    assert _names(out) == {0: ["0"], 1: ["1"], 2: ["2.compact"], 3: ["3"], 4: ["4"]}
+    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == list(range(15))
+
+
+def test_a_log_without_records_goes_by_the_writers_own_interval_until_one_is_recorded(out):
+    """Deltas of Spark's own sink (or an older release) carry no record: the next writer names batches by its
+    own interval, as before, and records it; the writers after it go by that record."""
+    storage = Storage(out)
+    storage.makedirs(storage.join("_spark_metadata"))
+    for batch in range(2):  # as Spark's sink writes them: a data file, a delta without our keys
+        data = storage.join(f"part-{batch}.parquet")
+        pq.write_table(pa.table({"id": pa.array([-1 - batch], pa.int64())}), data)
+        line = LogEntry(storage.to_uri(data), storage.info(data).size, modification_time=1).to_json()
+        storage.put(storage.join("_spark_metadata", str(batch)), f"v1\n{line}".encode())
+    log = CompactibleLog(storage)
+    assert log.recorded_interval() is None
+    _append(out, "a", 0, range(0, 3), 4)  # batch 2: a delta under 4
+    _append(out, "b", 0, range(3, 6), 2)  # batch 3: goes by the record (4): compact
+    assert _names(out) == {0: ["0"], 1: ["1"], 2: ["2"], 3: ["3.compact"]}
+    assert sorted(read_committed(out).column("id").to_pylist()) == [-2, -1, *range(6)]
+
+
+def test_racing_writers_with_other_intervals_commit_every_batch_once(tmp_path):
+    """Two threads appending at once, one asked for interval 2, one for 7: one form per batch, every row once."""
+    for attempt in range(3):
+        out = str(tmp_path / f"out-{attempt}")
+        _append(out, "seed", 0, range(0, 1), 2)
+        done: list[int] = []
+
+        def run(app: str, interval: int, base: int) -> None:
+            for version in range(6):
+                start = base + version * 10
+                _append(out, app, version, range(start, start + 10), interval)
+                done.extend(range(start, start + 10))
+
+        threads = [threading.Thread(target=run, args=("a", 2, 1000)), threading.Thread(target=run, args=("b", 7, 5000))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        _check(out, 2, [0, *done])
