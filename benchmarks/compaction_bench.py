@@ -378,7 +378,7 @@ def run_shapes(spark, work: str, entries: int, repeats: int) -> list[ShapeResult
                         result.plan_first_seconds.median, result.plan_copy_seconds.median)
             if log_cls is not None:  # Spark compacts the next batch: its compact file starts with 9.compact's bytes
                 spark_add(spark, log_cls, status_cls, root, batch)
-                follow = os.path.join(root, "_spark_metadata", f"{batch}.compact.parquet")
+                follow = os.path.join(root, "_spark_metadata", f"{batch}.compact.columnar")
                 for rep in range(repeats):
                     if os.path.exists(follow):
                         os.remove(follow)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parquet_sink import LogEntry, read_committed, write_batch
+from parquet_sink import LogEntry, MetadataLog, read_committed, write_batch
 from parquet_sink.log.compaction import CompactibleLog, LogOptions
 from parquet_sink.log.files import INTERVAL_RECORD
 from parquet_sink.storage.filesystem import Storage
@@ -126,3 +126,36 @@ def test_racing_writers_with_other_intervals_commit_every_batch_once(tmp_path):
         for t in threads:
             t.join()
         _check(out, 2, [0, *done])
+
+
+def test_a_writer_that_inferred_another_interval_goes_by_a_record_made_since(out):
+    """A log of an older release (no record) with one compact file left: a writer asked for 10 infers 6 from
+    ``5.compact`` (Spark's rule), one asked for 3 keeps 3 and records it; the first then names batches by 3."""
+    storage = Storage(out)
+    writer = MetadataLog(out, compact_interval=3, cleanup=False)
+    for batch in range(6):
+        writer.add(batch, [])
+    storage.delete(storage.join(INTERVAL_RECORD))
+    for name in ("0", "1", "2.compact", "2.compact.columnar"):
+        storage.delete(storage.join("_spark_metadata", name))
+    other = MetadataLog(out, compact_interval=10, cleanup=False)
+    assert other.interval_for(MetadataLog(out, cleanup=False).list_names()) == 6  # Spark's deriveCompactInterval
+    assert MetadataLog(out, compact_interval=3, cleanup=False).add(6, [])
+    assert storage.read_bytes(storage.join(INTERVAL_RECORD)) == b"3"
+    assert other.add(7, []) and other.add(8, [])
+    assert _names(out)[8] == ["8.compact"]
+
+
+def test_a_record_that_is_not_an_interval_is_ignored_with_a_warning(out, caplog):
+    _append(out, "a", 0, range(3), 3)
+    storage = Storage(out)
+    storage.delete(storage.join(INTERVAL_RECORD))
+    storage.put(storage.join(INTERVAL_RECORD), b"three")
+    log = CompactibleLog(storage, LogOptions(compact_interval=4))
+    with caplog.at_level("WARNING"):
+        assert log.recorded_interval() is None
+    assert "not an interval" in caplog.text and "three" in caplog.text
+    _append(out, "a", 1, range(3, 6), 4)  # goes by its own interval, as without a record
+    _append(out, "a", 2, range(6, 9), 4)
+    _append(out, "a", 3, range(9, 12), 4)
+    assert _names(out)[3] == ["3.compact"]

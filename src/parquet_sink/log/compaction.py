@@ -406,13 +406,15 @@ class CompactibleLog(LogFiles):
                 return self.default_compact_interval
             if inferred != self.default_compact_interval:
                 how = "recorded for the log" if recorded else "inferred from existing compact files"
-                logger.info("%s: compact interval %d %s (asked for %d)", self, inferred, how, self.default_compact_interval)
+                logger.info(
+                    "%s: compact interval %d %s (asked for %d)", self, inferred, how, self.default_compact_interval
+                )
             self._interval = inferred
         return self._interval
 
     def recorded_interval(self) -> int | None:
-        """The compact interval recorded in :data:`~.files.INTERVAL_RECORD` by the log's first writer (:meth:`add`), None
-        without one (a log of Spark's sink or of an older release). Read once.
+        """The compact interval the log's first writer recorded (:data:`~.files.INTERVAL_RECORD`, :meth:`add`),
+        None without one (a log of Spark's sink or of an older release). Read once.
 
         Before two compact files show the interval, writers asked for different ones would name a batch ``N``
         (a delta) and ``N.compact``: both exclusive creates succeed and readers see one of them. Every writer
@@ -431,11 +433,13 @@ class CompactibleLog(LogFiles):
     def _record_interval(self, listing: Listing) -> None:
         """Record the interval this writer names batches by (the log's, when its files tell one), unless one is
         recorded: an exclusive create, so racing first writers agree on the winner's."""
+        if self._recorded is not None:
+            return  # read before: this writer goes by it
         if self.recorded_interval() is None:
             interval = self.interval_for(listing)
             self.storage.put_if_absent(self.storage.join(INTERVAL_RECORD), str(interval).encode(), commit=False)
-            self._interval = None  # decided again, from the record now there (this writer's or another's)
             self.recorded_interval()
+        self._interval = None  # decided again with the record there (this writer's or another's)
 
     @property
     def compact_interval(self) -> int:
