@@ -23,10 +23,10 @@ from parquet_sink.log.files import INTERVAL_RECORD
 from parquet_sink.storage.filesystem import Storage
 
 
-def _names(out: str) -> dict[int, list[str]]:
+def _names(out: str, options: dict | None = None) -> dict[int, list[str]]:
     """Batch id -> the forms of it in the log (``N``, ``N.compact``)."""
     forms: dict[int, list[str]] = {}
-    log = CompactibleLog(Storage(out))
+    log = CompactibleLog(Storage(out, options))
     for name in log.storage.ls_names(log.log_dir):
         base = name.rsplit("/", 1)[-1]
         stem = base[: -len(".compact")] if base.endswith(".compact") else base
@@ -159,3 +159,33 @@ def test_a_record_that_is_not_an_interval_is_ignored_with_a_warning(out, caplog)
     _append(out, "a", 2, range(6, 9), 4)
     _append(out, "a", 3, range(9, 12), 4)
     assert _names(out)[3] == ["3.compact"]
+
+
+def test_first_writers_racing_on_each_store_agree_on_one_interval(backend):
+    """Two first writers of a new output at once, asked for 1 and 4 (batch 0 is ``0.compact`` for one and ``0``
+    for the other): one record, the winner's, and every batch in its form on local disk, Azurite and moto."""
+    url, options = backend.url, backend.storage_options
+    errors: list[BaseException] = []
+
+    def run(app: str, interval: int) -> None:
+        try:
+            for version in range(3):
+                table = pa.table({"id": pa.array([hash((app, version)) % 1000], pa.int64())})
+                write_batch(url, table, app_id=app, version=version, compact_interval=interval, storage_options=options)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=("a", 1)), threading.Thread(target=run, args=("b", 4))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    storage = Storage(url, options)
+    interval = int(storage.read_bytes(storage.join(INTERVAL_RECORD)))
+    assert interval in (1, 4)
+    forms = _names(url, options)
+    assert sorted(forms) == list(range(6))
+    for batch, names in forms.items():
+        assert names == [f"{batch}.compact" if (batch + 1) % interval == 0 else str(batch)], (batch, names, interval)
+    assert read_committed(url, storage_options=options).num_rows == 6
