@@ -822,7 +822,7 @@ def raw_json(ctx: dict[str, Any]) -> str:
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             return {f.name: conv(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "schema_string_rows"}
         if isinstance(obj, dict):
-            return {(k if isinstance(k, str) else "/".join(map(str, k))): conv(v) for k, v in obj.items()}
+            return {("/".join(map(str, k)) if isinstance(k, tuple) else str(k)): conv(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [conv(v) for v in obj]
         if isinstance(obj, (int, float, str, bool)) or obj is None:
