@@ -124,7 +124,8 @@ def section(results: FilterResults) -> str:
         "`DeltaTable(out).to_pyarrow_dataset().to_table(filter=f)`. Each from scratch, interleaved repeats; "
         "median (min-max); ratio = delta-rs / ours per repeat (> 1: ours faster). Then the same against delta-rs's "
         "DataFusion engine (`QueryBuilder().register(\"t\", DeltaTable(out))`, `SELECT count(*)` and "
-        "`SELECT * ... WHERE id >= a AND id < b`), which prunes files by the Delta log's statistics.\n",
+        "`SELECT * ... WHERE id >= a AND id < b`), which prunes files by the Delta log's statistics. No Spark: a full "
+        "run measures this section first, before its Spark session starts.\n",
     ]
     for theirs_name, title in (("delta-rs", "delta-rs (pyarrow dataset)"), ("delta-rs-sql", "delta-rs (DataFusion SQL)")):
         lines += [

@@ -148,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     spark = None
     try:
+        if "filter" in args.sections:  # no Spark: measured before the session and the other sections' leftovers
+            os.sync()
+            sizes = [int(n) for n in args.filter_files.split(",")]
+            ctx["filter"] = filter_bench.run(work, sizes, args.repeats)
         spark = make_session(args.driver_memory)
         logger.info("SparkSession up (driver memory %s) after %.1fs", args.driver_memory, time.monotonic() - started)
         if "sink" in args.sections:
@@ -184,10 +188,6 @@ def main(argv: list[str] | None = None) -> int:
             ctx["delta"] = delta_bench.run(work, args.delta_batches, args.delta_rows, args.repeats)
             sizes = [int(x) for x in args.delta_sizes.split(",")]
             ctx["delta_scaling"] = delta_bench.run_scaling(work, sizes, delta_bench.SCALING_BATCHES)
-        if "filter" in args.sections:
-            os.sync()
-            sizes = [int(n) for n in args.filter_files.split(",")]
-            ctx["filter"] = filter_bench.run(work, sizes, args.repeats)
         if "optimize" in args.sections:
             os.sync()
             ctx["optimize"] = optimize_bench.run(spark, work, args.optimize_files, args.optimize_rows, args.repeats)
