@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from parquet_sink import LogEntry, MetadataLog, read_committed, write_batch
 from parquet_sink.log.compaction import CompactibleLog, LogOptions
-from parquet_sink.log.files import INTERVAL_RECORD
+from parquet_sink.log.files import INTERVAL_RECORD, parse_batch_name
 from parquet_sink.storage.filesystem import Storage
 
 
@@ -28,10 +28,9 @@ def _names(out: str, options: dict | None = None) -> dict[int, list[str]]:
     forms: dict[int, list[str]] = {}
     log = CompactibleLog(Storage(out, options))
     for name in log.storage.ls_names(log.log_dir):
-        base = name.rsplit("/", 1)[-1]
-        stem = base[: -len(".compact")] if base.endswith(".compact") else base
-        if stem.isdigit():
-            forms.setdefault(int(stem), []).append(base)
+        parsed = parse_batch_name(name)
+        if parsed:
+            forms.setdefault(parsed[0], []).append(name.rsplit("/", 1)[-1])
     return forms
 
 
@@ -42,13 +41,13 @@ def _append(out: str, app: str, version: int, ids: range, interval: int) -> int:
     return result.log_batch_id
 
 
-def _check(out: str, interval: int, expected: list[int]) -> None:
+def _check(out: str, interval: int, expected: list[int], options: dict | None = None) -> None:
     """One form per batch, named by ``interval``; every row once."""
-    forms = _names(out)
+    forms = _names(out, options)
     assert all(len(f) == 1 for f in forms.values()), forms
     for batch, (name,) in forms.items():
         assert name.endswith(".compact") == ((batch + 1) % interval == 0), (batch, name, interval)
-    ids = sorted(read_committed(out, columns=["id"]).column("id").to_pylist())
+    ids = sorted(read_committed(out, columns=["id"], storage_options=options).column("id").to_pylist())
     assert ids == sorted(expected)
 
 
@@ -167,15 +166,15 @@ def test_first_writers_racing_on_each_store_agree_on_one_interval(backend):
     url, options = backend.url, backend.storage_options
     errors: list[BaseException] = []
 
-    def run(app: str, interval: int) -> None:
+    def run(app: str, interval: int, base: int) -> None:
         try:
             for version in range(3):
-                table = pa.table({"id": pa.array([hash((app, version)) % 1000], pa.int64())})
+                table = pa.table({"id": pa.array([base + version], pa.int64())})
                 write_batch(url, table, app_id=app, version=version, compact_interval=interval, storage_options=options)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=("a", 1)), threading.Thread(target=run, args=("b", 4))]
+    threads = [threading.Thread(target=run, args=("a", 1, 0)), threading.Thread(target=run, args=("b", 4, 10))]
     for t in threads:
         t.start()
     for t in threads:
@@ -184,8 +183,5 @@ def test_first_writers_racing_on_each_store_agree_on_one_interval(backend):
     storage = Storage(url, options)
     interval = int(storage.read_bytes(storage.join(INTERVAL_RECORD)))
     assert interval in (1, 4)
-    forms = _names(url, options)
-    assert sorted(forms) == list(range(6))
-    for batch, names in forms.items():
-        assert names == [f"{batch}.compact" if (batch + 1) % interval == 0 else str(batch)], (batch, names, interval)
-    assert read_committed(url, storage_options=options).num_rows == 6
+    assert sorted(_names(url, options)) == list(range(6))
+    _check(url, interval, [0, 1, 2, 10, 11, 12], options)

@@ -397,20 +397,24 @@ class CompactibleLog(LogFiles):
         contradicts it; else from that compact file as Spark derives it, or the default while the log has no
         compact file and no record (ask again later)."""
         if self._interval is None:
-            compacts = sorted(b for b, path in listing.items() if is_compact_path(path))
-            recorded = self.recorded_interval() if len(compacts) < 2 else None
-            if recorded is not None and compacts and (compacts[-1] + 1) % recorded:
-                recorded = None  # a compact file under another interval (written before the record): Spark's rule
-            inferred = recorded or infer_interval(self.default_compact_interval, listing)
+            inferred = self.listing_interval(listing)
             if inferred is None:
                 return self.default_compact_interval
             if inferred != self.default_compact_interval:
-                how = "recorded for the log" if recorded else "inferred from existing compact files"
-                logger.info(
-                    "%s: compact interval %d %s (asked for %d)", self, inferred, how, self.default_compact_interval
-                )
+                logger.info("%s: compact interval %d (asked for %d)", self, inferred, self.default_compact_interval)
             self._interval = inferred
         return self._interval
+
+    def listing_interval(self, listing: Listing) -> int | None:
+        """The interval ``listing`` shows, not cached (readers ask per listing: cleanup may leave one compact
+        file): two compact files' distance; with fewer, the recorded interval unless the one compact file
+        contradicts it (written before the record: Spark's rule); else :func:`infer_interval`; None for a log
+        without compact files and without a record."""
+        compacts = [b for b, path in listing.items() if is_compact_path(path)]
+        recorded = self.recorded_interval() if len(compacts) < 2 else None
+        if recorded is not None and compacts and (compacts[0] + 1) % recorded:
+            recorded = None
+        return recorded or infer_interval(self.default_compact_interval, listing)
 
     def recorded_interval(self) -> int | None:
         """The compact interval the log's first writer recorded (:data:`~.files.INTERVAL_RECORD`, :meth:`add`),
@@ -465,7 +469,7 @@ class CompactibleLog(LogFiles):
         A log without any compact file (a writer with a larger interval that has not compacted yet) is
         read as the plain deltas ``0..latest``, unless ``interval`` is given explicitly.
         """
-        if interval is None and infer_interval(self.default_compact_interval, listing) is None:
+        if interval is None and self.listing_interval(listing) is None:
             if all(b in listing and not is_compact_path(listing[b]) for b in range(latest + 1)):
                 return [(b, listing[b]) for b in range(latest + 1)]
         interval = interval or self.interval_for(listing)

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import MissingLogFileError, OutsideRootError, SnapshotError, SnapshotNotFoundError
-from .compaction import CompactibleLog, infer_interval
+from .compaction import CompactibleLog
 from .files import Listing
 from .lines import joined, scan_pieces
 from .sidecar import columns_pool
@@ -85,7 +85,7 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
             return LogSnapshot(listing, None, _empty(columns))
         # inferred from this listing, not cached: cleanup may leave one compact file, and the interval it
         # suggests (Spark's deriveCompactInterval) may not hold for the next one
-        step = interval or infer_interval(log.default_compact_interval, listing)
+        step = interval or log.listing_interval(listing)
         try:
             return LogSnapshot(listing, latest, read_log_files(log, latest, listing, step, columns))
         except (FileNotFoundError, MissingLogFileError) as exc:
