@@ -45,6 +45,7 @@ from .manifest_write import RAW_LOCAL_FS, write_with_manifest
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
 from ..storage.filesystem import Storage
+from ..storage.writeback import EarlyWriteback
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -100,9 +101,10 @@ def write_staged(
     options = {"compression": compression, **RAW_LOCAL_FS}
     if max_records_per_file:
         options["maxRecordsPerFile"] = str(max_records_per_file)
-    manifest = write_with_manifest(
-        df, batch.storage, batch.staging, batch.commit_id, partition_by, options, directories
-    )
+    with EarlyWriteback(batch.storage, batch.staging):
+        manifest = write_with_manifest(
+            df, batch.storage, batch.staging, batch.commit_id, partition_by, options, directories
+        )
     if manifest is not None:
         failpoint("before_publish")
         return Staged(manifest.rows, manifest.files)
@@ -112,7 +114,8 @@ def write_staged(
     writer = df.observe(observation, _rows_counted(df)).write.mode("error").options(**_COMMITTER_OPTIONS, **options)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.parquet(batch.storage.to_hadoop_path(batch.staging))
+    with EarlyWriteback(batch.storage, batch.staging):
+        writer.parquet(batch.storage.to_hadoop_path(batch.staging))
     failpoint("before_publish")
     return Staged(observation.get["rows"], None)
 
