@@ -6,6 +6,7 @@ from typing import Any
 
 from .common import Stat, percentile, ratio_stat
 from .filter_bench import section as filter_section
+from .object_store_bench import section as store_section
 from .stream_bench import EMPTY
 
 NAMES = {
@@ -97,6 +98,15 @@ def headline(ctx: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             ("Sink throughput vs pyarrow ceiling", ours.fmt("rows/s", 3), ceiling.fmt("rows/s", 3),
              _x(ratio_stat(ours, ceiling, True)), "share of the no-Spark limit")
         )
+    store = ctx.get("store")
+    if store:
+        for suffix, layout in (("", "unpartitioned"), ("-part", "partitioned")):
+            if store.runs.get("ours" + suffix):
+                rows.append(
+                    (f"Sink time / Spark file-sink time on moto S3 (Spark through S3A), ours (Arrow path), {layout}",
+                     store.wall("ours" + suffix).fmt(), store.wall("spark" + suffix).fmt(),
+                     _x(store.ratio("ours" + suffix)), "ours/theirs wall time; goal <= 1.0")
+                )
     planning = ctx.get("planning")
     if planning:
         for i, h in enumerate(planning.histories):
@@ -203,6 +213,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
     sink = ctx.get("sink")
     if sink:
         _sink_section(w, sink)
+    if ctx.get("store"):
+        w(store_section(ctx["store"]))
     planning = ctx.get("planning")
     if planning:
         _planning_section(w, planning)

