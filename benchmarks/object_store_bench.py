@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import zipfile
 from dataclasses import dataclass, field
 
@@ -37,7 +36,7 @@ from parquet_sink import ParquetSink, read_committed
 
 from .common import Stat
 from .data import generate_input
-from .sink_bench import RecordingSink, _cpu_seconds, _processes
+from .sink_bench import RecordingSink, timed_query
 
 logger = logging.getLogger("benchmarks.object_store")
 
@@ -148,13 +147,7 @@ def _run(spark, kind: str, input_dir: str, schema, bucket: str, work: str, tag: 
         out = f"s3://{bucket}/ours-{kind}-{tag}"
         sink = ParquetSink(out, partition_by=partition_by, storage_options=storage_options)
         writer = writer.foreachBatch(RecordingSink(sink))
-    cpu_before = _cpu_seconds(processes := _processes(spark))
-    started = time.perf_counter()
-    query = writer.start()
-    query.awaitTermination()
-    wall = time.perf_counter() - started
-    processes += [p for p in _processes(spark) if p not in processes]
-    cpu = _cpu_seconds(processes) - cpu_before
+    query, wall, cpu = timed_query(spark, writer)
     progress = list(query.recentProgress)
     rows = sum(p["numInputRows"] for p in progress)
     # every row once, read back the way each contender's readers read it

@@ -149,6 +149,18 @@ def _processes(spark) -> list[int]:
     return [jvm, os.getpid(), *children, *(g for c in children for g in _children(c))]
 
 
+def timed_query(spark, writer) -> tuple[Any, float, float]:
+    """Start the streaming ``writer`` and wait for it: (query, wall seconds, CPU seconds of the JVM, its Python
+    workers and this process)."""
+    cpu_before = _cpu_seconds(processes := _processes(spark))
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    wall = time.perf_counter() - started
+    processes += [p for p in _processes(spark) if p not in processes]
+    return query, wall, _cpu_seconds(processes) - cpu_before
+
+
 @dataclass
 class SinkResults:
     batches: int
@@ -211,13 +223,7 @@ def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> 
         writer = writer.foreachBatch(recorder)
     else:
         raise ValueError(kind)
-    cpu_before = _cpu_seconds(processes := _processes(spark))
-    started = time.perf_counter()
-    query = writer.start()
-    query.awaitTermination()
-    wall = time.perf_counter() - started
-    processes += [p for p in _processes(spark) if p not in processes]
-    cpu = _cpu_seconds(processes) - cpu_before
+    query, wall, cpu = timed_query(spark, writer)
     progress = list(query.recentProgress)
     batches = []
     for p in progress:
