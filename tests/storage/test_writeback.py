@@ -9,7 +9,7 @@ import time
 import uuid
 
 from parquet_sink.storage.filesystem import Storage
-from parquet_sink.storage.writeback import EarlyWriteback
+from parquet_sink.storage.writeback import EarlyWriteback, next_pause
 
 
 def _write(path: str, data: bytes, mode: str = "wb") -> None:
@@ -62,3 +62,9 @@ def test_nothing_runs_on_an_object_store():
     with EarlyWriteback(Storage(f"memory://out-{uuid.uuid4().hex}"), "/staging") as writeback:
         assert not writeback.enabled
         assert writeback._thread is None
+
+
+def test_a_slow_look_is_followed_by_a_longer_pause():
+    assert next_pause(0.02, 0.001) == 0.02
+    assert next_pause(0.02, 0.01) == 0.09
+    assert next_pause(0.02, 0.5) == 4.5
