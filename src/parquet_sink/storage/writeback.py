@@ -30,6 +30,8 @@ _INTERVAL_SECONDS = 0.02
 # A look that takes longer (thousands of partition directories) is followed by a pause of this many times its
 # duration: the thread keeps to about a tenth of a core whatever the layout.
 _PAUSE_PER_LOOK = 9
+# macOS has no fdatasync
+_SYNC_DATA = getattr(os, "fdatasync", os.fsync)
 
 
 class EarlyWriteback:
@@ -71,7 +73,7 @@ class EarlyWriteback:
             try:
                 fd = os.open(path, os.O_RDONLY)
                 try:
-                    os.fdatasync(fd)
+                    _SYNC_DATA(fd)
                 finally:
                     os.close(fd)
             except OSError:
