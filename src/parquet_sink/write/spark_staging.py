@@ -101,22 +101,27 @@ def write_staged(
     options = {"compression": compression, **RAW_LOCAL_FS}
     if max_records_per_file:
         options["maxRecordsPerFile"] = str(max_records_per_file)
-    with EarlyWriteback(batch.storage, batch.staging):
+    with EarlyWriteback(batch.storage, batch.staging):  # the files go to disk while Spark's job writes them
         manifest = write_with_manifest(
             df, batch.storage, batch.staging, batch.commit_id, partition_by, options, directories
         )
-    if manifest is not None:
-        failpoint("before_publish")
-        return Staged(manifest.rows, manifest.files)
+        if manifest is None:  # Spark Connect, or another Spark: df.write
+            staged = _write_observed(df, batch, partition_by, options)
+        else:
+            staged = Staged(manifest.rows, manifest.files)
+    failpoint("before_publish")
+    return staged
+
+
+def _write_observed(df: DataFrame, batch: InFlightBatch, partition_by: tuple[str, ...], options: dict[str, str]) -> Staged:
+    """``df.write`` into staging (output committer algorithm 1), the rows counted by an ``Observation``."""
     from pyspark.sql import Observation
 
     observation = Observation(f"parquet_sink_{batch.commit_id}")
     writer = df.observe(observation, _rows_counted(df)).write.mode("error").options(**_COMMITTER_OPTIONS, **options)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    with EarlyWriteback(batch.storage, batch.staging):
-        writer.parquet(batch.storage.to_hadoop_path(batch.staging))
-    failpoint("before_publish")
+    writer.parquet(batch.storage.to_hadoop_path(batch.staging))
     return Staged(observation.get["rows"], None)
 
 
