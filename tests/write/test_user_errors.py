@@ -18,7 +18,6 @@ import pytest
 from parquet_sink import ParquetSink, await_termination, history, original_error, read_committed
 from parquet_sink.errors import (
     ForeignQueryError,
-    ParameterError,
     SchemaMismatchError,
     SinkUsageError,
     TemporaryCheckpointWarning,
@@ -96,11 +95,6 @@ def test_misuse_gets_a_typed_error_that_says_what_to_do(spark, tmp_path):
     logged = history(out).to_pylist()[::-1]
     assert [(h["query_batch_id"], h["rows"], h["files"]) for h in logged] == [(0, 5, 1), (1, 5, 1)]
     assert all(p.timestamp <= h["commit_time"] for p, h in zip(sink.recent_progress, logged))
-
-
-def test_spark_writer_on_an_object_store_is_refused_at_construction():
-    with pytest.raises(ParameterError, match="writer='spark' needs a store with atomic renames"):
-        ParquetSink("s3://bucket/out", writer="spark")
 
 
 _CHILD = textwrap.dedent(

@@ -9,17 +9,20 @@ accepted attempts to a ``FileStreamSinkLog``. No ``_temporary`` directories, no 
 and the row count comes from the accepted attempts' own write statistics (``BasicWriteJobStatsTracker``), not
 from an aggregate added to the job.
 
-:func:`write_with_manifest` runs exactly that through py4j, into the batch's hidden staging directory, with a
-``FileStreamSinkLog`` of its own there (``<staging>/_manifest/0``): the list of files it returns is that
-manifest, the accepted attempts' files and nothing else (a dead attempt's file left in staging is not in it).
-:mod:`parquet_sink.write.spark_staging` publishes them. Spark Connect has no JVM to call; a Spark whose
-``FileFormatWriter.write`` has another signature, or a ``commitProtocolClass`` that is not a manifest protocol,
-neither: both get ``df.write`` (:func:`parquet_sink.write.spark_staging.write_staged`).
+:func:`write_with_manifest` runs exactly that through py4j, with a ``FileStreamSinkLog`` of its own (the
+*manifest*): the list of files it returns is that manifest, the accepted attempts' files and nothing else (a dead
+attempt's file is not in it). On local disk the output is the batch's hidden staging directory and the manifest
+``<staging>/_manifest/0``; :mod:`parquet_sink.write.spark_staging` publishes the files. On an object store the
+output is the root itself, written through the session's Hadoop filesystem (S3A, ABFS) as Spark's sink writes
+there, and the manifest lives in a directory on the driver's disk (:mod:`parquet_sink.write.spark_in_place`).
+Spark Connect has no JVM to call; a Spark whose ``FileFormatWriter.write`` has another signature, or a
+``commitProtocolClass`` that is not a manifest protocol, neither: on local disk both get ``df.write``
+(:func:`parquet_sink.write.spark_staging.write_staged`), on a store the Arrow path.
 
 Example::
 
     >>> written = write_with_manifest(df, storage, "/data/out/_exactly_once/staging/ab12", "ab12", (), {"compression": "snappy"})
-    >>> written.rows, written.files
+    >>> written.rows, [f.path for f in written.files]
     (100, ['part-00000-6f1c....c000.snappy.parquet'])
 """
 
@@ -64,11 +67,21 @@ _JVM: dict[object, _Jvm | None] = {}  # per SparkContext: the JVM objects every 
 
 
 @dataclass(frozen=True)
+class ManifestFile:
+    """One file of an accepted task attempt: its path relative to the job's output directory, and the size and
+    modification time (ms) its task commit read from the filesystem."""
+
+    path: str
+    size: int
+    modification_time: int
+
+
+@dataclass(frozen=True)
 class ManifestWrite:
-    """What Spark's job wrote: the rows (its write statistics) and each file's path relative to staging."""
+    """What Spark's job wrote: the rows (its write statistics) and its files, sorted by path."""
 
     rows: int
-    files: list[str]
+    files: list[ManifestFile]
 
 
 class _Jvm:
@@ -83,6 +96,7 @@ class _Jvm:
         self.converters = java_class("scala.jdk.javaapi.CollectionConverters")
         self.scala_maps = java_class("scala.collection.immutable.Map")
         self.option = java_class("scala.Option")
+        self.path = java_class("org.apache.hadoop.fs.Path")
         self.writer = java_class(_WRITER)
         self.output_spec = java_class(_WRITER + "$OutputSpec")
         self.sink_log = java_class("org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog")
@@ -146,46 +160,75 @@ def _jvm_of(df: DataFrame) -> _Jvm | None:
 def write_with_manifest(
     df: DataFrame,
     storage: Storage,
-    staging: str,
+    output: str,
     job_id: str,
     partition_by: tuple[str, ...],
     options: dict[str, str],
     directories: tuple[str, ...] = (),
+    manifest: str | None = None,
 ) -> ManifestWrite | None:
-    """Write ``df`` as Spark's file sink writes a micro-batch, under ``staging`` (a directory of ``storage``,
-    which must not exist), with the Parquet writer ``options`` (also copied into the job's Hadoop
-    configuration, as ``df.write`` does); None (nothing written) where this path is not available (see the
-    module docstring): the caller writes with ``df.write``. ``directories`` (relative to ``staging``) are made
-    first, from Python: Hadoop's local filesystem would make each with a `chmod` process."""
+    """Write ``df`` as Spark's file sink writes a micro-batch, under ``output`` (a directory of ``storage``), with
+    the Parquet writer ``options`` (also copied into the job's Hadoop configuration, as ``df.write`` does); None
+    (nothing written) where this path is not available (see the module docstring): the caller writes otherwise.
+    ``directories`` (relative to ``output``) are made first, from Python: Hadoop's local filesystem would make each
+    with a `chmod` process. ``manifest``: an empty directory on the driver's local disk for the manifest; by
+    default ``<output>/_manifest`` on ``storage`` (``output`` must not exist then)."""
     java = _jvm_of(df)
     if java is None:
         return None
     jdf = df._jdf
     session = jdf.sparkSession()
     session_state = session.sessionState()
-    committer = _committer(java, session_state, job_id, storage.to_hadoop_path(staging))
+    committer = _committer(java, session_state, job_id, storage.to_hadoop_path(output))
     if committer is None:
         return None
     scala_options = java.scala_map(options)
     hadoop_conf = session_state.newHadoopConfWithOptions(scala_options)
-    manifest = storage.join(staging, MANIFEST_DIR)
-    for directory in (MANIFEST_DIR, *directories):  # staging itself with them
-        storage.makedirs(storage.join(staging, directory))
-    manifest_log = java.sink_log(1, java.log_session(session), storage.to_hadoop_path(manifest), java.none)
+    if manifest is None:
+        manifest_storage, manifest = storage, storage.join(output, MANIFEST_DIR)
+        directories = (MANIFEST_DIR, *directories)  # output itself with them
+    else:
+        manifest_storage = Storage(manifest)
+    for directory in directories:
+        storage.makedirs(storage.join(output, directory))
+    manifest_storage.makedirs(manifest)
+    manifest_log = java.sink_log(1, java.log_session(session), manifest_storage.to_hadoop_path(manifest), java.none)
     committer.setupManifestOptions(manifest_log, 0)
     execution = jdf.queryExecution()
-    output = execution.analyzed().output()
+    plan = execution.analyzed().output()
     columns = list(df.columns)
-    partition_columns = java.scala_list([output.apply(columns.index(c)) for c in partition_by]) if partition_by else java.no_columns
+    partition_columns = java.scala_list([plan.apply(columns.index(c)) for c in partition_by]) if partition_by else java.no_columns
     metrics = java.stats_tracker.metrics()
     tracker = java.stats_tracker(java.serializable_conf(hadoop_conf), metrics)
-    spec = java.output_spec(storage.to_hadoop_path(staging), java.scala_map({}), output)
+    spec = java.output_spec(storage.to_hadoop_path(output), java.scala_map({}), plan)
     java.writer.write(
         session, execution.executedPlan(), java.parquet, committer, spec, hadoop_conf, partition_columns,
         java.none, java.scala_list([tracker]), scala_options, *java.defaults,
     )
     rows = metrics.apply("numOutputRows").value()
-    return ManifestWrite(rows, _manifest_files(storage, staging, storage.join(manifest, "0")))
+    return ManifestWrite(rows, _manifest_files(storage, output, manifest_storage, manifest_storage.join(manifest, "0")))
+
+
+def hadoop_write_problem(df: DataFrame, storage: Storage, probe: str) -> str | None:
+    """None when Spark's writer can write into ``storage`` in place from ``df``'s session: classic PySpark with
+    the ``FileFormatWriter`` this module calls, a manifest commit protocol, and a Hadoop filesystem for the store's
+    URL that sees ``probe`` (a file just written through ``storage``: the same store, reachable with the session's
+    own credentials); else why not, in a few words."""
+    java = _jvm_of(df)
+    if java is None:
+        return "this session has no JVM to call (Spark Connect) or another Spark's FileFormatWriter"
+    session_state = df._jdf.sparkSession().sessionState()
+    if _committer(java, session_state, "probe", storage.to_hadoop_path(storage.root)) is None:
+        return "spark.sql.streaming.commitProtocolClass is not a ManifestFileCommitProtocol"
+    target = storage.to_hadoop_path(probe)
+    try:
+        path = java.path(target)
+        if path.getFileSystem(session_state.newHadoopConf()).exists(path):
+            return None
+        return f"the session's Hadoop filesystem does not see {target} (another endpoint or account?)"
+    except Exception as exc:  # py4j's Py4JJavaError: no filesystem class for the scheme, no credentials, ...
+        first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        return f"the session's Hadoop filesystem cannot read {target} ({first_line[:300]})"
 
 
 def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:
@@ -199,16 +242,17 @@ def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:
     return committer
 
 
-def _manifest_files(storage: Storage, staging: str, manifest: str) -> list[str]:
-    """The staging-relative paths of the files a manifest (Spark's sink log format, read as the log reads its
-    files) lists."""
-    prefix = staging.rstrip("/") + "/"
-    paths = [storage.from_uri(entry.path) for entry in LogFiles(storage).iter_entries(manifest, 0)]
-    outside = [p for p in paths if not p.startswith(prefix)]
+def _manifest_files(storage: Storage, output: str, manifest_storage: Storage, manifest: str) -> list[ManifestFile]:
+    """The files a manifest (Spark's sink log format, read as the log reads its files) lists, relative to
+    ``output``."""
+    prefix = output.rstrip("/") + "/"
+    entries = [(storage.from_uri(e.path), e) for e in LogFiles(manifest_storage).iter_entries(manifest, 0)]
+    outside = [path for path, _ in entries if not path.startswith(prefix)]
     if outside:  # a commit protocol writing elsewhere: nothing here would find those files again
         raise ParquetSinkError(
-            f"Spark's job wrote {outside[0]} outside the staging directory {storage.display(staging)} (its "
+            f"Spark's job wrote {outside[0]} outside its output directory {storage.display(output)} (its "
             "spark.sql.streaming.commitProtocolClass writes elsewhere): nothing was published or committed. Use "
             "Spark's ManifestFileCommitProtocol, or writer='arrow'."
         )
-    return sorted(p[len(prefix) :] for p in paths)
+    files = [ManifestFile(path[len(prefix) :], e.size, e.modification_time) for path, e in entries]
+    return sorted(files, key=lambda f: f.path)

@@ -3,8 +3,9 @@
 Per micro-batch: decide from the log whether the batch is new, a replay, or another query's; check the
 schema; take the batch's lease (:mod:`parquet_sink.write.inflight`); write Parquet, either with Spark's own
 writer into a hidden staging directory and an atomic rename of each file into place
-(:mod:`parquet_sink.write.spark_staging`, stores with atomic renames) or with pyarrow on the executors
-(:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
+(:mod:`parquet_sink.write.spark_staging`, stores with atomic renames), with Spark's own writer in place through the
+session's Hadoop filesystem (:mod:`parquet_sink.write.spark_in_place`, object stores Spark can write to), or with
+pyarrow on the executors (:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
 (atomic, exclusive; a race lost to another writer's append moves it to the next log batch, as Delta's
 optimistic transactions do: :mod:`parquet_sink.write.conflicts`) and drop the lease. A batch is visible to
 readers exactly when its log file exists. The log directory exists before the output's first data file
@@ -59,6 +60,7 @@ from ..log.compaction import LogOptions, check_positive_int
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
+from .spark_in_place import in_place_problem, write_in_place
 from .spark_staging import publish, write_staged
 from ..storage.filesystem import Storage
 from .parquet_files import WriteSpec, log_entry, parquet_codec, write_files, write_schema_file
@@ -124,10 +126,14 @@ class ParquetSink:
             after other writers' appends either way, and a commit race lost to them moves its batch to the next
             log batch (:mod:`parquet_sink.write.conflicts`).
         min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
-        writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer into a hidden staging
-            directory, then an atomic rename of each file into place (needs a store with atomic renames:
-            local disk); ``"arrow"``: pyarrow in ``mapInArrow`` tasks, straight to the final names (any
-            store); ``"auto"`` (default): ``"spark"`` where the store renames atomically, else ``"arrow"``.
+        writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer, as Spark's file sink
+            writes: on a store with atomic renames (local disk) into a hidden staging directory, then an atomic
+            rename of each file into place; on an object store straight to the final names through the session's
+            Hadoop filesystem for it (S3A for ``s3://``, ABFS for ``abfs://``: classic PySpark whose
+            configuration reaches the same store as ``storage_options``; checked at the first batch, which
+            otherwise fails with :class:`SinkUsageError` before writing). ``"arrow"``: pyarrow in ``mapInArrow``
+            tasks, straight to the final names (any store, Spark Connect too). ``"auto"`` (default): ``"spark"``
+            where it can write, else ``"arrow"``.
         checkpoint_location: the query's ``checkpointLocation`` (any fsspec or Hadoop URL, read with
             ``storage_options``). The sink takes the query id from ``<checkpoint>/metadata``, which Spark
             writes before batch 0; on classic PySpark it must equal the running query's id. Required under
@@ -203,11 +209,6 @@ class ParquetSink:
         )
         storage = Storage(path, storage_options)
         storage.require_shared("ParquetSink")
-        if writer == "spark" and not storage.renames_atomically:
-            raise ParameterError(
-                f"ParquetSink({path!r}): writer='spark' needs a store with atomic renames (local disk), and "
-                f"{storage.display(storage.root)} has none (a rename there is a copy). Use writer='auto' or 'arrow'."
-            )
         if check_storage:
             storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
         self.path = os.fspath(path)
@@ -235,10 +236,12 @@ class ParquetSink:
         self._checkpoints: dict[str | None, str | None] = {}  # query id -> its temporary checkpoint, if any
         self._warned: set[str | None] = set()
         self._directories: tuple[str, ...] = ()  # partition directories the last batch published files into
+        self._in_place: dict[Any, str | None] = {}  # SparkContext -> why Spark's writer cannot write in place (None: it can)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_state"] = state["_metadata_log"] = None  # driver caches, rebuilt on first use
+        state["_in_place"] = {}
         return state
 
     def _get_object_id(self) -> str:
@@ -314,7 +317,6 @@ class ParquetSink:
         started = time.monotonic()
         record = CommitRecord.new(target, query_id, batch_id)
         storage = self.log.storage
-        spark_writes = self._spark_writes(storage)
         if state.latest < 0:
             start_output(self.log, self.allow_existing_files, f"{self}, batch {batch_id}")
         # with a query id the lease lives until the query commits this batch, at whatever log batch a lost
@@ -322,8 +324,10 @@ class ParquetSink:
         batch = InFlightBatch.begin(
             storage, target, record.commit_id, query_id, batch_id, until_committed=query_id is not None
         )
+        path = "arrow"
         try:
-            if spark_writes:
+            path = self._writer_path(df, batch)
+            if path == "staged":
                 staged = write_staged(
                     df, batch, partition_by=self.partition_by, compression=self.compression,
                     max_records_per_file=self.max_records_per_file, directories=self._directories,
@@ -332,6 +336,11 @@ class ParquetSink:
                 statuses = publish(batch, staged, schema_file)
                 self._directories = staged.directories
                 progress.publish_seconds = time.monotonic() - publishing
+            elif path == "in_place":
+                statuses = write_in_place(
+                    df, batch, partition_by=self.partition_by, compression=self.compression,
+                    max_records_per_file=self.max_records_per_file, schema_file=schema_file,
+                )
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
                 spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
@@ -347,7 +356,7 @@ class ParquetSink:
             txn = Transaction(query_id, batch_id, data_schema, self.partition_by)
             record, progress.conflicts = self._commit(record, txn, [s.path for s in statuses], data, progress.rows)
         finally:
-            batch.end(staged=spark_writes)
+            batch.end(staged=path == "staged")
         failpoint("after_commit")
         progress.commit_seconds = time.monotonic() - started
         target = progress.log_batch_id = record.log_batch_id
@@ -371,10 +380,35 @@ class ParquetSink:
             time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
             sync_after_commit(self.path, self.storage_options, what, time_zone)
 
-    def _spark_writes(self, storage: Storage) -> bool:
-        """Whether this batch goes through the Spark writer path (see ``writer`` in the class docstring;
-        ``writer='spark'`` on a store without atomic renames is refused at construction)."""
-        return self.writer != "arrow" and storage.renames_atomically
+    def _writer_path(self, df: DataFrame, batch: InFlightBatch) -> Literal["staged", "in_place", "arrow"]:
+        """How this batch is written (``writer`` in the class docstring): Spark's writer into staging on a store
+        with atomic renames, Spark's writer in place where the session can write to the store (checked once per
+        SparkContext, with the batch's lease), else the Arrow path; ``writer='spark'`` where neither Spark path
+        can: :class:`SinkUsageError`, nothing written."""
+        if self.writer == "arrow":
+            return "arrow"
+        if batch.storage.renames_atomically:
+            return "staged"
+        classic = hasattr(df, "_jdf")
+        key = df.sparkSession.sparkContext if classic else None
+        if key not in self._in_place:
+            self._in_place[key] = in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
+            problem = self._in_place[key]
+            logger.info(
+                "%s: batches are written %s", self,
+                "by Spark's writer in place" if problem is None else f"by the Arrow path ({problem})",
+            )
+        problem = self._in_place[key]
+        if problem is None:
+            return "in_place"
+        if self.writer == "spark":
+            raise SinkUsageError(
+                f"{self}, log batch {batch.log_batch_id}: writer='spark' writes {batch.storage.display(batch.storage.root)} "
+                f"through the session's Hadoop filesystem, but {problem}. Nothing was written. Configure the session "
+                "for the store (e.g. hadoop-aws on the classpath and spark.hadoop.fs.s3a.* naming the same endpoint "
+                "and credentials as storage_options), or use writer='auto' or 'arrow'."
+            )
+        return "arrow"
 
     def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
         """This query's identity (stable across restarts from one checkpoint): the id in

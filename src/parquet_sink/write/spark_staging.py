@@ -97,7 +97,7 @@ def write_staged(
     ``directories`` (staging-relative partition directories, those of the previous batch) are made in staging from
     Python before the job: Hadoop's local filesystem makes a directory with a `chmod` process (no native library),
     a third of a partitioned batch's processes, and a stream's batches mostly fill the same directories."""
-    df = _writer_order(df, partition_by)
+    df = writer_order(df, partition_by)
     options = {"compression": compression, **RAW_LOCAL_FS}
     if max_records_per_file:
         options["maxRecordsPerFile"] = str(max_records_per_file)
@@ -108,7 +108,7 @@ def write_staged(
         if manifest is None:  # Spark Connect, or another Spark: df.write
             staged = _write_observed(df, batch, partition_by, options)
         else:
-            staged = Staged(manifest.rows, manifest.files)
+            staged = Staged(manifest.rows, [f.path for f in manifest.files])
     failpoint("before_publish")
     return staged
 
@@ -138,7 +138,7 @@ def _rows_counted(df: DataFrame) -> Column:
     return column
 
 
-def _writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
+def writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
     """``df`` ordered so that Spark's writer never goes back to a partition directory it has closed.
 
     Spark's writer sorts by the partition columns, where ``0.0`` equals ``-0.0`` and every NaN equals

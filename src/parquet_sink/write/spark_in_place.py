@@ -1,0 +1,115 @@
+"""The Spark writer path on object stores: Spark's own Parquet writer writes a batch's files in place, through
+the session's Hadoop filesystem for the store (S3A for ``s3://``, ABFS for ``abfs://``), as Spark's streaming file
+sink writes there (``FileStreamSink.addBatch`` with its ``ManifestFileCommitProtocol``).
+
+A store without atomic renames gets no staging directory (publishing would copy every byte again): each task
+writes ``part-<split>-<uuid>.c000.<codec>.parquet`` under its final name in the root (``k=v/`` directories
+for partitions), an aborted task deletes its files, and the accepted attempts' files are listed by the manifest
+(:mod:`parquet_sink.write.manifest_write`, kept on the driver's disk). Nothing is visible to a log reader until
+the log commit, exactly as on the Arrow path: the files of a batch that failed or whose driver died are
+unreferenced, protected by the batch's lease while it lives, then vacuum's. Before the commit every listed file's
+footer is read through ``storage`` (in parallel): the rows in the accepted files must equal the rows Spark's job
+wrote, and the footers give each file's statistics; the sizes and times are those the task commits read.
+
+:func:`in_place_problem` decides whether a session can: classic PySpark, a manifest commit protocol, and a
+Hadoop filesystem for the store's URL that sees the batch's lease, written a moment earlier through ``storage``
+(the same store and credentials on both sides). ``ParquetSink(writer="auto")`` uses this path where it can and
+the Arrow path elsewhere; ``writer="spark"`` requires it.
+
+Example::
+
+    >>> problem = in_place_problem(df, batch)      # None: Spark's writer can write in place
+    >>> statuses = write_in_place(df, batch, partition_by=(), compression="snappy", max_records_per_file=None)
+    >>> statuses[0].path
+    'bucket/out/part-00000-6f1c....c000.snappy.parquet'
+"""
+
+from __future__ import annotations
+
+import posixpath
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import ParquetSinkError, RowCountMismatchError
+from ..log.file_stats import encode_stats
+from .inflight import InFlightBatch
+from .manifest_write import ManifestFile, hadoop_write_problem, write_with_manifest
+from .parquet_files import FileStatus
+from .spark_staging import writer_order
+from ..storage.filesystem import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+_IO_THREADS = 8
+_TAIL = 64 * 1024  # bytes read from a file's end for its footer: one ranged GET for most files
+
+
+def in_place_problem(df: DataFrame, batch: InFlightBatch) -> str | None:
+    """None when ``df``'s session can write ``batch`` in place (see the module docstring); else why not."""
+    return hadoop_write_problem(df, batch.storage, batch.lease_path)
+
+
+def write_in_place(
+    df: DataFrame,
+    batch: InFlightBatch,
+    *,
+    partition_by: tuple[str, ...],
+    compression: str,
+    max_records_per_file: int | None,
+    schema_file: bool = False,
+) -> list[FileStatus]:
+    """Write ``df`` with Spark's Parquet writer straight into the root of ``batch``'s store and return the
+    statuses of its files with rows (the schema-only file of an empty batch too if ``schema_file``; other
+    empty files are deleted). :class:`RowCountMismatchError` if the files hold another number of rows than
+    Spark's job wrote (nothing is committed; the files are left to vacuum)."""
+    storage = batch.storage
+    options = {"compression": compression}
+    if max_records_per_file:
+        options["maxRecordsPerFile"] = str(max_records_per_file)
+    with tempfile.TemporaryDirectory(prefix="parquet-sink-manifest-") as manifest:
+        written = write_with_manifest(
+            writer_order(df, partition_by), storage, storage.root, batch.commit_id, partition_by, options,
+            manifest=posixpath.join(manifest, "m"),
+        )
+    if written is None:  # in_place_problem said yes a moment ago: only a changed session gets here
+        raise ParquetSinkError(
+            f"log batch {batch.log_batch_id} of {storage.display(storage.root)}: Spark's writer could not be called "
+            "in place (the session changed during the batch); nothing was committed. Restart the query."
+        )
+
+    def status(file: ManifestFile) -> FileStatus:
+        path = storage.join(file.path)
+        footer = _footer(storage, path, file.size)
+        return FileStatus(path, file.size, file.modification_time, footer.num_rows, encode_stats(footer))
+
+    with ThreadPoolExecutor(min(_IO_THREADS, max(1, len(written.files)))) as pool:
+        statuses = list(pool.map(status, written.files))
+    rows = sum(s.num_rows for s in statuses)
+    if rows != written.rows:
+        raise RowCountMismatchError(
+            f"log batch {batch.log_batch_id} of {storage.display(storage.root)}: Spark's job wrote {written.rows} "
+            f"rows but its {len(statuses)} data file(s) hold {rows}; nothing was committed. Something else wrote "
+            "into or deleted from the output; Spark retries the batch when the query restarts (`parquet-sink "
+            "vacuum` removes the unreferenced files)."
+        )
+    if schema_file and not rows:
+        return statuses[:1]
+    empty = [s.path for s in statuses if not s.num_rows]
+    with ThreadPoolExecutor(min(_IO_THREADS, max(1, len(empty)))) as pool:  # Spark's empty files: never committed
+        list(pool.map(storage.delete, empty))
+    return [s for s in statuses if s.num_rows]
+
+
+def _footer(storage: Storage, path: str, size: int) -> pq.FileMetaData:
+    """The footer of the Parquet file ``path`` of ``size`` bytes, from one ranged read of its end (two when the
+    footer is longer than :data:`_TAIL`): no HEAD, as the size is known."""
+    tail = storage.read_bytes(path, max(0, size - _TAIL), size)
+    length = int.from_bytes(tail[-8:-4], "little") + 8
+    if tail[-4:] == b"PAR1" and len(tail) < length <= size:
+        tail = storage.read_bytes(path, size - length, size)
+    return pq.read_metadata(pa.BufferReader(tail))
