@@ -1,13 +1,16 @@
 """The sink on an object store: the same stream into a moto S3 server through Spark's own file sink (Hadoop's
-S3A, files written in place, its log committed through S3A) and through ``ParquetSink`` (``writer="auto"``: the
-Arrow path, pyarrow in ``mapInArrow`` tasks writing through s3fs, the log committed by a conditional PUT).
+S3A, files written in place, its log committed through S3A) and through ``ParquetSink`` on both its writer paths
+for stores: ``ours`` (``writer="spark"``: Spark's writer in place through S3A,
+:mod:`parquet_sink.write.spark_in_place`; what ``writer="auto"`` picks for unpartitioned outputs in a session with
+S3A) and ``arrow`` (``writer="arrow"``: pyarrow in ``mapInArrow`` tasks writing through s3fs; what ``"auto"`` picks
+for partitioned ones); both commit the log by a conditional PUT through s3fs.
 
 This is the comparison that counts for the Arrow path: on local disk it competes with Spark's writer writing to
 local files; on a store both pay the uploads. Spark has no S3A of its own (``hadoop-aws`` and an AWS SDK are not
 in PySpark): ``tests/helpers/s3a.py`` takes its jars from PyPI and points it at the moto server.
 
 Standalone: ``python -m benchmarks.object_store_bench [--batches 6] [--rows 1000000] [--repeats 3]`` prints a
-markdown section. Repeats are paired (Spark's sink and ours back to back, which first alternates).
+markdown section. Repeats run the contenders of a layout back to back, the order rotated by one each repeat.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def _run(spark, kind: str, input_dir: str, schema, bucket: str, work: str, tag: 
         writer = writer.format("parquet").option("path", out).partitionBy(*partition_by)
     else:
         out = f"s3://{bucket}/ours-{kind}-{tag}"
-        sink = ParquetSink(out, partition_by=partition_by, storage_options=storage_options)
+        sink = ParquetSink(out, partition_by=partition_by, storage_options=storage_options,
+                           writer="arrow" if base == "arrow" else "spark")
         writer = writer.foreachBatch(RecordingSink(sink))
     query, wall, cpu = timed_query(spark, writer)
     progress = list(query.recentProgress)
@@ -102,7 +106,8 @@ def _run(spark, kind: str, input_dir: str, schema, bucket: str, work: str, tag: 
 
 
 def run(server, work: str, batches: int, rows: int, repeats: int, kinds: tuple[str, ...]) -> StoreResults:
-    """``repeats`` paired runs of every kind (``spark``, ``ours``, ``spark-part``, ``ours-part``) on moto."""
+    """``repeats`` paired runs of every kind (``spark``, ``ours``, ``arrow``, and each with ``-part``) on moto: a
+    repeat runs the kinds of a layout back to back, in an order rotated by one each repeat."""
     bucket = "bench"
     server.make_bucket(bucket)
     options = server.storage_options
@@ -117,8 +122,9 @@ def run(server, work: str, batches: int, rows: int, repeats: int, kinds: tuple[s
         results = StoreResults(batches, rows)
         for rep in range(repeats):
             for layout in ("", "-part"):
-                pair = [k + layout for k in ("spark", "ours") if k + layout in kinds]
-                for kind in pair if rep % 2 == 0 else pair[::-1]:
+                group = [k + layout for k in ("spark", "ours", "arrow") if k + layout in kinds]
+                shift = rep % max(1, len(group))
+                for kind in group[shift:] + group[:shift]:
                     results.runs.setdefault(kind, []).append(
                         _run(spark, kind, input_dir, schema, bucket, work, f"r{rep}", options)
                     )
@@ -158,12 +164,13 @@ def section(results: StoreResults) -> str:
         f"{results.batches} micro-batches x {results.rows_per_batch:,} rows (the sink section's input), local "
         "input, one moto S3 server on this host. Spark's sink: `writeStream.format(\"parquet\")` to `s3a://` "
         "(hadoop-aws 3.3.1, files in place, its log through S3A). ParquetSink: `foreachBatch(ParquetSink(\"s3://...\"))`"
-        " (`writer=\"auto\"`: the Arrow path through s3fs). Paired repeats; every run's rows read back.",
+        " (`ours`: `writer=\"spark\"`, Spark's writer in place through S3A, what `writer=\"auto\"` picks unpartitioned; "
+        "`arrow`: `writer=\"arrow\"`, pyarrow through s3fs, what `\"auto\"` picks partitioned). Repeats run the contenders back to back (order rotated); every run's rows read back.",
         "",
         "| contender | wall time | sink time / Spark's sink | CPU time / Spark's sink (moto's excluded) |",
         "|---|---|---|---|",
     ]
-    for kind in ("spark", "ours", "spark-part", "ours-part"):
+    for kind in ("spark", "ours", "arrow", "spark-part", "ours-part", "arrow-part"):
         if kind not in results.runs:
             continue
         ratio = "1.00x" if kind.startswith("spark") else results.ratio(kind).fmt("x").replace(" x", "x")
@@ -177,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--kinds", default="spark,ours,spark-part,ours-part")
+    parser.add_argument("--kinds", default="spark,ours,arrow,spark-part,ours-part,arrow-part")
     parser.add_argument("--tmpdir", help="where the input and checkpoints go (default: the system temp dir)")
     parser.add_argument("--json", help="also write the raw results there (what `benchmarks.run` reads)")
     args = parser.parse_args(argv)

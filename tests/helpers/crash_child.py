@@ -20,7 +20,9 @@ first rows went on: the way to fail a task of the Spark writer path, whose writi
 and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
 ``started`` (touched just before the query starts). ``connect``: run the query through a Spark Connect
-client of this driver (``conf`` then holds ``tests.helpers.connect_util.SERVER_CONF``).
+client of this driver (``conf`` then holds ``tests.helpers.connect_util.SERVER_CONF``). ``spark_read``
+(``{"path": url, "result": file}``): once the query drained, the ids ``spark.read.parquet(url)`` returns go to
+``file`` (JSON; for outputs only this driver's session reaches, such as ``s3a://``).
 
 Exit codes: 0 the query drained its input; 3 the query failed (``result`` names the error); killed
 children exit by SIGKILL.
@@ -125,7 +127,11 @@ def main() -> int:
         spark = connect_client(server_port(spark))
 
     try:
-        return run_query(spark, config)
+        code = run_query(spark, config)
+        read = config.get("spark_read")
+        if code == 0 and read:
+            _write_json(read["result"], [r[0] for r in spark.read.parquet(read["path"]).select("id").collect()])
+        return code
     finally:
         spark.stop()
 

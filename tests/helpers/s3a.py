@@ -50,15 +50,15 @@ def s3a_jars(cache: str = CACHE) -> list[str]:
                 if os.path.basename(member.name) in _JARS:
                     member.name = os.path.basename(member.name)
                     tar.extract(member, tmp, filter="data")
-        shutil.copy(os.path.join(tmp, _JARS[0]), wanted[0] + ".tmp")
+        shutil.copy(os.path.join(tmp, _JARS[0]), f"{wanted[0]}.{os.getpid()}.tmp")
         service = re.compile(r"^com/amazonaws/services/([^/]+)/")
-        with zipfile.ZipFile(os.path.join(tmp, _JARS[1])) as zin, zipfile.ZipFile(wanted[1] + ".tmp", "w") as zout:
+        with zipfile.ZipFile(os.path.join(tmp, _JARS[1])) as zin, zipfile.ZipFile(f"{wanted[1]}.{os.getpid()}.tmp", "w") as zout:
             for info in zin.infolist():
                 match = service.match(info.filename)
                 if match is None or match.group(1) in _SDK_SERVICES:
                     zout.writestr(info, zin.read(info.filename), compress_type=zipfile.ZIP_DEFLATED)
-    for path in wanted:
-        os.replace(path + ".tmp", path)
+    for path in wanted:  # several test processes may fetch at once: each writes its own temporary files
+        os.replace(f"{path}.{os.getpid()}.tmp", path)
     return wanted
 
 

@@ -227,8 +227,9 @@ def hadoop_write_problem(df: DataFrame, storage: Storage, probe: str) -> str | N
             return None
         return f"the session's Hadoop filesystem does not see {target} (another endpoint or account?)"
     except Exception as exc:  # py4j's Py4JJavaError: no filesystem class for the scheme, no credentials, ...
-        first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        return f"the session's Hadoop filesystem cannot read {target} ({first_line[:300]})"
+        java_exception = getattr(exc, "java_exception", None)
+        text = java_exception.toString() if java_exception is not None else f"{type(exc).__name__}: {exc}"
+        return f"the session's Hadoop filesystem cannot read {target} ({text.strip().splitlines()[0][:300]})"
 
 
 def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:
@@ -237,7 +238,7 @@ def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:
     name = session_state.conf().streamingFileCommitProtocolClass()
     committer = java.commit_protocol.instantiate(name, job_id, path, False)
     if not java.manifest.isInstance(committer):
-        logger.info("spark.sql.streaming.commitProtocolClass %s is not a manifest protocol: df.write is used", name)
+        logger.info("spark.sql.streaming.commitProtocolClass %s is not a manifest protocol: Spark's sink write is not used", name)
         return None
     return committer
 

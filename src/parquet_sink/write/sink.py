@@ -133,7 +133,9 @@ class ParquetSink:
             configuration reaches the same store as ``storage_options``; checked at the first batch, which
             otherwise fails with :class:`SinkUsageError` before writing). ``"arrow"``: pyarrow in ``mapInArrow``
             tasks, straight to the final names (any store, Spark Connect too). ``"auto"`` (default): ``"spark"``
-            where it can write, else ``"arrow"``.
+            on local disk; on an object store ``"spark"`` where it can write and the output is unpartitioned, else
+            ``"arrow"`` (Spark's writer sorts every batch by the partition columns, the Arrow path groups them
+            without a sort: on moto, partitioned, 0.91x Spark's sink time against 1.04x in place).
         checkpoint_location: the query's ``checkpointLocation`` (any fsspec or Hadoop URL, read with
             ``storage_options``). The sink takes the query id from ``<checkpoint>/metadata``, which Spark
             writes before batch 0; on classic PySpark it must equal the running query's id. Required under
@@ -345,8 +347,8 @@ class ParquetSink:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
                 spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
                 statuses = write_files(df, spec)
-                if not statuses and schema_file:
-                    statuses = write_schema_file(WriteSpec(storage, (), self.compression, None), _arrow_schema(df))
+            if not statuses and schema_file and path != "staged":
+                statuses = write_schema_file(WriteSpec(storage, (), self.compression, None), _arrow_schema(df))
             progress.write_seconds = time.monotonic() - started
             failpoint("before_commit")
 
@@ -383,12 +385,14 @@ class ParquetSink:
     def _writer_path(self, df: DataFrame, batch: InFlightBatch) -> Literal["staged", "in_place", "arrow"]:
         """How this batch is written (``writer`` in the class docstring): Spark's writer into staging on a store
         with atomic renames, Spark's writer in place where the session can write to the store (checked once per
-        SparkContext, with the batch's lease), else the Arrow path; ``writer='spark'`` where neither Spark path
+        SparkContext, with the batch's lease; ``"auto"``: unpartitioned outputs only), else the Arrow path; ``writer='spark'`` where neither Spark path
         can: :class:`SinkUsageError`, nothing written."""
         if self.writer == "arrow":
             return "arrow"
         if batch.storage.renames_atomically:
             return "staged"
+        if self.writer == "auto" and self.partition_by:
+            return "arrow"
         classic = hasattr(df, "_jdf")
         key = df.sparkSession.sparkContext if classic else None
         if key not in self._in_place:

@@ -1,0 +1,161 @@
+"""Spark's writer in place on an object store (:mod:`parquet_sink.write.spark_in_place`): moto S3 reached through
+Hadoop's S3A by child drivers whose sessions carry the S3A jars (``tests/helpers/s3a.py``), the log and the
+readers through s3fs. The files are Spark's (``parquet-mr`` footers, Spark's names), every row is committed once,
+Spark's own reader on ``s3a://`` returns the rows ``read_committed`` does, a failed task attempt's files and a
+killed batch's files are never committed, and a session whose S3A cannot reach the bucket is refused
+(``writer="spark"``) or falls back to the Arrow path (``writer="auto"``)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from parquet_sink import MetadataLog, committed_files
+from parquet_sink.storage.filesystem import Storage
+from tests.helpers.crash_util import (
+    assert_ok,
+    assert_same_ids,
+    assert_sigkilled,
+    committed_ids,
+    run_child,
+    write_inputs,
+)
+from tests.helpers.s3a import s3a_conf
+
+ROWS = 20
+
+
+@pytest.fixture
+def bucket(moto_server) -> str:
+    name = f"ip{uuid.uuid4().hex[:12]}"
+    moto_server.make_bucket(name)
+    return name
+
+
+def _config(moto_server, tmp_path: Path, out: str, endpoint: str | None = None, **extra) -> dict:
+    options = moto_server.storage_options
+    conf = s3a_conf(endpoint or moto_server.endpoint_url, options["key"], options["secret"], moto_server.region_name)
+    sink = {"storage_options": options, "compact_interval": 3, **extra.pop("sink", {})}
+    return {
+        "input": str(tmp_path / "in"), "out": out, "checkpoint": str(tmp_path / "ckpt"), "max_files_per_trigger": 1,
+        "conf": {**conf, **extra.pop("conf", {})}, "sink": sink, **extra,
+    }
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _store_files(moto_server, out: str) -> tuple[set[str], set[str]]:
+    """(every Parquet file under ``out``, the committed ones), as fsspec paths."""
+    options = moto_server.storage_options
+    storage = Storage(out, options)
+    on_store = {i.path for i in storage.find(storage.root) if i.path.endswith(".parquet")}
+    return on_store, {f.path for f in committed_files(out, storage_options=options)}
+
+
+def _writers(moto_server, out: str) -> set[str]:
+    """The ``created_by`` programs of the committed files' footers."""
+    options = moto_server.storage_options
+    storage = Storage(out, options)
+    return {pq.ParquetFile(storage.open(f.path)).metadata.created_by.split()[0] for f in committed_files(out, storage_options=options)}
+
+
+@pytest.mark.parametrize("partition_by", [None, ["bucket"]])
+def test_stream_written_in_place_through_s3a(moto_server, bucket, tmp_path: Path, partition_by) -> None:
+    ids = write_inputs(tmp_path / "in", range(4), ROWS)
+    out = f"s3://{bucket}/out"
+    spark_read = tmp_path / "spark-read.json"
+    config = _config(
+        # "auto" writes unpartitioned outputs in place where S3A reaches the bucket; partitioned ones need "spark"
+        moto_server, tmp_path, out, sink={"partition_by": partition_by, "writer": "spark" if partition_by else "auto"},
+        attempt_bucket=bool(partition_by),
+        spark_read={"path": f"s3a://{bucket}/out", "result": str(spark_read)},
+    )
+
+    child = run_child(tmp_path, config)
+
+    assert_ok(child)
+    options = moto_server.storage_options
+    assert_same_ids(committed_ids(out, storage_options=options), ids, "read_committed")
+    assert_same_ids(json.loads(spark_read.read_text()), ids, "Spark's reader through S3A")
+    assert _writers(moto_server, out) == {"parquet-mr"}  # Spark's writer, not the Arrow path
+    on_store, committed = _store_files(moto_server, out)
+    assert on_store == committed  # no staging, no empty file, nothing uncommitted
+    if partition_by:
+        assert {Path(p).parent.name for p in committed} == {"bucket=0", "bucket=1", "bucket=2"}
+    log = Storage(out, options)
+    entry = json.loads(log.read_bytes(log.join("_spark_metadata", "1")).decode().splitlines()[1])
+    stats = json.loads(entry["stats"])
+    assert stats["numRecords"] > 0 and stats["minValues"]["id"] >= 1000 and stats["maxValues"]["id"] < 2000
+    assert [p["rows"] for p in child.progress()] == [ROWS] * 4
+    assert MetadataLog(out, storage_options=options).latest_batch_id() == 3
+
+
+def test_failed_task_attempt_in_place_is_never_committed(moto_server, bucket, tmp_path: Path) -> None:
+    """The first task attempt dies after its first rows went into Spark's writer, in ``bucket=1`` and ``bucket=2``
+    too; its retry writes only ``bucket=0``: only the retry's files are committed, every row once."""
+    ids = write_inputs(tmp_path / "in", range(2), ROWS)
+    out = f"s3://{bucket}/out"
+    config = _config(
+        moto_server, tmp_path, out, sink={"partition_by": ["bucket"], "writer": "spark"}, master="local[2,2]",
+        task_failpoint=True, attempt_bucket=True,
+    )
+
+    child = run_child(tmp_path, config, failpoints="task_write=raise@1", state_dir=tmp_path / "fp")
+
+    assert_ok(child)
+    assert (tmp_path / "fp" / "task_write.1").exists(), "no task attempt failed"
+    assert_same_ids(committed_ids(out, storage_options=moto_server.storage_options), ids, "after the retry")
+    batch0 = [f for f in committed_files(out, storage_options=moto_server.storage_options) if f.batch_id == 0]
+    assert {f.relative_path.split("/")[0] for f in batch0} == {"bucket=0"}
+
+
+def test_driver_killed_before_commit_in_place_then_restarted(moto_server, bucket, tmp_path: Path) -> None:
+    ids = write_inputs(tmp_path / "in", range(4), ROWS)
+    out = f"s3://{bucket}/out"
+    config = _config(moto_server, tmp_path, out, sink={"writer": "spark"})
+
+    killed = run_child(tmp_path, config, failpoints="before_commit=kill@3", state_dir=tmp_path / "fp")
+
+    assert_sigkilled(killed)
+    on_store, committed = _store_files(moto_server, out)
+    assert on_store - committed, "the killed batch's files should be on the store, uncommitted"
+    assert_same_ids(committed_ids(out, storage_options=moto_server.storage_options), [i for i in ids if i < 2000], "at the kill")
+
+    restarted = run_child(tmp_path, config)
+
+    assert_ok(restarted)
+    assert_same_ids(committed_ids(out, storage_options=moto_server.storage_options), ids, "after the restart")
+    assert _writers(moto_server, out) == {"parquet-mr"}
+
+
+@pytest.mark.parametrize("writer", ["spark", "auto"])
+def test_s3a_that_cannot_reach_the_bucket(moto_server, bucket, tmp_path: Path, writer: str) -> None:
+    """S3A pointed at a port nothing listens on: ``writer="spark"`` fails the first batch naming the output, the reason and the
+    remedy, with nothing written or committed; ``writer="auto"`` writes with the Arrow path."""
+    ids = write_inputs(tmp_path / "in", range(2), ROWS)
+    out = f"s3://{bucket}/out"
+    config = _config(moto_server, tmp_path, out, endpoint=f"http://127.0.0.1:{_closed_port()}", sink={"writer": writer})
+
+    child = run_child(tmp_path, config)
+
+    options = moto_server.storage_options
+    if writer == "spark":
+        assert child.returncode == 3
+        result = child.result()
+        assert result["type"] == "SinkUsageError", result
+        assert f"s3://{bucket}/out" in result["message"] and "writer='auto' or 'arrow'" in result["message"]
+        assert _store_files(moto_server, out) == (set(), set())
+        assert MetadataLog(out, storage_options=options).latest_batch_id() is None
+    else:
+        assert_ok(child)
+        assert_same_ids(committed_ids(out, storage_options=options), ids, "the Arrow path")
+        assert _writers(moto_server, out) == {"parquet-cpp-arrow"}
