@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from pyspark.errors import StreamingQueryException
 
 from parquet_sink import MetadataLog, ParquetSink, read_committed
 from parquet_sink.cli.main import main as cli_main
-from parquet_sink.errors import ForeignQueryError, QueryIdentityError, original_error
+from parquet_sink.errors import ForeignQueryError, QueryIdentityError, SinkUsageError, original_error
 from parquet_sink.write.sink import CommitRecord, checkpoint_query_id
 from parquet_sink.log.entry import attribute
 from tests.helpers.connect_util import SERVER_CONF
@@ -156,6 +157,29 @@ def test_connect_partitioned_stream_readers_agree(connect_spark, tmp_path: Path)
     assert sorted((r.id, r.cat) for r in theirs.collect()) == expected
     through_connect = read_committed(out, spark=connect_spark)
     assert sorted((r.id, r.cat) for r in through_connect.collect()) == expected
+
+
+@pytest.mark.parametrize("writer", ["spark", "auto"])
+def test_connect_on_an_object_store_writes_with_arrow(connect_spark, tmp_path: Path, moto_server, writer: str) -> None:
+    """Spark Connect has no JVM for Spark's writer to write in place: ``writer="spark"`` on S3 fails the first
+    batch with the remedy and writes nothing; ``"auto"`` writes with the Arrow path."""
+    src, ckpt = str(tmp_path / "in"), str(tmp_path / "ckpt")
+    bucket = f"c{uuid.uuid4().hex[:12]}"
+    moto_server.make_bucket(bucket)
+    options, out = moto_server.storage_options, f"s3://{bucket}/out"
+    write_input_files(src, _batches(2, 5))
+    sink = ParquetSink(out, writer=writer, checkpoint_location=ckpt, storage_options=options)
+    if writer == "spark":
+        with pytest.raises(Exception) as info:
+            _run_available_now(_stream(connect_spark, src), ckpt, sink)
+        error = original_error(info.value)
+        assert isinstance(error, SinkUsageError), info.value
+        assert out in str(error) and "Spark Connect" in str(error) and "Use writer='auto' or 'arrow'" in str(error)
+        assert MetadataLog(out, storage_options=options).latest_batch_id() is None
+        return
+    _run_available_now(_stream(connect_spark, src), ckpt, sink)
+    ids = sorted(r["id"] for batch in _batches(2, 5) for r in batch)
+    assert sorted(read_committed(out, storage_options=options).column("id").to_pylist()) == ids
 
 
 def _doctor(capsys, *args: str) -> tuple[int, dict]:

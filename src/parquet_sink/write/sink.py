@@ -406,11 +406,14 @@ class ParquetSink:
         if problem is None:
             return "in_place"
         if self.writer == "spark":
+            configure = "" if key is None else (
+                "Configure the session for the store (e.g. hadoop-aws on the classpath and spark.hadoop.fs.s3a.* "
+                "naming the same endpoint and credentials as storage_options), or "
+            )
             raise SinkUsageError(
                 f"{self}, log batch {batch.log_batch_id}: writer='spark' writes {batch.storage.display(batch.storage.root)} "
-                f"through the session's Hadoop filesystem, but {problem}. Nothing was written. Configure the session "
-                "for the store (e.g. hadoop-aws on the classpath and spark.hadoop.fs.s3a.* naming the same endpoint "
-                "and credentials as storage_options), or use writer='auto' or 'arrow'."
+                f"through the session's Hadoop filesystem, but {problem}. Nothing was written. {configure}"
+                f"{'use' if configure else 'Use'} writer='auto' or 'arrow'."
             )
         return "arrow"
 
