@@ -21,8 +21,8 @@ and the files the
 parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (how the run ended),
 ``started`` (touched just before the query starts). ``connect``: run the query through a Spark Connect
 client of this driver (``conf`` then holds ``tests.helpers.connect_util.SERVER_CONF``). ``spark_read``
-(``{"path": url, "result": file}``): once the query drained, the ids ``spark.read.parquet(url)`` returns go to
-``file`` (JSON; for outputs only this driver's session reaches, such as ``s3a://``).
+(``{"path": url, "result": file}``): once the query drained, the ``[id, name]`` rows ``spark.read.parquet(url)``
+returns go to ``file`` (JSON; for outputs only this driver's session reaches, such as ``s3a://``).
 
 Exit codes: 0 the query drained its input; 3 the query failed (``result`` names the error); killed
 children exit by SIGKILL.
@@ -130,7 +130,7 @@ def main() -> int:
         code = run_query(spark, config)
         read = config.get("spark_read")
         if code == 0 and read:
-            _write_json(read["result"], [r[0] for r in spark.read.parquet(read["path"]).select("id").collect()])
+            _write_json(read["result"], [list(r) for r in spark.read.parquet(read["path"]).select("id", "name").collect()])
         return code
     finally:
         spark.stop()
