@@ -186,12 +186,11 @@ def write_with_manifest(
     hadoop_conf = session_state.newHadoopConfWithOptions(scala_options)
     if manifest is None:
         manifest_storage, manifest = storage, storage.join(output, MANIFEST_DIR)
-        directories = (MANIFEST_DIR, *directories)  # output itself with them
     else:
         manifest_storage = Storage(manifest)
+    manifest_storage.makedirs(manifest)  # with the default manifest, output itself too
     for directory in directories:
         storage.makedirs(storage.join(output, directory))
-    manifest_storage.makedirs(manifest)
     manifest_log = java.sink_log(1, java.log_session(session), manifest_storage.to_hadoop_path(manifest), java.none)
     committer.setupManifestOptions(manifest_log, 0)
     execution = jdf.queryExecution()

@@ -385,8 +385,8 @@ class ParquetSink:
     def _writer_path(self, df: DataFrame, batch: InFlightBatch) -> Literal["staged", "in_place", "arrow"]:
         """How this batch is written (``writer`` in the class docstring): Spark's writer into staging on a store
         with atomic renames, Spark's writer in place where the session can write to the store (checked once per
-        SparkContext, with the batch's lease; ``"auto"``: unpartitioned outputs only), else the Arrow path; ``writer='spark'`` where neither Spark path
-        can: :class:`SinkUsageError`, nothing written."""
+        SparkContext, with the batch's lease; ``"auto"``: unpartitioned outputs only), else the Arrow path;
+        ``writer='spark'`` where neither Spark path can: :class:`SinkUsageError`, nothing written."""
         if self.writer == "arrow":
             return "arrow"
         if batch.storage.renames_atomically:
@@ -395,25 +395,24 @@ class ParquetSink:
             return "arrow"
         classic = hasattr(df, "_jdf")
         key = df.sparkSession.sparkContext if classic else None
-        if key not in self._in_place:
-            self._in_place[key] = in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
+        if key in self._in_place:
             problem = self._in_place[key]
+        else:
+            problem = self._in_place[key] = in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
             logger.info(
                 "%s: batches are written %s", self,
                 "by Spark's writer in place" if problem is None else f"by the Arrow path ({problem})",
             )
-        problem = self._in_place[key]
         if problem is None:
             return "in_place"
         if self.writer == "spark":
-            configure = "" if key is None else (
+            remedy = "Use writer='auto' or 'arrow'." if key is None else (
                 "Configure the session for the store (e.g. hadoop-aws on the classpath and spark.hadoop.fs.s3a.* "
-                "naming the same endpoint and credentials as storage_options), or "
+                "naming the same endpoint and credentials as storage_options), or use writer='auto' or 'arrow'."
             )
             raise SinkUsageError(
                 f"{self}, log batch {batch.log_batch_id}: writer='spark' writes {batch.storage.display(batch.storage.root)} "
-                f"through the session's Hadoop filesystem, but {problem}. Nothing was written. {configure}"
-                f"{'use' if configure else 'Use'} writer='auto' or 'arrow'."
+                f"through the session's Hadoop filesystem, but {problem}. Nothing was written. {remedy}"
             )
         return "arrow"
 

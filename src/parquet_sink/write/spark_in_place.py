@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ParquetSinkError, RowCountMismatchError
+from ..errors import RowCountMismatchError, SinkUsageError
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
 from .manifest_write import ManifestFile, hadoop_write_problem, write_with_manifest
@@ -77,10 +77,11 @@ def write_in_place(
             writer_order(df, partition_by), storage, storage.root, batch.commit_id, partition_by, options,
             manifest=posixpath.join(manifest, "m"),
         )
-    if written is None:  # in_place_problem said yes a moment ago: only a changed session gets here
-        raise ParquetSinkError(
-            f"log batch {batch.log_batch_id} of {storage.display(storage.root)}: Spark's writer could not be called "
-            "in place (the session changed during the batch); nothing was committed. Restart the query."
+    if written is None:  # in_place_problem said yes at the query's first batch: the session's conf changed since
+        raise SinkUsageError(
+            f"log batch {batch.log_batch_id} of {storage.display(storage.root)}: spark.sql.streaming.commitProtocolClass "
+            "is no longer a ManifestFileCommitProtocol, so Spark's writer cannot write in place; nothing was written or "
+            "committed. Set it back to Spark's default, or use writer='arrow'."
         )
 
     def status(file: ManifestFile) -> FileStatus:
@@ -101,8 +102,9 @@ def write_in_place(
     if schema_file and not rows:
         return statuses[:1]
     empty = [s.path for s in statuses if not s.num_rows]
-    with ThreadPoolExecutor(min(_IO_THREADS, max(1, len(empty)))) as pool:  # Spark's empty files: never committed
-        list(pool.map(storage.delete, empty))
+    if empty:  # Spark's empty files (an empty batch or task): never committed
+        with ThreadPoolExecutor(min(_IO_THREADS, len(empty))) as pool:
+            list(pool.map(storage.delete, empty))
     return [s for s in statuses if s.num_rows]
 
 
