@@ -9,6 +9,8 @@ backend's own exception, and 503/500 answers said "check that the location exist
 from __future__ import annotations
 
 import collections
+import time
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
@@ -143,3 +145,44 @@ def test_a_spark_stream_through_the_arrow_sink_under_faults(spark, request, tmp_
     assert sorted(zip(table.column("v").to_pylist(), table.column("i").to_pylist())) == [
         (v, i) for v in range(VERSIONS) for i in range(ROWS)
     ]
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_files_upload_side_by_side_and_one_failing_upload_fails_the_write(request, tmp_path, quick_azure_retries, name):
+    """A partitioned write to a store uploads a task's files side by side (the Arrow writer path's uploads, in
+    ``write_batch`` as in a Spark task): with every data-file request held 1 s by the proxy, a file's upload starts
+    before the previous one is answered, which one upload after the other cannot do. When one file's upload keeps
+    failing, the write fails with a retryable StorageError naming that file, nothing is committed, and the retry
+    commits every row once."""
+    backend = make_backend(name, request, tmp_path)
+    server = request.getfixturevalue(f"{name}_server")
+    table = pa.table({"k": [i % 6 for i in range(60)], "i": list(range(60))})
+    arrivals: dict[str, float] = {}
+
+    def data_upload(method: str, path: str) -> bool:
+        if method != "PUT" or "/part-" not in path:
+            return False
+        arrivals.setdefault(unquote(path.split("?")[0]), time.monotonic())
+        return True
+
+    plan = FaultPlan(rate=1.0, faults=("slow",), slow_seconds=1.0, only=data_upload)
+    with faulty_proxy(server.port, plan) as port:
+        write_batch(backend.url, table, app_id="up", version=0, partition_by=["k"], storage_options=_options(name, server, port))
+    starts = sorted(arrivals.values())
+    assert len(starts) == 6, arrivals  # one file per partition value
+    assert min(b - a for a, b in zip(starts, starts[1:])) < 1.0, starts  # an upload began while another was held
+
+    failing = FaultPlan(rate=1.0, faults=("503",), only=lambda method, path: method == "PUT" and "/k=3/" in unquote(path))
+    with faulty_proxy(server.port, failing) as port:
+        with pytest.raises(RetryableStorageError) as caught:
+            write_batch(backend.url, table, app_id="up", version=1, partition_by=["k"],
+                        storage_options=_options(name, server, port))
+    assert "k=3/part-" in str(caught.value) and "retry" in str(caught.value), str(caught.value)
+    rows = read_committed(backend.url, storage_options=backend.storage_options)
+    assert sorted(rows.column("i").to_pylist()) == list(range(60))  # version 0 only: nothing of version 1
+
+    write_batch(backend.url, table, app_id="up", version=1, partition_by=["k"], storage_options=backend.storage_options)
+    rows = read_committed(backend.url, storage_options=backend.storage_options)
+    assert sorted(zip(rows.column("k").to_pylist(), rows.column("i").to_pylist())) == sorted(
+        (i % 6, i) for i in range(60) for _ in range(2)
+    )

@@ -10,8 +10,11 @@ committed.
 
 Bounded like Spark's writer: :func:`write_files` sorts each task's rows by the partition columns, so a
 task writes one partition directory after the other and keeps one file open at a time (at most
-``_MAX_OPEN_WRITERS`` in any case), whatever the number of partition values. On local disk the files and
-their directories are fsynced before the task reports them, so a committed file survives a power loss.
+``_MAX_OPEN_WRITERS`` in any case), whatever the number of partition values. On an object store a file's
+close is its upload: up to ``_UPLOADS`` closed files upload (and have their size and time read) in the
+background while the task encodes the next ones (:class:`_Closer`), so a task writing many partition
+directories waits for one round trip at a time no longer. On local disk the files and their directories are
+fsynced before the task reports them, so a committed file survives a power loss.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +39,7 @@ from ..failpoints import failpoint
 from ..log.entry import STATS_KEY, LogEntry
 from ..log.file_stats import encode_stats
 from ..partitioning import partition_dir, partition_value_str
-from ..storage.filesystem import Storage
+from ..storage.filesystem import FileInfo, Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -98,7 +103,7 @@ class WriteSpec:
 class _FileWriter:
     """Writes one partition directory's files for one task, rolling over at max_records_per_file."""
 
-    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], finished: list[tuple[str, int, str]]) -> None:
+    def __init__(self, spec: WriteSpec, next_path: Callable[[], str], closer: _Closer) -> None:
         self.spec, self.next_path = spec, next_path
         self.writer: pq.ParquetWriter | None = None
         self.handle = None
@@ -106,7 +111,7 @@ class _FileWriter:
         self.rows_in_file = 0
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
-        self.finished = finished  # (path, rows, stats) of each closed file, shared by the task's writers
+        self.closer = closer  # closes the files of every writer of the task
 
     def write(self, table: pa.Table) -> None:
         limit = self.spec.max_records_per_file
@@ -142,10 +147,79 @@ class _FileWriter:
             return
         self.flush()
         with self.spec.storage.translating("writing", self.path):
-            self.writer.close()
-            self.handle.close()
-        self.finished.append((self.path, self.rows_in_file, encode_stats(self.writer.writer.metadata)))
+            self.writer.close()  # the footer, into the handle
+        self.closer.close(self.path, self.handle, self.rows_in_file, encode_stats(self.writer.writer.metadata))
         self.writer = self.handle = None
+
+
+# Background closes (uploads) per task on an object store; twice as many closed files may wait for one (their
+# unuploaded bytes in memory: one buffer block each).
+_UPLOADS = 4
+
+
+class _Closer:
+    """Closes a task's written files and reports them as statuses, in the order they were closed.
+
+    On local disk a close is immediate; :meth:`statuses` fsyncs the files and their directories. On an object
+    store a close is the file's upload, and its size and time take one more round trip: up to ``_UPLOADS`` of
+    these run in the background (at most ``2 * _UPLOADS`` closed files waiting), and the first failure is raised
+    by the next :meth:`close` or by :meth:`statuses`, so a task never reports a file that was not stored. Use
+    as a context manager: leaving it waits for the uploads under way (a failed task leaves no thread behind)."""
+
+    def __init__(self, spec: WriteSpec) -> None:
+        self.spec = spec
+        self.closed: list[tuple[str, int, str]] = []  # (path, rows, stats) of each file handed to close
+        self.stored = 0  # how many of them are stored (their close returned)
+        self._infos: dict[str, FileInfo] = {}
+        self._pool = None if spec.storage.is_local else ThreadPoolExecutor(_UPLOADS, "parquet-sink-upload")
+        self._slots = threading.BoundedSemaphore(2 * _UPLOADS)
+        self._uploads: list[Future[None]] = []
+
+    def __enter__(self) -> _Closer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self, path: str, handle: IO[bytes], rows: int, stats: str) -> None:
+        """Close ``handle``, the file ``path`` holding ``rows`` rows with statistics ``stats``."""
+        self.closed.append((path, rows, stats))
+        if self._pool is None:
+            self._store(path, handle)
+            return
+        waiting = []
+        for upload in self._uploads:
+            if upload.done():
+                upload.result()  # a failed upload fails the task now
+            else:
+                waiting.append(upload)
+        self._slots.acquire()
+        self._uploads = waiting
+        self._uploads.append(self._pool.submit(self._store, path, handle))
+
+    def _store(self, path: str, handle: IO[bytes]) -> None:
+        try:
+            with self.spec.storage.translating("writing", path):
+                handle.close()
+            if self._pool is not None:
+                self._infos[path] = self.spec.storage.info(path)
+            self.stored += 1
+        finally:
+            if self._pool is not None:
+                self._slots.release()
+
+    def statuses(self) -> list[FileStatus]:
+        """Every closed file, stored and durable (local disk: fsynced with its directories), with its size and time."""
+        for upload in self._uploads:
+            upload.result()
+        storage = self.spec.storage
+        storage.sync_files([path for path, _, _ in self.closed])
+        statuses = []
+        for path, rows, stats in self.closed:
+            info = self._infos.get(path) or storage.info(path)
+            statuses.append(FileStatus(path, info.size, info.mtime_ms, rows, stats))
+        return statuses
 
 
 # Open files per task. Sorted input needs one; a few more absorb values Spark's sort keeps together but
@@ -159,11 +233,11 @@ class _TaskFiles:
     rows for it come again). Buffered rows are flushed when the task moves to another directory, so memory
     holds one directory's buffer at a time."""
 
-    def __init__(self, spec: WriteSpec, task: int, token: str) -> None:
+    def __init__(self, spec: WriteSpec, task: int, token: str, closer: _Closer) -> None:
         self.spec, self.task, self.token = spec, task, token
         self.open: OrderedDict[str, _FileWriter] = OrderedDict()
         self.counters: dict[str, int] = {}  # next file number per directory: names are never reused
-        self.finished: list[tuple[str, int, str]] = []
+        self.closer = closer
 
     def _next_path(self, directory: str) -> str:
         counter = self.counters.get(directory, 0)
@@ -180,7 +254,7 @@ class _TaskFiles:
             if len(self.open) >= _MAX_OPEN_WRITERS:
                 self.open.popitem(last=False)[1].close()
             next_path = functools.partial(self._next_path, directory)
-            writer = self.open[directory] = _FileWriter(self.spec, next_path, self.finished)
+            writer = self.open[directory] = _FileWriter(self.spec, next_path, self.closer)
         self.open.move_to_end(directory)
         writer.write(rows)
 
@@ -275,20 +349,22 @@ def write_rows(spec: WriteSpec, tables: Iterable[pa.Table], task: int = 0) -> li
         >>> [s.num_rows for s in write_rows(spec, [table])]
         [600, 400]
     """
-    files = _TaskFiles(spec, task, str(uuid.uuid4()))  # Spark's form: dashed uuid
-    failpoint_armed = True
-    for table in tables:
-        if table.num_rows == 0:
-            continue
-        for directory, rows in _split(table, spec.partition_by, spec.time_zone):
-            files.write(directory, rows)
-            if failpoint_armed and files.finished:
-                failpoint("task_write")
-                failpoint_armed = False
-    files.close()
-    if failpoint_armed and files.finished:
-        failpoint("task_write")
-    return _statuses(spec, files.finished)
+    with _Closer(spec) as closer:
+        files = _TaskFiles(spec, task, str(uuid.uuid4()), closer)  # Spark's form: dashed uuid
+        failpoint_armed = True
+        for table in tables:
+            if table.num_rows == 0:
+                continue
+            for directory, rows in _split(table, spec.partition_by, spec.time_zone):
+                files.write(directory, rows)
+                if failpoint_armed and closer.stored:
+                    failpoint("task_write")
+                    failpoint_armed = False
+        files.close()
+        statuses = closer.statuses()
+        if failpoint_armed and statuses:
+            failpoint("task_write")
+        return statuses
 
 
 def write_schema_file(spec: WriteSpec, schema: pa.Schema) -> list[FileStatus]:
@@ -299,21 +375,12 @@ def write_schema_file(spec: WriteSpec, schema: pa.Schema) -> list[FileStatus]:
 
     Example: ``write_schema_file(WriteSpec(Storage("/data/agg"), (), "snappy", None), schema)[0].num_rows == 0``.
     """
-    files = _TaskFiles(spec, 0, str(uuid.uuid4()))
-    writer = _FileWriter(spec, functools.partial(files._next_path, ""), files.finished)
-    writer._open(schema)
-    writer.close()
-    return _statuses(spec, files.finished)
-
-
-def _statuses(spec: WriteSpec, finished: list[tuple[str, int, str]]) -> list[FileStatus]:
-    """The closed files ``finished`` (path, rows, statistics) made durable (local disk), with their sizes and mtimes."""
-    spec.storage.sync_files([path for path, _, _ in finished])
-    statuses = []
-    for path, rows, stats in finished:
-        info = spec.storage.info(path)
-        statuses.append(FileStatus(path, info.size, info.mtime_ms, rows, stats))
-    return statuses
+    with _Closer(spec) as closer:
+        files = _TaskFiles(spec, 0, str(uuid.uuid4()), closer)
+        writer = _FileWriter(spec, functools.partial(files._next_path, ""), closer)
+        writer._open(schema)
+        writer.close()
+        return closer.statuses()
 
 
 _STATUS_ARROW_SCHEMA = pa.schema(
