@@ -8,6 +8,10 @@ timestamps have microsecond precision (``ParquetRowConverter`` reads an INT96 in
 as microseconds loses nothing and holds every instant of years 1..9999. Every reader, footer schema, statistic and
 rewrite here opens data files through this module.
 
+A data file whose size is known (the log records it) opens with :func:`open_sized`: its footer from one ranged
+read of its end, then only the column chunks a caller reads (one ranged read each): on an object store one GET
+per footer, where opening it as a file costs a HEAD and two reads.
+
 Example::
 
     >>> open_parquet("part-0.parquet").read().schema.field("ts").type  # an INT96 column
@@ -16,19 +20,73 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+import io
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs
 import pyarrow.parquet as pq
 
+if TYPE_CHECKING:
+    from .storage.filesystem import Storage
+
 INT96_UNIT = "us"  # Spark's timestamp precision
+_TAIL = 64 * 1024  # bytes read from a file's end for its footer: one ranged read for most files
 
 
 def open_parquet(source: Any, filesystem: pyarrow.fs.FileSystem | None = None, **options: Any) -> pq.ParquetFile:
     """``pq.ParquetFile(source, ...)`` reading INT96 timestamps as Spark does (close it, or use it in a ``with``)."""
     return pq.ParquetFile(source, filesystem=filesystem, coerce_int96_timestamp_unit=INT96_UNIT, **options)
+
+
+def read_footer(storage: Storage, path: str, size: int) -> pq.FileMetaData:
+    """The footer of the Parquet file ``path`` of ``size`` bytes, from one ranged read of its end (two when the
+    footer is longer than 64 KiB): no HEAD, as the size is known. ``pa.ArrowInvalid`` when the bytes there are not
+    a footer (the file is shorter or longer than ``size``, or not Parquet)."""
+    start = max(0, size - _TAIL)
+    tail = storage.read_bytes(path, start, size)
+    if len(tail) != size - start:
+        raise pa.ArrowInvalid(f"{path} holds fewer than the {size} bytes expected")
+    length = int.from_bytes(tail[-8:-4], "little") + 8
+    if tail[-4:] == b"PAR1" and len(tail) < length <= size:
+        tail = storage.read_bytes(path, size - length, size)
+    return pq.read_metadata(pa.BufferReader(tail))
+
+
+class _RangedFile(io.RawIOBase):
+    """A read-only file of known size whose every read is one ranged read through ``storage``: seeking and
+    telling ask the store nothing."""
+
+    def __init__(self, storage: Storage, path: str, size: int) -> None:
+        super().__init__()
+        self._storage, self._path, self._size, self._position = storage, path, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._position = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence] + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self._size, self._position + len(buffer))
+        data = self._storage.read_bytes(self._path, self._position, end) if end > self._position else b""
+        memoryview(buffer)[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+def open_sized(storage: Storage, path: str, size: int) -> pq.ParquetFile:
+    """:func:`open_parquet` of the data file ``path`` of ``size`` bytes (its log entry's), its footer from
+    :func:`read_footer` and each column chunk read when asked for, by one ranged read."""
+    return open_parquet(_RangedFile(storage, path, size), metadata=read_footer(storage, path, size))
 
 
 def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None) -> pa.Schema:
@@ -42,4 +100,4 @@ def parquet_format() -> ds.ParquetFileFormat:
     return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT))
 
 
-__all__ = ["INT96_UNIT", "open_parquet", "parquet_format", "read_schema"]
+__all__ = ["INT96_UNIT", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema"]

@@ -9,10 +9,11 @@ import os
 from pathlib import Path
 
 import deltalake
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import MetadataLog, committed_files, sync_delta_log, write_batch
+from parquet_sink import MetadataLog, committed_files, parquet_read, sync_delta_log, write_batch
 from parquet_sink.delta import sync as sync_module
 from parquet_sink.log.files import LogFiles
 from tests.delta.readers import assert_delta_matches, delta_files, spark_style_batch
@@ -24,6 +25,7 @@ def reads(monkeypatch):
     """What a sync reads: log files (name), whole Delta states, footers (file name)."""
     seen: dict[str, list[str]] = {"log": [], "delta": [], "footers": []}
     log_read, delta_read, footer_read = LogFiles.read_table, sync_module.read_delta_state, pq.read_metadata
+    sized_read = parquet_read.read_footer
 
     def read_table(self, path, *args, **kwargs):
         seen["log"].append(os.path.basename(path))
@@ -34,12 +36,18 @@ def reads(monkeypatch):
         return delta_read(*args, **kwargs)
 
     def read_metadata(where, *args, **kwargs):
-        seen["footers"].append(os.path.basename(str(where)))
+        if not isinstance(where, pa.BufferReader):  # read_footer's bytes, counted below
+            seen["footers"].append(os.path.basename(str(where)))
         return footer_read(where, *args, **kwargs)
+
+    def read_footer(storage, path, size):
+        seen["footers"].append(os.path.basename(path))
+        return sized_read(storage, path, size)
 
     monkeypatch.setattr(LogFiles, "read_table", read_table)
     monkeypatch.setattr(sync_module, "read_delta_state", read_state)
     monkeypatch.setattr(sync_module.pq, "read_metadata", read_metadata)
+    monkeypatch.setattr(parquet_read, "read_footer", read_footer)
     return seen
 
 

@@ -60,7 +60,7 @@ from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredEr
 from ..failpoints import failpoint
 from ..log.compaction import parse_duration_ms
 from ..log.files import require_output
-from ..parquet_read import open_parquet
+from ..parquet_read import open_sized
 from ..partitioning import parse_partition_path
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
@@ -397,13 +397,12 @@ def _add_actions(
 ) -> list[Any]:
     """Add actions of the committed files ``new`` (relative paths, keys of ``files``): partition values from
     the reader's typed partition expressions (``dataset``), size and time from the log, statistics from each
-    footer (read in parallel); ``schema``: the Delta table's."""
+    footer (read in parallel, one ranged read each); ``schema``: the Delta table's."""
     from deltalake.transaction import AddAction
 
     prefix = snap.storage.root.rstrip("/") + "/"
     fragments = {f.path[len(prefix) :]: f for f in dataset.get_fragments()}
     data_schema = pa.schema([f for f in schema if f.name not in partition_columns])
-    filesystem = snap.storage.arrow_filesystem()
     types = {c: schema.field(c).type for c in partition_columns}
 
     def action(relative: str) -> Any:
@@ -416,7 +415,7 @@ def _add_actions(
             raise out_of_range(", ".join(timestamps), f"{what} (its directory, read in the output's time zone)") from None
         values = {c: delta_partition_value(keys.get(c), types[c]) for c in partition_columns}
         try:
-            with open_parquet(committed.path, filesystem) as parquet:
+            with open_sized(snap.storage, committed.path, committed.size) as parquet:
                 stats = file_stats(parquet, data_schema, what)
         except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
             raise unreadable_file(snap.storage, committed, exc) or DeltaLogError(

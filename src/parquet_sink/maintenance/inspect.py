@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError
@@ -32,6 +31,7 @@ from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KE
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import data_files, read_log_files
+from ..parquet_read import read_footer
 from ..partitioning import is_data_file
 from ..read.reader import CommittedFile, snapshot
 from ..storage.filesystem import FileInfo, Storage
@@ -158,7 +158,6 @@ def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | 
     snap = snapshot(  # resolves paths of a moved output
         storage.url, storage_options=storage.storage_options, compact_interval=output.compact_interval
     )
-    filesystem = storage.arrow_filesystem()
     recorded = {b: batch.rows for b, batch in output.batches.items() if batch.rows is not None}
     rows: dict[int, int | None] = {b: 0 for b in output.batches}
     unreadable = set()
@@ -166,7 +165,7 @@ def count_rows(output: Output, progress: Progress = _silent) -> dict[int, int | 
     for f in progress(footers, "reading footers"):
         batch_id = output.owner_batch(f.batch_id)
         try:
-            rows[batch_id] = (rows.get(batch_id) or 0) + pq.read_metadata(f.path, filesystem=filesystem).num_rows
+            rows[batch_id] = (rows.get(batch_id) or 0) + read_footer(storage, f.path, f.size).num_rows
         except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
             logger.warning(
                 "cannot read the footer of %s (batch %s, %d bytes in the log): %s; run `parquet-sink verify`",

@@ -8,7 +8,8 @@ for partitions), an aborted task deletes its files, and the accepted attempts' f
 (:mod:`parquet_sink.write.manifest_write`, kept on the driver's disk). Nothing is visible to a log reader until
 the log commit, exactly as on the Arrow path: the files of a batch that failed or whose driver died are
 unreferenced, protected by the batch's lease while it lives, then vacuum's. Before the commit every listed file's
-footer is read through ``storage`` (in parallel): the rows in the accepted files must equal the rows Spark's job
+footer is read through ``storage`` (in parallel, one ranged read each:
+:func:`parquet_sink.parquet_read.read_footer`): the rows in the accepted files must equal the rows Spark's job
 wrote, and the footers give each file's statistics; the sizes and times are those the task commits read.
 
 :func:`in_place_problem` decides whether a session can: classic PySpark, a manifest commit protocol, and a
@@ -32,22 +33,18 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ..errors import RowCountMismatchError, SinkUsageError
 from ..log.file_stats import encode_stats
+from ..parquet_read import read_footer
 from .inflight import InFlightBatch
 from .manifest_write import ManifestFile, hadoop_write_problem, write_with_manifest
 from .parquet_files import FileStatus
 from .spark_staging import writer_order
-from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 _IO_THREADS = 8
-_TAIL = 64 * 1024  # bytes read from a file's end for its footer: one ranged GET for most files
 
 
 def in_place_problem(df: DataFrame, batch: InFlightBatch) -> str | None:
@@ -86,7 +83,7 @@ def write_in_place(
 
     def status(file: ManifestFile) -> FileStatus:
         path = storage.join(file.path)
-        footer = _footer(storage, path, file.size)
+        footer = read_footer(storage, path, file.size)
         return FileStatus(path, file.size, file.modification_time, footer.num_rows, encode_stats(footer))
 
     with ThreadPoolExecutor(min(_IO_THREADS, max(1, len(written.files)))) as pool:
@@ -107,12 +104,3 @@ def write_in_place(
             list(pool.map(storage.delete, empty))
     return [s for s in statuses if s.num_rows]
 
-
-def _footer(storage: Storage, path: str, size: int) -> pq.FileMetaData:
-    """The footer of the Parquet file ``path`` of ``size`` bytes, from one ranged read of its end (two when the
-    footer is longer than :data:`_TAIL`): no HEAD, as the size is known."""
-    tail = storage.read_bytes(path, max(0, size - _TAIL), size)
-    length = int.from_bytes(tail[-8:-4], "little") + 8
-    if tail[-4:] == b"PAR1" and len(tail) < length <= size:
-        tail = storage.read_bytes(path, size - length, size)
-    return pq.read_metadata(pa.BufferReader(tail))
