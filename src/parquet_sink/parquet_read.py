@@ -47,7 +47,7 @@ def read_footer(storage: Storage, path: str, size: int) -> pq.FileMetaData:
     start = max(0, size - _TAIL)
     tail = storage.read_bytes(path, start, size)
     if len(tail) != size - start:
-        raise pa.ArrowInvalid(f"{path} holds fewer than the {size} bytes expected")
+        raise pa.ArrowInvalid(f"{path} holds {start + len(tail)} bytes, its log entry says {size}")
     length = int.from_bytes(tail[-8:-4], "little") + 8
     if tail[-4:] == b"PAR1" and len(tail) < length <= size:
         tail = storage.read_bytes(path, size - length, size)

@@ -186,3 +186,29 @@ def test_files_upload_side_by_side_and_one_failing_upload_fails_the_write(reques
     assert sorted(zip(rows.column("k").to_pylist(), rows.column("i").to_pylist())) == sorted(
         (i % 6, i) for i in range(60) for _ in range(2)
     )
+
+
+def test_uploads_wait_while_the_bytes_under_way_reach_the_bound(request, tmp_path, monkeypatch):
+    """What waits for an upload is bounded by bytes too (each closed file holds its unuploaded bytes in memory): with
+    the bound under one file's size, a task's uploads go one after the other (with every data-file request held 1 s,
+    each begins at least 1 s after the previous one), and every row is committed once."""
+    from parquet_sink.write import parquet_files
+
+    monkeypatch.setattr(parquet_files, "_UPLOAD_BYTES", 1)
+    backend = make_backend("moto", request, tmp_path)
+    server = request.getfixturevalue("moto_server")
+    arrivals: dict[str, float] = {}
+
+    def data_upload(method: str, path: str) -> bool:
+        if method != "PUT" or "/part-" not in path:
+            return False
+        arrivals.setdefault(unquote(path.split("?")[0]), time.monotonic())
+        return True
+
+    table = pa.table({"k": [i % 3 for i in range(30)], "i": list(range(30))})
+    with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=("slow",), slow_seconds=1.0, only=data_upload)) as port:
+        write_batch(backend.url, table, app_id="up", version=0, partition_by=["k"], storage_options=_options("moto", server, port))
+    starts = sorted(arrivals.values())
+    assert len(starts) == 3 and min(b - a for a, b in zip(starts, starts[1:])) >= 1.0, starts
+    rows = read_committed(backend.url, storage_options=backend.storage_options)
+    assert sorted(rows.column("i").to_pylist()) == list(range(30))

@@ -152,9 +152,11 @@ class _FileWriter:
         self.writer = self.handle = None
 
 
-# Background closes (uploads) per task on an object store; twice as many closed files may wait for one (their
-# unuploaded bytes in memory: one buffer block each).
+# Background closes (uploads) per task on an object store, and what may wait for them: closed files (each holds
+# its unuploaded bytes in memory, up to a buffer block: 50 MiB for s3fs) at most twice as many, and at most
+# _UPLOAD_BYTES written in all (one file of any size when none waits).
 _UPLOADS = 4
+_UPLOAD_BYTES = 64 * 1024 * 1024
 
 
 class _Closer:
@@ -162,9 +164,10 @@ class _Closer:
 
     On local disk a close is immediate; :meth:`statuses` fsyncs the files and their directories. On an object
     store a close is the file's upload, and its size and time take one more round trip: up to ``_UPLOADS`` of
-    these run in the background (at most ``2 * _UPLOADS`` closed files waiting), and the first failure is raised
-    by the next :meth:`close` or by :meth:`statuses`, so a task never reports a file that was not stored. Use
-    as a context manager: leaving it waits for the uploads under way (a failed task leaves no thread behind)."""
+    these run in the background (at most ``2 * _UPLOADS`` closed files, of ``_UPLOAD_BYTES`` in all, waiting or
+    under way: memory stays bounded whatever the files' number and sizes), and the first failure is raised by the
+    next :meth:`close` or by :meth:`statuses`, so a task never reports a file that was not stored. Use as a
+    context manager: leaving it waits for the uploads under way (a failed task leaves no thread behind)."""
 
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
@@ -172,7 +175,8 @@ class _Closer:
         self.stored = 0  # how many of them are stored (their close returned)
         self._infos: dict[str, FileInfo] = {}
         self._pool = None if spec.storage.is_local else ThreadPoolExecutor(_UPLOADS, "parquet-sink-upload")
-        self._slots = threading.BoundedSemaphore(2 * _UPLOADS)
+        self._room = threading.Condition()
+        self._pending_files = self._pending_bytes = 0  # closes submitted and not returned, the bytes they wrote
         self._uploads: list[Future[None]] = []
 
     def __enter__(self) -> _Closer:
@@ -188,26 +192,33 @@ class _Closer:
         if self._pool is None:
             self._store(path, handle)
             return
-        waiting = []
         for upload in self._uploads:
             if upload.done():
                 upload.result()  # a failed upload fails the task now
-            else:
-                waiting.append(upload)
-        self._slots.acquire()
-        self._uploads = waiting
-        self._uploads.append(self._pool.submit(self._store, path, handle))
+        self._uploads = [upload for upload in self._uploads if not upload.done()]
+        size = handle.tell()
+        with self._room:
+            self._room.wait_for(lambda: not self._pending_files or (
+                self._pending_files < 2 * _UPLOADS and self._pending_bytes + size <= _UPLOAD_BYTES
+            ))
+            self._pending_files += 1
+            self._pending_bytes += size
+        self._uploads.append(self._pool.submit(self._upload, path, handle, size))
+
+    def _upload(self, path: str, handle: IO[bytes], size: int) -> None:
+        try:
+            self._store(path, handle)
+            self._infos[path] = self.spec.storage.info(path)
+        finally:
+            with self._room:
+                self._pending_files -= 1
+                self._pending_bytes -= size
+                self._room.notify_all()
 
     def _store(self, path: str, handle: IO[bytes]) -> None:
-        try:
-            with self.spec.storage.translating("writing", path):
-                handle.close()
-            if self._pool is not None:
-                self._infos[path] = self.spec.storage.info(path)
-            self.stored += 1
-        finally:
-            if self._pool is not None:
-                self._slots.release()
+        with self.spec.storage.translating("writing", path):
+            handle.close()
+        self.stored += 1
 
     def statuses(self) -> list[FileStatus]:
         """Every closed file, stored and durable (local disk: fsynced with its directories), with its size and time."""
