@@ -192,10 +192,13 @@ class _Closer:
         if self._pool is None:
             self._store(path, handle)
             return
-        for upload in self._uploads:
+        waiting = []
+        for upload in self._uploads:  # one pass: an upload ending meanwhile is checked at the next close
             if upload.done():
                 upload.result()  # a failed upload fails the task now
-        self._uploads = [upload for upload in self._uploads if not upload.done()]
+            else:
+                waiting.append(upload)
+        self._uploads = waiting
         size = handle.tell()
         with self._room:
             self._room.wait_for(lambda: not self._pending_files or (
