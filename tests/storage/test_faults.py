@@ -212,3 +212,27 @@ def test_uploads_wait_while_the_bytes_under_way_reach_the_bound(request, tmp_pat
     assert len(starts) == 3 and min(b - a for a, b in zip(starts, starts[1:])) >= 1.0, starts
     rows = read_committed(backend.url, storage_options=backend.storage_options)
     assert sorted(rows.column("i").to_pylist()) == list(range(30))
+
+
+def test_a_failed_head_before_a_read_is_a_retryable_error_not_a_missing_file(request, tmp_path):
+    """pyarrow asks the filesystem whether a file exists before opening it, and fsspec answers False to any error:
+    two HEADs answered 500 (s3fs retries one) made a committed file read as missing, a raw FileNotFoundError, as
+    the check that followed found it present. It is a retryable StorageError, and the retry reads every row."""
+    backend = make_backend("moto", request, tmp_path)
+    server = request.getfixturevalue("moto_server")
+    write_batch(backend.url, _batch(0), app_id="head", version=0, storage_options=backend.storage_options)
+    spoiled: list[str] = []
+
+    def first_data_heads(method: str, path: str) -> bool:
+        if method == "HEAD" and "/part-" in path and len(spoiled) < 2:
+            spoiled.append(path)
+            return True
+        return False
+
+    with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=("500",), only=first_data_heads)) as port:
+        options = _options("moto", server, port)
+        with pytest.raises(RetryableStorageError) as caught:
+            read_committed(backend.url, storage_options=options)
+        assert "HTTP 500" in str(caught.value) and "part-" in str(caught.value), str(caught.value)
+        assert sorted(read_committed(backend.url, storage_options=options).column("i").to_pylist()) == list(range(ROWS))
+    assert len(spoiled) == 2

@@ -125,6 +125,15 @@ class _TranslatedFs:
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
         return self._storage.open(path, mode, **kwargs)
 
+    def isfile(self, path: str) -> bool:
+        """Whether ``path`` is a file; a store that fails raises. (fsspec's ``isfile`` answers False to any error,
+        and pyarrow, asking it before opening a file, reports a committed file as missing when a HEAD failed.)"""
+        with self._storage.translating("reading", path):
+            try:
+                return bool(self._storage.fs.info(path)["type"] == "file")
+            except FileNotFoundError:
+                return False
+
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._storage.fs, name)
         if not callable(attribute):
