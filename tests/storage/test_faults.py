@@ -147,6 +147,19 @@ def test_a_spark_stream_through_the_arrow_sink_under_faults(spark, request, tmp_
     ]
 
 
+def _held_uploads(arrivals: dict[str, float]):
+    """A ``FaultPlan.only`` selecting the uploads of data files (every PUT of a ``part-`` file), noting in
+    ``arrivals`` when each file's first request reached the proxy."""
+
+    def data_upload(method: str, path: str) -> bool:
+        if method != "PUT" or "/part-" not in path:
+            return False
+        arrivals.setdefault(unquote(path.split("?")[0]), time.monotonic())
+        return True
+
+    return data_upload
+
+
 @pytest.mark.parametrize("name", ["moto", "azurite"])
 def test_files_upload_side_by_side_and_one_failing_upload_fails_the_write(request, tmp_path, quick_azure_retries, name):
     """A partitioned write to a store uploads a task's files side by side (the Arrow writer path's uploads, in
@@ -158,13 +171,7 @@ def test_files_upload_side_by_side_and_one_failing_upload_fails_the_write(reques
     server = request.getfixturevalue(f"{name}_server")
     table = pa.table({"k": [i % 6 for i in range(60)], "i": list(range(60))})
     arrivals: dict[str, float] = {}
-
-    def data_upload(method: str, path: str) -> bool:
-        if method != "PUT" or "/part-" not in path:
-            return False
-        arrivals.setdefault(unquote(path.split("?")[0]), time.monotonic())
-        return True
-
+    data_upload = _held_uploads(arrivals)
     plan = FaultPlan(rate=1.0, faults=("slow",), slow_seconds=1.0, only=data_upload)
     with faulty_proxy(server.port, plan) as port:
         write_batch(backend.url, table, app_id="up", version=0, partition_by=["k"], storage_options=_options(name, server, port))
@@ -198,13 +205,7 @@ def test_uploads_wait_while_the_bytes_under_way_reach_the_bound(request, tmp_pat
     backend = make_backend("moto", request, tmp_path)
     server = request.getfixturevalue("moto_server")
     arrivals: dict[str, float] = {}
-
-    def data_upload(method: str, path: str) -> bool:
-        if method != "PUT" or "/part-" not in path:
-            return False
-        arrivals.setdefault(unquote(path.split("?")[0]), time.monotonic())
-        return True
-
+    data_upload = _held_uploads(arrivals)
     table = pa.table({"k": [i % 3 for i in range(30)], "i": list(range(30))})
     with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=("slow",), slow_seconds=1.0, only=data_upload)) as port:
         write_batch(backend.url, table, app_id="up", version=0, partition_by=["k"], storage_options=_options("moto", server, port))
