@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ParquetSinkError
@@ -45,21 +46,20 @@ MANIFEST_DIR = "_manifest"  # in staging: not a data file (see partitioning.is_d
 _MANIFEST_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 _WRITER = "org.apache.spark.sql.execution.datasources.FileFormatWriter"
 _WRITE_ARITY = 12  # Spark 4.x: ..., options, numStaticPartitionCols, a job-commit hook
-# Hadoop's checksummed local filesystem writes a hidden .crc file next to every file. Without Hadoop's native library
-# every file or directory the local filesystem creates with a permission costs a `chmod` process (~7 ms here), so
-# the .crc files were a third of a partitioned batch's process spawns. The raw filesystem writes the same files
-# without them (an uncached instance: the cached one is the checksummed filesystem). Both writer calls of the Spark
-# path stage with it (:mod:`parquet_sink.write.spark_staging`).
-RAW_LOCAL_FS = {
-    "fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    "fs.file.impl.disable.cache": "true",
-}
-# The manifest's own session settings: the raw local filesystem and a checkpoint file manager on FileSystem, not
-# FileContext, whose renames cost a `readlink` process each: with the query's own settings the manifest cost 12
-# processes a batch (its directory, temp file, .crc file, renames), with these 1 (its temp file; the directory is
-# made from Python).
-_MANIFEST_SESSION = {
-    **RAW_LOCAL_FS,
+# Hadoop's checksummed local filesystem writes a hidden .crc file next to every file; the raw filesystem writes the
+# same files without them (an uncached instance: the cached one is the checksummed filesystem). Both writer calls of
+# the Spark path stage with it (:mod:`parquet_sink.write.spark_staging`), and the manifest is written with it.
+_RAW_LOCAL_FS = "org.apache.hadoop.fs.RawLocalFileSystem"
+# Without Hadoop's native library the raw filesystem gives every file or directory it creates its permission with a
+# `chmod` process (~7 ms here): Spark's writer creates every data file and partition directory so. The same
+# filesystem with the permission set through java.nio (jvm/src/parquetsink/hadoop/NioLocalFileSystem.java, built
+# into this JAR) where the driver can load it (:func:`_local_filesystem`).
+_NIO_LOCAL_FS = "parquetsink.hadoop.NioLocalFileSystem"
+_JAR = Path(__file__).with_name("parquet-sink-hadoop.jar")
+# The manifest's checkpoint file manager: on FileSystem, not FileContext, whose renames cost a `readlink` process
+# each (with the query's own settings the manifest cost 12 processes a batch: its directory, temp file, .crc file,
+# renames; the directory is made from Python).
+_MANIFEST_FILE_MANAGER = {
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
@@ -88,7 +88,9 @@ class _Jvm:
     """The JVM classes and values every write reuses: py4j resolves a class name a package at a time (a round
     trip each), so a batch only calls constructors and methods (~25 round trips unpartitioned)."""
 
-    def __init__(self, jvm: Any) -> None:
+    def __init__(self, jvm: Any, local_fs: str) -> None:
+        self.local_fs = local_fs  # the Hadoop filesystem class the Spark path stages on local disk with
+
         def java_class(name: str) -> Any:
             return getattr(jvm, name)
 
@@ -113,10 +115,11 @@ class _Jvm:
 
     def log_session(self, session: Any) -> Any:
         """A session of the SparkContext whose Hadoop configuration writes the manifest cheaply
-        (:data:`_MANIFEST_SESSION`), made once from ``session``: the manifest log reads nothing else of it."""
+        (:func:`local_fs_options` and :data:`_MANIFEST_FILE_MANAGER`), made once from ``session``: the manifest log
+        reads nothing else of it."""
         if self._log_session is None:
             log_session = session.newSession()
-            for name, value in _MANIFEST_SESSION.items():
+            for name, value in {**_fs_options(self.local_fs), **_MANIFEST_FILE_MANAGER}.items():
                 log_session.conf().set(name, value)
             self._log_session = log_session
         return self._log_session
@@ -150,11 +153,44 @@ def _jvm_of(df: DataFrame) -> _Jvm | None:
         jvm = context._jvm
         writes = [m for m in jvm.java.lang.Class.forName(_WRITER).getMethods() if m.getName() == "write"]
         if len(writes) == 1 and writes[0].getParameterCount() == _WRITE_ARITY:
-            _JVM[context] = _Jvm(jvm)
+            _JVM[context] = _Jvm(jvm, _local_filesystem(context))
         else:
             logger.info("FileFormatWriter.write of this Spark is not the one expected: batches go through df.write")
             _JVM[context] = None
     return _JVM[context]
+
+
+def local_fs_options(df: DataFrame) -> dict[str, str]:
+    """The Hadoop options the Spark path writes local disk with from ``df``'s session: the raw local filesystem
+    (no ``.crc`` files), permissions set without a `chmod` process where the session loaded this package's JAR."""
+    java = _jvm_of(df)
+    return _fs_options(java.local_fs if java is not None else _RAW_LOCAL_FS)
+
+
+def _fs_options(local_fs: str) -> dict[str, str]:
+    return {"fs.file.impl": local_fs, "fs.file.impl.disable.cache": "true"}
+
+
+def _local_filesystem(context: Any) -> str:
+    """:data:`_NIO_LOCAL_FS` once this package's JAR is on the classpath of ``context``'s driver (added to the class
+    loader its Hadoop configurations load filesystems with: Spark's own, which ``spark.jars`` fills) and shipped to
+    its executors (``SparkContext.addJar``: an executor fetches it before its next task); else, with the reason
+    logged, :data:`_RAW_LOCAL_FS` (a driver whose class loader takes no JAR, a JAR missing from the install)."""
+    jvm = context._jvm
+    try:
+        loader = context._jsc.hadoopConfiguration().getClassLoader()
+        loader.addURL(jvm.java.io.File(str(_JAR)).toURI().toURL())
+        jvm.java.lang.Class.forName(_NIO_LOCAL_FS, False, loader)
+        context._jsc.sc().addJar(str(_JAR))
+    except Exception as exc:  # py4j's errors: no addURL on this loader, no JAR, no class
+        java_exception = getattr(exc, "java_exception", None)
+        text = java_exception.toString() if java_exception is not None else f"{type(exc).__name__}: {exc}"
+        logger.info(
+            "%s is not loadable in this session (%s): Hadoop's raw local filesystem sets permissions with a chmod process",
+            _NIO_LOCAL_FS, text.strip().splitlines()[0][:300],
+        )
+        return _RAW_LOCAL_FS
+    return _NIO_LOCAL_FS
 
 
 def write_with_manifest(

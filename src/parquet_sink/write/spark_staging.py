@@ -41,7 +41,7 @@ from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
-from .manifest_write import RAW_LOCAL_FS, write_with_manifest
+from .manifest_write import local_fs_options, write_with_manifest
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
 from ..storage.filesystem import Storage
@@ -98,7 +98,7 @@ def write_staged(
     Python before the job: Hadoop's local filesystem makes a directory with a `chmod` process (no native library),
     a third of a partitioned batch's processes, and a stream's batches mostly fill the same directories."""
     df = writer_order(df, partition_by)
-    options = {"compression": compression, **RAW_LOCAL_FS}
+    options = {"compression": compression, **local_fs_options(df)}
     if max_records_per_file:
         options["maxRecordsPerFile"] = str(max_records_per_file)
     with EarlyWriteback(batch.storage, batch.staging):  # the files go to disk while Spark's job writes them
