@@ -66,6 +66,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 SLOW_MODULES = {
     "test_crash", "test_backend_crash", "test_chain_crash", "test_writer_bounds", "test_relative_path", "test_optimize_crash",
+    "test_jvm_classes",
 }
 
 

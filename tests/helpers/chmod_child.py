@@ -1,10 +1,11 @@
-"""Child process of ``tests/write/test_local_filesystem.py``: a driver whose ``PATH`` finds a ``chmod`` that logs
+"""Child process of ``tests/write/test_jvm_classes.py``: a driver whose ``PATH`` finds a ``chmod`` that logs
 each call, and a Hadoop umask of 077 (``spark.hadoop.fs.permissions.umask-mode``), streaming two partitioned batches
 through ``ParquetSink`` twice: first with this package's JAR missing (Hadoop's raw local filesystem), then with it.
 
 Usage: ``python tests/helpers/chmod_child.py '{"input": ..., "runs": {NAME: {"out": ..., "checkpoint": ...,
-"jar": true|false}}, "result": ...}'``: writes ``result``, ``{NAME: the Hadoop filesystem class the sink staged
-with}``; the parent reads the chmod log and the files.
+"jar": true|false}}, "result": ...}'``: writes ``result``, ``{NAME: [the Hadoop filesystem class the sink staged
+with, whether Spark's writer got the batch's rows through BatchRowsExec]}``; the parent reads the chmod log and the
+files.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def main(config: dict) -> None:
             manifest_write._JVM.clear()  # the JAR is looked for again (once per SparkContext otherwise)
             stream = spark.readStream.schema("id LONG, k STRING").option("maxFilesPerTrigger", 1).json(config["input"])
             run_available_now(stream, run["checkpoint"], ParquetSink(run["out"], partition_by=["k"]))
-            used[name] = manifest_write._JVM[spark.sparkContext].local_fs
+            java = manifest_write._JVM[spark.sparkContext]
+            used[name] = [java.local_fs, java.batch_rows is not None]
     finally:
         with open(config["result"], "w") as fh:
             json.dump(used, fh)

@@ -140,9 +140,9 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path, w
     names = zipfile.ZipFile(wheel).namelist()
     dist = f"parquet_sink-{__version__}.dist-info"
     assert {"parquet_sink/py.typed", f"{dist}/licenses/LICENSE", "parquet_sink/cli/main.py"} <= set(names)
-    # the Hadoop filesystem class the Spark writer path loads (a user needs no JDK to build it)
-    jar = zipfile.ZipFile(wheel).read("parquet_sink/write/parquet-sink-hadoop.jar")
-    assert jar == (REPO / "src/parquet_sink/write/parquet-sink-hadoop.jar").read_bytes()
+    # the JVM classes the Spark writer path loads (a user needs no JDK to build them)
+    jar = zipfile.ZipFile(wheel).read("parquet_sink/write/parquet-sink-jvm.jar")
+    assert jar == (REPO / "src/parquet_sink/write/parquet-sink-jvm.jar").read_bytes()
     # the compiled line scanner (optional in the build: this machine has a compiler, so the wheel must hold it)
     assert [n for n in names if n.startswith("parquet_sink/log/_layout.") and n.endswith((".so", ".pyd"))], names
     metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode()
@@ -176,7 +176,7 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path, w
 
 def test_sdist_carries_the_docs(tmp_path, source):
     """A user installing from the sdist (or reading it) gets the README, every doc page, the license and the
-    example; the compiled scanner's source, never a built binary; the Hadoop class's JAR and its source."""
+    example; the compiled scanner's source, never a built binary; the JAR of the JVM classes and their source."""
     import tarfile
 
     env = _tools(tmp_path / "tools", "build>=1.2")
@@ -188,7 +188,7 @@ def test_sdist_carries_the_docs(tmp_path, source):
     assert docs and docs <= names, sorted(docs - names)
     assert {"README.md", "LICENSE", "setup.py", "src/parquet_sink/log/_layout.c", "examples/demo.py"} <= names
     # the JAR and the source it is built from
-    assert {"src/parquet_sink/write/parquet-sink-hadoop.jar", "jvm/build.sh",
+    assert {"src/parquet_sink/write/parquet-sink-jvm.jar", "jvm/build.sh",
             "jvm/src/parquetsink/hadoop/NioLocalFileSystem.java"} <= names
     assert not [name for name in names if name.endswith((".so", ".pyd"))], names
 

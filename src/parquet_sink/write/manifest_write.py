@@ -53,9 +53,14 @@ _RAW_LOCAL_FS = "org.apache.hadoop.fs.RawLocalFileSystem"
 # Without Hadoop's native library the raw filesystem gives every file or directory it creates its permission with a
 # `chmod` process (~7 ms here): Spark's writer creates every data file and partition directory so. The same
 # filesystem with the permission set through java.nio (jvm/src/parquetsink/hadoop/NioLocalFileSystem.java, built
-# into this JAR) where the driver can load it (:func:`_local_filesystem`).
+# into this JAR) where the driver can load the JAR (:func:`_load_jar`).
 _NIO_LOCAL_FS = "parquetsink.hadoop.NioLocalFileSystem"
-_JAR = Path(__file__).with_name("parquet-sink-hadoop.jar")
+# foreachBatch hands the sink its batch as a scan of the streaming plan's rows, which copies every row (~5% of a
+# 1M-row batch here); Spark's sink writes the streaming plan's rows as they are. This node gives Spark's writer the
+# same rows without the copy (jvm/src/parquetsink/spark/BatchRowsExec.java), where this Spark is the one it is
+# built for (``usable()``).
+_BATCH_ROWS = "parquetsink.spark.BatchRowsExec"
+_JAR = Path(__file__).with_name("parquet-sink-jvm.jar")
 # The manifest's checkpoint file manager: on FileSystem, not FileContext, whose renames cost a `readlink` process
 # each (with the query's own settings the manifest cost 12 processes a batch: its directory, temp file, .crc file,
 # renames; the directory is made from Python).
@@ -88,8 +93,11 @@ class _Jvm:
     """The JVM classes and values every write reuses: py4j resolves a class name a package at a time (a round
     trip each), so a batch only calls constructors and methods (~25 round trips unpartitioned)."""
 
-    def __init__(self, jvm: Any, local_fs: str) -> None:
-        self.local_fs = local_fs  # the Hadoop filesystem class the Spark path stages on local disk with
+    def __init__(self, jvm: Any, jar_loaded: bool) -> None:
+        # the Hadoop filesystem class the Spark path writes local disk with; the node handing Spark's writer a
+        # batch's rows without foreachBatch's copy (None: the plan as it is)
+        self.local_fs = _NIO_LOCAL_FS if jar_loaded else _RAW_LOCAL_FS
+        self.batch_rows = _batch_rows(jvm) if jar_loaded else None
 
         def java_class(name: str) -> Any:
             return getattr(jvm, name)
@@ -153,7 +161,7 @@ def _jvm_of(df: DataFrame) -> _Jvm | None:
         jvm = context._jvm
         writes = [m for m in jvm.java.lang.Class.forName(_WRITER).getMethods() if m.getName() == "write"]
         if len(writes) == 1 and writes[0].getParameterCount() == _WRITE_ARITY:
-            _JVM[context] = _Jvm(jvm, _local_filesystem(context))
+            _JVM[context] = _Jvm(jvm, _load_jar(context))
         else:
             logger.info("FileFormatWriter.write of this Spark is not the one expected: batches go through df.write")
             _JVM[context] = None
@@ -171,11 +179,11 @@ def _fs_options(local_fs: str) -> dict[str, str]:
     return {"fs.file.impl": local_fs, "fs.file.impl.disable.cache": "true"}
 
 
-def _local_filesystem(context: Any) -> str:
-    """:data:`_NIO_LOCAL_FS` once this package's JAR is on the classpath of ``context``'s driver (added to the class
-    loader its Hadoop configurations load filesystems with: Spark's own, which ``spark.jars`` fills) and shipped to
-    its executors (``SparkContext.addJar``: an executor fetches it before its next task); else, with the reason
-    logged, :data:`_RAW_LOCAL_FS` (a driver whose class loader takes no JAR, a JAR missing from the install)."""
+def _load_jar(context: Any) -> bool:
+    """Whether this package's JAR is on the classpath of ``context``'s driver (added to the class loader its Hadoop
+    configurations load filesystems with: Spark's own, which ``spark.jars`` fills) and shipped to its executors
+    (``SparkContext.addJar``: an executor fetches it before its next task); if not (a driver whose class loader
+    takes no JAR, a JAR missing from the install), the reason is logged and the Spark path writes as without it."""
     jvm = context._jvm
     try:
         loader = context._jsc.hadoopConfiguration().getClassLoader()
@@ -183,14 +191,32 @@ def _local_filesystem(context: Any) -> str:
         jvm.java.lang.Class.forName(_NIO_LOCAL_FS, False, loader)
         context._jsc.sc().addJar(str(_JAR))
     except Exception as exc:  # py4j's errors: no addURL on this loader, no JAR, no class
-        java_exception = getattr(exc, "java_exception", None)
-        text = java_exception.toString() if java_exception is not None else f"{type(exc).__name__}: {exc}"
         logger.info(
-            "%s is not loadable in this session (%s): Hadoop's raw local filesystem sets permissions with a chmod process",
-            _NIO_LOCAL_FS, text.strip().splitlines()[0][:300],
+            "%s is not loadable in this session (%s): Hadoop's raw local filesystem sets permissions with a chmod "
+            "process, and Spark's writer gets foreachBatch's copy of each row", _JAR.name, _java_reason(exc),
         )
-        return _RAW_LOCAL_FS
-    return _NIO_LOCAL_FS
+        return False
+    return True
+
+
+def _batch_rows(jvm: Any) -> Any:
+    """The class of :data:`_BATCH_ROWS` if this Spark implements every method it needs, else None (logged)."""
+    try:
+        batch_rows = getattr(jvm, _BATCH_ROWS)  # py4j loads it as the thread's class loader does (Spark's)
+        if batch_rows.usable():  # links it first: a Spark without a class it names fails here
+            return batch_rows
+        reason = "this Spark's SparkPlan has abstract methods it does not implement"
+    except Exception as exc:  # py4j's errors: a class it names is missing from this Spark
+        reason = _java_reason(exc)
+    logger.info("%s is not usable with this Spark (%s): Spark's writer gets foreachBatch's copy of each row", _BATCH_ROWS, reason)
+    return None
+
+
+def _java_reason(exc: Exception) -> str:
+    """The first line of a py4j error's Java exception (or of ``exc``), for a log line."""
+    java_exception = getattr(exc, "java_exception", None)
+    text = java_exception.toString() if java_exception is not None else f"{type(exc).__name__}: {exc}"
+    return text.strip().splitlines()[0][:300]
 
 
 def write_with_manifest(
@@ -236,8 +262,11 @@ def write_with_manifest(
     metrics = java.stats_tracker.metrics()
     tracker = java.stats_tracker(java.serializable_conf(hadoop_conf), metrics)
     spec = java.output_spec(storage.to_hadoop_path(output), java.scala_map({}), plan)
+    plan = execution.executedPlan()
+    if java.batch_rows is not None:  # the streaming plan's rows as they are, as Spark's sink writes them
+        plan = java.batch_rows.unwrap(plan)
     java.writer.write(
-        session, execution.executedPlan(), java.parquet, committer, spec, hadoop_conf, partition_columns,
+        session, plan, java.parquet, committer, spec, hadoop_conf, partition_columns,
         java.none, java.scala_list([tracker]), scala_options, *java.defaults,
     )
     rows = metrics.apply("numOutputRows").value()
@@ -262,9 +291,7 @@ def hadoop_write_problem(df: DataFrame, storage: Storage, probe: str) -> str | N
             return None
         return f"the session's Hadoop filesystem does not see {target} (another endpoint or account?)"
     except Exception as exc:  # py4j's Py4JJavaError: no filesystem class for the scheme, no credentials, ...
-        java_exception = getattr(exc, "java_exception", None)
-        text = java_exception.toString() if java_exception is not None else f"{type(exc).__name__}: {exc}"
-        return f"the session's Hadoop filesystem cannot read {target} ({text.strip().splitlines()[0][:300]})"
+        return f"the session's Hadoop filesystem cannot read {target} ({_java_reason(exc)})"
 
 
 def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:

@@ -25,7 +25,7 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * <p>The parquet-sink Spark writer path names it in {@code fs.file.impl} for its own writes only (with
  * {@code fs.file.impl.disable.cache}), once its JAR is loadable on the driver (see
  * {@code parquet_sink/write/manifest_write.py}); built by {@code jvm/build.sh} into
- * {@code src/parquet_sink/write/parquet-sink-hadoop.jar}.
+ * {@code src/parquet_sink/write/parquet-sink-jvm.jar}.
  */
 public class NioLocalFileSystem extends RawLocalFileSystem {
     /** The permission for each bit of a mode, lowest bit first. */

@@ -1,9 +1,16 @@
-"""The Spark writer path stages on local disk with Hadoop's raw local filesystem whose permissions are set through
-``java.nio`` (``jvm/src/parquetsink/hadoop/NioLocalFileSystem.java``, shipped as
-``src/parquet_sink/write/parquet-sink-hadoop.jar``): without Hadoop's native library the raw filesystem runs a
-``chmod`` process for every file and directory it creates (~7 ms each). Proven on a real driver whose ``chmod`` logs
-its calls: none for the sink's files with the JAR, one per data file without it, the same file modes either way
-(Hadoop's umask applied), every row committed once. The JAR must be what its source compiles to."""
+"""The JVM classes of the Spark writer path (``jvm/src``, shipped as ``src/parquet_sink/write/parquet-sink-jvm.jar``,
+which must be what that source compiles to).
+
+``NioLocalFileSystem``: Hadoop's raw local filesystem with permissions set through ``java.nio``; without Hadoop's
+native library the raw filesystem runs a ``chmod`` process for every file and directory it creates (~7 ms each).
+Proven on a real driver whose ``chmod`` logs its calls: none for the sink's files with the JAR, one per data file
+without it (the JAR missing: the sink writes as before), the same file modes either way (Hadoop's umask applied),
+every row committed once.
+
+``BatchRowsExec``: Spark's writer gets a ``foreachBatch`` batch's rows as the streaming plan produced them, without
+the copy ``foreachBatch``'s scan makes of each; rows of another kind (an RDD of Python rows) still become
+``UnsafeRow`` s, which the sort Spark adds for partition columns requires. The streaming tests of every type
+(``test_differential.py`` against Spark's own sink, ``test_partition_columns.py``) run through it."""
 
 from __future__ import annotations
 
@@ -17,8 +24,9 @@ from collections import Counter
 from pathlib import Path
 
 import pyspark
+import pytest
 
-from parquet_sink import committed_files, read_committed
+from parquet_sink import ParquetSink, committed_files, read_committed
 from parquet_sink.write import manifest_write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +76,7 @@ def test_spark_path_creates_files_without_chmod_processes(tmp_path: Path) -> Non
         cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
     )
     used = json.loads(result.read_text()) if result.exists() else {}
-    assert child.returncode == 0 and used == {"without_jar": RAW, "with_jar": NIO}, (
+    assert child.returncode == 0 and used == {"without_jar": [RAW, False], "with_jar": [NIO, True]}, (
         f"{used}\n{child.stdout[-3000:]}{child.stderr[-6000:]}"
     )
     calls = log.read_text().splitlines() if log.exists() else []
@@ -84,3 +92,23 @@ def test_spark_path_creates_files_without_chmod_processes(tmp_path: Path) -> Non
             assert mine == [], mine
         else:  # the raw filesystem: a chmod process for each data file it created
             assert len([c for c in mine if c.endswith(".parquet")]) >= len(files), mine
+
+
+@pytest.mark.parametrize("partition_by", [(), ("b",)], ids=["unpartitioned", "partitioned"])
+def test_batch_rows_of_another_kind_are_projected(spark, tmp_path: Path, partition_by: tuple[str, ...]) -> None:
+    """A DataFrame over an RDD of Python rows (``GenericInternalRow`` s, not ``UnsafeRow`` s) plans as the same
+    scan as a ``foreachBatch`` batch, so Spark's writer gets it through ``BatchRowsExec``: every row is written, and
+    partitioned by an int column too (Spark's writer sorts the rows by ``b`` first, which requires ``UnsafeRow`` s;
+    a string partition column would get them from the projection Spark adds for its empty strings)."""
+    rows = [(i, None if i % 7 == 0 else f"k{i % 3}", i % 3, i / 3) for i in range(60)]
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), "id long, k string, b int, x double")
+    java = manifest_write._jvm_of(df)
+    assert java is not None and java.batch_rows is not None
+    plan = java.batch_rows.unwrap(df._jdf.queryExecution().executedPlan())
+    assert plan.getClass().getName() == "parquetsink.spark.BatchRowsExec"
+    out = str(tmp_path / "out")
+    ParquetSink(out, partition_by=partition_by)(df, 0)
+    table = read_committed(out)
+    columns = ("id", "k", "b", "x")
+    assert sorted(zip(*(table.column(c).to_pylist() for c in columns))) == rows
+    assert sorted(tuple(r) for r in spark.read.parquet(out).select(*columns).collect()) == rows
