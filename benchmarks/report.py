@@ -394,7 +394,7 @@ def cost_split(sink) -> list[tuple[str, Stat | None, Stat | None, str]]:
     ]
 
 
-JOB = "Spark's job: scan, encode, write (ours: `df.write` into staging)"
+JOB = "Spark's job: scan, encode, write (ours: Spark's sink's own write, into staging)"
 PUBLISH = "publish: footers, fsync of files and directories, renames"
 OTHER = "driver work in the sink call outside write/commit"
 SETUP = "foreachBatch + DataFrame setup around the call"
@@ -654,20 +654,18 @@ def analysis(ctx: dict[str, Any]) -> list[str]:
         out.append(
             f"**Sink: {ratio:.2f}x Spark's file sink throughput; sink time / Spark's: {', '.join(gaps)}.** "
             f"Per median batch (unpartitioned), ours spends {ms(JOB):.0f} ms in Spark's own Parquet writer "
-            f"(`df.write` into staging) against {ms(JOB, 1):.0f} ms for Spark's whole `addBatch`, then "
+            f"(Spark's sink's own write into staging) against {ms(JOB, 1):.0f} ms for Spark's whole `addBatch`, then "
             f"{ms(PUBLISH):.0f} ms publishing (footer reads, fsync of every file and directory, renames: the fsync is "
             f"nearly all of it, and is durability Spark's sink does not give: it never fsyncs), "
             f"{ms('log commit'):.1f} ms committing the log, {ms(OTHER):.1f} ms of other driver work and "
             f"{ms(SETUP):.0f} ms of `foreachBatch` setup; the streaming engine adds {ms(ENGINE):.0f} ms per batch "
-            f"for ours and {ms(ENGINE, 1):.0f} ms for Spark's sink. The rest of the gap is `df.write` itself against "
-            "the streaming sink's writer: without Hadoop's native library every file or directory Hadoop's local "
-            "filesystem creates costs a `chmod` process. Spark's sink creates its partition directories once and "
-            "then only files (each with a `.crc` file); `df.write` creates the output committer's task-attempt "
-            "directories, a copy of every partition directory per task, every batch. Staging with the raw local "
-            "filesystem (no `.crc` files) made up most of that (measured apart with strace when it was introduced, "
-            "partitioned: ~120 process spawns per batch for ours against 112 for Spark's sink, 33 more with `.crc` "
-            "files; ~7 ms per spawn). Only a commit protocol inside the JVM writing final names directly would "
-            "remove the rest. The Arrow path (`writer=\"arrow\"`, the default on object "
+            f"for ours and {ms(ENGINE, 1):.0f} ms for Spark's sink. Two classes of ours in the JVM "
+            "(`src/parquet_sink/write/parquet-sink-jvm.jar`, built from `jvm/src`) take out what Spark's sink pays "
+            "and ours need not: Spark's writer gets the batch's rows without the copy `foreachBatch`'s scan makes of "
+            "each (`BatchRowsExec`), and the local filesystem sets file and directory permissions without a `chmod` "
+            "process each (`NioLocalFileSystem`: without Hadoop's native library Spark's sink spawns one for every "
+            "data file, its `.crc` file, and its log files). "
+            "The Arrow path (`writer=\"arrow\"`, the default on object "
             f"stores) pays for moving every row from the JVM to a Python worker: ~{ms(TRANSFER):.0f} ms per batch "
             "here."
         )
