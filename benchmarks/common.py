@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import logging
 import os
@@ -158,6 +159,21 @@ def default_driver_memory() -> str:
         return f"{max(2, min(8, kib // 1024 // 1024 // 3))}g"
     except (OSError, StopIteration):
         return "4g"
+
+
+def ab_arguments(prog: str, doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """The options of a same-session sink A/B (``--repeats``, ``--partitioned``, ``--batches``, ``--rows``), parsed,
+    with logging set up (py4j and the package quiet)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--partitioned", action="store_true")
+    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
+    for noisy in ("py4j", "parquet_sink"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return args
 
 
 def make_session(driver_memory: str = "4g"):

@@ -10,34 +10,22 @@ docs/performance.md "The JVM classes" reports.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 
 from parquet_sink.write import manifest_write
 
 from . import sink_bench
-from .common import make_session, percentile
+from .common import ab_arguments, make_session, percentile
 from .data import generate_input
 
 VARIANTS = ("spark", "ours", "no-batch-rows", "no-nio-fs")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.jvm_classes_ab", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--partitioned", action="store_true")
-    parser.add_argument("--batches", type=int, default=6)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
-    for noisy in ("py4j", "parquet_sink"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    args = ab_arguments("benchmarks.jvm_classes_ab", __doc__, argv)
     suffix = "-part" if args.partitioned else ""
     work = tempfile.mkdtemp(prefix="eo-bench-jvm-")
     spark = make_session()

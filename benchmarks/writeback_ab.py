@@ -7,18 +7,15 @@ order reverses every other repeat. What docs/performance.md "Early writeback" re
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 
 import parquet_sink.write.spark_staging as spark_staging
 
 from . import sink_bench
-from .common import make_session
+from .common import ab_arguments, make_session
 from .data import generate_input
 
 
@@ -34,16 +31,7 @@ class _NoWriteback:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.writeback_ab", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--partitioned", action="store_true")
-    parser.add_argument("--batches", type=int, default=6)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(name)s: %(message)s")
-    for noisy in ("py4j", "parquet_sink"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    args = ab_arguments("benchmarks.writeback_ab", __doc__, argv)
     real = spark_staging.EarlyWriteback
     suffix = "-part" if args.partitioned else ""
     work = tempfile.mkdtemp(prefix="eo-bench-wb-")

@@ -23,18 +23,15 @@ def main(config: dict) -> None:
     spark = make_session(app="parquet-sink-chmod", **{"spark.hadoop.fs.permissions.umask-mode": "077"})
     jar = manifest_write._JAR
     used = {}
-    try:
-        for name, run in config["runs"].items():
-            manifest_write._JAR = jar if run["jar"] else Path(run["out"]) / "missing.jar"
-            manifest_write._JVM.clear()  # the JAR is looked for again (once per SparkContext otherwise)
-            stream = spark.readStream.schema("id LONG, k STRING").option("maxFilesPerTrigger", 1).json(config["input"])
-            run_available_now(stream, run["checkpoint"], ParquetSink(run["out"], partition_by=["k"]))
-            java = manifest_write._JVM[spark.sparkContext]
-            used[name] = [java.local_fs, java.batch_rows is not None]
-    finally:
-        with open(config["result"], "w") as fh:
-            json.dump(used, fh)
-        spark.stop()
+    for name, run in config["runs"].items():  # a failure ends the child: the parent shows its traceback
+        manifest_write._JAR = jar if run["jar"] else Path(run["out"]) / "missing.jar"
+        manifest_write._JVM.clear()  # the JAR is looked for again (once per SparkContext otherwise)
+        stream = spark.readStream.schema("id LONG, k STRING").option("maxFilesPerTrigger", 1).json(config["input"])
+        run_available_now(stream, run["checkpoint"], ParquetSink(run["out"], partition_by=["k"]))
+        java = manifest_write._JVM[spark.sparkContext]
+        used[name] = [java.local_fs, java.batch_rows is not None]
+    Path(config["result"]).write_text(json.dumps(used))
+    spark.stop()
 
 
 if __name__ == "__main__":
