@@ -262,11 +262,11 @@ def write_with_manifest(
     metrics = java.stats_tracker.metrics()
     tracker = java.stats_tracker(java.serializable_conf(hadoop_conf), metrics)
     spec = java.output_spec(storage.to_hadoop_path(output), java.scala_map({}), plan)
-    plan = execution.executedPlan()
+    executed = execution.executedPlan()
     if java.batch_rows is not None:  # the streaming plan's rows as they are, as Spark's sink writes them
-        plan = java.batch_rows.unwrap(plan)
+        executed = java.batch_rows.unwrap(executed)
     java.writer.write(
-        session, plan, java.parquet, committer, spec, hadoop_conf, partition_columns,
+        session, executed, java.parquet, committer, spec, hadoop_conf, partition_columns,
         java.none, java.scala_list([tracker]), scala_options, *java.defaults,
     )
     rows = metrics.apply("numOutputRows").value()
