@@ -12,5 +12,6 @@ trap 'rm -rf "$classes"' EXIT
 javac --release 8 -nowarn -Xlint:-options -cp "$jars/*" -d "$classes" $(find jvm/src -name '*.java' | sort)
 # fixed entry times and order: the same classes give the same JAR
 find "$classes" -exec touch -d '1980-01-02 00:00:00' {} +
-(cd "$classes" && find . -type f | sort | sed 's|^\./||' > files && jar --create --no-manifest --file "$OLDPWD/src/parquet_sink/write/parquet-sink-jvm.jar" @files)
+(cd "$classes" && find . -type f -name '*.class' | sort | sed 's|^\./||' > "$classes.list" && jar --create --no-manifest --file "$OLDPWD/src/parquet_sink/write/parquet-sink-jvm.jar" "@$classes.list")
+rm -f "$classes.list"
 echo "built src/parquet_sink/write/parquet-sink-jvm.jar"

@@ -232,8 +232,8 @@ def write_with_manifest(
     """Write ``df`` as Spark's file sink writes a micro-batch, under ``output`` (a directory of ``storage``), with
     the Parquet writer ``options`` (also copied into the job's Hadoop configuration, as ``df.write`` does); None
     (nothing written) where this path is not available (see the module docstring): the caller writes otherwise.
-    ``directories`` (relative to ``output``) are made first, from Python: Hadoop's local filesystem would make each
-    with a `chmod` process. ``manifest``: an empty directory on the driver's local disk for the manifest; by
+    ``directories`` (relative to ``output``) are made first, from Python: without this package's JAR Hadoop's local
+    filesystem would make each with a `chmod` process. ``manifest``: an empty directory on the driver's local disk for the manifest; by
     default ``<output>/_manifest`` on ``storage`` (``output`` must not exist then)."""
     java = _jvm_of(df)
     if java is None:

@@ -95,8 +95,9 @@ def write_staged(
     Spark accepted (an ``Observation``).
 
     ``directories`` (staging-relative partition directories, those of the previous batch) are made in staging from
-    Python before the job: Hadoop's local filesystem makes a directory with a `chmod` process (no native library),
-    a third of a partitioned batch's processes, and a stream's batches mostly fill the same directories."""
+    Python before the job: without this package's JAR (:func:`parquet_sink.write.manifest_write.local_fs_options`)
+    Hadoop's local filesystem makes a directory with a `chmod` process (no native library), a third of a
+    partitioned batch's processes, and a stream's batches mostly fill the same directories."""
     df = writer_order(df, partition_by)
     options = {"compression": compression, **local_fs_options(df)}
     if max_records_per_file:
