@@ -10,23 +10,18 @@ docs/performance.md "The JVM classes" reports.
 
 from __future__ import annotations
 
-import os
 import shutil
-import statistics
 import tempfile
 
 from parquet_sink.write import manifest_write
 
 from . import sink_bench
 from .common import ab_arguments, make_session, percentile
-from .data import generate_input
-
-VARIANTS = ("spark", "ours", "no-batch-rows", "no-nio-fs")
+from .sink_bench import Variant, ab_ratio
 
 
 def main(argv: list[str] | None = None) -> None:
     args = ab_arguments("benchmarks.jvm_classes_ab", __doc__, argv)
-    suffix = "-part" if args.partitioned else ""
     work = tempfile.mkdtemp(prefix="eo-bench-jvm-")
     spark = make_session()
     java = manifest_write._jvm_of(spark.range(1))
@@ -34,43 +29,30 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("this session does not load the package's JVM classes: nothing to compare")
     loaded = (java.local_fs, java.batch_rows)
 
-    def use(variant: str) -> None:
-        java.local_fs = manifest_write._RAW_LOCAL_FS if variant == "no-nio-fs" else loaded[0]
-        java.batch_rows = None if variant == "no-batch-rows" else loaded[1]
+    def use(local_fs: str, batch_rows: object) -> None:
+        java.local_fs, java.batch_rows = local_fs, batch_rows
         java._log_session = None  # the manifest's session, made again with this local filesystem
 
-    runs: dict[str, list[sink_bench.QueryRun]] = {v: [] for v in VARIANTS}
+    variants = {
+        "spark": Variant("spark"),
+        "ours": Variant("ours", lambda: use(*loaded)),
+        "no-batch-rows": Variant("ours", lambda: use(loaded[0], None)),
+        "no-nio-fs": Variant("ours", lambda: use(manifest_write._RAW_LOCAL_FS, loaded[1])),
+    }
     try:
-        inputs, warm = os.path.join(work, "input"), os.path.join(work, "warm")
-        generate_input(inputs, args.batches, args.rows)
-        generate_input(warm, 2, max(10_000, args.rows // 10))
-        schema = spark.read.parquet(inputs).schema
-        for variant in VARIANTS:
-            use(variant)
-            kind = "spark" if variant == "spark" else "ours"
-            sink_bench.run_query(spark, kind + suffix, warm, schema, work, f"warmup-{variant}")
-        for rep in range(args.repeats):
-            for variant in VARIANTS if rep % 2 == 0 else VARIANTS[::-1]:
-                use(variant)
-                os.sync()
-                kind = "spark" if variant == "spark" else "ours"
-                runs[variant].append(sink_bench.run_query(spark, kind + suffix, inputs, schema, work, f"{variant}{rep}"))
-                shutil.rmtree(os.path.join(work, f"out-{kind}{suffix}-{variant}{rep}"), ignore_errors=True)
+        runs = sink_bench.paired_repeats(spark, variants, args, work)
     finally:
-        use("ours")
+        use(*loaded)
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    def median_ratio(a: str, b: str, attribute: str) -> float:
-        return statistics.median(getattr(x, attribute) / getattr(y, attribute) for x, y in zip(runs[a], runs[b]))
-
     print(f"{'partitioned' if args.partitioned else 'unpartitioned'}, {args.batches} x {args.rows:,} rows, "
           f"{args.repeats} paired repeats")
-    for variant in VARIANTS[1:]:
-        print(f"  {variant}: sink time / Spark's {median_ratio(variant, 'spark', 'wall'):.3f}x, "
-              f"CPU {median_ratio(variant, 'spark', 'cpu'):.3f}x; ours / this, per repeat (median) "
-              f"{median_ratio('ours', variant, 'wall'):.3f}")
-    for variant in VARIANTS:
+    for variant in list(variants)[1:]:
+        print(f"  {variant}: sink time / Spark's {ab_ratio(runs, variant, 'spark'):.3f}x, "
+              f"CPU {ab_ratio(runs, variant, 'spark', 'cpu'):.3f}x; ours / this, per repeat (median) "
+              f"{ab_ratio(runs, 'ours', variant):.3f}")
+    for variant in variants:
         ms = [b["addBatch"] * 1000 for r in runs[variant] for b in r.batches if b["batch"] > 0]
         print(f"  {variant}: addBatch p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms")
 

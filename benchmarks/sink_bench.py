@@ -29,7 +29,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from parquet_sink import ParquetSink
+from parquet_sink.write import parquet_files
 
 from .common import Stat, percentile
 
@@ -90,7 +93,8 @@ class DrainSink:
 
     def __call__(self, df, batch_id: int) -> None:
         started = time.perf_counter()
-        rows = sum(r[0] for r in df.mapInArrow(drain, "rows long").collect())
+        with parquet_files._row_bounded_arrow_batches(df.sparkSession):  # as the sink's own job
+            rows = sum(r[0] for r in df.mapInArrow(drain, "rows long").collect())
         self.batches.append({"batch": batch_id, "call": time.perf_counter() - started, "rows": rows})
 
 
@@ -250,6 +254,46 @@ def run_query(spark, kind: str, input_dir: str, schema, work: str, tag: str) -> 
     shutil.rmtree(checkpoint, ignore_errors=True)
     logger.info("%-10s %s: %d rows in %d batches, %.2fs wall (%.0f rows/s)", kind, tag, rows, len(batches), wall, rows / wall)
     return QueryRun(kind, wall, rows, batches, files, cpu)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One contender of a same-session A/B: the :func:`run_query` kind it runs (without ``-part``) and what to set
+    up before each of its runs (a module attribute swapped in, a session setting)."""
+
+    kind: str
+    setup: Callable[[], None] = lambda: None
+
+
+def paired_repeats(spark, variants: dict[str, Variant], args, work: str) -> dict[str, list[QueryRun]]:
+    """Every variant streams the same input (``args.batches`` x ``args.rows``, partitioned if ``args.partitioned``)
+    in one session: one warm-up each, then ``args.repeats`` repeats in an order that reverses every other repeat;
+    each run's output removed after it. The runs by variant name, repeat by repeat (pairs: :func:`ab_ratio`)."""
+    from .data import generate_input
+
+    suffix = "-part" if args.partitioned else ""
+    inputs, warm = os.path.join(work, "input"), os.path.join(work, "warm")
+    generate_input(inputs, args.batches, args.rows)
+    generate_input(warm, 2, max(10_000, args.rows // 10))
+    schema = spark.read.parquet(inputs).schema
+    for name, variant in variants.items():
+        variant.setup()
+        run_query(spark, variant.kind + suffix, warm, schema, work, f"warmup-{name}")
+    runs: dict[str, list[QueryRun]] = {name: [] for name in variants}
+    order = list(variants)
+    for rep in range(args.repeats):
+        for name in order if rep % 2 == 0 else order[::-1]:
+            variant = variants[name]
+            variant.setup()
+            os.sync()
+            runs[name].append(run_query(spark, variant.kind + suffix, inputs, schema, work, f"{name}{rep}"))
+            shutil.rmtree(os.path.join(work, f"out-{variant.kind}{suffix}-{name}{rep}"), ignore_errors=True)
+    return runs
+
+
+def ab_ratio(runs: dict[str, list[QueryRun]], a: str, b: str, attribute: str = "wall") -> float:
+    """The median over repeats of ``a``'s ``attribute`` (wall or CPU seconds) over ``b``'s in the same repeat."""
+    return statistics.median(getattr(x, attribute) / getattr(y, attribute) for x, y in zip(runs[a], runs[b]))
 
 
 def _write_half(path: str, groups: list[int], out: str) -> None:

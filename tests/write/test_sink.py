@@ -419,6 +419,47 @@ def test_arrow_path_renames_columns_only_when_mapinarrow_cannot_resolve_them(spa
     assert all(sorted(table.column(n).to_pylist()) == [0, 1, 2] for n in names)
 
 
+def test_arrow_path_batches_are_bounded_by_rows_unless_the_user_bounds_their_bytes(spark, tmp_path):
+    """Spark 4 sizes an Arrow batch to Python after every row to close it at maxBytesPerBatch (64 MiB by default):
+    the Arrow path's job runs with batches bounded by maxRecordsPerBatch rows alone and leaves the session as it
+    found it (also when the block fails); a byte bound the user set is kept, and Spark closes batches at it."""
+    from parquet_sink.write.parquet_files import _row_bounded_arrow_batches
+
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+
+    def batch_rows(batches):
+        for batch in batches:
+            yield pa.RecordBatch.from_pylist([{"rows": batch.num_rows}])
+
+    # 9,000 rows of 8,000 bytes in one task (72 MB): over the default byte bound, under maxRecordsPerBatch (10,000)
+    wide = spark.range(9000, numPartitions=1).select(F.repeat(F.lit("x"), 8000).alias("s"))
+
+    def sizes() -> list[int]:
+        return [row.rows for row in wide.mapInArrow(batch_rows, "rows long").collect()]
+
+    assert spark.conf.get(key, None) is None
+    assert max(sizes()) < 9000  # Spark's own bound splits them
+    with _row_bounded_arrow_batches(spark):
+        assert sizes() == [9000]
+    assert spark.conf.get(key, None) is None
+    with pytest.raises(RuntimeError, match="inside"), _row_bounded_arrow_batches(spark):
+        raise RuntimeError("inside")
+    assert spark.conf.get(key, None) is None
+
+    small = spark.range(5).select(F.col("id"), F.lit("v").alias("s"))
+    ParquetSink(str(tmp_path / "out"), writer="arrow")(small, 0)
+    assert spark.conf.get(key, None) is None
+    spark.conf.set(key, "16m")
+    try:
+        with _row_bounded_arrow_batches(spark):
+            assert sum(sizes()) == 9000 and max(sizes()) <= 16 * 2**20 // 8000 + 1
+        ParquetSink(str(tmp_path / "out"), writer="arrow")(small, 1)
+        assert spark.conf.get(key) == "16m"
+    finally:
+        spark.conf.unset(key)
+    assert sorted(read_committed(str(tmp_path / "out")).column("id").to_pylist()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
 def test_a_commit_protocol_other_than_spark_sinks_writes_through_df_write(spark, tmp_path):
     """A session whose ``spark.sql.streaming.commitProtocolClass`` is not a manifest protocol (its commit messages
     would not be the files' statuses): batches go through ``df.write`` (staging listed, rows observed), every row

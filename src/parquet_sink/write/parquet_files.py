@@ -19,6 +19,7 @@ fsynced before the task reports them, so a committed file survives a power loss.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
@@ -42,7 +43,7 @@ from ..partitioning import partition_dir, partition_value_str
 from ..storage.filesystem import FileInfo, Storage
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row
+    from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
@@ -428,6 +429,31 @@ def _status_type() -> StructType:
     return from_arrow_schema(_STATUS_ARROW_SCHEMA)
 
 
+# Spark 4 closes an Arrow batch sent to Python at spark.sql.execution.arrow.maxRecordsPerBatch rows (10,000 by
+# default) or at this many bytes (64 MiB by default), and to check the bytes it sizes every vector of the batch
+# after every row (BatchedPythonArrowInput.writeSizedBatch: ArrowWriter.sizeInBytes per row, skipped only when the
+# value is Int.MaxValue). That check was about half of the JVM's time in the write job (JFR samples) and ~470 ms of
+# a 1M-row batch on 2 cores (docs/performance.md).
+_ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+_INT_MAX = str(2**31 - 1)
+
+
+@contextlib.contextmanager
+def _row_bounded_arrow_batches(session: SparkSession) -> Iterator[None]:
+    """Within the block, the session's Arrow batches to Python are bounded by their row count alone, as in Spark
+    3.5 (whose mapInArrow had no byte bound), unless the user set a byte bound themselves: theirs is kept. The
+    setting is undone after the block. In ``foreachBatch`` the session is the query's own (each streaming query
+    runs in a clone of the session that started it), so no other query sees it."""
+    if session.conf.get(_ARROW_BATCH_BYTES, None) is not None:
+        yield
+        return
+    session.conf.set(_ARROW_BATCH_BYTES, _INT_MAX)
+    try:
+        yield
+    finally:
+        session.conf.unset(_ARROW_BATCH_BYTES)
+
+
 def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     """Write one batch on the executors; one status row (the fields of :class:`FileStatus`) per file written.
 
@@ -459,7 +485,8 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     if not _plain_names(names):
         df = df.toDF(*(f"c{i}" for i in range(len(names))))
     try:
-        return df.mapInArrow(functools.partial(write_task, spec, names), _status_type()).collect()
+        with _row_bounded_arrow_batches(df.sparkSession):
+            return df.mapInArrow(functools.partial(write_task, spec, names), _status_type()).collect()
     except Exception as exc:
         missing = _MISSING_MODULE.search(str(exc))
         if missing is None:
