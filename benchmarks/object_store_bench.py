@@ -1,9 +1,9 @@
 """The sink on an object store: the same stream into a moto S3 server through Spark's own file sink (Hadoop's
 S3A, files written in place, its log committed through S3A) and through ``ParquetSink`` on both its writer paths
 for stores: ``ours`` (``writer="spark"``: Spark's writer in place through S3A,
-:mod:`parquet_sink.write.spark_in_place`; what ``writer="auto"`` picks for unpartitioned outputs in a session with
-S3A) and ``arrow`` (``writer="arrow"``: pyarrow in ``mapInArrow`` tasks writing through s3fs; what ``"auto"`` picks
-for partitioned ones); both commit the log by a conditional PUT through s3fs.
+:mod:`parquet_sink.write.spark_in_place`) and ``arrow`` (``writer="arrow"``: pyarrow in ``mapInArrow`` tasks
+writing through s3fs; what ``writer="auto"`` picks on an object store); both commit the log by a conditional PUT
+through s3fs.
 
 This is the comparison that counts for the Arrow path: on local disk it competes with Spark's writer writing to
 local files; on a store both pay the uploads. Spark has no S3A of its own (``hadoop-aws`` and an AWS SDK are not
@@ -164,8 +164,8 @@ def section(results: StoreResults) -> str:
         f"{results.batches} micro-batches x {results.rows_per_batch:,} rows (the sink section's input), local "
         "input, one moto S3 server on this host. Spark's sink: `writeStream.format(\"parquet\")` to `s3a://` "
         "(hadoop-aws 3.3.1, files in place, its log through S3A). ParquetSink: `foreachBatch(ParquetSink(\"s3://...\"))`"
-        " (`ours`: `writer=\"spark\"`, Spark's writer in place through S3A, what `writer=\"auto\"` picks unpartitioned; "
-        "`arrow`: `writer=\"arrow\"`, pyarrow through s3fs, what `\"auto\"` picks partitioned). Repeats run the contenders back to back (order rotated); every run's rows read back.",
+        " (`ours`: `writer=\"spark\"`, Spark's writer in place through S3A; "
+        "`arrow`: `writer=\"arrow\"`, pyarrow through s3fs, what `writer=\"auto\"` picks on a store). Repeats run the contenders back to back (order rotated); every run's rows read back.",
         "",
         "| contender | wall time | sink time / Spark's sink | CPU time / Spark's sink (moto's excluded) |",
         "|---|---|---|---|",

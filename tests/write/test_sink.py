@@ -319,9 +319,9 @@ def test_restarted_sink_accepts_its_own_timestamp_files(spark, tmp_path, writer)
 
 
 def test_writer_option_picks_the_path_per_store(spark, tmp_path, moto_server):
-    """``writer="auto"`` takes Spark's writer on local disk (staging), and on S3 only where the session's Hadoop
-    filesystem reaches the bucket: this session has no S3A, so the Arrow path writes (its footers say so).
-    ``"spark"`` there fails the first batch with the reason and the remedy, before anything is written or
+    """``writer="auto"`` takes Spark's writer on local disk (staging) and the Arrow path on S3 (its footers say so),
+    without asking whether the session's Hadoop filesystem reaches the bucket. ``"spark"`` there needs it: this
+    session has no S3A, so the first batch fails with the reason and the remedy, before anything is written or
     committed. Unknown values are refused in the constructor."""
     with pytest.raises(ValueError, match="writer must be 'auto', 'spark' or 'arrow'"):
         ParquetSink(str(tmp_path / "out"), writer="jvm")
@@ -340,7 +340,7 @@ def test_writer_option_picks_the_path_per_store(spark, tmp_path, moto_server):
     s3 = ParquetSink(f"s3://{bucket}/auto", storage_options=options)
     s3(df, 0)
     assert writers(f"s3://{bucket}/auto", storage_options=options) == {"parquet-cpp-arrow"}
-    assert "Hadoop filesystem" in s3._in_place[spark.sparkContext]
+    assert s3._in_place == {}
     refused = ParquetSink(f"s3://{bucket}/spark", writer="spark", storage_options=options)
     with pytest.raises(errors.SinkUsageError, match=rf"s3://{bucket}/spark.*log batch 0.*Hadoop filesystem.*Nothing was written.*writer='auto' or 'arrow'"):
         refused(df, 0)

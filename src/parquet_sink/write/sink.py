@@ -4,7 +4,7 @@ Per micro-batch: decide from the log whether the batch is new, a replay, or anot
 schema; take the batch's lease (:mod:`parquet_sink.write.inflight`); write Parquet, either with Spark's own
 writer into a hidden staging directory and an atomic rename of each file into place
 (:mod:`parquet_sink.write.spark_staging`, stores with atomic renames), with Spark's own writer in place through the
-session's Hadoop filesystem (:mod:`parquet_sink.write.spark_in_place`, object stores Spark can write to), or with
+session's Hadoop filesystem (:mod:`parquet_sink.write.spark_in_place`, object stores, ``writer="spark"``), or with
 pyarrow on the executors (:mod:`parquet_sink.write.parquet_files`); then commit every file of the batch at once with :meth:`MetadataLog.add`
 (atomic, exclusive; a race lost to another writer's append moves it to the next log batch, as Delta's
 optimistic transactions do: :mod:`parquet_sink.write.conflicts`) and drop the lease. A batch is visible to
@@ -133,9 +133,8 @@ class ParquetSink:
             configuration reaches the same store as ``storage_options``; checked at the first batch, which
             otherwise fails with :class:`SinkUsageError` before writing). ``"arrow"``: pyarrow in ``mapInArrow``
             tasks, straight to the final names (any store, Spark Connect too). ``"auto"`` (default): ``"spark"``
-            on local disk; on an object store ``"spark"`` where it can write and the output is unpartitioned, else
-            ``"arrow"`` (Spark's writer sorts every batch by the partition columns, the Arrow path groups them
-            without a sort: on moto, partitioned, 0.85x Spark's sink time against 1.12x in place).
+            on local disk, ``"arrow"`` on an object store (on moto 0.84x Spark's sink time unpartitioned against
+            0.91x in place, half the CPU; partitioned 0.85x against 1.12x: docs/performance.md).
         checkpoint_location: the query's ``checkpointLocation`` (any fsspec or Hadoop URL, read with
             ``storage_options``). The sink takes the query id from ``<checkpoint>/metadata``, which Spark
             writes before batch 0; on classic PySpark it must equal the running query's id. Required under
@@ -384,14 +383,14 @@ class ParquetSink:
 
     def _writer_path(self, df: DataFrame, batch: InFlightBatch) -> Literal["staged", "in_place", "arrow"]:
         """How this batch is written (``writer`` in the class docstring): Spark's writer into staging on a store
-        with atomic renames, Spark's writer in place where the session can write to the store (checked once per
-        SparkContext, with the batch's lease; ``"auto"``: unpartitioned outputs only), else the Arrow path;
-        ``writer='spark'`` where neither Spark path can: :class:`SinkUsageError`, nothing written."""
+        with atomic renames; on an object store the Arrow path, or with ``writer='spark'`` Spark's writer in place
+        where the session can write to the store (checked once per SparkContext, with the batch's lease), else
+        :class:`SinkUsageError`, nothing written."""
         if self.writer == "arrow":
             return "arrow"
         if batch.storage.renames_atomically:
             return "staged"
-        if self.writer == "auto" and self.partition_by:
+        if self.writer == "auto":
             return "arrow"
         classic = hasattr(df, "_jdf")
         key = df.sparkSession.sparkContext if classic else None
@@ -399,22 +398,16 @@ class ParquetSink:
             problem = self._in_place[key]
         else:
             problem = self._in_place[key] = in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
-            logger.info(
-                "%s: batches are written %s", self,
-                "by Spark's writer in place" if problem is None else f"by the Arrow path ({problem})",
-            )
         if problem is None:
             return "in_place"
-        if self.writer == "spark":
-            remedy = "Use writer='auto' or 'arrow'." if key is None else (
-                "Configure the session for the store (e.g. hadoop-aws on the classpath and spark.hadoop.fs.s3a.* "
-                "naming the same endpoint and credentials as storage_options), or use writer='auto' or 'arrow'."
-            )
-            raise SinkUsageError(
-                f"{self}, log batch {batch.log_batch_id}: writer='spark' writes {batch.storage.display(batch.storage.root)} "
-                f"through the session's Hadoop filesystem, but {problem}. Nothing was written. {remedy}"
-            )
-        return "arrow"
+        remedy = "Use writer='auto' or 'arrow'." if key is None else (
+            "Configure the session for the store (e.g. hadoop-aws on the classpath and spark.hadoop.fs.s3a.* "
+            "naming the same endpoint and credentials as storage_options), or use writer='auto' or 'arrow'."
+        )
+        raise SinkUsageError(
+            f"{self}, log batch {batch.log_batch_id}: writer='spark' writes {batch.storage.display(batch.storage.root)} "
+            f"through the session's Hadoop filesystem, but {problem}. Nothing was written. {remedy}"
+        )
 
     def _query_id(self, df: DataFrame, batch_id: int) -> str | None:
         """This query's identity (stable across restarts from one checkpoint): the id in

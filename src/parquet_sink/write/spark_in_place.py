@@ -14,9 +14,8 @@ wrote, and the footers give each file's statistics; the sizes and times are thos
 
 :func:`in_place_problem` decides whether a session can: classic PySpark, a manifest commit protocol, and a
 Hadoop filesystem for the store's URL that sees the batch's lease, written a moment earlier through ``storage``
-(the same store and credentials on both sides). ``ParquetSink(writer="auto")`` uses this path where it can for
-unpartitioned outputs (Spark's writer sorts a batch by its partition columns; the Arrow path does not) and the
-Arrow path elsewhere; ``writer="spark"`` requires it.
+(the same store and credentials on both sides). ``ParquetSink(writer="spark")`` uses this path on object stores
+(and requires it); ``"auto"`` takes the Arrow path there, which measured faster (docs/performance.md).
 
 Example::
 
