@@ -675,7 +675,8 @@ def analysis(ctx: dict[str, Any]) -> list[str]:
             "data file, its `.crc` file, and its log files). "
             "The Arrow path (`writer=\"arrow\"`, the default on object "
             f"stores) pays for moving every row from the JVM to a Python worker: ~{ms(TRANSFER):.0f} ms per batch "
-            "here."
+            "here, in Arrow batches bounded by their rows alone (Spark 4's byte bound sizes a batch after every "
+            "row, about half the JVM's time in the job: docs/performance.md)."
         )
     planning = ctx.get("planning")
     if planning:
