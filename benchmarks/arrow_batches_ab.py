@@ -13,8 +13,8 @@ import shutil
 import tempfile
 
 from . import sink_bench
-from .common import ab_arguments, make_session, percentile
-from .sink_bench import Variant, ab_ratio
+from .common import ab_arguments, make_session
+from .sink_bench import Variant
 
 _BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 
@@ -34,15 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"{'partitioned' if args.partitioned else 'unpartitioned'}, {args.batches} x {args.rows:,} rows, "
-          f"{args.repeats} paired repeats")
-    for variant in list(variants)[1:]:
-        print(f"  {variant}: sink time / Spark's {ab_ratio(runs, variant, 'spark'):.3f}x, "
-              f"CPU {ab_ratio(runs, variant, 'spark', 'cpu'):.3f}x")
-    print(f"  rows-bound / byte-bound, per repeat (median): {ab_ratio(runs, 'rows-bound', 'byte-bound'):.3f}")
-    for variant in variants:
-        ms = [b["addBatch"] * 1000 for r in runs[variant] for b in r.batches if b["batch"] > 0]
-        print(f"  {variant}: addBatch p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms")
+    sink_bench.print_ab(runs, args, "rows-bound")
 
 
 if __name__ == "__main__":

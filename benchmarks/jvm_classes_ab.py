@@ -16,8 +16,8 @@ import tempfile
 from parquet_sink.write import manifest_write
 
 from . import sink_bench
-from .common import ab_arguments, make_session, percentile
-from .sink_bench import Variant, ab_ratio
+from .common import ab_arguments, make_session
+from .sink_bench import Variant
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,15 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"{'partitioned' if args.partitioned else 'unpartitioned'}, {args.batches} x {args.rows:,} rows, "
-          f"{args.repeats} paired repeats")
-    for variant in list(variants)[1:]:
-        print(f"  {variant}: sink time / Spark's {ab_ratio(runs, variant, 'spark'):.3f}x, "
-              f"CPU {ab_ratio(runs, variant, 'spark', 'cpu'):.3f}x; ours / this, per repeat (median) "
-              f"{ab_ratio(runs, 'ours', variant):.3f}")
-    for variant in variants:
-        ms = [b["addBatch"] * 1000 for r in runs[variant] for b in r.batches if b["batch"] > 0]
-        print(f"  {variant}: addBatch p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms")
+    sink_bench.print_ab(runs, args, "ours")
 
 
 if __name__ == "__main__":

@@ -296,6 +296,22 @@ def ab_ratio(runs: dict[str, list[QueryRun]], a: str, b: str, attribute: str = "
     return statistics.median(getattr(x, attribute) / getattr(y, attribute) for x, y in zip(runs[a], runs[b]))
 
 
+def print_ab(runs: dict[str, list[QueryRun]], args, reference: str) -> None:
+    """What a same-session A/B prints: each variant's sink time and CPU over Spark's sink's (the variant
+    ``"spark"``), ``reference``'s time over each other variant's, per repeat, and every variant's ``addBatch`` p50 / p99
+    (each query's first batch left out)."""
+    print(f"{'partitioned' if args.partitioned else 'unpartitioned'}, {args.batches} x {args.rows:,} rows, "
+          f"{args.repeats} paired repeats")
+    for variant in runs:
+        if variant != "spark":
+            against = "" if variant == reference else f"; {reference} / this, per repeat (median) {ab_ratio(runs, reference, variant):.3f}"
+            print(f"  {variant}: sink time / Spark's {ab_ratio(runs, variant, 'spark'):.3f}x, "
+                  f"CPU {ab_ratio(runs, variant, 'spark', 'cpu'):.3f}x{against}")
+    for variant, variant_runs in runs.items():
+        ms = [b["addBatch"] * 1000 for r in variant_runs for b in r.batches if b["batch"] > 0]
+        print(f"  {variant}: addBatch p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms")
+
+
 def _write_half(path: str, groups: list[int], out: str) -> None:
     table = pq.ParquetFile(path).read_row_groups(groups, use_threads=False)
     pq.write_table(table, out, compression="snappy", row_group_size=1 << 30)
