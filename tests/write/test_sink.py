@@ -460,6 +460,28 @@ def test_arrow_path_batches_are_bounded_by_rows_unless_the_user_bounds_their_byt
     assert sorted(read_committed(str(tmp_path / "out")).column("id").to_pylist()) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
 
 
+def test_a_refused_arrow_batch_setting_leaves_the_job_as_it_is(spark, caplog):
+    """A platform that refuses ``conf.set`` of keys it does not list (managed Spark Connect services do): the block
+    runs the job with Spark's own bound, logs why, and sets nothing. (The session stands in for such a platform's;
+    its conf reads are the real session's.)"""
+    from types import SimpleNamespace
+
+    from pyspark.errors import PySparkValueError
+
+    from parquet_sink.write.parquet_files import _row_bounded_arrow_batches
+
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+
+    def refuse(name: str, value: str) -> None:
+        raise PySparkValueError(f"[CONFIG_NOT_AVAILABLE] Configuration {name} is not available.")
+
+    managed = SimpleNamespace(conf=SimpleNamespace(get=spark.conf.get, set=refuse, unset=spark.conf.unset))
+    with caplog.at_level("INFO", logger="parquet_sink.write.parquet_files"), _row_bounded_arrow_batches(managed):
+        assert spark.range(3).mapInArrow(lambda batches: batches, "id long").count() == 3
+    assert spark.conf.get(key, None) is None
+    assert f"cannot set {key}" in caplog.text and "CONFIG_NOT_AVAILABLE" in caplog.text
+
+
 def test_a_commit_protocol_other_than_spark_sinks_writes_through_df_write(spark, tmp_path):
     """A session whose ``spark.sql.streaming.commitProtocolClass`` is not a manifest protocol (its commit messages
     would not be the files' statuses): batches go through ``df.write`` (staging listed, rows observed), every row

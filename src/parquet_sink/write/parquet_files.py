@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import re
 import threading
 import uuid
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
+logger = logging.getLogger(__name__)
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Spark's Parquet codec names (ParquetOptions) that pyarrow can write, with the file-name extension
@@ -443,11 +445,18 @@ def _row_bounded_arrow_batches(session: SparkSession) -> Iterator[None]:
     """Within the block, the session's Arrow batches to Python are bounded by their row count alone, as in Spark
     3.5 (whose mapInArrow had no byte bound), unless the user set a byte bound themselves: theirs is kept. The
     setting is undone after the block. In ``foreachBatch`` the session is the query's own (each streaming query
-    runs in a clone of the session that started it), so no other query sees it."""
+    runs in a clone of the session that started it), so no other query sees it. A platform that refuses the
+    setting (some managed Spark Connect services allow only listed keys) gets the job with its own bound: slower,
+    the same files."""
     if session.conf.get(_ARROW_BATCH_BYTES, None) is not None:
         yield
         return
-    session.conf.set(_ARROW_BATCH_BYTES, _INT_MAX)
+    try:
+        session.conf.set(_ARROW_BATCH_BYTES, _INT_MAX)
+    except Exception as exc:  # any refusal of a speed-up must not fail the batch: py4j, Connect and SQL errors alike
+        logger.info("cannot set %s (%s): Arrow batches keep Spark's byte bound", _ARROW_BATCH_BYTES, exc)
+        yield
+        return
     try:
         yield
     finally:
