@@ -454,7 +454,11 @@ def _row_bounded_arrow_batches(session: SparkSession) -> Iterator[None]:
     try:
         session.conf.set(_ARROW_BATCH_BYTES, _INT_MAX)
     except Exception as exc:  # any refusal of a speed-up must not fail the batch: py4j, Connect and SQL errors alike
-        logger.info("cannot set %s (%s): Arrow batches keep Spark's byte bound", _ARROW_BATCH_BYTES, exc)
+        refusal: Exception | None = exc
+    else:
+        refusal = None
+    if refusal is not None:  # the job runs outside the handler, so its own errors are not chained to the refusal
+        logger.info("cannot set %s (%s): Arrow batches keep Spark's byte bound", _ARROW_BATCH_BYTES, refusal)
         yield
         return
     try:
