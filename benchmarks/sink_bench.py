@@ -139,11 +139,20 @@ def _cpu_seconds(pids: list[int]) -> float:
 
 
 def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (``/proc/<pid>/task/<tid>/children`` lists those one thread forked:
+    the JVM starts its Python daemon from a task thread, not its main thread)."""
+    children = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(c) for c in fh.read().split()]
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as fh:
+                children += [int(c) for c in fh.read().split()]
+        except OSError:
+            continue
+    return children
 
 
 def _processes(spark) -> list[int]:
