@@ -56,9 +56,9 @@ _RAW_LOCAL_FS = "org.apache.hadoop.fs.RawLocalFileSystem"
 # into this JAR) where the driver can load the JAR (:func:`_load_jar`).
 _NIO_LOCAL_FS = "parquetsink.hadoop.NioLocalFileSystem"
 # foreachBatch hands the sink its batch as a scan of the streaming plan's rows, which copies every row (~5% of a
-# 1M-row batch here); Spark's sink writes the streaming plan's rows as they are. This node gives Spark's writer the
-# same rows without the copy (jvm/src/parquetsink/spark/BatchRowsExec.java), where this Spark is the one it is
-# built for (``usable()``).
+# 1M-row batch here); Spark's sink writes the streaming plan's rows as they are. This node gives Spark's writer, and
+# the Arrow path's mapInArrow (:func:`without_row_copy`), the same rows without the copy
+# (jvm/src/parquetsink/spark/BatchRowsExec.java), where this Spark is the one it is built for (``usable()``).
 _BATCH_ROWS = "parquetsink.spark.BatchRowsExec"
 _JAR = Path(__file__).with_name("parquet-sink-jvm.jar")
 # The manifest's checkpoint file manager: on FileSystem, not FileContext, whose renames cost a `readlink` process
@@ -210,6 +210,20 @@ def _batch_rows(jvm: Any) -> Any:
         reason = _java_reason(exc)
     logger.info("%s is not usable with this Spark (%s): Spark's writer gets foreachBatch's copy of each row", _BATCH_ROWS, reason)
     return None
+
+
+def without_row_copy(df: DataFrame) -> DataFrame:
+    """``df``, one node over a ``foreachBatch`` batch (the Arrow writer path's ``mapInArrow``), computed without the
+    copy of every row that the batch's scan makes (:data:`_BATCH_ROWS`); ``df`` itself where that node is not
+    usable (Spark Connect, no JAR, another Spark) or ``df`` is not such a plan. Planned here, so plan and run it
+    under the same session settings."""
+    java = _jvm_of(df)
+    if java is None or java.batch_rows is None:
+        return df
+    from pyspark.sql import DataFrame
+
+    jdf = java.batch_rows.withoutRowCopy(df._jdf)
+    return df if jdf.equals(df._jdf) else DataFrame(jdf, df.sparkSession)
 
 
 def _java_reason(exc: Exception) -> str:

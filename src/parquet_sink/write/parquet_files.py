@@ -42,6 +42,7 @@ from ..log.entry import STATS_KEY, LogEntry
 from ..log.file_stats import encode_stats
 from ..partitioning import partition_dir, partition_value_str
 from ..storage.filesystem import FileInfo, Storage
+from .manifest_write import without_row_copy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -499,7 +500,7 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
         df = df.toDF(*(f"c{i}" for i in range(len(names))))
     try:
         with _row_bounded_arrow_batches(df.sparkSession):
-            return df.mapInArrow(functools.partial(write_task, spec, names), _status_type()).collect()
+            return without_row_copy(df.mapInArrow(functools.partial(write_task, spec, names), _status_type())).collect()
     except Exception as exc:
         missing = _MISSING_MODULE.search(str(exc))
         if missing is None:

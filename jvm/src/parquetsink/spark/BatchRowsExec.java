@@ -8,17 +8,26 @@ import java.util.Arrays;
 import java.util.Deque;
 
 import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.ExpressionSet;
 import org.apache.spark.sql.catalyst.expressions.SortOrder;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.plans.logical.Statistics;
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.connector.read.streaming.SparkDataStream;
+import org.apache.spark.sql.execution.LogicalRDD$;
+import org.apache.spark.sql.execution.LogicalRDD;
 import org.apache.spark.sql.execution.RDDScanExec;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.WholeStageCodegenExec;
 import org.apache.spark.sql.types.StructType;
 
+import scala.Option;
 import scala.collection.Iterator;
 import scala.collection.immutable.IndexedSeq;
 import scala.collection.immutable.Seq;
@@ -33,6 +42,7 @@ import scala.collection.immutable.Seq;
  * plan that is exactly such a scan ({@link #unwrap}), this node returns the same RDD, with the scan's output,
  * partitioning and ordering; a row that is not an {@code UnsafeRow} (an RDD built elsewhere) is still projected,
  * so every consumer of the rows (the writer, the sort Spark adds for partition columns) gets what it got before.
+ * {@link #withoutRowCopy} does the same below one node (the Arrow writer path's {@code mapInArrow}).
  *
  * <p>Compiled against Spark 4 (Scala 2.13); {@link #usable} tells whether this Spark leaves no abstract method of
  * the node unimplemented (the parquet-sink Spark writer path checks it once per SparkContext, see
@@ -59,6 +69,35 @@ public final class BatchRowsExec extends SparkPlan {
         }
         RDDScanExec existing = (RDDScanExec) scan;
         return new BatchRowsExec(existing.output(), existing.rdd(), existing.outputPartitioning(), existing.outputOrdering());
+    }
+
+    /**
+     * {@code ds} computed without the scan's copy of every row where its physical plan is one node directly over
+     * such a scan (the Arrow writer path's {@code mapInArrow} over a batch): a Dataset over that node's RDD, the
+     * scan replaced by this node; else {@code ds} itself. The node's own output (a few status rows) is copied once by
+     * the returned Dataset's scan. The node is planned as {@code ds}'s query planned it, with the session's settings
+     * at this call.
+     */
+    public static Dataset<Row> withoutRowCopy(Dataset<Row> ds) {
+        SparkPlan plan = ((org.apache.spark.sql.classic.Dataset<Row>) ds).queryExecution().executedPlan();
+        if (plan.children().size() != 1) {
+            return ds;
+        }
+        SparkPlan scan = plan.children().head();
+        SparkPlan rows = unwrap(scan);
+        if (rows == scan) {
+            return ds;
+        }
+        SparkPlan node = plan.withNewChildren(
+            scala.jdk.javaapi.CollectionConverters.asScala(java.util.Collections.singletonList(rows)).toList());
+        SparkSession session = ((org.apache.spark.sql.classic.Dataset<Row>) ds).sparkSession();
+        LogicalRDD$ logical = LogicalRDD$.MODULE$;
+        Option<Statistics> noStatistics = Option.empty();
+        Option<ExpressionSet> noConstraints = Option.empty();
+        Option<SparkDataStream> noStream = Option.empty();
+        LogicalRDD result = new LogicalRDD(node.output(), node.execute(), logical.apply$default$3(), logical.apply$default$4(),
+            false, noStream, session, noStatistics, noConstraints, false);
+        return org.apache.spark.sql.classic.Dataset$.MODULE$.ofRows(session, result);
     }
 
     /** Whether every abstract method this class inherits has an implementation in this Spark. */
