@@ -133,8 +133,8 @@ class ParquetSink:
             configuration reaches the same store as ``storage_options``; checked at the first batch, which
             otherwise fails with :class:`SinkUsageError` before writing). ``"arrow"``: pyarrow in ``mapInArrow``
             tasks, straight to the final names (any store, Spark Connect too). ``"auto"`` (default): ``"spark"``
-            on local disk, ``"arrow"`` on an object store (on moto 0.84x Spark's sink time unpartitioned against
-            0.91x in place, half the CPU; partitioned 0.85x against 1.12x: docs/performance.md).
+            on local disk, ``"arrow"`` on an object store (on moto 0.85x Spark's sink time unpartitioned against
+            0.95x in place, partitioned 0.68x against 1.03x: docs/performance.md).
         checkpoint_location: the query's ``checkpointLocation`` (any fsspec or Hadoop URL, read with
             ``storage_options``). The sink takes the query id from ``<checkpoint>/metadata``, which Spark
             writes before batch 0; on classic PySpark it must equal the running query's id. Required under
