@@ -95,12 +95,14 @@ def test_spark_path_creates_files_without_chmod_processes(tmp_path: Path) -> Non
             assert len([c for c in mine if c.endswith(".parquet")]) >= len(files), mine
 
 
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
 @pytest.mark.parametrize("partition_by", [(), ("b",)], ids=["unpartitioned", "partitioned"])
-def test_batch_rows_of_another_kind_are_projected(spark, tmp_path: Path, partition_by: tuple[str, ...]) -> None:
+def test_batch_rows_of_another_kind_are_projected(spark, tmp_path: Path, partition_by: tuple[str, ...], writer: str) -> None:
     """A DataFrame over an RDD of Python rows (``GenericInternalRow`` s, not ``UnsafeRow`` s) plans as the same
-    scan as a ``foreachBatch`` batch, so Spark's writer gets it through ``BatchRowsExec``: every row is written, and
-    partitioned by an int column too (Spark's writer sorts the rows by ``b`` first, which requires ``UnsafeRow`` s;
-    a string partition column would get them from the projection Spark adds for its empty strings)."""
+    scan as a ``foreachBatch`` batch, so Spark's writer (and the Arrow path's ``mapInArrow``, unpartitioned) gets it
+    through ``BatchRowsExec``: every row is written, and partitioned by an int column too (Spark's writer sorts the
+    rows by ``b`` first, which requires ``UnsafeRow`` s; a string partition column would get them from the
+    projection Spark adds for its empty strings)."""
     rows = [(i, None if i % 7 == 0 else f"k{i % 3}", i % 3, i / 3) for i in range(60)]
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), "id long, k string, b int, x double")
     java = manifest_write._jvm_of(df)
@@ -108,7 +110,7 @@ def test_batch_rows_of_another_kind_are_projected(spark, tmp_path: Path, partiti
     plan = java.batch_rows.unwrap(df._jdf.queryExecution().executedPlan())
     assert plan.getClass().getName() == "parquetsink.spark.BatchRowsExec"
     out = str(tmp_path / "out")
-    ParquetSink(out, partition_by=partition_by)(df, 0)
+    ParquetSink(out, partition_by=partition_by, writer=writer)(df, 0)
     table = read_committed(out)
     columns = ("id", "k", "b", "x")
     assert sorted(zip(*(table.column(c).to_pylist() for c in columns))) == rows
