@@ -76,9 +76,18 @@ public final class BatchRowsExec extends SparkPlan {
      * such a scan (the Arrow writer path's {@code mapInArrow} over a batch): a Dataset over that node's RDD, the
      * scan replaced by this node; else {@code ds} itself. The node's own output (a few status rows) is copied once by
      * the returned Dataset's scan. The node is planned as {@code ds}'s query planned it, with the session's settings
-     * at this call.
+     * at this call. A Spark whose {@code LogicalRDD} or {@code Dataset} differs from the one this class is built
+     * against gets {@code ds} itself.
      */
     public static Dataset<Row> withoutRowCopy(Dataset<Row> ds) {
+        try {
+            return overBatchRows(ds);
+        } catch (LinkageError e) {  // a constructor or method of another signature in this Spark
+            return ds;
+        }
+    }
+
+    private static Dataset<Row> overBatchRows(Dataset<Row> ds) {
         SparkPlan plan = ((org.apache.spark.sql.classic.Dataset<Row>) ds).queryExecution().executedPlan();
         if (plan.children().size() != 1) {
             return ds;
