@@ -157,8 +157,8 @@ def test_arrow_path_gets_a_batch_without_its_scans_copy(spark, tmp_path: Path) -
     plain = wide.mapInArrow(batch_rows, "rows long, chars long")
     assert manifest_write.without_row_copy(plain) is plain  # a range, not a batch's scan
 
-    # the partitioned shape: the scan shares its generated code with a projection and a sort, which read the rows
-    # without the copy already (an InputAdapter over BatchRowsExec there measured no faster): left as it is
+    # the partitioned shape: the scan shares its generated code with a projection and a sort; BatchRowsExec entering
+    # that stage through an InputAdapter measured no faster (docs/performance.md): left as it is
     def keys(batches):
         import pyarrow as pa
 
