@@ -449,23 +449,18 @@ def _row_bounded_arrow_batches(session: SparkSession) -> Iterator[None]:
     runs in a clone of the session that started it), so no other query sees it. A platform that refuses the
     setting (some managed Spark Connect services allow only listed keys) gets the job with its own bound: slower,
     the same files."""
-    if session.conf.get(_ARROW_BATCH_BYTES, None) is not None:
-        yield
-        return
-    try:
-        session.conf.set(_ARROW_BATCH_BYTES, _INT_MAX)
-    except Exception as exc:  # any refusal of a speed-up must not fail the batch: py4j, Connect and SQL errors alike
-        refusal: Exception | None = exc
-    else:
-        refusal = None
-    if refusal is not None:  # the job runs outside the handler, so its own errors are not chained to the refusal
-        logger.info("cannot set %s (%s): Arrow batches keep Spark's byte bound", _ARROW_BATCH_BYTES, refusal)
-        yield
-        return
-    try:
+    set_here = False
+    if session.conf.get(_ARROW_BATCH_BYTES, None) is None:
+        try:
+            session.conf.set(_ARROW_BATCH_BYTES, _INT_MAX)
+            set_here = True
+        except Exception as exc:  # any refusal of a speed-up must not fail the batch: py4j, Connect and SQL errors alike
+            logger.info("cannot set %s (%s): Arrow batches keep Spark's byte bound", _ARROW_BATCH_BYTES, exc)
+    try:  # outside the handler: the job's own errors are not chained to a refusal
         yield
     finally:
-        session.conf.unset(_ARROW_BATCH_BYTES)
+        if set_here:
+            session.conf.unset(_ARROW_BATCH_BYTES)
 
 
 def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
