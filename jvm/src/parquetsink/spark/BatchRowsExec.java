@@ -88,7 +88,8 @@ public final class BatchRowsExec extends SparkPlan {
     }
 
     private static Dataset<Row> overBatchRows(Dataset<Row> ds) {
-        SparkPlan plan = ((org.apache.spark.sql.classic.Dataset<Row>) ds).queryExecution().executedPlan();
+        org.apache.spark.sql.classic.Dataset<Row> classic = (org.apache.spark.sql.classic.Dataset<Row>) ds;
+        SparkPlan plan = classic.queryExecution().executedPlan();
         if (plan.children().size() != 1) {
             return ds;
         }
@@ -99,7 +100,7 @@ public final class BatchRowsExec extends SparkPlan {
         }
         SparkPlan node = plan.withNewChildren(
             scala.jdk.javaapi.CollectionConverters.asScala(java.util.Collections.singletonList(rows)).toList());
-        SparkSession session = ((org.apache.spark.sql.classic.Dataset<Row>) ds).sparkSession();
+        SparkSession session = classic.sparkSession();
         LogicalRDD$ logical = LogicalRDD$.MODULE$;
         Option<Statistics> noStatistics = Option.empty();
         Option<ExpressionSet> noConstraints = Option.empty();
