@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from parquet_sink.write import manifest_write
+from parquet_sink.write import jvm, manifest_write
 
 from . import sink_bench
 from .common import ab_arguments, make_session
@@ -25,19 +25,19 @@ def main(argv: list[str] | None = None) -> None:
     work = tempfile.mkdtemp(prefix="eo-bench-jvm-")
     spark = make_session()
     java = manifest_write._jvm_of(spark.range(1))
-    if java is None or java.batch_rows is None or java.local_fs != manifest_write._NIO_LOCAL_FS:
+    if java is None or java.jar.batch_rows is None or java.jar.local_fs != jvm.NIO_LOCAL_FS:
         raise SystemExit("this session does not load the package's JVM classes: nothing to compare")
-    loaded = (java.local_fs, java.batch_rows)
+    loaded = (java.jar.local_fs, java.jar.batch_rows)
 
     def use(local_fs: str, batch_rows: object) -> None:
-        java.local_fs, java.batch_rows = local_fs, batch_rows
+        java.jar.local_fs, java.jar.batch_rows = local_fs, batch_rows
         java._log_session = None  # the manifest's session, made again with this local filesystem
 
     variants = {
         "spark": Variant("spark"),
         "ours": Variant("ours", lambda: use(*loaded)),
         "no-batch-rows": Variant("ours", lambda: use(loaded[0], None)),
-        "no-nio-fs": Variant("ours", lambda: use(manifest_write._RAW_LOCAL_FS, loaded[1])),
+        "no-nio-fs": Variant("ours", lambda: use(jvm.RAW_LOCAL_FS, loaded[1])),
     }
     try:
         runs = sink_bench.paired_repeats(spark, variants, args, work)

@@ -15,21 +15,22 @@ import sys
 from pathlib import Path
 
 from parquet_sink import ParquetSink
-from parquet_sink.write import manifest_write
+from parquet_sink.write import jvm, manifest_write
 from tests.helpers.spark_util import make_session, run_available_now
 
 
 def main(config: dict) -> None:
     spark = make_session(app="parquet-sink-chmod", **{"spark.hadoop.fs.permissions.umask-mode": "077"})
-    jar = manifest_write._JAR
+    jar = jvm.JAR
     used = {}
     for name, run in config["runs"].items():  # a failure ends the child: the parent shows its traceback
-        manifest_write._JAR = jar if run["jar"] else Path(run["out"]) / "missing.jar"
-        manifest_write._JVM.clear()  # the JAR is looked for again (once per SparkContext otherwise)
+        jvm.JAR = jar if run["jar"] else Path(run["out"]) / "missing.jar"
+        jvm._LOADED.clear()  # the JAR is looked for again (once per SparkContext otherwise)
+        manifest_write._JVM.clear()  # (its objects hold the classes found before)
         stream = spark.readStream.schema("id LONG, k STRING").option("maxFilesPerTrigger", 1).json(config["input"])
         run_available_now(stream, run["checkpoint"], ParquetSink(run["out"], partition_by=["k"]))
-        java = manifest_write._JVM[spark.sparkContext]
-        used[name] = [java.local_fs, java.batch_rows is not None]
+        classes = jvm._LOADED[spark.sparkContext]
+        used[name] = [classes.local_fs, classes.batch_rows is not None]
     Path(config["result"]).write_text(json.dumps(used))
     spark.stop()
 

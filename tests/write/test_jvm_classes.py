@@ -28,7 +28,7 @@ import pyspark
 import pytest
 
 from parquet_sink import ParquetSink, committed_files, read_committed
-from parquet_sink.write import manifest_write
+from parquet_sink.write import jvm
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW = "org.apache.hadoop.fs.RawLocalFileSystem"
@@ -45,7 +45,7 @@ def test_jar_holds_what_its_source_compiles_to(tmp_path: Path) -> None:
         check=True, capture_output=True, timeout=120,
     )
     compiled = {str(p.relative_to(classes)): p.read_bytes() for p in classes.rglob("*.class")}
-    with zipfile.ZipFile(manifest_write._JAR) as jar:
+    with zipfile.ZipFile(jvm.JAR) as jar:
         shipped = {name: jar.read(name) for name in jar.namelist()}  # nothing but the classes
     assert compiled and shipped.keys() == compiled.keys(), (sorted(shipped), sorted(compiled))
     stale = [name for name in compiled if compiled[name] != shipped[name]]
@@ -105,9 +105,9 @@ def test_batch_rows_of_another_kind_are_projected(spark, tmp_path: Path, partiti
     projection Spark adds for its empty strings)."""
     rows = [(i, None if i % 7 == 0 else f"k{i % 3}", i % 3, i / 3) for i in range(60)]
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 3), "id long, k string, b int, x double")
-    java = manifest_write._jvm_of(df)
-    assert java is not None and java.batch_rows is not None
-    plan = java.batch_rows.unwrap(df._jdf.queryExecution().executedPlan())
+    classes = jvm.jar_classes(df)
+    assert classes is not None and classes.batch_rows is not None
+    plan = classes.batch_rows.unwrap(df._jdf.queryExecution().executedPlan())
     assert plan.getClass().getName() == "parquetsink.spark.BatchRowsExec"
     out = str(tmp_path / "out")
     ParquetSink(out, partition_by=partition_by, writer=writer)(df, 0)
@@ -148,14 +148,14 @@ def test_arrow_path_gets_a_batch_without_its_scans_copy(spark, tmp_path: Path) -
     batch = _as_foreach_batch(wide)
     mapped = batch.mapInArrow(batch_rows, "rows long, chars long")
     with _row_bounded_arrow_batches(spark):
-        uncopied = manifest_write.without_row_copy(mapped)
+        uncopied = jvm.without_row_copy(mapped)
         assert uncopied is not mapped
         assert [(r.rows, r.chars) for r in uncopied.collect()] == [(9000, 9000 * 8000)]
-    split = manifest_write.without_row_copy(mapped).collect()  # under Spark's byte bound
+    split = jvm.without_row_copy(mapped).collect()  # under Spark's byte bound
     assert sum(r.rows for r in split) == 9000 and sum(r.chars for r in split) == 9000 * 8000 and len(split) > 1
 
     plain = wide.mapInArrow(batch_rows, "rows long, chars long")
-    assert manifest_write.without_row_copy(plain) is plain  # a range, not a batch's scan
+    assert jvm.without_row_copy(plain) is plain  # a range, not a batch's scan
 
     # the partitioned shape: the scan shares its generated code with a projection and a sort; BatchRowsExec entering
     # that stage through an InputAdapter measured no faster (docs/performance.md): left as it is
@@ -167,7 +167,7 @@ def test_arrow_path_gets_a_batch_without_its_scans_copy(spark, tmp_path: Path) -
 
     staged = _as_foreach_batch(spark.range(300, numPartitions=2).select((F.col("id") % 7).alias("k"), "id"))
     sorted_keys = staged.select(F.col("k").cast("string").alias("k"), "id").sortWithinPartitions("k").mapInArrow(keys, "k string, id long")
-    assert manifest_write.without_row_copy(sorted_keys) is sorted_keys
+    assert jvm.without_row_copy(sorted_keys) is sorted_keys
     assert sorted((r.k, r.id) for r in sorted_keys.collect()) == sorted((str(i % 7), i) for i in range(300))
 
     for partition_by in ((), ("k",)):

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ParquetSinkError
 from ..log.files import LogFiles
 from ..storage.filesystem import Storage
+from .jvm import JarClasses, fs_options, jar_classes, java_reason
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,21 +46,6 @@ MANIFEST_DIR = "_manifest"  # in staging: not a data file (see partitioning.is_d
 _MANIFEST_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 _WRITER = "org.apache.spark.sql.execution.datasources.FileFormatWriter"
 _WRITE_ARITY = 12  # Spark 4.x: ..., options, numStaticPartitionCols, a job-commit hook
-# Hadoop's checksummed local filesystem writes a hidden .crc file next to every file; the raw filesystem writes the
-# same files without them (an uncached instance: the cached one is the checksummed filesystem). Both writer calls of
-# the Spark path stage with it (:mod:`parquet_sink.write.spark_staging`), and the manifest is written with it.
-_RAW_LOCAL_FS = "org.apache.hadoop.fs.RawLocalFileSystem"
-# Without Hadoop's native library the raw filesystem gives every file or directory it creates its permission with a
-# `chmod` process (~7 ms here): Spark's writer creates every data file and partition directory so. The same
-# filesystem with the permission set through java.nio (jvm/src/parquetsink/hadoop/NioLocalFileSystem.java, built
-# into this JAR) where the driver can load the JAR (:func:`_load_jar`).
-_NIO_LOCAL_FS = "parquetsink.hadoop.NioLocalFileSystem"
-# foreachBatch hands the sink its batch as a scan of the streaming plan's rows, which copies every row (~5% of a
-# 1M-row batch here); Spark's sink writes the streaming plan's rows as they are. This node gives Spark's writer, and
-# the Arrow path's mapInArrow (:func:`without_row_copy`), the same rows without the copy
-# (jvm/src/parquetsink/spark/BatchRowsExec.java), where this Spark is the one it is built for (``usable()``).
-_BATCH_ROWS = "parquetsink.spark.BatchRowsExec"
-_JAR = Path(__file__).with_name("parquet-sink-jvm.jar")
 # The manifest's checkpoint file manager: on FileSystem, not FileContext, whose renames cost a `readlink` process
 # each (with the query's own settings the manifest cost 12 processes a batch: its directory, temp file, .crc file,
 # renames; the directory is made from Python).
@@ -93,11 +78,8 @@ class _Jvm:
     """The JVM classes and values every write reuses: py4j resolves a class name a package at a time (a round
     trip each), so a batch only calls constructors and methods (~25 round trips unpartitioned)."""
 
-    def __init__(self, jvm: Any, jar_loaded: bool) -> None:
-        # the Hadoop filesystem class the Spark path writes local disk with; the node handing Spark's writer a
-        # batch's rows without foreachBatch's copy (None: the plan as it is)
-        self.local_fs = _NIO_LOCAL_FS if jar_loaded else _RAW_LOCAL_FS
-        self.batch_rows = _batch_rows(jvm) if jar_loaded else None
+    def __init__(self, jvm: Any, jar: JarClasses) -> None:
+        self.jar = jar  # the local filesystem it writes with, BatchRowsExec (None: the plan as it is)
 
         def java_class(name: str) -> Any:
             return getattr(jvm, name)
@@ -123,11 +105,11 @@ class _Jvm:
 
     def log_session(self, session: Any) -> Any:
         """A session of the SparkContext whose Hadoop configuration writes the manifest cheaply
-        (:func:`local_fs_options` and :data:`_MANIFEST_FILE_MANAGER`), made once from ``session``: the manifest log
+        (:func:`parquet_sink.write.jvm.local_fs_options` and :data:`_MANIFEST_FILE_MANAGER`), made once from ``session``: the manifest log
         reads nothing else of it."""
         if self._log_session is None:
             log_session = session.newSession()
-            for name, value in {**_fs_options(self.local_fs), **_MANIFEST_FILE_MANAGER}.items():
+            for name, value in {**fs_options(self.jar.local_fs), **_MANIFEST_FILE_MANAGER}.items():
                 log_session.conf().set(name, value)
             self._log_session = log_session
         return self._log_session
@@ -154,83 +136,19 @@ class _Jvm:
 def _jvm_of(df: DataFrame) -> _Jvm | None:
     """The reusable JVM objects of ``df``'s SparkContext; None on Spark Connect or where this Spark's
     ``FileFormatWriter.write`` is not the one this module calls (checked once per SparkContext)."""
-    if type(df).__module__.startswith("pyspark.sql.connect.") or not hasattr(df, "_jdf"):
+    jar = jar_classes(df)
+    if jar is None:
         return None
     context = df.sparkSession.sparkContext
     if context not in _JVM:
         jvm = context._jvm
         writes = [m for m in jvm.java.lang.Class.forName(_WRITER).getMethods() if m.getName() == "write"]
         if len(writes) == 1 and writes[0].getParameterCount() == _WRITE_ARITY:
-            _JVM[context] = _Jvm(jvm, _load_jar(context))
+            _JVM[context] = _Jvm(jvm, jar)
         else:
             logger.info("FileFormatWriter.write of this Spark is not the one expected: batches go through df.write")
             _JVM[context] = None
     return _JVM[context]
-
-
-def local_fs_options(df: DataFrame) -> dict[str, str]:
-    """The Hadoop options the Spark path writes local disk with from ``df``'s session: the raw local filesystem
-    (no ``.crc`` files), permissions set without a `chmod` process where the session loaded this package's JAR."""
-    java = _jvm_of(df)
-    return _fs_options(java.local_fs if java is not None else _RAW_LOCAL_FS)
-
-
-def _fs_options(local_fs: str) -> dict[str, str]:
-    return {"fs.file.impl": local_fs, "fs.file.impl.disable.cache": "true"}
-
-
-def _load_jar(context: Any) -> bool:
-    """Whether this package's JAR is on the classpath of ``context``'s driver (added to the class loader its Hadoop
-    configurations load filesystems with: Spark's own, which ``spark.jars`` fills) and shipped to its executors
-    (``SparkContext.addJar``: an executor fetches it before its next task); if not (a driver whose class loader
-    takes no JAR, a JAR missing from the install), the reason is logged and the Spark path writes as without it."""
-    jvm = context._jvm
-    try:
-        loader = context._jsc.hadoopConfiguration().getClassLoader()
-        loader.addURL(jvm.java.io.File(str(_JAR)).toURI().toURL())
-        jvm.java.lang.Class.forName(_NIO_LOCAL_FS, False, loader)
-        context._jsc.sc().addJar(str(_JAR))
-    except Exception as exc:  # py4j's errors: no addURL on this loader, no JAR, no class
-        logger.info(
-            "%s is not loadable in this session (%s): Hadoop's raw local filesystem sets permissions with a chmod "
-            "process, and Spark's writer gets foreachBatch's copy of each row", _JAR.name, _java_reason(exc),
-        )
-        return False
-    return True
-
-
-def _batch_rows(jvm: Any) -> Any:
-    """The class of :data:`_BATCH_ROWS` if this Spark implements every method it needs, else None (logged)."""
-    try:
-        batch_rows = getattr(jvm, _BATCH_ROWS)  # py4j loads it as the thread's class loader does (Spark's)
-        if batch_rows.usable():  # links it first: a Spark without a class it names fails here
-            return batch_rows
-        reason = "this Spark's SparkPlan has abstract methods it does not implement"
-    except Exception as exc:  # py4j's errors: a class it names is missing from this Spark
-        reason = _java_reason(exc)
-    logger.info("%s is not usable with this Spark (%s): Spark's writer gets foreachBatch's copy of each row", _BATCH_ROWS, reason)
-    return None
-
-
-def without_row_copy(df: DataFrame) -> DataFrame:
-    """``df``, one node over a ``foreachBatch`` batch (the Arrow writer path's ``mapInArrow``), computed without the
-    copy of every row that the batch's scan makes (:data:`_BATCH_ROWS`); ``df`` itself where that node is not
-    usable (Spark Connect, no JAR, another Spark) or ``df`` is not such a plan. Planned here, so plan and run it
-    under the same session settings."""
-    java = _jvm_of(df)
-    if java is None or java.batch_rows is None:
-        return df
-    from pyspark.sql import DataFrame
-
-    jdf = java.batch_rows.withoutRowCopy(df._jdf)
-    return df if jdf.equals(df._jdf) else DataFrame(jdf, df.sparkSession)
-
-
-def _java_reason(exc: Exception) -> str:
-    """The first line of a py4j error's Java exception (or of ``exc``), for a log line."""
-    java_exception = getattr(exc, "java_exception", None)
-    text = java_exception.toString() if java_exception is not None else f"{type(exc).__name__}: {exc}"
-    return text.strip().splitlines()[0][:300]
 
 
 def write_with_manifest(
@@ -277,8 +195,8 @@ def write_with_manifest(
     tracker = java.stats_tracker(java.serializable_conf(hadoop_conf), metrics)
     spec = java.output_spec(storage.to_hadoop_path(output), java.scala_map({}), plan)
     executed = execution.executedPlan()
-    if java.batch_rows is not None:  # the streaming plan's rows as they are, as Spark's sink writes them
-        executed = java.batch_rows.unwrap(executed)
+    if java.jar.batch_rows is not None:  # the streaming plan's rows as they are, as Spark's sink writes them
+        executed = java.jar.batch_rows.unwrap(executed)
     java.writer.write(
         session, executed, java.parquet, committer, spec, hadoop_conf, partition_columns,
         java.none, java.scala_list([tracker]), scala_options, *java.defaults,
@@ -305,7 +223,7 @@ def hadoop_write_problem(df: DataFrame, storage: Storage, probe: str) -> str | N
             return None
         return f"the session's Hadoop filesystem does not see {target} (another endpoint or account?)"
     except Exception as exc:  # py4j's Py4JJavaError: no filesystem class for the scheme, no credentials, ...
-        return f"the session's Hadoop filesystem cannot read {target} ({_java_reason(exc)})"
+        return f"the session's Hadoop filesystem cannot read {target} ({java_reason(exc)})"
 
 
 def _committer(java: _Jvm, session_state: Any, job_id: str, path: str) -> Any:

@@ -42,7 +42,7 @@ from ..log.entry import STATS_KEY, LogEntry
 from ..log.file_stats import encode_stats
 from ..partitioning import partition_dir, partition_value_str
 from ..storage.filesystem import FileInfo, Storage
-from .manifest_write import without_row_copy
+from .jvm import without_row_copy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession

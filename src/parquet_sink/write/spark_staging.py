@@ -41,7 +41,8 @@ from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
-from .manifest_write import local_fs_options, write_with_manifest
+from .jvm import local_fs_options
+from .manifest_write import write_with_manifest
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
 from ..storage.filesystem import Storage
@@ -95,7 +96,7 @@ def write_staged(
     Spark accepted (an ``Observation``).
 
     ``directories`` (staging-relative partition directories, those of the previous batch) are made in staging from
-    Python before the job: without this package's JAR (:func:`parquet_sink.write.manifest_write.local_fs_options`)
+    Python before the job: without this package's JAR (:func:`parquet_sink.write.jvm.local_fs_options`)
     Hadoop's local filesystem makes a directory with a `chmod` process (no native library), a third of a
     partitioned batch's processes, and a stream's batches mostly fill the same directories."""
     df = writer_order(df, partition_by)
