@@ -12,6 +12,7 @@ a differential test holds the two to the same answers on lines bent just off the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -26,8 +27,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink.log.entry import ENTRY_SCHEMA, LogEntry, entry_from_row
-from parquet_sink.log import lines as log_lines
+from parquet_sink.log import files, lines as log_lines
 from parquet_sink.log.lines import framed_lines, joined, parse_lines, stamped_lines
+from parquet_sink.storage.filesystem import Storage
 
 _JSON = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_behavior="ignore")
 _RECORD = {"commitId": "c0001", "queryId": "5f2c1a9e-7c4b-4d0e-9a61-000000000001", "queryBatchId": 3}
@@ -353,3 +355,41 @@ def test_a_block_whose_first_line_is_in_another_layout_is_read_as_fields(scanner
     parsed = parse_lines(data, len(lines))
     assert parsed is not None
     assert parsed[0].to_pylist() == pa_json.read_json(pa.BufferReader(data), parse_options=_JSON).to_pylist()
+
+
+@st.composite
+def delta_blocks(draw: st.DrawFn) -> list[str]:
+    """A delta's lines as the sink writes them: data entries carrying their file's statistics (JSON text inside
+    the line, escaped: the line scanners leave such lines to a JSON parser), other entries, perhaps in another
+    layout, and a commit record; a few lines or more than a JSON parser's fixed cost is worth."""
+    values = st.integers(-(2**63), 2**63 - 1) | st.text(max_size=6) | st.floats(allow_nan=False) | st.none()
+    lines = []
+    for entry in draw(st.lists(entries(False, draw(st.booleans())), min_size=1, max_size=2 * files._FEW_LINES)):
+        if draw(st.booleans()):
+            stats = {"numRecords": draw(numbers), "minValues": {"c": draw(values)}, "nullCount": {"c": draw(numbers)}}
+            entry = dataclasses.replace(entry, extra={**entry.extra, "stats": json.dumps(stats, ensure_ascii=draw(st.booleans()))})
+        how = draw(st.sampled_from(["as written", "as written", "spaced", "escaped"]))
+        lines.append(entry.to_json() if how == "as written" else _other_layout(entry, how))
+    return lines
+
+
+def test_a_deltas_entries_with_statistics_are_the_json_parsers(tmp_path, fuzz_minutes: float) -> None:
+    """A block the line scanners leave to a JSON parser (every delta the sink writes: its entries carry statistics)
+    is parsed line by line when it has a few lines (Arrow's JSON parser costs more than those lines), by Arrow's
+    JSON parser otherwise: either way the entries are the JSON parser's, row for row."""
+    path = tmp_path / "0"
+    log = files.LogFiles(Storage(str(tmp_path)))
+
+    @_config(fuzz_minutes, 200)
+    @given(delta_blocks())
+    def run(lines: list[str]) -> None:
+        data = "\n".join(lines).encode()
+        path.write_bytes(b"v1\n" + data)
+        [block] = list(log.blocks(str(path), 0))
+        expected = pa_json.read_json(pa.BufferReader(data), parse_options=_JSON)
+        assert log.parse_block(block, str(path), 0).to_pylist() == expected.to_pylist(), lines
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
