@@ -24,7 +24,8 @@ import pytest
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink import failpoints
 from parquet_sink.cli.main import main as cli_main
-from parquet_sink.delta import APP_ID, DeltaDependencyError, DeltaLogError
+from parquet_sink.delta import APP_ID, DeltaDependencyError, DeltaLogError, sync
+from parquet_sink.errors import ParameterError
 from parquet_sink.maintenance import vacuum, verify
 from parquet_sink.storage.filesystem import Storage
 from tests.delta.readers import assert_delta_matches, data_commits, delta_files, spark_style_batch
@@ -171,6 +172,18 @@ def test_checkpoints_and_log_cleanup_keep_the_delta_log_bounded(out):
     assert "00000000000000000000.json" not in names, names  # expired and behind a checkpoint: deleted
     assert deltalake.DeltaTable(out).version() == 7  # the creation, its time zone property, six appends
     assert sorted(assert_delta_matches(out).column("id").to_pylist()) == list(range(7))
+
+
+@pytest.mark.parametrize("interval", [True, 2.0, 0, -1, "10"])
+def test_a_checkpoint_interval_that_is_not_a_positive_integer_is_refused(out, interval):
+    """``True`` once passed the integer check and became the table property ``'True'``, which failed every later
+    sync after its commit (a table created so checkpoints at Delta's default now)."""
+    write_batch(out, pa.table({"id": [0]}), app_id="app", version=0)
+    with pytest.raises(ParameterError, match=f"checkpoint_interval must be a positive integer, got {interval!r}"):
+        sync_delta_log(out, checkpoint_interval=interval)
+    assert not (Path(out) / "_delta_log").exists()
+    assert [sync._checkpoint_interval({"delta.checkpointInterval": text}) for text in ("True", "", "-3", "٣", "7")] == [
+        100, 100, 100, 100, 7]
 
 
 def test_a_failed_delta_commit_never_fails_the_batch(out, caplog):

@@ -60,6 +60,16 @@ def _age(text: str) -> str:
     return text.strip()
 
 
+def _interval(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer (Spark's default is 10), got {text!r}")
+    return value
+
+
 class UsageError(Exception):
     """A command line argparse refuses: its message, the command (``prog``) and its usage line."""
 
@@ -105,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--compact-interval",
         metavar="N",
-        type=int,
+        type=_interval,
         help="the writer's log compaction interval, for an output whose log cannot tell it (normally inferred "
         "from the log's files)",
     )

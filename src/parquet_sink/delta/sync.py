@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 
 from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredError
 from ..failpoints import failpoint
-from ..log.compaction import parse_duration_ms
+from ..log.compaction import check_positive_int, parse_duration_ms
 from ..log.files import require_output
 from ..parquet_read import open_sized
 from ..partitioning import parse_partition_path
@@ -684,7 +684,7 @@ def _append(
         return None
     _apply(state, actions, version)
     _remember(storage, state)
-    if version % int(state.configuration.get("delta.checkpointInterval") or 100) == 0:
+    if version % _checkpoint_interval(state.configuration) == 0:
         try:
             state.table.update_incremental()
             state.table.create_checkpoint()
@@ -692,6 +692,13 @@ def _append(
         except (deltalake.exceptions.DeltaError, OSError) as exc:  # the commit is made: readers replay JSON
             logger.warning("%s", delta_failure(storage, f"writing the checkpoint of version {version}", exc))
     return version
+
+
+def _checkpoint_interval(configuration: Mapping[str, str]) -> int:
+    """The table's ``delta.checkpointInterval``; Delta's default (100) where it is unset or not a positive integer
+    (as another writer may have set it), as delta-rs reads it."""
+    text = configuration.get("delta.checkpointInterval") or ""
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else 100
 
 
 def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema) -> dict[str, Any]:
@@ -797,8 +804,7 @@ def sync_delta_log(
     """
     path = os.fspath(path)
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
-    if not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
-        raise ValueError(f"checkpoint_interval must be an integer >= 1, got {checkpoint_interval!r}")
+    check_positive_int("checkpoint_interval", checkpoint_interval, "delta.checkpointInterval, a checkpoint every that many versions")
     retention_s = max(1, math.ceil(parse_duration_ms(log_retention, "log_retention") / 1000))
     started = time.monotonic()
     options = dict(storage_options or {})
