@@ -29,6 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .errors import ParameterError
+
 DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"
 _ESCAPE = frozenset([chr(c) for c in range(1, 32)] + list("\"#%'*/:=?\\\x7f{[]^"))
 # What Java's parsers accept: Integer.parseInt / Long.parseLong, new BigDecimal(s), Double.parseDouble
@@ -101,6 +103,25 @@ def _zone(name: str) -> _dt.tzinfo:
         offset = _dt.timedelta(hours=int(match.group(2)), minutes=int(match.group(3)))
         return _dt.timezone(-offset if match.group(1) == "-" else offset)
     return _dt.UTC if name in ("Z", "UTC") else zoneinfo.ZoneInfo(name)
+
+
+def check_time_zone(name: object, where: str) -> str:
+    """``name`` if it is a session time zone :func:`_zone` reads, else ParameterError naming ``where`` (the call and
+    the path) before anything is read or written.
+
+    Example: ``check_time_zone("America/New_York", "read_committed('/data/out')")`` returns it;
+    ``check_time_zone("utc", ...)`` raises (zone names are case-sensitive, as Spark's are)."""
+    if isinstance(name, str):
+        try:
+            _zone(name)
+            return name
+        except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError; "../x" a ValueError
+            pass
+    raise ParameterError(
+        f"{where}: time_zone={name!r} is not a time zone. Give the session time zone the writer used "
+        "(spark.sql.session.timeZone): a region such as 'America/New_York', 'UTC', or an offset such as '+05:30'. "
+        "Nothing was done."
+    )
 
 
 # The Gregorian calendar repeats every 400 years (146097 days): a local time in year 0 or 10000, which

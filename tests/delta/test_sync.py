@@ -10,6 +10,7 @@ import decimal
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,7 +22,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink import (
+    MetadataLog, committed_dataset, committed_files, count_committed, read_committed, sync_delta_log, write_batch,
+)
 from parquet_sink import failpoints
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.delta import APP_ID, DeltaDependencyError, DeltaLogError, sync
@@ -184,6 +187,30 @@ def test_a_checkpoint_interval_that_is_not_a_positive_integer_is_refused(out, in
     assert not (Path(out) / "_delta_log").exists()
     assert [sync._checkpoint_interval({"delta.checkpointInterval": text}) for text in ("True", "", "-3", "٣", "7")] == [
         100, 100, 100, 100, 7]
+
+
+@pytest.mark.parametrize("zone", ["utc", "Mars/Phobos", "", "../etc/passwd", 5])
+def test_a_time_zone_that_is_not_one_is_refused_wherever_it_enters(out, zone, capsys):
+    """``--recreate --time-zone utc`` (the case the refusal of another zone once suggested) deleted the Delta log,
+    then failed with zoneinfo's own error: every entry point now refuses a zone it cannot read before doing
+    anything, with the same error."""
+    t = pa.table({"id": [1], "t": pa.array([_dt.datetime(2024, 1, 1, 5)], pa.timestamp("us", "UTC"))})
+    write_batch(out, t, app_id="app", version=0, partition_by=["t"], delta_log=True)
+    calls = {
+        "sync_delta_log": lambda: sync_delta_log(out, time_zone=zone, recreate=True),
+        "write_batch": lambda: write_batch(out, t, app_id="app", version=1, time_zone=zone),
+        "read_committed": lambda: read_committed(out, time_zone=zone),
+        "count_committed": lambda: count_committed(out, time_zone=zone),
+        "committed_dataset": lambda: committed_dataset(out, time_zone=zone),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ParameterError, match=rf"^{name}\('.*out'\): time_zone={re.escape(repr(zone))} is not a time zone"):
+            call()
+    if isinstance(zone, str):
+        assert cli_main(["delta-sync", out, "--recreate", "--time-zone", zone]) == 2
+        assert "is not a time zone" in capsys.readouterr().err
+    assert deltalake.DeltaTable(out).version() == 1 and read_committed(out).num_rows == 1
+    assert sorted(assert_delta_matches(out).column("id").to_pylist()) == [1]
 
 
 def test_a_failed_delta_commit_never_fails_the_batch(out, caplog):

@@ -61,7 +61,7 @@ from ..failpoints import failpoint
 from ..log.compaction import check_positive_int, parse_duration_ms
 from ..log.files import require_output
 from ..parquet_read import open_sized
-from ..partitioning import parse_partition_path
+from ..partitioning import check_time_zone, parse_partition_path
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import read_snapshot
@@ -804,6 +804,8 @@ def sync_delta_log(
     """
     path = os.fspath(path)
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
+    if time_zone is not None:
+        check_time_zone(time_zone, f"sync_delta_log({path!r})")
     check_positive_int("checkpoint_interval", checkpoint_interval, "delta.checkpointInterval, a checkpoint every that many versions")
     retention_s = max(1, math.ceil(parse_duration_ms(log_retention, "log_retention") / 1000))
     started = time.monotonic()

@@ -43,7 +43,7 @@ from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
 from ..parquet_read import parquet_format, read_schema
-from ..partitioning import convert_partition_value, infer_partition_types, parse_partition_path
+from ..partitioning import check_time_zone, convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, STATS_KEY
 from ..log.file_stats import FileStats, decode_stats
 from .pruning import FileVerdicts, file_verdicts, filter_fields
@@ -608,6 +608,7 @@ def committed_dataset(
         >>> dset.to_table(filter=ds.field("day") == "2024-01-01").num_rows
         1000
     """
+    check_time_zone(time_zone, f"committed_dataset({os.fspath(path)!r})")
     return dataset_of(snapshot(path, **options), time_zone)
 
 
@@ -668,6 +669,7 @@ def read_committed(
         )
     if spark is None:
         _check_filter(filter, path)
+        check_time_zone(time_zone, f"read_committed({os.fspath(path)!r})")
     snap = snapshot(path, **options, statistics=spark is None and filter is not None)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
@@ -720,6 +722,7 @@ def count_committed(
         (1000, 412)
     """
     _check_filter(filter, path)
+    check_time_zone(time_zone, f"count_committed({os.fspath(path)!r})")
     snap = snapshot(path, **options, statistics=True)
     if not len(snap.files):
         return 0

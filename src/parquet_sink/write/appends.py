@@ -44,6 +44,7 @@ from ..read.chain import app_commits, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
+from ..partitioning import check_time_zone
 from .conflicts import Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_positive_int
@@ -244,6 +245,7 @@ def write_batch(
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise ParameterError(f"version must be an integer >= 0, got {version!r}")
     codec_extension(compression)  # validate early
+    check_time_zone(time_zone, f"write_batch({os.fspath(path)!r})")
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if delta_log:
