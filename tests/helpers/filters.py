@@ -9,6 +9,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from hypothesis import strategies as st
 
@@ -21,10 +22,14 @@ _NAIVE = st.one_of(
 _NS_TZ = st.datetimes(
     min_value=dt.datetime(1678, 1, 1), max_value=dt.datetime(2261, 12, 31), timezones=st.just(dt.timezone.utc)
 )
-# Besides Spark's types: a timestamp without time zone, one in ns with a zone, a large string, an unsigned int.
+# Alaska's local date stepped back a day on 1867-10-18 (LMT +14:58 -> -9:01): a zoned timestamp's date is not ordered
+_SITKA = st.sampled_from([dt.datetime(1867, 10, 19, h, tzinfo=dt.timezone.utc) for h in (0, 1, 9, 10)]) | _NS_TZ
+# Besides Spark's types: a timestamp without time zone, zoned ones in ns and around a zone's step back, a large
+# string, an unsigned int.
 FILTER_KINDS = [k for k in ATOMIC + DATA_ONLY if k.name not in ("binary", "any binary")] + [
     Kind("timestamp_ntz", pa.timestamp("us"), _NAIVE, partitionable=False),
     Kind("timestamp_ns_ny", pa.timestamp("ns", "America/New_York"), _NS_TZ, partitionable=False),
+    Kind("timestamp_sitka", pa.timestamp("us", "America/Sitka"), _SITKA, partitionable=False),
     Kind("large string", pa.large_string(), st.text(max_size=80), partitionable=False),
     Kind("uint32", pa.uint32(), st.sampled_from([0, 2**32 - 1]) | st.integers(0, 2**32 - 1), partitionable=False),
 ]
@@ -34,7 +39,7 @@ _CASTS = {  # column type family -> targets of a cast in a filter
     "float": [pa.float64(), pa.float32()],
     "decimal": [pa.float64()],
     "date": [pa.timestamp("s"), pa.string()],
-    "timestamp": [pa.date32(), pa.timestamp("ms", "UTC")],
+    "timestamp": [pa.date32(), pa.timestamp("ms", "UTC"), (pa.timestamp("ns"), "allow_time_overflow")],  # (type, an unsafe option)
     "string": [pa.large_string()],
 }
 
@@ -124,6 +129,17 @@ def _literal(draw: st.DrawFn, kind: Kind, seen: list) -> pa.Scalar:
     return pa.scalar(value, kind.arrow)
 
 
+def _value_set(draw: st.DrawFn, kind: Kind, values: list) -> pa.Array:
+    """``isin``'s value set: of the column's type, or of a type ``is_in`` casts to it, losing what it cannot hold
+    (Python floats on a float32 column, datetimes on a date column, floats on a decimal or integer column)."""
+    family = _family(kind.arrow)
+    if draw(st.booleans()) or None in values or family not in ("float", "date", "decimal", "int"):
+        return pa.array(values, kind.arrow)
+    if family == "date":
+        return pa.array([dt.datetime.combine(v, dt.time(draw(st.sampled_from([0, 5])))) for v in values], pa.timestamp("us"))
+    return pa.array([float(v) + draw(st.sampled_from([0.0, 1e-10, 0.5])) for v in values], pa.float64())
+
+
 @st.composite
 def filters(draw: st.DrawFn, case: FilterCase, depth: int = 2) -> ds.Expression:
     """A random filter over ``case``'s columns."""
@@ -146,11 +162,12 @@ def filters(draw: st.DrawFn, case: FilterCase, depth: int = 2) -> ds.Expression:
         return target.is_valid()
     if shape == "isin":
         values = draw(st.lists(st.sampled_from(seen) | kind.values, min_size=1, max_size=4))
-        return target.isin(pa.array(values, kind.arrow))
+        return target.isin(_value_set(draw, kind, values))
     literal = _literal(draw, kind, seen)
     if shape == "cast" and casts:
-        to_type = draw(st.sampled_from(casts))
-        target = target.cast(to_type)
+        cast = draw(st.sampled_from(casts))
+        to_type, unsafe = cast if isinstance(cast, tuple) else (cast, None)
+        target = target.cast(options=pc.CastOptions(to_type, **{unsafe: True})) if unsafe else target.cast(to_type)
         try:
             literal = literal.cast(to_type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

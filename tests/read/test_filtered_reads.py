@@ -138,3 +138,64 @@ def test_filter_of_another_kind_is_a_parameter_error(tmp_path):
     for call in (read_committed, count_committed):
         with pytest.raises(errors.ParameterError, match="not a pyarrow.dataset expression"):
             call(out, filter="n > 3")
+
+
+def test_regression_casts_and_value_sets(tmp_path):
+    """Shapes that once skipped files holding matching rows: ``isin`` with a value set ``is_in`` casts to the column's
+    type, losing what that type cannot hold (0.1 on a float32 column, a datetime on a date column, a float on a
+    decimal); a zoned timestamp cast to its local date (America/Sitka stepped back a day in 1867); a cast that wraps
+    out-of-range times around (``allow_time_overflow``). One row per file, so a wrong skip loses the row."""
+    import decimal
+
+    import pyarrow.compute as pc
+
+    from tests.helpers.filters import FILTER_KINDS
+
+    kinds = {k.name: k for k in FILTER_KINDS}
+    utc = dt.timezone.utc
+    case = FilterCase(
+        {"f": kinds["float"], "d": kinds["date"], "n": kinds["decimal(5,0)"], "t": kinds["timestamp_sitka"],
+         "u": kinds["timestamp_ntz"]},
+        [],
+        [[{"id": 0, "f": 0.1, "d": dt.date(2000, 1, 1), "n": decimal.Decimal(1), "t": dt.datetime(1867, 10, 19, 0, tzinfo=utc),
+           "u": dt.datetime(1970, 1, 1)}],
+         [{"id": 1, "f": 5.0, "d": dt.date(2001, 1, 1), "n": decimal.Decimal(7), "t": dt.datetime(1867, 10, 19, 1, tzinfo=utc),
+           "u": dt.datetime(9999, 1, 1)}]],
+        1,
+    )
+    wrapping = pc.CastOptions(pa.timestamp("ns"), allow_time_overflow=True)
+    chosen = [
+        ds.field("f").isin([0.1]),
+        ds.field("d").isin(pa.array([dt.datetime(2000, 1, 1, 5)], pa.timestamp("us"))),
+        ds.field("n").isin([1.0000000001]),
+        ds.field("n").isin([7]),  # an exact cast: still skips the other file
+        ds.field("t").cast(pa.date32()) == dt.date(1867, 10, 19),
+        ds.field("t").cast(pa.date32()) == dt.date(1867, 10, 18),
+        ds.field("u").cast(options=wrapping) == pa.scalar(0, pa.timestamp("ns")),
+    ]
+    check_filters(case, tmp_path, chosen + [~f for f in chosen], None)
+
+
+def test_a_filter_names_columns_the_data_read_has(tmp_path):
+    """A filter on a column the output lacks (or lacked as of the batch read), or naming a column by its position,
+    is a ParameterError saying so, not pyarrow's; columns asked for twice come back twice, filtered or not."""
+    import pyarrow.compute as pc
+
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"n": [1, 5], "st": [{"a": 1}, {"a": 2}]}), app_id="job", version=0)
+    write_batch(out, pa.table({"n": [7], "st": [{"a": 3}], "late": [1]}), app_id="job", version=1)
+    for read in (read_committed, count_committed):
+        with pytest.raises(errors.ParameterError, match=r"reads \['nope'\], which .* columns are \['n', 'st', 'late'\]"):
+            read(out, filter=ds.field("nope") == 1)
+        with pytest.raises(errors.ParameterError, match=r"reads \['nope'\]"):
+            read(out, filter=ds.field("nope", "a") == 1)
+        with pytest.raises(errors.ParameterError, match=r"reads \['late'\], which .* columns are \['n', 'st'\]"):
+            read(out, filter=ds.field("late") == 1, as_of_batch=0)
+        for positional in (pc.field(0) == 1, pc.field(("st", 0)) == 2):
+            with pytest.raises(errors.ParameterError, match="by its position"):
+                read(out, filter=positional)
+    assert count_committed(out, filter=ds.field("late") == 1) == 1
+    nested = read_committed(out, filter=ds.field("st", "a") >= 2, columns=["n", "n"])
+    assert nested.column_names == ["n", "n"] and sorted(nested.column(1).to_pylist()) == [5, 7]
+    twice = read_committed(out, filter=ds.field("n") > 1, columns=["n", "st", "n"])
+    assert twice.column_names == ["n", "st", "n"] and sorted(twice.column(0).to_pylist()) == [5, 7]

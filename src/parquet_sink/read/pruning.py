@@ -103,10 +103,9 @@ def filter_tree(expression: ds.Expression) -> _Node:
             return _Node("literal", value=column(value))
         if key == "field_ref":
             return _Node("field", name=value.decode())
-        if key == "nested_field_ref":  # then as many references, each possibly nested again
-            for _ in range(int(value)):
-                node(*next(items))
-            return _Node("nested")
+        if key == "nested_field_ref":  # then as many references, each possibly nested again; the first names the column
+            path = [node(*next(items)) for _ in range(int(value))]
+            return _Node("nested", name=path[0].name if path else "")
         if key != "call":
             raise ValueError(f"unknown node {key!r} in a serialized expression")
         args: list[_Node] = []
@@ -237,8 +236,10 @@ class _Evaluator:
         values = self.values(arg)
         if values is None or values.low is None or options is None:
             return self.unknown()
-        candidates = options["value_set"].values
-        if candidates.null_count or (pa.types.is_floating(candidates.type) and pc.any(pc.is_nan(candidates)).as_py()):
+        candidates = _as_compared(options["value_set"].values, values.low.type)
+        if candidates is None or candidates.null_count or (
+            pa.types.is_floating(candidates.type) and pc.any(pc.is_nan(candidates)).as_py()
+        ):
             return self.unknown()  # a null or NaN in the set matches rows the bounds say nothing of
         if len(candidates) > _SET_VALUES:
             bounds = pc.min_max(candidates)
@@ -250,21 +251,49 @@ class _Evaluator:
         return _Truth(values.value & allowed, values.value | values.null, values.null.copy())
 
 
+def _as_compared(candidates: pa.Array, typ: pa.DataType) -> pa.Array | None:
+    """``is_in``'s value set as it compares it: cast to the column's type ``typ``; None when that cast changes a value
+    (0.1 as a float32, a time of day dropped by a date, 1.5 as an integer: the set matches values no comparison of
+    the bounds with the set as given would find) or fails."""
+    if candidates.type.equals(typ):
+        return candidates
+    try:
+        cast = pc.cast(candidates, typ, safe=False)
+        exact = pc.cast(cast, candidates.type, safe=False).equals(candidates)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return cast if exact else None
+
+
 def filter_fields(expression: ds.Expression) -> set[str] | None:
     """The top-level columns ``expression`` reads; None when it reads a nested field (read every column).
 
     Example: ``filter_fields((ds.field("a") > 1) | ds.field("b").is_null())`` -> ``{'a', 'b'}``.
     """
+    found, nested = _referenced(expression)
+    return None if nested else found
+
+
+def filter_columns(expression: ds.Expression) -> set[str]:
+    """The top-level columns ``expression`` reads, those of its nested fields included.
+
+    Example: ``filter_columns(ds.field("s", "a") > 1)`` -> ``{'s'}``.
+    """
+    return _referenced(expression)[0]
+
+
+def _referenced(expression: ds.Expression) -> tuple[set[str], bool]:
+    """(the top-level columns ``expression`` reads, whether it reads a nested field of one)."""
     found: set[str] = set()
+    nested = False
     pending = [filter_tree(expression)]
     while pending:
         node = pending.pop()
-        if node.kind == "nested":
-            return None
-        if node.kind == "field":
+        if node.kind in ("field", "nested") and node.name:
             found.add(node.name)
+        nested |= node.kind == "nested"
         pending.extend(node.args)
-    return found
+    return found, nested
 
 
 def _is_nan(literal: pa.Scalar) -> bool:
@@ -314,17 +343,22 @@ def _kind(typ: pa.DataType) -> str | None:
     return {"int": "number", "decimal": "number"}.get(kind, kind)
 
 
+# cast options under which a cast may wrap values around (out-of-range integers, times, decimals): not monotonic
+_WRAPPING = ("allow_int_overflow", "allow_time_overflow", "allow_decimal_truncate")
+
+
 def _cast(source: _Values, options: pa.StructScalar | None) -> _Values | None:
     """The bounds of ``cast(x)`` from those of ``x`` when the cast keeps order (numbers to numbers, times to
     times, strings to strings, floats only to floats: a NaN has no place in another type); None otherwise.
     Casting the bounds as the values are cast keeps them bounds: every such cast is monotonic."""
-    if source.low is None or options is None or options["allow_int_overflow"].as_py():
+    if source.low is None or options is None or any(options[wraps].as_py() for wraps in _WRAPPING):
         return None
     target = options.type.field("to_type").type
     before, after = _kind(source.low.type), _kind(target)
     allowed = {("number", "number"), ("number", "float"), ("float", "float"), ("time", "time"), ("string", "string")}
-    if (before, after) not in allowed:
-        return None
+    if (before, after) not in allowed or (pa.types.is_timestamp(source.low.type) and source.low.type.tz is not None
+                                         and not pa.types.is_timestamp(target)):
+        return None  # a zoned timestamp's date is its local date: zones step back (a day, in 1867 Alaska)
     cast = pc.CastOptions(
         target,
         allow_time_truncate=options["allow_time_truncate"].as_py(),
@@ -373,4 +407,4 @@ def file_verdicts(filter: ds.Expression, stats: FileStats, partitions: dict[str,
     return FileVerdicts(truth.true, ~truth.false & ~truth.null)
 
 
-__all__ = ["FileVerdicts", "file_verdicts", "filter_fields", "filter_tree"]
+__all__ = ["FileVerdicts", "file_verdicts", "filter_columns", "filter_fields", "filter_tree"]

@@ -46,7 +46,7 @@ from ..parquet_read import parquet_format, read_schema
 from ..partitioning import check_time_zone, convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, STATS_KEY
 from ..log.file_stats import FileStats, decode_stats
-from .pruning import FileVerdicts, file_verdicts, filter_fields
+from .pruning import FileVerdicts, file_verdicts, filter_columns, filter_fields, filter_tree
 from ..storage.filesystem import Storage
 
 if TYPE_CHECKING:
@@ -677,6 +677,7 @@ def read_committed(
         return pa.table({c: pa.array([], pa.null()) for c in columns or ()})
     layout = _layout(snap, time_zone, snap.storage.arrow_filesystem())
     if filter is not None:
+        _check_filter_columns(filter, snap, layout)
         snap, layout = _kept(snap, layout, _verdicts(_decoded(snap, layout, filter), layout, filter).may_match)
     try:
         dataset = _dataset(snap, layout, _fetched(snap) or snap.storage.arrow_filesystem())
@@ -704,7 +705,8 @@ def _read_columns(filter: ds.Expression, layout: _Layout, wanted: list[str] | No
     fields = filter_fields(filter)
     if wanted is None or fields is None:
         return None
-    return wanted + sorted((fields & set(layout.schema.names)) - set(wanted))
+    distinct = list(dict.fromkeys(wanted))  # a column asked for twice is read once, selected twice
+    return distinct + sorted((fields & set(layout.schema.names)) - set(wanted))
 
 
 def count_committed(
@@ -727,6 +729,8 @@ def count_committed(
     if not len(snap.files):
         return 0
     layout = None if filter is None else _layout(snap, time_zone, snap.storage.arrow_filesystem())
+    if filter is not None and layout is not None:
+        _check_filter_columns(filter, snap, layout)
     stats = _decoded(snap, layout, filter)
     may = whole = np.ones(len(stats.rows), bool)
     if layout is not None:
@@ -749,11 +753,32 @@ def count_committed(
 
 
 def _check_filter(filter: Any, path: str) -> None:
-    """ParameterError unless ``filter`` is None or a ``pyarrow.dataset`` expression."""
-    if filter is not None and not isinstance(filter, ds.Expression):
+    """ParameterError unless ``filter`` is None or a ``pyarrow.dataset`` expression naming its columns."""
+    if filter is None:
+        return
+    if not isinstance(filter, ds.Expression):
         raise ParameterError(
             f"reading {path}: filter={filter!r} is a {type(filter).__name__}, not a pyarrow.dataset expression; "
             "write it as one, e.g. pyarrow.dataset.field('day') == '2024-01-01' (with spark=, pass a Column or SQL text)."
+        )
+    try:
+        filter_tree(filter)
+    except pa.ArrowNotImplementedError as exc:  # "Serialization of non-name field_refs"
+        raise ParameterError(
+            f"reading {path}: filter {filter} refers to a column by its position ({exc}); name it, e.g. "
+            "pyarrow.dataset.field('n') or field('s', 'a') for a struct's field (positions change with the columns read)."
+        ) from exc
+
+
+def _check_filter_columns(filter: ds.Expression, snap: Snapshot, layout: _Layout) -> None:
+    """ParameterError when ``filter`` reads a column the snapshot's data does not have (a name mistyped, or a time
+    travel to before the column was added)."""
+    missing = sorted(filter_columns(filter) - set(layout.schema.names))
+    if missing:
+        raise ParameterError(
+            f"reading {snap.storage.display(snap.storage.root)}: filter {filter} reads {missing}, which the committed "
+            f"data read does not have (a name mistyped, or a column added after the batch read); its columns are "
+            f"{layout.schema.names}."
         )
 
 
