@@ -33,6 +33,7 @@ from parquet_sink.errors import (
     MissingDataFileError,
     MissingLogFileError,
     NotAnOutputError,
+    ParameterError,
     SchemaMismatchError,
     UnsupportedLogVersionError,
 )
@@ -256,6 +257,41 @@ def test_not_an_output(tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": [1]}), plain / "part-0.parquet")
     exc = raises(lambda: read_committed(str(plain)), NotAnOutputError)
     assert str(plain) in str(exc)
+
+
+def test_writers_refuse_paths_and_switches_that_are_not_what_they_look_like(tmp_path: Path) -> None:
+    """A writer given an output's own log, Delta log or hidden area as its path (it would nest another output there,
+    which no reader of the output sees), an empty path (the working directory), a string where a switch is meant
+    (``"false"`` is true: ``allow_existing_files="false"`` hid an existing dataset), or a set of partition columns
+    (no order: the directory order changed with the process's hash seed) gets a ParameterError and writes nothing;
+    an iterator of partition columns is read once (the sink once became unpartitioned)."""
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"x": [1]}), app_id="a", version=0)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    table = pa.table({"x": [2]})
+    refused = {
+        "is the _spark_metadata directory of the output": [
+            lambda: write_batch(out + "/_spark_metadata", table, app_id="a", version=1),
+            lambda: ParquetSink(out + "/_spark_metadata/")],
+        "is the _delta_log directory": [lambda: write_batch(out + "/_delta_log", table, app_id="a", version=1)],
+        "is the _exactly_once directory": [lambda: ParquetSink(out + "/_exactly_once")],
+        "the path is empty": [lambda: write_batch("", table, app_id="a", version=1), lambda: ParquetSink("")],
+        "must be True or False, got 'false'": [
+            lambda: write_batch(out, table, app_id="a", version=1, allow_existing_files="false"),
+            lambda: ParquetSink(out, allow_existing_files="false")],
+        "must be True or False, got 'no'": [
+            lambda: ParquetSink(out, allow_batch_id_only="no"),
+            lambda: write_batch(out, table, app_id="a", version=1, delta_log="no")],
+        "a set has no order": [lambda: ParquetSink(out, partition_by={"a", "b"}),
+                               lambda: write_batch(out, table, app_id="a", version=1, partition_by={"x"})],
+    }
+    for message, calls in refused.items():
+        for call in calls:
+            with pytest.raises(ParameterError, match=message):
+                call()
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert ParquetSink(out, partition_by=map(str, ["day", "hour"])).partition_by == ("day", "hour")
+    assert read_committed(out).column("x").to_pylist() == [1]
 
 
 # -- bad data in the stream ------------------------------------------------------------------------

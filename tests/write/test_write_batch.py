@@ -118,8 +118,31 @@ def test_pandas_polars_and_record_batches(tmp_path):
     with pytest.raises(errors.SchemaMismatchError, match="nanoseconds"):
         write_batch(out, pd.DataFrame({"id": [5], "ts": pd.to_datetime(["2024-01-01 00:00:00.000000001"])}),
                     app_id="pd", version=1)
-    with pytest.raises(TypeError, match="pyarrow Table"):
-        write_batch(out, 42, app_id="pd", version=1)
+    for bad in (42, None, {"id": [5]}, [], pd.DataFrame({"id": [5, "x"]}), pl.LazyFrame({"id": [5]})):
+        with pytest.raises(errors.ParameterError, match=r"write_batch, version 1 of app 'pd': cannot write a .*pyarrow Table"):
+            write_batch(out, bad, app_id="pd", version=1)
+    for names in (["id", "id"], ["id", "ID"]):
+        with pytest.raises(errors.SchemaMismatchError, match="more than once"):
+            write_batch(out, pa.Table.from_arrays([pa.array([5]), pa.array([6])], names=names), app_id="pd", version=1)
+    for version in (2**63, int("20261127014517755000"), -1):
+        with pytest.raises(errors.ParameterError, match="version must be an integer from 0 to 2"):
+            write_batch(out, pa.table({"id": [5]}), app_id="pd", version=version)
+    assert sorted(read_committed(out).column("id").to_pylist()) == [1, 2, 3, 4]  # nothing of those committed
+
+
+def test_a_pandas_index_with_a_name_is_a_column(tmp_path):
+    """A ``groupby`` result's keys are its index: kept as columns (as ``DataFrame.to_parquet`` keeps them; they
+    were silently dropped), a MultiIndex's named levels too; positions (an unnamed index) are not data."""
+    out = str(tmp_path / "out")
+    orders = pd.DataFrame({"region": ["eu", "us", "eu"], "kind": ["a", "a", "b"], "amount": [1, 2, 3]})
+    write_batch(out, orders.groupby("region")[["amount"]].sum(), app_id="job", version=0)
+    write_batch(out, orders.groupby(["region", "kind"])[["amount"]].sum(), app_id="job", version=1)
+    write_batch(out, orders[orders.amount > 1][["region", "amount", "kind"]], app_id="job", version=2)  # index 1, 2: positions
+    table = read_committed(out)
+    assert table.column_names == ["region", "amount", "kind"]
+    rows = sorted(zip(*(table.column(c).to_pylist() for c in table.column_names)), key=repr)
+    assert rows == sorted([("eu", 4, None), ("us", 2, None), ("eu", 1, "a"), ("us", 2, "a"), ("eu", 3, "b"),
+                           ("us", 2, "a"), ("eu", 3, "b")], key=repr)
 
 
 def test_schema_mismatch_refused_before_anything_is_written(tmp_path):

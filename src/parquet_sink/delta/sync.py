@@ -59,7 +59,7 @@ import pyarrow.parquet as pq
 from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredError
 from ..failpoints import failpoint
 from ..log.compaction import check_positive_int, parse_duration_ms
-from ..log.files import require_output
+from ..log.files import DELTA_DIR, require_output
 from ..parquet_read import open_sized
 from ..partitioning import check_time_zone, parse_partition_path
 from ..log.entry import records_of
@@ -82,7 +82,6 @@ from .errors import DeltaLogError
 
 logger = logging.getLogger(__name__)
 
-DELTA_DIR = "_delta_log"
 APP_ID = "parquet-sink/_spark_metadata"  # the txn app id whose version is the last log batch mirrored
 MARKER = "parquetSinkLogBatchId"  # commitInfo key of every version this module commits
 CHECKED = "parquetSinkCheckedVersion"  # commitInfo key: every version up to this one was found to be ours

@@ -117,6 +117,17 @@ def check_positive_int(name: str, value: object, hint: str) -> None:
         raise ParameterError(f"{name} must be a positive integer, got {value!r}: {hint}")
 
 
+def check_flags(**flags: object) -> None:
+    """ParameterError naming the first of ``flags`` that is not a bool: a string such as ``"false"`` is true in
+    Python, and these switches decide what a writer hides or keeps.
+
+    Example: ``check_flags(allow_existing_files="false")`` raises ParameterError.
+    """
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ParameterError(f"{name} must be True or False, got {value!r}")
+
+
 @dataclass(frozen=True)
 class LogOptions:
     """The log's parameters, with Spark's names and defaults, checked once here (ValueError naming the first

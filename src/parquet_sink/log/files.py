@@ -17,6 +17,8 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
+import posixpath
 import sys
 import threading
 import time
@@ -30,7 +32,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ..failpoints import failpoint
-from ..errors import CorruptLogError, LogPathError, NotAnOutputError, ParquetSinkError, UnsupportedLogVersionError
+from ..errors import (
+    CorruptLogError, LogPathError, NotAnOutputError, ParameterError, ParquetSinkError, UnsupportedLogVersionError,
+)
 from .lines import framed_lines, newline_positions, parse_lines
 from .threads import mapped_ahead
 from .sidecar import (
@@ -56,6 +60,7 @@ HIDDEN_DIR = "_exactly_once"
 # in the hidden area: the compact interval every writer of the log names batches by, as digits (written once, by
 # the log's first writer: CompactibleLog.recorded_interval)
 INTERVAL_RECORD = f"{HIDDEN_DIR}/compact_interval"
+DELTA_DIR = "_delta_log"  # the Delta log a sync keeps beside the log (parquet_sink.delta.sync)
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
 _PREFIX_CHUNK = 1 << 24  # bytes read at once to checksum the start of a compact file (see LogFiles._older_copy)
@@ -110,6 +115,23 @@ def require_output(storage: Storage) -> None:
             "from files of failed batches: it is not the output of a streaming file sink (ParquetSink, write_batch "
             f"or Spark's writeStream.format('parquet')). Check the path{hint}."
         )
+
+
+def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str) -> None:
+    """ParameterError, before a writer writes anything, when ``path`` is empty (it would write into the working
+    directory) or names a directory an output's writers own (its log, its Delta log, the hidden area of writes in
+    flight) rather than an output: another output would be nested inside it, which readers of it never see.
+
+    Example: ``check_output_root("/data/out/_spark_metadata", storage, "write_batch")`` raises ParameterError.
+    """
+    name = posixpath.basename(storage.root)
+    if not os.fspath(path):
+        raise ParameterError(f"{what}: the path is empty (it would write into the working directory): give the "
+                             "output's path. Nothing was written.")
+    if name in (METADATA_DIR, DELTA_DIR, HIDDEN_DIR):
+        parent = storage.display(posixpath.dirname(storage.root))
+        raise ParameterError(f"{what}: {os.fspath(path)!r} is the {name} directory of the output {parent}, not an "
+                             f"output: write to {parent}. Nothing was written.")
 
 
 def is_compact_path(path: str) -> bool:

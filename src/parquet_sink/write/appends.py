@@ -33,7 +33,7 @@ import hashlib
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,8 @@ from ..failpoints import failpoint
 from ..partitioning import check_time_zone
 from .conflicts import Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
-from ..log.compaction import check_positive_int
+from ..log.compaction import check_flags, check_positive_int
+from ..log.files import check_output_root
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
@@ -98,26 +99,41 @@ def _without_views(typ: pa.DataType) -> pa.DataType:
     return typ
 
 
-def _as_table(data: Any) -> pa.Table:
+def _as_table(data: Any, what: str) -> pa.Table:
     """pyarrow Table / RecordBatch / RecordBatchReader / iterable of RecordBatches, pandas or polars
     DataFrame -> pyarrow Table; nanosecond timestamps become microseconds (Spark's precision), string and
-    binary views their large variants (:func:`_without_views`)."""
-    if isinstance(data, pa.Table):
-        table = data
-    elif isinstance(data, pa.RecordBatch):
-        table = pa.Table.from_batches([data])
-    elif isinstance(data, pa.RecordBatchReader):
-        table = data.read_all()
-    elif type(data).__module__.startswith("pandas"):
-        table = pa.Table.from_pandas(data, preserve_index=False)
-    elif hasattr(data, "to_arrow"):  # polars
-        table = data.to_arrow()
-    elif isinstance(data, Iterable):
-        table = pa.Table.from_batches(list(data))
-    else:
-        raise TypeError(
-            f"write_batch: cannot write a {type(data).__name__}; pass a pyarrow Table or record batches, "
-            "a pandas or a polars DataFrame"
+    binary views their large variants (:func:`_without_views`). A pandas DataFrame's named index levels are
+    columns (a ``groupby`` result's keys), as ``DataFrame.to_parquet`` keeps them; an unnamed index (positions)
+    is not. Data that does not convert: ParameterError naming ``what``."""
+    usage = "pass a pyarrow Table or record batches, a pandas or a polars DataFrame"
+    try:
+        if isinstance(data, pa.Table):
+            table = data
+        elif isinstance(data, pa.RecordBatch):
+            table = pa.Table.from_batches([data])
+        elif isinstance(data, pa.RecordBatchReader):
+            table = data.read_all()
+        elif type(data).__module__.startswith("pandas") and hasattr(data, "reset_index"):
+            named = [name for name in data.index.names if name is not None]
+            table = pa.Table.from_pandas(data.reset_index(level=named) if named else data, preserve_index=False)
+        elif hasattr(data, "to_arrow") and not hasattr(data, "collect"):  # polars (a LazyFrame: collect it first)
+            table = data.to_arrow()
+        elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
+            batches = list(data)
+            if not batches or not all(isinstance(b, pa.RecordBatch) for b in batches):
+                raise TypeError("an iterable of pyarrow RecordBatches (at least one, for the schema)")
+            table = pa.Table.from_batches(batches)
+        else:
+            raise TypeError("no table")
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise ParameterError(
+            f"write_batch, {what}: cannot write a {type(data).__name__} ({exc}); {usage}. Nothing was written."
+        ) from exc
+    duplicates = sorted({n for n in table.column_names if [c.lower() for c in table.column_names].count(n.lower()) > 1})
+    if duplicates:  # Spark's writer and reader refuse them (case-insensitive, spark.sql.caseSensitive=false)
+        raise SchemaMismatchError(
+            f"write_batch, {what}: the data has columns {duplicates} more than once (as Spark compares names: "
+            "case-insensitively), which no reader could tell apart; rename them. Nothing was written."
         )
     plain = pa.schema([f.with_type(_without_views(f.type)) for f in table.schema], metadata=table.schema.metadata)
     if not plain.equals(table.schema):
@@ -242,9 +258,10 @@ def write_batch(
     """
     if not isinstance(app_id, str) or not app_id:
         raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ParameterError(f"version must be an integer >= 0, got {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
+        raise ParameterError(f"version must be an integer from 0 to 2**63 - 1 (a Spark long), got {version!r}")
     codec_extension(compression)  # validate early
+    check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
     check_time_zone(time_zone, f"write_batch({os.fspath(path)!r})")
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
@@ -252,10 +269,11 @@ def write_batch(
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
     partition_by = check_partition_by(partition_by)
     log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
+    check_output_root(path, log.storage, f"write_batch({os.fspath(path)!r})")
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     read = -1  # the latest log batch when this call last read the log
-    table = _as_table(data)
+    table = _as_table(data, what)
     check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Sequence, Set as AbstractSet
 
 import pyarrow as pa
 
@@ -102,6 +102,11 @@ def check_partition_by(partition_by: object) -> tuple[str, ...]:
             f"partition_by must be a list of column names, got the string {partition_by!r}: write "
             f"partition_by=[{partition_by!r}]"
         )
+    if isinstance(partition_by, AbstractSet):
+        raise ParameterError(
+            f"partition_by must be a list of column names, got a set {partition_by!r}: a set has no order, and the "
+            "directory order (day=.../hour=...) must be the same in every run. Pass a list."
+        )
     try:
         names = tuple(partition_by)  # type: ignore[call-overload]
     except TypeError:
@@ -115,7 +120,7 @@ def check_partition_by(partition_by: object) -> tuple[str, ...]:
 
 def check_partition_columns(incoming: pa.Schema, partition_by: Sequence[str], what: str, where: str) -> None:
     """Spark's rules for the partition columns of a batch with columns ``incoming``, before anything is
-    written: each exists, and at least one column is left for the data files (Spark: "Cannot use all columns
+    written: each exists and holds atomic values (no struct, list or map), and at least one column is left for the data files (Spark: "Cannot use all columns
     for partition columns"; files without columns would hold no rows for any reader). SchemaMismatchError
     naming ``what`` (the batch) and ``where`` (the output) otherwise.
 
@@ -129,6 +134,12 @@ def check_partition_columns(incoming: pa.Schema, partition_by: Sequence[str], wh
         raise SchemaMismatchError(
             f"{what} of {where}: partition columns {missing} are not in the data's columns {incoming.names}.{hint} "
             "Fix partition_by or the data. Nothing was committed."
+        )
+    nested = {c: str(incoming.field(c).type) for c in partition_by if pa.types.is_nested(incoming.field(c).type)}
+    if nested:
+        raise SchemaMismatchError(
+            f"{what} of {where}: partition columns {nested} hold nested values; a directory name holds one atomic "
+            "value (Spark refuses them too). Partition by atomic columns. Nothing was written."
         )
     if partition_by and not [name for name in incoming.names if name not in partition_by]:
         raise SchemaMismatchError(

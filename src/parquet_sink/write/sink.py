@@ -56,7 +56,8 @@ from .conflicts import Conflict, Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.snapshot import data_files, read_log_files
 from ..read.history import newest_commit_time, next_commit_time
-from ..log.compaction import LogOptions, check_positive_int
+from ..log.compaction import LogOptions, check_flags, check_positive_int
+from ..log.files import check_output_root
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
@@ -195,6 +196,9 @@ class ParquetSink:
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
         require_sink_dependencies()
+        check_flags(allow_batch_id_only=allow_batch_id_only, allow_existing_files=allow_existing_files,
+                    delta_log=delta_log, check_storage=check_storage)
+        partition_by = check_partition_by(partition_by)  # once: an iterator is read once
         if delta_log:
             require_deltalake(f"ParquetSink({path!r}, delta_log=True)")
         _check_parameters(
@@ -209,11 +213,12 @@ class ParquetSink:
             writer=writer,
         )
         storage = Storage(path, storage_options)
+        check_output_root(path, storage, f"ParquetSink({os.fspath(path)!r})")
         storage.require_shared("ParquetSink")
         if check_storage:
             storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
         self.path = os.fspath(path)
-        self.partition_by = tuple(partition_by or ())
+        self.partition_by = partition_by
         self.compact_interval = compact_interval
         self.retention = retention
         self.storage_options = dict(storage_options or {})
