@@ -131,3 +131,20 @@ def test_docs_cli_md_documents_exactly_the_options_of_each_command():
     assert not stale, f"docs/cli.md names options no command has: {sorted(stale)}"
     for rule in ("**0**", "**1**", "**2**", '"ok": false', '"type"'):
         assert rule in intro
+
+
+def test_an_error_no_check_caught_is_one_line_not_a_traceback(capsys, paths, monkeypatch):
+    """Whatever a dependency raises that no check of the package turned into a typed error (duplicate columns once
+    crashed `delta-sync` with pyarrow's traceback) is one line on stderr, or one JSON object, and exit code 1."""
+    from parquet_sink.cli import commands
+
+    def broken(*args, **kwargs):
+        raise KeyError("a dependency's error")
+
+    monkeypatch.setattr(commands, "verify", broken)
+    assert main(["verify", str(paths["good"])]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "KeyError" in err and str(paths["good"]) in err and "-v" in err
+    assert main(["verify", str(paths["good"]), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["ok"] is False

@@ -78,6 +78,18 @@ def _entry_points(tmp_path):
     }
 
 
+@pytest.mark.parametrize("value", ["1000000000000d", "5000000000w"], ids=repr)
+def test_every_entry_point_refuses_a_duration_no_instant_can_hold(tmp_path, value):
+    """A retention of a trillion days was accepted, then every compaction batch failed (its cutoff, now minus the
+    retention, overflowed int64 milliseconds in pyarrow): refused where it enters, as every duration rule is."""
+    for name, call in _entry_points(tmp_path).items():
+        parameter = name.split("(")[1].rstrip(")")
+        with pytest.raises(ParameterError, match=f"^{parameter}={value!r}: a duration must be at most"):
+            call(value)
+    log = MetadataLog(str(tmp_path / "out"), compact_interval=2, retention=dt.timedelta.max)  # the longest: works
+    assert log.add(1, []) and log.latest_batch_id() == 1
+
+
 @pytest.mark.parametrize("value", ["7", 7, "7.5d"], ids=repr)
 def test_every_entry_point_refuses_a_bare_number(tmp_path, value):
     for name, call in _entry_points(tmp_path).items():

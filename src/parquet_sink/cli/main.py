@@ -282,6 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ParquetSinkError, OSError) as exc:
         logger.debug("details", exc_info=True)
         return _fail(args.json, exc, 1)
+    except Exception as exc:  # a dependency's error no check of this package caught: one line, the details with -v
+        logger.debug("details", exc_info=True)
+        return _fail(args.json, RuntimeError(
+            f"{args.path}: {type(exc).__name__}: {exc} (unexpected: run again with -v for the details, and report it)"
+        ), 1)
 
 
 def _fail(as_json: bool, exc: Exception, code: int, prog: str = PROG, usage: str = "") -> int:

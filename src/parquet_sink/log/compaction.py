@@ -78,6 +78,9 @@ _UNIT_MS = {
 }
 
 
+_MAX_DURATION_MS = _dt.timedelta.max // _dt.timedelta(milliseconds=1)
+
+
 def parse_duration_ms(value: str | _dt.timedelta, name: str = "duration") -> int:
     """A duration in ms: a ``datetime.timedelta``, or a whole number with its unit, as Spark's time strings
     (``"7d"``, ``"12h"``, ``"30m"``, ``"10s"``, ``"500ms"``) and as users write them (``"7 days"``, ``"1w"``,
@@ -105,6 +108,8 @@ def parse_duration_ms(value: str | _dt.timedelta, name: str = "duration") -> int
         )
     if result < 0:
         raise ParameterError(f"{name}={value!r}: a duration must not be negative")
+    if result > _MAX_DURATION_MS:  # a time this long before now is no instant a log or a store can hold
+        raise ParameterError(f"{name}={value!r}: a duration must be at most datetime.timedelta.max (~2.7 million years)")
     return result
 
 
