@@ -469,6 +469,28 @@ def test_only_the_null_partition(out: str) -> None:
     assert _rows(read_committed(out)) == _rows(expected)
 
 
+def test_partitions_that_match_no_column_or_are_not_written_values_are_refused(tmp_path: Path, capsys) -> None:
+    """``partitions={"hour": 5}`` (an int where the directory holds "5") or a mistyped column rewrote nothing and
+    said all was well; both are refused, as is a CLI ``--partition`` given twice; "5" rewrites the hour's files."""
+    from parquet_sink.cli.main import main
+
+    out = str(tmp_path / "out")
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version], "hour": [5]}), app_id="a", version=version, partition_by=["hour"])
+    for partitions, message in (({"hour": 5}, "as written in the directory names"),
+                                ({"huor": "5"}, r"names \['huor'\], but the output's partition columns are \['hour'\]"),
+                                ([("hour", "5")], "must map columns")):
+        with pytest.raises(ParameterError, match=message):
+            optimize(out, partitions=partitions)
+    assert main(["optimize", out, "--dry-run", "--partition", "hour=4", "--partition", "hour=5"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert main(["optimize", out, "--dry-run", "--partition", "nope=x"]) == 2
+    assert "partition columns are ['hour']" in capsys.readouterr().err
+    result = optimize(out, partitions={"hour": "5"})
+    assert result.committed and result.files_removed == 3
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2]
+
+
 def test_empty_outputs(tmp_path: Path) -> None:
     """Not an output: a typed refusal. An output with only empty batches, or one file: nothing to rewrite, no
     batch committed. A zero-row file in a bin: rows preserved."""

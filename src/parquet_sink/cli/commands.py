@@ -215,6 +215,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise ParameterError(f"--partition {pair!r}: use COLUMN=VALUE, e.g. --partition day=2024-01-01")
+        if name in partitions:
+            raise ParameterError(f"--partition {name}= given twice ({partitions[name]!r}, {value!r}): a directory has one value")
         partitions[name] = value
     result = optimize(
         args.path, target_file_size=args.target_file_size, partitions=partitions or None, sort_by=args.sort_by,

@@ -212,11 +212,15 @@ class OptimizeResult:
         return self.plan.bytes_removed - sum(b.bytes for b in self.abandoned) if self.committed else 0
 
 
-def _directory_matches(directory: str, partitions: Mapping[str, str | None]) -> bool:
-    """Whether the partition directory ``directory`` has every value of ``partitions`` (None: the null one)."""
-    values = dict(parse_partition_path(directory + "/x")) if directory else {}
+def _directory_values(directory: str) -> dict[str, str]:
+    """The partition values of the directory ``directory``, as written there (unescaped)."""
+    return {name: unescape_path_name(value) for name, value in parse_partition_path(directory + "/x")} if directory else {}
+
+
+def _directory_matches(values: Mapping[str, str], partitions: Mapping[str, str | None]) -> bool:
+    """Whether a directory's partition ``values`` hold every value of ``partitions`` (None: the null one)."""
     return all(
-        name in values and unescape_path_name(values[name]) == (DEFAULT_PARTITION_NAME if value is None else value)
+        name in values and values[name] == (DEFAULT_PARTITION_NAME if value is None else value)
         for name, value in partitions.items()
     )
 
@@ -247,17 +251,27 @@ def plan_optimize(
     for path in logged:
         counts[path] = counts.get(path, 0) + 1
     by_directory: dict[str, list[InputFile]] = {}
+    directories: dict[str, dict[str, str]] = {}  # each directory's values, parsed once
     limit = math.inf if whole else target_file_size
     for path, rel, out, size, batch in zip(
         logged, relative.to_pylist(), outside.to_pylist(), table.column("size").to_pylist(),
         table.column(BATCH_KEY).to_pylist(),
     ):
-        if out is not None or counts[path] > 1 or size >= limit:
+        if out is not None:
             continue
         directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
-        if partitions and not _directory_matches(directory, partitions):
+        if directory not in directories:
+            directories[directory] = _directory_values(directory)
+        if counts[path] > 1 or size >= limit or partitions and not _directory_matches(directories[directory], partitions):
             continue
         by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
+    columns = {name for values in directories.values() for name in values}
+    unknown = sorted(set(partitions or ()) - columns)
+    if unknown:  # a name mistyped: it would match no directory and rewrite nothing, silently
+        raise ParameterError(
+            f"optimize {storage.display(storage.root)}: partitions names {unknown}, but the output's partition columns "
+            f"are {sorted(columns) or 'none'}. Nothing was rewritten."
+        )
     bins: list[Bin] = []
     for directory in sorted(by_directory):
         files = sorted(by_directory[directory], key=lambda f: (-1 if f.batch_id is None else f.batch_id, f.path))
@@ -480,9 +494,13 @@ def optimize(
     sort_by, z_order = list(sort_by or ()), list(z_order or ())
     if sort_by and z_order:
         raise ParameterError(f"pass sort_by={sort_by} or z_order={z_order}, not both: a file has one row order")
-    if partitions is not None and not isinstance(partitions, Mapping):
+    if partitions is not None and (
+        not isinstance(partitions, Mapping)
+        or not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in partitions.items())
+    ):
         raise ParameterError(
-            f"partitions must be a mapping of column to value, e.g. {{'day': '2024-01-01'}}, got {partitions!r}"
+            f"partitions must map columns to values as written in the directory names (strings; None for the null "
+            f"value), e.g. {{'day': '2024-01-01', 'hour': '5'}}, got {partitions!r}"
         )
     log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
     storage = log.storage
