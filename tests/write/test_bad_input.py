@@ -257,6 +257,9 @@ def test_not_an_output(tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": [1]}), plain / "part-0.parquet")
     exc = raises(lambda: read_committed(str(plain)), NotAnOutputError)
     assert str(plain) in str(exc)
+    file = str(plain / "part-0.parquet")  # a file's path: not a storage failure under it
+    exc = raises(lambda: read_committed(file), NotAnOutputError)
+    assert f"{file} is a file: give the output directory" in str(exc)
 
 
 def test_writers_refuse_paths_and_switches_that_are_not_what_they_look_like(tmp_path: Path) -> None:
@@ -276,6 +279,9 @@ def test_writers_refuse_paths_and_switches_that_are_not_what_they_look_like(tmp_
         "is the _delta_log directory": [lambda: write_batch(out + "/_delta_log", table, app_id="a", version=1)],
         "is the _exactly_once directory": [lambda: ParquetSink(out + "/_exactly_once")],
         "the path is empty": [lambda: write_batch("", table, app_id="a", version=1), lambda: ParquetSink("")],
+        "is a file, not an output directory": [
+            lambda: write_batch(committed_files(out)[0].path, table, app_id="a", version=1),
+            lambda: ParquetSink(committed_files(out)[0].path)],
         "must be True or False, got 'false'": [
             lambda: write_batch(out, table, app_id="a", version=1, allow_existing_files="false"),
             lambda: ParquetSink(out, allow_existing_files="false")],

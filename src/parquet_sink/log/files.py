@@ -110,6 +110,8 @@ def require_output(storage: Storage) -> None:
         where = storage.display(storage.root)
         in_log = where.rstrip("/").endswith(f"/{METADATA_DIR}")
         hint = f" ({where} is a log directory: give its parent, the output)" if in_log else ""
+        if not in_log and _is_file(storage):
+            hint = f" ({where} is a file: give the output directory that holds it)"
         raise NotAnOutputError(
             f"{where} has no {METADATA_DIR} log, so committed data cannot be told apart "
             "from files of failed batches: it is not the output of a streaming file sink (ParquetSink, write_batch "
@@ -117,10 +119,18 @@ def require_output(storage: Storage) -> None:
         )
 
 
+def _is_file(storage: Storage) -> bool:
+    """Whether ``storage``'s root is a file (on local disk; on an object store a key and a prefix may share a name)."""
+    try:
+        return storage.is_local and not storage.info(storage.root).is_dir
+    except FileNotFoundError:
+        return False
+
+
 def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str) -> None:
     """ParameterError, before a writer writes anything, when ``path`` is empty (it would write into the working
-    directory) or names a directory an output's writers own (its log, its Delta log, the hidden area of writes in
-    flight) rather than an output: another output would be nested inside it, which readers of it never see.
+    directory), is a file, or names a directory an output's writers own (its log, its Delta log, the hidden area of
+    writes in flight) rather than an output: another output would be nested inside it, which readers of it never see.
 
     Example: ``check_output_root("/data/out/_spark_metadata", storage, "write_batch")`` raises ParameterError.
     """
@@ -132,6 +142,9 @@ def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str)
         parent = storage.display(posixpath.dirname(storage.root))
         raise ParameterError(f"{what}: {os.fspath(path)!r} is the {name} directory of the output {parent}, not an "
                              f"output: write to {parent}. Nothing was written.")
+    if _is_file(storage):
+        raise ParameterError(f"{what}: {os.fspath(path)!r} is a file, not an output directory: give the directory "
+                             "to write the output in. Nothing was written.")
 
 
 def is_compact_path(path: str) -> bool:

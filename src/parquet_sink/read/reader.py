@@ -695,8 +695,21 @@ def read_committed(
         table = dataset.to_table(columns=_read_columns(filter, layout, wanted))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
-    table = table.filter(filter)  # a filter naming a column the output lacks fails here, as pyarrow says
+    table = _filtered(table, filter, snap)
     return table if wanted is None else table.select(wanted)
+
+
+def _filtered(table: pa.Table, filter: ds.Expression, snap: Snapshot) -> pa.Table:
+    """``table``'s rows that ``filter`` keeps; ParameterError where pyarrow cannot evaluate it on the data's types
+    (a string column compared with a number, a value a cast cannot hold)."""
+    try:
+        return table.filter(filter)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+        raise ParameterError(
+            f"reading {snap.storage.display(snap.storage.root)}: pyarrow cannot evaluate filter {filter} on the "
+            f"committed data (columns {dict(zip(table.column_names, map(str, table.schema.types)))}): {exc}. Compare "
+            "each column with a value of its type."
+        ) from exc
 
 
 def _read_columns(filter: ds.Expression, layout: _Layout, wanted: list[str] | None) -> list[str] | None:
@@ -749,7 +762,7 @@ def count_committed(
         table = dataset.to_table(columns=_read_columns(filter, layout, []))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
-    return total + table.filter(filter).num_rows
+    return total + _filtered(table, filter, snap).num_rows
 
 
 def _check_filter(filter: Any, path: str) -> None:

@@ -183,11 +183,14 @@ class ErrorTranslator:
 
     @contextlib.contextmanager
     def translating(self, what: str, shown: str) -> Iterator[None]:
-        """A backend failure inside the block becomes :meth:`error`; :data:`PASS_THROUGH` errors pass unchanged."""
+        """A backend failure inside the block becomes :meth:`error`; :data:`PASS_THROUGH` errors pass unchanged, and a
+        path whose parent is a file does not exist (FileNotFoundError, as ``os.path.exists`` answers)."""
         try:
             yield
         except PASS_THROUGH:
             raise
+        except NotADirectoryError as exc:  # a path under a file (an output path given as a file's): it does not exist
+            raise FileNotFoundError(f"{shown}: a parent of it is a file") from exc
         except Exception as exc:
             raise self.error(what, shown, exc) from exc
 
