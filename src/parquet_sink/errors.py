@@ -128,7 +128,8 @@ class MissingDataFileError(ParquetSinkError):
 
 
 class DamagedDataFileError(ParquetSinkError):
-    """A committed data file cannot be read and its size differs from the one the log recorded."""
+    """A committed data file cannot be read: its size differs from the one the log recorded, or its bytes were
+    changed in place."""
 
 
 class OutsideRootError(ParquetSinkError):

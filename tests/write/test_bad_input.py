@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -260,6 +261,25 @@ def test_not_an_output(tmp_path: Path) -> None:
     file = str(plain / "part-0.parquet")  # a file's path: not a storage failure under it
     exc = raises(lambda: read_committed(file), NotAnOutputError)
     assert f"{file} is a file: give the output directory" in str(exc)
+
+
+def test_a_committed_file_damaged_in_place_is_named(tmp_path: Path) -> None:
+    """A committed file overwritten with bytes of its own size (the log cannot tell by size) raised pyarrow's
+    ArrowInvalid; every reader now names the file and its batch."""
+    import pyarrow.dataset as ds
+
+    from parquet_sink import count_committed
+    from parquet_sink.errors import DamagedDataFileError
+
+    out = str(tmp_path / "out")
+    for version in range(2):
+        write_batch(out, pa.table({"x": list(range(version * 100, version * 100 + 100))}), app_id="a", version=version)
+    damaged = committed_files(out)[1]
+    Path(damaged.path).write_bytes(b"x" * damaged.size)
+    for call in (lambda: read_committed(out), lambda: read_committed(out, filter=ds.field("x") > 150),
+                 lambda: count_committed(out, filter=ds.field("x") > 150)):
+        with pytest.raises(DamagedDataFileError, match=f"{re.escape(damaged.path)} of batch 1 cannot be read although it has its logged size"):
+            call()
 
 
 def test_writers_refuse_paths_and_switches_that_are_not_what_they_look_like(tmp_path: Path) -> None:

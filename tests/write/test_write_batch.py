@@ -395,3 +395,21 @@ def test_example_chain_runs(tmp_path, capsys):
     assert "first run committed source batches [0, 1, 2]" in printed
     assert "second run committed source batches []" in printed
     assert "every order counted once: 500 orders over 5 source batches" in printed
+
+
+def test_an_apps_identity_has_one_rule_in_write_batch_and_doctor(tmp_path):
+    """doctor answered for versions write_batch refuses (-1, beyond a Spark long) and for an empty app id; numpy's
+    integers (a version taken from a pandas column) are integers to both."""
+    import numpy as np
+
+    from parquet_sink import doctor
+
+    out = str(tmp_path / "out")
+    assert write_batch(out, pa.table({"id": [1]}), app_id="job", version=np.int64(3)).committed
+    assert doctor(out, app_id="job", version=np.int64(3)).plan.action == "skip"
+    for app_id, version in (("job", -1), ("job", 2**63), ("", 4), ("job", 4.0), ("job", True)):
+        for call in (lambda: write_batch(out, pa.table({"id": [2]}), app_id=app_id, version=version),
+                     lambda: doctor(out, app_id=app_id, version=version)):
+            with pytest.raises(errors.ParameterError, match="app_id must be|version must be"):
+                call()
+    assert read_committed(out).column("id").to_pylist() == [1]

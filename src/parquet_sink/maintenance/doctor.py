@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ParameterError
-from ..read.chain import decide_write
+from ..read.chain import check_app_version, decide_write
 from ..storage.filesystem import Storage
 from ..write.sink import Action, checkpoint_query_id, decide_batch
 from .inspect import Output, read_output
@@ -206,10 +206,10 @@ def doctor(
     """
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
+    checked_version = None if app_id is None else check_app_version(app_id, version)
     output = read_output(path, storage_options=storage_options, must_exist=False)
-    if app_id is not None:
-        assert version is not None
-        return Diagnosis(output, None, plan_app_write(output, app_id, version))
+    if app_id is not None and checked_version is not None:
+        return Diagnosis(output, None, plan_app_write(output, app_id, checked_version))
     assert checkpoint is not None
     ckpt = Checkpoint.read(checkpoint, storage_options)
     plan = plan_restart(ckpt, output, append=on_foreign_query == "append", batch_id_only=batch_id_only)

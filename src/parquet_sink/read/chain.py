@@ -13,6 +13,7 @@ query's records are ``(query id, query batch id)``, a :func:`parquet_sink.write_
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -34,6 +35,20 @@ class SourceBatch(NamedTuple):
 
     batch_id: int
     table: pa.Table
+
+
+def check_app_version(app_id: object, version: object) -> int:
+    """``version`` as an int, after the rule of a ``write_batch`` app's identity (``write_batch`` and ``doctor``
+    alike): ``app_id`` a non-empty string, ``version`` an integer (numpy's too) from 0 to 2**63 - 1 (a Spark long:
+    the log stores it as one); ParameterError otherwise.
+
+    Example: ``check_app_version("daily-job", numpy.int64(41)) == 41``; ``check_app_version("", 0)`` raises.
+    """
+    if not isinstance(app_id, str) or not app_id:
+        raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral) or not 0 <= int(version) < 2**63:
+        raise ParameterError(f"version must be an integer from 0 to 2**63 - 1 (a Spark long), got {version!r}")
+    return int(version)
 
 
 def app_commits(records: Sequence[CommitRecord]) -> dict[str | None, CommitRecord]:

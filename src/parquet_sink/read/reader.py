@@ -558,14 +558,31 @@ def _verdicts(stats: FileStats, layout: _Layout, filter: ds.Expression) -> FileV
 
 def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
     """Turn a read failure into a typed error naming the committed file at fault and its batch
-    (:func:`unreadable_file`). The files the failure names are checked first; ``exc`` itself if every file
-    is present with its logged size."""
+    (:func:`unreadable_file`). The files the failure names are checked first; where every file is present with its
+    logged size, the first whose footer does not read is named (its bytes were changed in place); an OSError that
+    none explains (a store failing) is ``exc`` itself."""
     named = sorted(snap.files, key=lambda f: f.path not in str(exc))
     for f in named:
         error = unreadable_file(snap.storage, f, exc)
         if error is not None:
             return error
-    return exc
+    if isinstance(exc, OSError):
+        return exc
+    filesystem = snap.storage.arrow_filesystem()
+    for f in named:
+        try:
+            read_schema(f.path, filesystem)
+        except (OSError, pa.ArrowInvalid) as damaged:
+            return DamagedDataFileError(
+                f"committed file {snap.storage.display(f.path)} of batch {f.batch_id} cannot be read although it has "
+                f"its logged size ({type(damaged).__name__}: {damaged}): its bytes were changed outside the sink. "
+                "Restore it from backup."
+            )
+    return DamagedDataFileError(
+        f"a committed file of {snap.storage.display(snap.storage.root)} cannot be read although every one has its "
+        f"logged size and footer ({type(exc).__name__}: {exc}): a file's data was changed outside the sink. Restore "
+        "the output's files from backup."
+    )
 
 
 def unreadable_file(

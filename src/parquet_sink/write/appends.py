@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
-from ..read.chain import app_commits, decide_write, version_record
+from ..read.chain import app_commits, check_app_version, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError
 from ..failpoints import failpoint
@@ -256,10 +256,7 @@ def write_batch(
         ...             app_id="daily-job", version=0, partition_by=["day"]).committed
         True
     """
-    if not isinstance(app_id, str) or not app_id:
-        raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
-    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
-        raise ParameterError(f"version must be an integer from 0 to 2**63 - 1 (a Spark long), got {version!r}")
+    version = check_app_version(app_id, version)
     codec_extension(compression)  # validate early
     check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
     check_time_zone(time_zone, f"write_batch({os.fspath(path)!r})")
