@@ -413,3 +413,25 @@ def test_an_apps_identity_has_one_rule_in_write_batch_and_doctor(tmp_path):
             with pytest.raises(errors.ParameterError, match="app_id must be|version must be"):
                 call()
     assert read_committed(out).column("id").to_pylist() == [1]
+
+
+def test_inputs_that_once_did_something_else_silently_are_refused(tmp_path):
+    """``iter_batches(after=5)`` on a source whose newest batch is 2 (reset or replaced) yielded nothing, as if
+    caught up; ``compact_interval=0`` was read as "infer"; a target size ParquetSink took unchecked until an optimize;
+    partition columns equal but for case (one column to Spark). Sizes read as Spark's settings do ("128m")."""
+    from parquet_sink import ParquetSink, iter_batches
+    from parquet_sink.maintenance.optimize import parse_file_size
+
+    out = str(tmp_path / "out")
+    for version in range(3):
+        write_batch(out, pa.table({"x": [version]}), app_id="a", version=version)
+    with pytest.raises(errors.OutputResetError, match=r"after=5\): the source's newest committed batch is 2"):
+        list(iter_batches(out, after=5))
+    assert list(iter_batches(out, after=2)) == []
+    with pytest.raises(errors.ParameterError, match="compact_interval must be a positive integer, got 0"):
+        read_committed(out, compact_interval=0)
+    with pytest.raises(errors.ParameterError, match="target_file_size='abc' is not a size"):
+        ParquetSink(out, target_file_size="abc")
+    with pytest.raises(errors.ParameterError, match="case-insensitively"):
+        ParquetSink(out, partition_by=["day", "Day"])
+    assert [parse_file_size(s) for s in ("128m", "64k", "1g", "1TB", "2TiB")] == [2**27, 2**16, 2**30, 10**12, 2**41]

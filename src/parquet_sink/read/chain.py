@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
-from ..errors import ParameterError
+from ..errors import OutputResetError, ParameterError
 from ..log.snapshot import read_snapshot
 from ..log.metadata_log import MetadataLog
 from .reader import read_committed, snapshot
@@ -138,6 +138,13 @@ def iter_batches(
         )
     start = -1 if after is None else after
     latest = snapshot(path, storage_options=storage_options).latest_batch_id  # NotAnOutputError if no log
+    if after is not None and (latest is None or latest < after):
+        raise OutputResetError(
+            f"iter_batches({os.fspath(path)!r}, after={after}): the source's newest committed batch is {latest}, "
+            f"before batch {after} that was already consumed: the source was reset or replaced (a new output at the "
+            "same path), so its batches are not those consumed. Nothing was read. Start the consumer again from "
+            "after=None (or the batch to resume at) once the source is right."
+        )
     if latest is None or latest <= start:
         return
     logger.info("reading batches %d..%d of %s", start + 1, latest, path)

@@ -39,6 +39,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
+from ..log.compaction import check_positive_int
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
@@ -308,6 +309,8 @@ def snapshot(
         if batches[0] > batches[1]:
             raise ParameterError(f"batches={batches}: the first batch must not be after the last")
     storage = Storage(path, storage_options)
+    if compact_interval is not None:
+        check_positive_int("compact_interval", compact_interval, "the writer's log compaction interval (Spark's default is 10)")
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     columns = _LOG_COLUMNS + [STATS_KEY] if statistics else _LOG_COLUMNS
     log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else columns)
@@ -559,14 +562,14 @@ def _verdicts(stats: FileStats, layout: _Layout, filter: ds.Expression) -> FileV
 def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
     """Turn a read failure into a typed error naming the committed file at fault and its batch
     (:func:`unreadable_file`). The files the failure names are checked first; where every file is present with its
-    logged size, the first whose footer does not read is named (its bytes were changed in place); an OSError that
-    none explains (a store failing) is ``exc`` itself."""
+    logged size and pyarrow found one not Parquet, the first whose footer does not read is named (its bytes were
+    changed in place); else ``exc`` itself (a store failing, Spark's own error)."""
     named = sorted(snap.files, key=lambda f: f.path not in str(exc))
     for f in named:
         error = unreadable_file(snap.storage, f, exc)
         if error is not None:
             return error
-    if isinstance(exc, OSError):
+    if not isinstance(exc, pa.ArrowInvalid):  # a store failing, Spark's own errors: as they are
         return exc
     filesystem = snap.storage.arrow_filesystem()
     for f in named:
@@ -578,11 +581,7 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
                 f"its logged size ({type(damaged).__name__}: {damaged}): its bytes were changed outside the sink. "
                 "Restore it from backup."
             )
-    return DamagedDataFileError(
-        f"a committed file of {snap.storage.display(snap.storage.root)} cannot be read although every one has its "
-        f"logged size and footer ({type(exc).__name__}: {exc}): a file's data was changed outside the sink. Restore "
-        "the output's files from backup."
-    )
+    return exc
 
 
 def unreadable_file(

@@ -93,8 +93,11 @@ from .parquet_files import codec_extension, parquet_codec
 logger = logging.getLogger(__name__)
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib)?\s*$", re.IGNORECASE)
-_SIZE_UNIT = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|k|mb|mib|m|gb|gib|g|tb|tib|t)?\s*$", re.IGNORECASE)
+_SIZE_UNIT = {  # k, m, g, t as Spark's size settings read them ("128m": 128 MiB)
+    None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "k": 2**10, "mb": 10**6, "mib": 2**20, "m": 2**20,
+    "gb": 10**9, "gib": 2**30, "g": 2**30, "tb": 10**12, "tib": 2**40, "t": 2**40,
+}
 _ROW_GROUP_ROWS = 1 << 20
 _READ_THREADS = 8  # runs of files read at once, over all bins, from an object store (latency-bound GETs); on local
 # disk one per core: reads of small files are CPU-bound, and more threads only queue for the GIL
@@ -116,12 +119,13 @@ def parse_file_size(value: int | str) -> int:
         match = _SIZE.match(value) if isinstance(value, str) else None
         if not match:
             raise ParameterError(
-                f"invalid file size {value!r}: use bytes or a number with B, KB, MB, GB (or KiB, MiB, GiB)"
+                f"target_file_size={value!r} is not a size: use bytes or a number with B, KB, MB, GB, TB (or KiB, MiB, "
+                "GiB, TiB; Spark's k, m, g, t)"
             )
         unit = match.group(2)
         exact = decimal.Decimal(match.group(1)) * _SIZE_UNIT[unit.lower() if unit else None]
         if exact != exact.to_integral_value():
-            raise ParameterError(f"invalid file size {value!r}: {exact} is not a whole number of bytes")
+            raise ParameterError(f"target_file_size={value!r}: {exact} is not a whole number of bytes")
         result = int(exact)
     if result < 1:
         raise ParameterError(f"target_file_size must be at least 1 byte, got {value!r}")

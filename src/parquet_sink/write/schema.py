@@ -113,8 +113,8 @@ def check_partition_by(partition_by: object) -> tuple[str, ...]:
         raise ParameterError(f"partition_by must be a list of column names, got {partition_by!r}") from None
     if not all(isinstance(name, str) and name for name in names):
         raise ParameterError(f"partition_by must be a list of column names (non-empty strings), got {list(names)}")
-    if len(set(names)) != len(names):
-        raise ParameterError(f"partition_by names a column twice: {list(names)}")
+    if len({name.lower() for name in names}) != len(names):  # as Spark compares names (spark.sql.caseSensitive=false)
+        raise ParameterError(f"partition_by names a column twice (names are compared case-insensitively): {list(names)}")
     return names
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ..delta.sync import require_deltalake, sync_after_commit
-from .rewrite import DEFAULT_TARGET_FILE_SIZE, BackgroundOptimizer
+from .rewrite import DEFAULT_TARGET_FILE_SIZE, BackgroundOptimizer, parse_file_size
 from .dependencies import require_sink_dependencies
 from ..errors import (
     CommitConflictError,
@@ -199,6 +199,7 @@ class ParquetSink:
         check_flags(allow_batch_id_only=allow_batch_id_only, allow_existing_files=allow_existing_files,
                     delta_log=delta_log, check_storage=check_storage)
         partition_by = check_partition_by(partition_by)  # once: an iterator is read once
+        parse_file_size(target_file_size)  # checked whether or not optimize_every asks for it yet
         if delta_log:
             require_deltalake(f"ParquetSink({path!r}, delta_log=True)")
         _check_parameters(
