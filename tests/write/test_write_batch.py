@@ -435,3 +435,6 @@ def test_inputs_that_once_did_something_else_silently_are_refused(tmp_path):
     with pytest.raises(errors.ParameterError, match="case-insensitively"):
         ParquetSink(out, partition_by=["day", "Day"])
     assert [parse_file_size(s) for s in ("128m", "64k", "1g", "1TB", "2TiB")] == [2**27, 2**16, 2**30, 10**12, 2**41]
+    from parquet_sink import history
+
+    assert history(out, limit=10**30).num_rows == 3  # a limit beyond a C long once raised OverflowError

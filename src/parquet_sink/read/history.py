@@ -228,7 +228,7 @@ def history(
         require_output(storage)
     table = batch_history(snap)
     table = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
-    return table if limit is None else table.slice(0, limit)
+    return table if limit is None or limit >= table.num_rows else table.slice(0, limit)
 
 
 def batch_as_of_time(log: MetadataLog, history_table: pa.Table, when: _dt.datetime) -> int:
