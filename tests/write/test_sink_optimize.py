@@ -78,9 +78,10 @@ def test_bad_optimize_every_is_refused(tmp_path: Path, every) -> None:
         ParquetSink(str(tmp_path / "out"), optimize_every=every)
 
 
-def test_bad_target_file_size_is_refused_at_construction(tmp_path: Path) -> None:
-    with pytest.raises(ParameterError, match="file size"):
-        ParquetSink(str(tmp_path / "out"), optimize_every=3, target_file_size="big")
+@pytest.mark.parametrize("every", [3, None])
+def test_bad_target_file_size_is_refused_at_construction(tmp_path: Path, every: int | None) -> None:
+    with pytest.raises(ParameterError, match="target_file_size='big' is not a size"):
+        ParquetSink(str(tmp_path / "out"), optimize_every=every, target_file_size="big")
 
 
 def test_the_stream_and_a_background_optimize_race_without_loss(spark, tmp_path: Path) -> None:
