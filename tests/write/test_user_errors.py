@@ -140,3 +140,45 @@ def test_executors_without_the_package_get_a_typed_error(tmp_path):
     message = result.stdout.split("TYPED:", 1)[1]
     assert "cannot import 'parquet_sink'" in message and "addArtifacts" in message and "--py-files" in message
     assert not (out / "_spark_metadata" / "0").exists()
+
+
+def test_a_sink_object_reused_across_runs_reads_the_output_as_a_new_one_would(spark, tmp_path):
+    """A notebook restarts a query with the same ParquetSink object. A batch that failed (a UDF raising) after its
+    schema check left its new column in the sink's cached view, so the fixed restart was refused ("column 's' is
+    missing"); and an output deleted between runs was not noticed (the next batch committed as log batch 0, the
+    earlier batches gone without an error). Both now behave as with a new sink object."""
+    import shutil
+
+    from pyspark.sql import functions as F, types as T
+
+    from parquet_sink.errors import OutputResetError
+
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    src = _input(tmp_path, "in", batches=1)
+    sink = ParquetSink(out)
+    await_termination(_start(spark, src, sink, ckpt))
+    write_input_files(src + "_more", [[{"id": 10 + i, "day": "bad" if i == 4 else "x"} for i in range(5)]])
+    shutil.copy(src + "_more/0000.json", src + "/0001.json")
+
+    @F.udf(T.StringType())
+    def checked(day):
+        if day == "bad":
+            raise ValueError("a bad row")
+        return day
+
+    def started(frame):
+        return frame.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+
+    rows = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(src)
+    with pytest.raises(Exception, match="a bad row"):
+        await_termination(started(rows.withColumn("extra", checked("day"))))  # a new column, then the failure
+    await_termination(started(rows.where("day != 'bad'")))  # fixed: the same columns as before
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2, 3, 4, 10, 11, 12, 13]
+    assert read_committed(out).column_names == ["id", "day"]
+
+    shutil.rmtree(out)  # the output reset between runs of the same query and sink object
+    write_input_files(src + "_last", [[{"id": 20, "day": "x"}]])
+    shutil.copy(src + "_last/0000.json", src + "/0002.json")
+    with pytest.raises(OutputResetError, match="would leave a gap"):
+        await_termination(started(rows))
+    assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))

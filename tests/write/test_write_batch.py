@@ -438,3 +438,8 @@ def test_inputs_that_once_did_something_else_silently_are_refused(tmp_path):
     from parquet_sink import history
 
     assert history(out, limit=10**30).num_rows == 3  # a limit beyond a C long once raised OverflowError
+
+
+def test_a_partition_column_named_in_another_case_gets_its_name_suggested(tmp_path):
+    with pytest.raises(errors.SchemaMismatchError, match="Did you mean 'p' for 'P'"):
+        write_batch(str(tmp_path / "out"), pa.table({"id": [1], "p": ["a"]}), app_id="a", version=0, partition_by=["P"])

@@ -129,7 +129,8 @@ def check_partition_columns(incoming: pa.Schema, partition_by: Sequence[str], wh
     """
     missing = [c for c in partition_by if c not in incoming.names]
     if missing:
-        guesses = {c: difflib.get_close_matches(c, incoming.names, n=1, cutoff=0.6) for c in missing}
+        guesses = {c: [n for n in incoming.names if n.lower() == c.lower()][:1]
+                   or difflib.get_close_matches(c, incoming.names, n=1, cutoff=0.6) for c in missing}
         hint = "".join(f" Did you mean {g[0]!r} for {c!r}?" for c, g in guesses.items() if g)
         raise SchemaMismatchError(
             f"{what} of {where}: partition columns {missing} are not in the data's columns {incoming.names}.{hint} "

@@ -303,6 +303,16 @@ class ParquetSink:
                 "takes a whole micro-batch. Use df.writeStream.foreachBatch(sink), not .foreach(sink) (one row) or "
                 ".format(sink) (a source name). Nothing was written."
             )
+        try:
+            self._write_and_commit(df, batch_id)
+        except BaseException:
+            # a failed batch leaves no trace: what it changed of the cached view of the output (the schema it
+            # brought) is read again from the log by the next call, as a new sink object would
+            self._state = None
+            raise
+
+    def _write_and_commit(self, df: DataFrame, batch_id: int) -> None:
+        """The body of :meth:`__call__`: decide, write, commit and report one batch."""
         query_id = self._query_id(df, batch_id)
         state = self._refresh_state()
         if state.latest < 0 or query_id not in state.queries:
@@ -533,6 +543,8 @@ class ParquetSink:
         log = self.log
         listing = log.list_names()
         latest = max(listing, default=-1)
+        if self._state is not None and latest < self._state.latest:  # the log shrank: deleted, reset or restored
+            self._state = None  # read as a new sink object reads it (a query's batches beyond it: OutputResetError)
         if self._state is None:
             self._state = _OutputState(-1)
             table = read_log_files(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
