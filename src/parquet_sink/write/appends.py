@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +130,8 @@ def _as_table(data: Any, what: str) -> pa.Table:
         raise ParameterError(
             f"write_batch, {what}: cannot write a {type(data).__name__} ({exc}); {usage}. Nothing was written."
         ) from exc
-    duplicates = sorted({n for n in table.column_names if [c.lower() for c in table.column_names].count(n.lower()) > 1})
+    folded = Counter(name.lower() for name in table.column_names)
+    duplicates = sorted({name for name in table.column_names if folded[name.lower()] > 1})
     if duplicates:  # Spark's writer and reader refuse them (case-insensitive, spark.sql.caseSensitive=false)
         raise SchemaMismatchError(
             f"write_batch, {what}: the data has columns {duplicates} more than once (as Spark compares names: "

@@ -93,11 +93,14 @@ from .parquet_files import codec_extension, parquet_codec
 logger = logging.getLogger(__name__)
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|k|mb|mib|m|gb|gib|g|tb|tib|t)?\s*$", re.IGNORECASE)
 _SIZE_UNIT = {  # k, m, g, t as Spark's size settings read them ("128m": 128 MiB)
     None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "k": 2**10, "mb": 10**6, "mib": 2**20, "m": 2**20,
     "gb": 10**9, "gib": 2**30, "g": 2**30, "tb": 10**12, "tib": 2**40, "t": 2**40,
 }
+_SIZE = re.compile(  # a number, then one of the units (the longest that matches)
+    r"^\s*(\d+(?:\.\d+)?)\s*(" + "|".join(sorted(filter(None, _SIZE_UNIT), key=len, reverse=True)) + r")?\s*$",
+    re.IGNORECASE,
+)
 _ROW_GROUP_ROWS = 1 << 20
 _READ_THREADS = 8  # runs of files read at once, over all bins, from an object store (latency-bound GETs); on local
 # disk one per core: reads of small files are CPU-bound, and more threads only queue for the GIL
