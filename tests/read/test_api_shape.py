@@ -150,3 +150,20 @@ def test_inputs_a_user_gets_wrong_get_typed_errors(out, tmp_path):
         with pytest.raises(ParameterError, match="max_records_per_file must be a positive integer"):
             write_batch(tmp_path / "o", pa.table({"id": [1]}), app_id="a", version=0, max_records_per_file=bad)
     assert not (tmp_path / "o").exists()
+
+
+def test_an_unknown_keyword_names_the_function_called(out):
+    """Readers pass their options on to ``snapshot``: a keyword none of them takes (``columns`` on a count, a typo)
+    is refused in the name of the function the user called, with the one meant where it is close."""
+    from parquet_sink import committed_dataset, count_committed
+
+    cases = [
+        (lambda: count_committed(out, columns=["id"]), r"^count_committed\(.*unknown keyword argument 'columns'; it takes filter"),
+        (lambda: read_committed(out, colums=["id"]), r"^read_committed\(.*'colums' \(did you mean 'columns'\?\)"),
+        (lambda: committed_files(out, as_of=1), r"^committed_files\(.*'as_of' \(did you mean 'as_of_"),
+        (lambda: committed_dataset(out, timezone="UTC"), r"^committed_dataset\(.*'timezone' \(did you mean 'time_zone'\?\)"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ParameterError, match=match):
+            call()
+    assert count_committed(out, as_of_batch=1) == 2  # the options they do take still reach snapshot

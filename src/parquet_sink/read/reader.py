@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -228,6 +229,21 @@ class SnapshotOptions(TypedDict, total=False):
     compact_interval: int | None
 
 
+def _check_options(
+    function: str, path: str | os.PathLike[str], options: dict[str, Any], own: tuple[str, ...] = ()
+) -> None:
+    """ParameterError naming ``function`` (not :func:`snapshot`, which the options are passed on to) for a
+    keyword it does not take: neither one of its ``own`` nor a :class:`SnapshotOptions` key."""
+    unknown = [name for name in options if name not in SnapshotOptions.__annotations__]
+    if unknown:
+        known = [*own, *SnapshotOptions.__annotations__]
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        raise ParameterError(
+            f"{function}({os.fspath(path)!r}): unknown keyword argument {unknown[0]!r}"
+            f"{f' (did you mean {close[0]!r}?)' if close else ''}; it takes {', '.join(known)}"
+        )
+
+
 def _batch_id(name: str, value: object) -> int:
     """``value`` if it is a batch id (an int >= 0), else ParameterError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -417,6 +433,7 @@ def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOpti
         >>> [f.relative_path for f in committed_files("/data/events", batches=(3, 3))]
         ['day=2024-01-01/part-00000-1f0c...c000.snappy.parquet']
     """
+    _check_options("committed_files", path, options)
     return snapshot(path, **options).files
 
 
@@ -624,6 +641,7 @@ def committed_dataset(
         >>> dset.to_table(filter=ds.field("day") == "2024-01-01").num_rows
         1000
     """
+    _check_options("committed_dataset", path, options, ("time_zone",))
     check_time_zone(time_zone, f"committed_dataset({os.fspath(path)!r})")
     return dataset_of(snapshot(path, **options), time_zone)
 
@@ -679,6 +697,7 @@ def read_committed(
         >>> read_committed("/data/events", spark=spark).count()
         1000
     """
+    _check_options("read_committed", path, options, ("spark", "columns", "filter", "time_zone"))
     if isinstance(columns, (str, bytes)):
         raise ParameterError(
             f"columns must be a list of column names, got the string {columns!r}: write columns=[{columns!r}]"
@@ -752,6 +771,7 @@ def count_committed(
         >>> count_committed("/data/events"), count_committed("/data/events", filter=ds.field("n") > 5)
         (1000, 412)
     """
+    _check_options("count_committed", path, options, ("filter", "time_zone"))
     _check_filter(filter, path)
     check_time_zone(time_zone, f"count_committed({os.fspath(path)!r})")
     snap = snapshot(path, **options, statistics=True)
