@@ -27,6 +27,7 @@ from parquet_sink import (
     read_committed,
     write_batch,
 )
+from parquet_sink.errors import original_error
 from parquet_sink.read.chain import decide_write
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.write.inflight import HIDDEN_DIR, LEASES
@@ -221,6 +222,15 @@ def test_sink_and_write_batch_share_one_record_format(spark, tmp_path):
     expected = [0, 1, 2, 10, 11, 12, 1000, 2000]
     assert sorted(read_committed(out).column("id").to_pylist()) == expected
     assert sorted(r.id for r in spark.read.parquet(out).collect()) == expected
+
+    # An output an app wrote first: the refusal names the app as what it is, not as "a new checkpoint"
+    app_first = str(tmp_path / "app-first")
+    write_batch(app_first, pa.table({"id": pa.array([7], pa.int64())}), app_id="py-app", version=0)
+    with pytest.raises(StreamingQueryException) as refused:
+        run_available_now(stream2, str(tmp_path / "ckpt4"), ParquetSink(app_first))
+    message = str(original_error(refused.value))
+    assert "up to 0 were committed by write_batch's app 'py-app'. This query's first batch meets an output" in message
+    assert read_committed(app_first).column("id").to_pylist() == [7]
 
     # The pure rules: a sink query meeting a Python app's commits, and a Python app meeting a query's.
     app = {"py-app": CommitRecord(2, "py-app", 0, "c")}

@@ -632,12 +632,16 @@ class ParquetSink:
                 "this output, pass on_foreign_query='append' once."
                 if temporary else ""
             )
+            if owner is not None and owner.fingerprint is not None:  # a write_batch app appends to the output
+                committed_by = f"write_batch's app {owner.query_id!r}"
+                what = "This query's first batch meets an output other writers already append to"
+            else:
+                committed_by = f"query {owner.query_id}" if owner else "another writer (e.g. Spark’s own file sink)"
+                what = "This is a new checkpoint on an old output"
             raise ForeignQueryError(
                 f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}: its "
-                f"batches up to {state.latest} were committed by "
-                f"{'query ' + str(owner) if owner else 'another writer (e.g. Spark’s own file sink)'}. "
-                "This is a new checkpoint on an old output; skipping would silently lose this query's data. "
-                "Resume the original checkpoint, write to a new output path, or pass "
+                f"batches up to {state.latest} were committed by {committed_by}. {what}; skipping would silently "
+                "lose this query's data. Resume the original checkpoint, write to a new output path, or pass "
                 "ParquetSink(..., on_foreign_query='append') to append after the latest batch "
                 f"({state.latest}).{cause}"
             )
@@ -656,16 +660,17 @@ class ParquetSink:
             )
         return log_batch if action == "commit" else None
 
-    def _owner(self, log_batch_id: int) -> str | None:
-        """The query that committed log batch ``log_batch_id``, from its log file (a compact file keeps the
-        ends of each run: the batch is attributed inside its run)."""
+    def _owner(self, log_batch_id: int) -> CommitRecord | None:
+        """The record of who committed log batch ``log_batch_id`` (a query, or a ``write_batch`` app: its record
+        carries a fingerprint), from its log file (a compact file keeps the ends of each run: the batch is
+        attributed inside its run); None for a batch without one (Spark's own sink)."""
         try:
             entries = self.log.get(log_batch_id) or []
         except LogError:
             return None
         records = [r for r in map(CommitRecord.from_entry, entries) if r is not None]
         record = attribute(records, [log_batch_id]).get(log_batch_id)
-        return None if record is None else record.query_id
+        return None if record is None or record.query_id is None else record
 
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> pa.Schema:
         incoming = _arrow_schema(df)
