@@ -231,6 +231,10 @@ def test_sink_and_write_batch_share_one_record_format(spark, tmp_path):
     message = str(original_error(refused.value))
     assert "up to 0 were committed by write_batch's app 'py-app'. This query's first batch meets an output" in message
     assert read_committed(app_first).column("id").to_pylist() == [7]
+    from parquet_sink import doctor
+
+    plan = doctor(app_first, checkpoint=str(tmp_path / "ckpt4")).plan  # doctor names it alike
+    assert plan.action == "foreign" and "taken by write_batch's app 'py-app'" in plan.message
 
     # The pure rules: a sink query meeting a Python app's commits, and a Python app meeting a query's.
     app = {"py-app": CommitRecord(2, "py-app", 0, "c")}

@@ -256,6 +256,16 @@ class CommitRecord:
         return self.commit_id.partition("-")[2] or None
 
     @property
+    def writer(self) -> str:
+        """Who committed, as messages name it: a ``write_batch`` app (its record carries a fingerprint) or a query.
+
+        Example: ``CommitRecord(0, "job", 0, "9f1c0a7e5b3d2c41-5e0d").writer`` -> ``"write_batch's app 'job'"``.
+        """
+        if self.fingerprint is not None and self.query_id is not None:
+            return f"write_batch's app {self.query_id!r}"
+        return f"query {self.query_id or '(not recorded: written with allow_batch_id_only)'}"
+
+    @property
     def keys(self) -> dict[str, Any]:
         """The record as extra keys of an entry (``queryBatchId`` only when it differs from the log batch id)."""
         if self.query_batch_id == self.log_batch_id:

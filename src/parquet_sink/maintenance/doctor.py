@@ -111,7 +111,7 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
         owner = output.batches.get(taken)
         by = "another writer (e.g. Spark's own file sink)"
         if owner is not None and owner.record is not None:
-            by = f"query {owner.record.query_id or '(not recorded: written with allow_batch_id_only)'}"
+            by = owner.record.writer
         message = (
             f"{start}, but the sink will refuse it with ForeignQueryError: log batch {taken} is already taken "
             f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "

@@ -632,12 +632,12 @@ class ParquetSink:
                 "this output, pass on_foreign_query='append' once."
                 if temporary else ""
             )
-            if owner is not None and owner.fingerprint is not None:  # a write_batch app appends to the output
-                committed_by = f"write_batch's app {owner.query_id!r}"
-                what = "This query's first batch meets an output other writers already append to"
-            else:
-                committed_by = f"query {owner.query_id}" if owner else "another writer (e.g. Spark’s own file sink)"
-                what = "This is a new checkpoint on an old output"
+            committed_by = owner.writer if owner else "another writer (e.g. Spark’s own file sink)"
+            what = (
+                "This query's first batch meets an output other writers already append to"
+                if owner is not None and owner.fingerprint is not None
+                else "This is a new checkpoint on an old output"
+            )
             raise ForeignQueryError(
                 f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}: its "
                 f"batches up to {state.latest} were committed by {committed_by}. {what}; skipping would silently "
