@@ -108,12 +108,13 @@ def test_every_entry_point_accepts_units_and_timedelta(tmp_path):
 
 def test_cli_refuses_a_bare_older_than(tmp_path):
     write_batch(str(tmp_path), pa.table({"id": [1]}), app_id="a", version=0)
-    for value in ("7", "7.5d"):
+    for value in ("7", "7.5d", "-1d"):  # "-1d" after a space: the option's value, not an option of its own
         result = subprocess.run(
             [sys.executable, "-m", "parquet_sink", "vacuum", str(tmp_path), "--older-than", value, "--dry-run"],
             capture_output=True, text=True, timeout=120,
         )
         assert result.returncode == 2 and f"--older-than={value!r}" in result.stderr and "'7d'" in result.stderr
+        assert ("must not be negative" in result.stderr) == value.startswith("-")
     result = subprocess.run(
         [sys.executable, "-m", "parquet_sink", "vacuum", str(tmp_path), "--older-than", "8 days", "--dry-run"],
         capture_output=True, text=True, timeout=120,

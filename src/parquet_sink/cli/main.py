@@ -47,6 +47,10 @@ from ..errors import ParameterError, ParquetSinkError
 from . import PROG
 from .options import OPTIONS_ENV, OPTIONS_HELP, parse_storage_option, read_options_file
 
+# Options whose value has a unit: a negative one ("-1d") is the value, which argparse would take for an option
+# (and say "expected one argument"); joined to its option it gets the option's own error ("not a duration").
+_UNIT_OPTIONS = ("--older-than", "--target-file-size")
+
 logger = logging.getLogger(__name__)
 
 
@@ -249,6 +253,17 @@ def _version() -> str:
     return f"{PROG} {__version__} ({scanner})"
 
 
+def _joined_values(argv: list[str]) -> list[str]:
+    """``argv`` with ``--older-than -1d`` given as ``--older-than=-1d`` (see :data:`_UNIT_OPTIONS`)."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in _UNIT_OPTIONS and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code: 0 ok, 1 problems found or the operation failed, 2 a usage
     or input error (see the module docstring). With ``--json`` an error is a JSON object on stdout.
@@ -259,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         OK: /data/events: log intact up to batch 57, 120 committed files (1.2 MiB) present with their logged sizes
         0
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _joined_values(list(sys.argv[1:] if argv is None else argv))
     as_json = "--json" in argv
     try:
         args = build_parser().parse_args(argv)

@@ -67,7 +67,7 @@ from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
 
-_DURATION = re.compile(r"^\s*(?:interval\s+)?(\d+)\s*([a-z]+)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(?:interval\s+)?(-?\d+)\s*([a-z]+)\s*$", re.IGNORECASE)  # "-1d": negative, refused
 _UNIT_MS = {
     **dict.fromkeys(("ms", "millisecond", "milliseconds"), 1),
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1000),
@@ -107,7 +107,7 @@ def parse_duration_ms(value: str | _dt.timedelta, name: str = "duration") -> int
             + (f" ({value!r} alone could be ms or days, so a bare number is refused)." if bare else ".")
         )
     if result < 0:
-        raise ParameterError(f"{name}={value!r}: a duration must not be negative")
+        raise ParameterError(f"{name}={value!r}: a duration must not be negative (e.g. '7d', '12h' or '0s')")
     if result > _MAX_DURATION_MS:  # a time this long before now is no instant a log or a store can hold
         raise ParameterError(f"{name}={value!r}: a duration must be at most datetime.timedelta.max (~2.7 million years)")
     return result
