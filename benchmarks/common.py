@@ -176,8 +176,9 @@ def ab_arguments(prog: str, doc: str | None, argv: list[str] | None) -> argparse
     return args
 
 
-def make_session(driver_memory: str = "4g"):
-    """The run's single SparkSession: local[2], no UI, 2 shuffle partitions, workers on this interpreter."""
+def make_session(driver_memory: str = "4g", extra: dict[str, str] | None = None):
+    """The run's single SparkSession: local[2], no UI, 2 shuffle partitions, workers on this interpreter; ``extra``:
+    more settings (an A/B's event log)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # Python workers import benchmark helpers (the no-op mapInArrow function) from this checkout.
@@ -187,8 +188,11 @@ def make_session(driver_memory: str = "4g"):
         os.environ["PYTHONPATH"] = os.pathsep.join([repo, *paths])
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for name, value in (extra or {}).items():
+        builder = builder.config(name, value)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("parquet-sink-benchmarks")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
