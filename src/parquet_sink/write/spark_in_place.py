@@ -38,12 +38,10 @@ from ..parquet_read import read_footer
 from .inflight import InFlightBatch
 from .manifest_write import ManifestFile, hadoop_write_problem, write_with_manifest
 from .parquet_files import FileStatus
-from .spark_staging import writer_order
+from .spark_staging import IO_THREADS, writer_order
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-_IO_THREADS = 8
 
 
 def in_place_problem(df: DataFrame, batch: InFlightBatch) -> str | None:
@@ -85,7 +83,7 @@ def write_in_place(
         footer = read_footer(storage, path, file.size)
         return FileStatus(path, file.size, file.modification_time, footer.num_rows, encode_stats(footer))
 
-    with ThreadPoolExecutor(min(_IO_THREADS, max(1, len(written.files)))) as pool:
+    with ThreadPoolExecutor(min(IO_THREADS, max(1, len(written.files)))) as pool:
         statuses = list(pool.map(status, written.files))
     rows = sum(s.num_rows for s in statuses)
     if rows != written.rows:
@@ -99,7 +97,7 @@ def write_in_place(
         return statuses[:1]
     empty = [s.path for s in statuses if not s.num_rows]
     if empty:  # Spark's empty files (an empty batch or task): never committed
-        with ThreadPoolExecutor(min(_IO_THREADS, len(empty))) as pool:
+        with ThreadPoolExecutor(min(IO_THREADS, len(empty))) as pool:
             list(pool.map(storage.delete, empty))
     return [s for s in statuses if s.num_rows]
 

@@ -59,7 +59,7 @@ _COMMITTER_OPTIONS = {  # df.write only
     "mapreduce.fileoutputcommitter.algorithm.version": "1",
     "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",  # no _SUCCESS file
 }
-_IO_THREADS = 8
+IO_THREADS = 8  # files whose footers are read, or fsynced, at once (also spark_in_place's)
 _ROWS_COUNTED: dict[object, Column] = {}  # see _rows_counted
 
 
@@ -191,7 +191,7 @@ def publish(batch: InFlightBatch, staged: Staged, schema_file: bool = False) -> 
     relative = _staged_files(storage, staging) if staged.files is None else staged.files
     staged_paths = [posixpath.join(staging, path) for path in relative]
     filesystem = storage.arrow_filesystem()
-    with ThreadPoolExecutor(_IO_THREADS) as pool:
+    with ThreadPoolExecutor(IO_THREADS) as pool:
         # a file's data is made durable where it was staged: the rename keeps the inode
         footers = list(pool.map(lambda path: _footer_made_durable(storage, filesystem, path), staged_paths))
         rows = [footer.num_rows for footer in footers]
