@@ -15,9 +15,12 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from parquet_sink import committed_files, read_committed, write_batch
+from parquet_sink import committed_files, count_committed, history, read_committed, write_batch
 from parquet_sink.cli.main import main
-from parquet_sink.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
+from parquet_sink.errors import (
+    DamagedDataFileError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
+    UnsupportedStorageError,
+)
 from parquet_sink.write.appends import data_fingerprint
 from parquet_sink.storage.filesystem import Storage
 from tests.conftest import make_backend
@@ -216,3 +219,68 @@ def test_reads_fetch_an_object_stores_small_files_whole(backend):
     Storage(url, options).delete(gone.path)
     with pytest.raises(MissingDataFileError, match="is missing from storage"):
         read_committed(url, storage_options=options)
+
+
+def _spellings(name: str, url: str) -> list[str]:
+    """Other URLs users type for the output at ``url`` (``scheme://bucket/out``)."""
+    scheme, _, rest = url.partition("://")
+    bucket = rest.split("/", 1)[0]
+    alias = [f"s3a://{bucket}/out"] if scheme == "s3" else [
+        f"az://{bucket}/out", f"abfss://{bucket}@devstoreaccount1.dfs.core.windows.net/out"
+    ]
+    return [f"{scheme}://{bucket}/out/", f"{scheme}://{bucket}//out", f"{scheme}://{bucket}/./out",
+            f"{scheme}://{bucket}/x/../out", f"{scheme.upper()}://{bucket}/out", *alias]
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_every_spelling_of_an_object_store_url_is_one_output(request, tmp_path, name):
+    """`//`, `.` and `..` in a key name the output Hadoop's Path (so Spark's S3A and ABFS) and a local file
+    system resolve them to, and a scheme is case-insensitive. Before, `s3://b//out` wrote under the key `/out/...`
+    and read 0 of its committed rows back, `x/../out` wrote keys named `..`, Azure refused `.` and `..` as "access
+    denied" (the SDK signs the path it was given, the HTTP client sends it resolved) and `S3://` was unknown."""
+    backend = make_backend(name, request, tmp_path)
+    url, options = backend.url, backend.storage_options
+    spellings = _spellings(name, url)
+    for version, spelling in enumerate([url, *spellings]):
+        result = write_batch(spelling, pa.table({"n": [version]}), app_id="a", version=version, storage_options=options)
+        assert result.committed and result.log_batch_id == version, spelling
+    expected = list(range(len(spellings) + 1))
+    for spelling in [url, *spellings]:
+        assert sorted(read_committed(spelling, storage_options=options).column("n").to_pylist()) == expected, spelling
+        assert count_committed(spelling, storage_options=options) == len(expected)
+        assert history(spelling, storage_options=options).num_rows == len(expected)
+    storage = Storage(url, options)
+    keys = [info.path for info in storage.find(storage.container)]
+    assert keys and all(key.startswith(f"{storage.root}/") for key in keys), keys
+    assert not [key for key in keys if "//" in key or "/./" in key or "/../" in key]
+
+
+@pytest.mark.parametrize(
+    "url, refused",
+    [("s3://", "names no bucket"), ("s3:///out", "names no bucket"), ("abfs:///out", "names no bucket"),
+     ("s3://b/../c/out", "climbs out of the bucket or container 'b'"), ("az://c/x/../../out", "climbs out")],
+)
+def test_url_without_a_bucket_or_climbing_out_of_it_is_refused(url, refused):
+    """Before, `s3:///out` failed with s3fs's bare FileNotFoundError, `s3://` with "Cannot traverse all of S3" and
+    `s3://b/../c/out` wrote to bucket `b` under the key `../c/out`."""
+    options = {"key": "k", "secret": "s"} if url.startswith("s3") else {"account_name": "a", "account_key": "a2V5"}
+    with pytest.raises(ParameterError, match=re.escape(url) + ".*" + re.escape(refused)):
+        write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+
+
+def test_an_unknown_scheme_is_named_as_such():
+    with pytest.raises(UnsupportedStorageError, match=r"fsspec knows no filesystem for s4://\. Check the URL's scheme"):
+        read_committed("s4://bucket/out")
+
+
+def test_an_azure_url_naming_another_account_than_the_options_is_refused(azurite_server):
+    """Before, adlfs's own TypeError ("dict() got multiple values for keyword argument 'account_name'") with
+    account_name in storage_options; with a connection string, adlfs wrote to its account while the log named the
+    URL's."""
+    url = "abfss://c@otheraccount.dfs.core.windows.net/out"
+    for options in (azurite_server.storage_options, {"connection_string": azurite_server.connection_string}):
+        with pytest.raises(ParameterError, match="names the Azure account 'otheraccount' but storage_options name "
+                                                 "'devstoreaccount1'") as caught:
+            write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+        assert azurite_server.account_key not in str(caught.value)
+

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from ..errors import StorageError
+from ..errors import ParameterError, StorageError
 
 # Characters java.net.URI leaves unquoted in a path (unreserved, punct, '/', '@'); Hadoop's
 # Path.toUri quotes everything else that is ASCII. Non-ASCII printable characters stay as they are.
@@ -43,6 +43,33 @@ def _object_store_azure_options(given: Mapping[str, Any]) -> dict[str, str]:
     if fields.get("anon"):
         options["azure_skip_signature"] = "true"
     return options
+
+
+def key_root(url: str, root: str) -> str:
+    """The root ``root`` (``bucket/key``, as fsspec parsed ``url``) of a bucket or container store with its key's
+    empty and ``.`` segments dropped and each ``..`` resolved, as Hadoop's ``Path`` (so Spark's S3A and ABFS
+    writers) and a local file system resolve them: an object store keeps ``//``, ``.`` and ``..`` as parts of key
+    names, where readers of the same URL (and the Azure SDK's signature) would look elsewhere. ParameterError when
+    ``url`` names no bucket or container, or a ``..`` climbs out of it.
+
+    Example: ``key_root("s3://b/x/..//out/", "b/x/..//out")`` -> ``'b/out'``.
+    """
+    container, _, key = root.partition("/")
+    if not urlsplit(url).netloc or not container:
+        raise ParameterError(
+            f"{url} names no bucket or container: give one, as in s3://bucket/path or abfs://container/path."
+        )
+    segments: list[str] = []
+    for segment in key.split("/"):
+        if segment == "..":
+            if not segments:
+                raise ParameterError(
+                    f"{url}: its '..' climbs out of the bucket or container {container!r}: give the path within it."
+                )
+            segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/".join([container, *segments])
 
 
 def _java_uri_other(c: str) -> bool:
