@@ -80,7 +80,10 @@ def check_reachable(storage: Storage, timeout: float | None = None) -> None:
             host = urlsplit(url).hostname
             if host:
                 socket.getaddrinfo(host, None)
-            storage.fs.exists(storage.root)
+            found = storage.fs.exists(storage.root)
+            if not found and storage.container and not storage.fs.exists(storage.container):  # not a new output
+                outcome.append(FileNotFoundError(storage.container))
+                return
             outcome.append(None)
         except BaseException as exc:  # handed to the caller's thread
             outcome.append(exc)
@@ -109,6 +112,12 @@ def check_reachable(storage: Storage, timeout: float | None = None) -> None:
                 f"cannot reach {where}: the store's host name {urlsplit(url).hostname!r} does not "
                 f"resolve ({failure}). Check the account name or endpoint in the URL and storage_options."
             ) from failure
+        if isinstance(failure, FileNotFoundError):  # its bucket or container
+            kind = "bucket" if storage.protocol == "s3" else "container"
+            raise StorageError(
+                f"cannot reach {where}: its {kind} {storage.container!r} does not exist (or these credentials cannot "
+                f"see it). Create the {kind}, or check its name in the URL and the credentials in storage_options."
+            )
         with storage.translating("the reachability check", storage.root):
             raise failure
     _REACHED.add(key)
