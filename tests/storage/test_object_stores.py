@@ -15,7 +15,7 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from parquet_sink import committed_files, count_committed, history, read_committed, write_batch
+from parquet_sink import committed_files, count_committed, history, read_committed, vacuum, write_batch
 from parquet_sink.cli.main import main
 from parquet_sink.errors import (
     DamagedDataFileError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
@@ -284,3 +284,20 @@ def test_an_azure_url_naming_another_account_than_the_options_is_refused(azurite
             write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
         assert azurite_server.account_key not in str(caught.value)
 
+
+def test_vacuum_keeps_the_files_of_an_output_nested_in_the_output(backend):
+    """An output written inside another one (its own `_spark_metadata`) holds files the outer log never commits:
+    vacuum of the outer output deleted them as orphans, and the inner output lost committed data."""
+    url, options = backend.url, backend.storage_options
+    write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+    inner = f"{url}/sub"
+    write_batch(inner, pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
+    storage = Storage(url, options)
+    orphan = storage.join("part-00009-orphan.c000.snappy.parquet")
+    storage.put(orphan, storage.read_bytes(committed_files(url, storage_options=options)[0].path))
+    result = vacuum(url, "0s", allow_short_retention=True, storage_options=options)
+    assert [info.path for info in result.plan.orphans] == [orphan]
+    inner_files = [f.path for f in committed_files(inner, storage_options=options)]
+    assert [info.path for info in result.plan.nested_kept] == inner_files
+    assert read_committed(inner, storage_options=options).column("n").to_pylist() == [2]
+    assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]
