@@ -18,7 +18,7 @@ import pytest
 from parquet_sink import committed_files, count_committed, history, read_committed, vacuum, write_batch
 from parquet_sink.cli.main import main
 from parquet_sink.errors import (
-    DamagedDataFileError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
+    DamagedDataFileError, NotAnOutputError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
     UnsupportedStorageError,
 )
 from parquet_sink.write.appends import data_fingerprint
@@ -300,4 +300,22 @@ def test_vacuum_keeps_the_files_of_an_output_nested_in_the_output(backend):
     inner_files = [f.path for f in committed_files(inner, storage_options=options)]
     assert [info.path for info in result.plan.nested_kept] == inner_files
     assert read_committed(inner, storage_options=options).column("n").to_pylist() == [2]
+    assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]
+
+
+def test_a_file_given_as_the_output_is_refused_on_every_store(backend):
+    """A data file's URL given as the output: on local disk a ParameterError; on S3 write_batch committed a new
+    output under the file's key (S3 lets a key and a prefix share a name), on Azure it failed with adlfs's
+    AttributeError, and vacuum failed with a bare FileNotFoundError (local) or that AttributeError (Azure)."""
+    url, options = backend.url, backend.storage_options
+    write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+    storage = Storage(url, options)
+    data_file = storage.display(committed_files(url, storage_options=options)[0].path)
+    before = sorted(info.path for info in storage.find(storage.root))
+    with pytest.raises(ParameterError, match=re.escape(f"'{data_file}' is a file, not an output directory")):
+        write_batch(data_file, pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
+    for call in (read_committed, lambda p, **kw: vacuum(p, **kw)):
+        with pytest.raises(NotAnOutputError, match=re.escape(f"({data_file} is a file: give the output directory")):
+            call(data_file, storage_options=options)
+    assert sorted(info.path for info in storage.find(storage.root)) == before
     assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]

@@ -110,7 +110,7 @@ def require_output(storage: Storage) -> None:
         where = storage.display(storage.root)
         in_log = where.rstrip("/").endswith(f"/{METADATA_DIR}")
         hint = f" ({where} is a log directory: give its parent, the output)" if in_log else ""
-        if not in_log and _is_file(storage):
+        if not in_log and _is_file(storage, anywhere=True):
             hint = f" ({where} is a file: give the output directory that holds it)"
         raise NotAnOutputError(
             f"{where} has no {METADATA_DIR} log, so committed data cannot be told apart "
@@ -119,18 +119,21 @@ def require_output(storage: Storage) -> None:
         )
 
 
-def _is_file(storage: Storage) -> bool:
-    """Whether ``storage``'s root is a file (on local disk; on an object store a key and a prefix may share a name)."""
+def _is_file(storage: Storage, anywhere: bool = False) -> bool:
+    """Whether ``storage``'s root is a file: on local disk (a stat), or with ``anywhere`` on an object store too (a
+    request or two), where a key and a prefix may share a name."""
     try:
-        return storage.is_local and not storage.info(storage.root).is_dir
+        return (storage.is_local or anywhere) and not storage.info(storage.root).is_dir
     except FileNotFoundError:
         return False
 
 
-def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str) -> None:
+def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str, anywhere: bool = False) -> None:
     """ParameterError, before a writer writes anything, when ``path`` is empty (it would write into the working
     directory), is a file, or names a directory an output's writers own (its log, its Delta log, the hidden area of
     writes in flight) rather than an output: another output would be nested inside it, which readers of it never see.
+    ``anywhere``: look for a file on object stores too (where a write would nest the output under the object's key),
+    which costs a request or two: for a new output.
 
     Example: ``check_output_root("/data/out/_spark_metadata", storage, "write_batch")`` raises ParameterError.
     """
@@ -142,7 +145,7 @@ def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str)
         parent = storage.display(posixpath.dirname(storage.root))
         raise ParameterError(f"{what}: {os.fspath(path)!r} is the {name} directory of the output {parent}, not an "
                              f"output: write to {parent}. Nothing was written.")
-    if _is_file(storage):
+    if _is_file(storage, anywhere):
         raise ParameterError(f"{what}: {os.fspath(path)!r} is a file, not an output directory: give the directory "
                              "to write the output in. Nothing was written.")
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ExistingDataError, MissingDataFileError
-from ..log.files import HIDDEN_DIR, METADATA_DIR, output_started, parse_batch_name
+from ..log.files import HIDDEN_DIR, METADATA_DIR, check_output_root, output_started, parse_batch_name
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..storage.filesystem import FileInfo, Storage
@@ -167,8 +167,10 @@ def start_output(log: MetadataLog, allow_existing_files: bool, what: str) -> Non
 
     Example: ``start_output(MetadataLog("/data/events"), False, "ParquetSink('/data/events'), batch 0")``.
     """
-    if not allow_existing_files and not output_started(log.storage):
-        refuse_existing_data(log.storage, what)
+    if not output_started(log.storage):
+        check_output_root(log.storage.display(log.storage.root), log.storage, what, anywhere=True)
+        if not allow_existing_files:
+            refuse_existing_data(log.storage, what)
     log.start()
 
 
