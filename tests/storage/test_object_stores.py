@@ -15,7 +15,9 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from parquet_sink import committed_files, count_committed, history, read_committed, vacuum, write_batch
+from parquet_sink import (
+    committed_files, count_committed, history, read_committed, sync_delta_log, vacuum, write_batch,
+)
 from parquet_sink.cli.main import main
 from parquet_sink.errors import (
     DamagedDataFileError, NotAnOutputError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
@@ -319,3 +321,25 @@ def test_a_file_given_as_the_output_is_refused_on_every_store(backend):
             call(data_file, storage_options=options)
     assert sorted(info.path for info in storage.find(storage.root)) == before
     assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_delta_log_of_an_output_reached_through_the_environment(request, tmp_path, monkeypatch, name):
+    """An S3 endpoint in $AWS_ENDPOINT_URL (botocore reads it; MinIO users set it) or an Azure connection string in
+    $AZURE_STORAGE_CONNECTION_STRING (adlfs reads it) reach the store for write_batch and the readers, but delta-rs
+    was not told: sync_delta_log failed with "Generic S3 error" (the endpoint is http), and on Azure write_batch
+    itself found no account name for the log's abfss:// URIs."""
+    import deltalake
+
+    backend = make_backend(name, request, tmp_path)
+    server = request.getfixturevalue(f"{name}_server")
+    if name == "moto":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint_url)
+        options = {"key": server.access_key, "secret": server.secret_key}
+    else:
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", server.connection_string)
+        options = {}
+    write_batch(backend.url, pa.table({"n": [1, 2]}), app_id="a", version=0, storage_options=options)
+    assert sync_delta_log(backend.url, storage_options=options).committed
+    uri, delta_options = Storage(backend.url, options).object_store_location()
+    assert deltalake.DeltaTable(uri, storage_options=delta_options).to_pyarrow_table().column("n").to_pylist() == [1, 2]

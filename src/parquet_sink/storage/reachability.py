@@ -16,14 +16,13 @@ from urllib.parse import urlsplit
 import fsspec
 
 from ..errors import RetryableStorageError, StorageError
+from .paths import ENDPOINT_VARIABLES
 
 if TYPE_CHECKING:
     from .filesystem import Storage
 
 TIMEOUT_ENV = "PARQUET_SINK_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds: adlfs retries a wrong account name for ~85 s before failing
-# The environment variables botocore reads an S3 endpoint from (part of what selects the store).
-_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _REACHED: set[tuple[str, ...]] = set()  # by store_key(): stores this process has reached
 
 
@@ -58,7 +57,7 @@ def store_key(storage: Storage) -> tuple[str, ...]:
     if storage.is_local:
         return ("file",)
     fs = storage.fs
-    where = endpoint(fs) or "|".join(os.environ.get(name, "") for name in _ENDPOINT_VARIABLES)
+    where = endpoint(fs) or "|".join(os.environ.get(name, "") for name in ENDPOINT_VARIABLES)
     account = getattr(fs, "account_name", None) or ""
     options = fsspec.utils.tokenize(storage.storage_options)
     return (storage.protocol, str(where), str(account), storage.root.split("/", 1)[0], options)
