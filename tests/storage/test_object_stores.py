@@ -21,7 +21,7 @@ from parquet_sink import (
 from parquet_sink.cli.main import main
 from parquet_sink.errors import (
     DamagedDataFileError, NotAnOutputError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
-    UnsupportedStorageError,
+    StorageError, UnsupportedStorageError,
 )
 from parquet_sink.write.appends import data_fingerprint
 from parquet_sink.storage.filesystem import Storage
@@ -343,3 +343,16 @@ def test_delta_log_of_an_output_reached_through_the_environment(request, tmp_pat
     assert sync_delta_log(backend.url, storage_options=options).committed
     uri, delta_options = Storage(backend.url, options).object_store_location()
     assert deltalake.DeltaTable(uri, storage_options=delta_options).to_pyarrow_table().column("n").to_pylist() == [1, 2]
+
+
+def test_endpoint_options_of_the_wrong_shape_are_named(capsys):
+    """`--storage-option client_kwargs=http://minio:9000` (a string: not JSON) raised AttributeError ("'str' object
+    has no attribute 'get'"); an endpoint without its scheme was "check that the location exists"."""
+    url = "s3://bucket/out"
+    assert main(["ls", url, "--storage-option", "client_kwargs=http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "storage_options['client_kwargs'] for s3://bucket/out must be a dict, not str" in err
+    assert """--storage-option 'client_kwargs={"endpoint_url": "http://host:9000"}'""" in err
+    options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "127.0.0.1:9"}}
+    with pytest.raises(StorageError, match="s3://bucket/out failed: the store's endpoint is not a URL; give"):
+        read_committed(url, storage_options=options)

@@ -136,6 +136,11 @@ def explain(exc: BaseException, is_local: bool) -> Diagnosis:
                 "firewall, DNS) and that the store is up, then retry",
                 retryable=not refused,
             )
+        if isinstance(cause, ValueError) and str(cause).startswith("Invalid endpoint"):  # botocore
+            return Diagnosis(
+                "the store's endpoint is not a URL; give endpoint_url in storage_options with its scheme, as "
+                "http://host:port or https://host"
+            )
         if isinstance(cause, TypeError) and "unexpected keyword argument" in str(cause):
             return Diagnosis(
                 "the storage backend does not accept an option of storage_options; check their names against "

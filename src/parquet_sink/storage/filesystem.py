@@ -187,6 +187,13 @@ class Storage:
                 f"'secret': ...}}), not {type(storage_options).__name__}"
             )
         self.storage_options = dict(storage_options or {})
+        for key, value in self.storage_options.items():  # client_kwargs, config_kwargs, s3_additional_kwargs, ...
+            if key.endswith("_kwargs") and not isinstance(value, Mapping):
+                raise ParameterError(
+                    f"storage_options[{key!r}] for {self.url} must be a dict, not {type(value).__name__}: e.g. "
+                    f"{{'{key}': {{'endpoint_url': 'http://host:9000'}}}} (on the command line: --storage-option "
+                    f"'{key}={{\"endpoint_url\": \"http://host:9000\"}}')"
+                )
         scheme = urlsplit(self.url).scheme.lower()
         if _SCHEME.match(self.url):  # schemes are case-insensitive (RFC 3986): S3:// is s3://
             self.url = scheme + self.url[len(scheme) :]
