@@ -287,13 +287,15 @@ def test_an_azure_url_naming_another_account_than_the_options_is_refused(azurite
         assert azurite_server.account_key not in str(caught.value)
 
 
-def test_vacuum_keeps_the_files_of_an_output_nested_in_the_output(backend):
+@pytest.mark.parametrize("inner_first", [False, True])
+def test_vacuum_keeps_the_files_of_an_output_nested_in_the_output(backend, inner_first):
     """An output written inside another one (its own `_spark_metadata`) holds files the outer log never commits:
-    vacuum of the outer output deleted them as orphans, and the inner output lost committed data."""
+    vacuum of the outer output deleted them as orphans, and the inner output lost committed data. Written first,
+    the inner output's files made the outer one's first write an ExistingDataError (a dataset it would hide)."""
     url, options = backend.url, backend.storage_options
-    write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
     inner = f"{url}/sub"
-    write_batch(inner, pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
+    for where, n in [(inner, 2), (url, 1)] if inner_first else [(url, 1), (inner, 2)]:
+        write_batch(where, pa.table({"n": [n]}), app_id="a", version=0, storage_options=options)
     storage = Storage(url, options)
     orphan = storage.join("part-00009-orphan.c000.snappy.parquet")
     storage.put(orphan, storage.read_bytes(committed_files(url, storage_options=options)[0].path))

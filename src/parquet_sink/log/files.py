@@ -22,7 +22,7 @@ import posixpath
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO
 from dataclasses import dataclass
 
@@ -148,6 +148,23 @@ def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str,
     if _is_file(storage, anywhere):
         raise ParameterError(f"{what}: {os.fspath(path)!r} is a file, not an output directory: give the directory "
                              "to write the output in. Nothing was written.")
+
+
+def nested_roots(relative_paths: Iterable[str]) -> set[str]:
+    """The directories (relative to an output root, with a trailing ``/``) below the root that hold a log of their
+    own: another output (``_spark_metadata``, ``_exactly_once``) or a Delta table (``_delta_log``) nested in it, whose
+    files that log commits, not the root's.
+
+    Example: ``nested_roots(["sub/_spark_metadata/0", "sub/part-0.parquet"])`` -> ``{'sub/'}``.
+    """
+    roots = set()
+    for relative in relative_paths:
+        segments = relative.split("/")
+        for depth, segment in enumerate(segments[1:-1], start=1):
+            if segment in (METADATA_DIR, HIDDEN_DIR, DELTA_DIR):
+                roots.add("/".join(segments[:depth]) + "/")
+                break
+    return roots
 
 
 def is_compact_path(path: str) -> bool:

@@ -32,7 +32,7 @@ from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError
 from ..log.compaction import parse_duration_ms
 from ..log.entry import COMMIT_TIME_KEY, CommitRecord
-from ..log.files import DELTA_DIR, HIDDEN_DIR, METADATA_DIR, ORPHANED_COPY_AGE_MS, parse_batch_name, require_output
+from ..log.files import ORPHANED_COPY_AGE_MS, nested_roots, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..read.chain import app_commits
@@ -43,7 +43,6 @@ from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
 from .inspect import Progress, _silent
 
 logger = logging.getLogger(__name__)
-_TABLE_DIRS = (METADATA_DIR, HIDDEN_DIR, DELTA_DIR)  # a directory holding one of them is an output or a table
 
 
 @dataclass
@@ -139,7 +138,7 @@ def find_orphans(
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
     plan.orphaned_copies = log.orphaned_copies(max(older_than_ms, ORPHANED_COPY_AGE_MS))
-    nested = _nested_roots([i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)])
+    nested = nested_roots([i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)])
     for info in listed:
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         if not is_data_file(relative) or info.path in committed:
@@ -157,22 +156,6 @@ def find_orphans(
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
-
-
-def _nested_roots(relative_paths: Sequence[str]) -> set[str]:
-    """The directories (root-relative, with a trailing ``/``) below the root that hold a log of their own: another
-    output (``_spark_metadata``, ``_exactly_once``) or a Delta table (``_delta_log``) nested in this one.
-
-    Example: ``_nested_roots(["sub/_spark_metadata/0", "sub/part-0.parquet"])`` -> ``{'sub/'}``.
-    """
-    roots = set()
-    for relative in relative_paths:
-        segments = relative.split("/")
-        for depth, segment in enumerate(segments[1:-1], start=1):
-            if segment in _TABLE_DIRS:
-                roots.add("/".join(segments[:depth]) + "/")
-                break
-    return roots
 
 
 def _replaced_files(url: str, storage_options: Mapping[str, Any] | None, swaps: Sequence[int]) -> set[str]:
