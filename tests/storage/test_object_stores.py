@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from parquet_sink import (
-    committed_files, count_committed, history, read_committed, sync_delta_log, vacuum, write_batch,
+    committed_files, count_committed, history, read_committed, sync_delta_log, vacuum, verify, write_batch,
 )
 from parquet_sink.cli.main import main
 from parquet_sink.errors import (
@@ -358,3 +358,14 @@ def test_endpoint_options_of_the_wrong_shape_are_named(capsys):
     options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "127.0.0.1:9"}}
     with pytest.raises(StorageError, match="s3://bucket/out failed: the store's endpoint is not a URL; give"):
         read_committed(url, storage_options=options)
+
+
+def test_verify_does_not_count_a_nested_outputs_files_as_invisible_data(backend):
+    """An output whose batches committed no file, with another output nested in it: verify warned that the
+    nested output's committed files are this one's invisible data "`vacuum` would delete as orphans"."""
+    url, options = backend.url, backend.storage_options
+    empty = pa.table({"k": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
+    write_batch(url, empty, app_id="a", version=0, partition_by=["k"], storage_options=options)
+    write_batch(f"{url}/sub", pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
+    report = verify(url, storage_options=options)
+    assert report.ok and report.warnings == [], report.warnings
