@@ -369,3 +369,10 @@ def test_verify_does_not_count_a_nested_outputs_files_as_invisible_data(backend)
     write_batch(f"{url}/sub", pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
     report = verify(url, storage_options=options)
     assert report.ok and report.warnings == [], report.warnings
+
+
+def test_a_container_name_azure_refuses_is_named(azurite_server):
+    """azure-storage gives its error code as a StorageErrorCode enum, whose str() is its name: the translation read
+    no code, and an invalid container name was "check that the location exists and is reachable"."""
+    with pytest.raises(StorageError, match=r"abfs://My_Container/out failed: the store refuses a name in the path"):
+        read_committed("abfs://My_Container/out", storage_options=azurite_server.storage_options)
