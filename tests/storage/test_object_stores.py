@@ -228,7 +228,8 @@ def _spellings(name: str, url: str) -> list[str]:
     scheme, _, rest = url.partition("://")
     bucket = rest.split("/", 1)[0]
     alias = [f"s3a://{bucket}/out"] if scheme == "s3" else [
-        f"az://{bucket}/out", f"abfss://{bucket}@devstoreaccount1.dfs.core.windows.net/out"
+        f"az://{bucket}/out", f"abfss://{bucket}@devstoreaccount1.dfs.core.windows.net/out",
+        f"abfs://{bucket}@DevStoreAccount1.dfs.core.windows.net/out",
     ]
     return [f"{scheme}://{bucket}/out/", f"{scheme}://{bucket}//out", f"{scheme}://{bucket}/./out",
             f"{scheme}://{bucket}/x/../out", f"{scheme.upper()}://{bucket}/out", *alias]
@@ -239,7 +240,8 @@ def test_every_spelling_of_an_object_store_url_is_one_output(request, tmp_path, 
     """`//`, `.` and `..` in a key name the output Hadoop's Path (so Spark's S3A and ABFS) and a local file
     system resolve them to, and a scheme is case-insensitive. Before, `s3://b//out` wrote under the key `/out/...`
     and read 0 of its committed rows back, `x/../out` wrote keys named `..`, Azure refused `.` and `..` as "access
-    denied" (the SDK signs the path it was given, the HTTP client sends it resolved) and `S3://` was unknown."""
+    denied" (the SDK signs the path it was given, the HTTP client sends it resolved), `S3://` was unknown and an
+    account name in other case than storage_options' raised adlfs's TypeError."""
     backend = make_backend(name, request, tmp_path)
     url, options = backend.url, backend.storage_options
     spellings = _spellings(name, url)

@@ -79,10 +79,11 @@ def _to_epoch_ms(value: Any) -> int:
     raise TypeError(f"unrecognised modification time {value!r}")
 
 
-def _check_account(url: str, storage_options: Mapping[str, Any]) -> None:
-    """ParameterError when an Azure URL's account (``abfss://container@ACCOUNT.dfs.core.windows.net/...``) is not
-    the one ``storage_options`` name (``account_name``, or a connection string's ``AccountName``): adlfs would take
-    one of the two and the log would name the other."""
+def _azure_url(url: str, storage_options: Mapping[str, Any]) -> str:
+    """``url`` with the account host of ``abfss://container@ACCOUNT.dfs.core.windows.net/...`` in lower case (host
+    names are case-insensitive, Azure account names lower case: adlfs would see two account names); ParameterError
+    when that account is not the one ``storage_options`` name (``account_name``, or a connection string's
+    ``AccountName``): adlfs would take one of the two and the log would name the other."""
     container, at, host = urlsplit(url).netloc.rpartition("@")
     in_url = host.split(".", 1)[0].lower() if at else ""
     in_options = azure_account_name(storage_options, None).lower()
@@ -92,6 +93,7 @@ def _check_account(url: str, storage_options: Mapping[str, Any]) -> None:
             f"{in_options!r}. Make them the same account, or write the URL as abfs://{container}/path (the account "
             "then comes from storage_options)."
         )
+    return url.replace(f"@{host}", f"@{host.lower()}", 1) if at else url
 
 
 class _FetchedFiles(pyarrow.fs.FileSystemHandler):
@@ -200,7 +202,7 @@ class Storage:
         if scheme in _UNSUPPORTED:
             raise UnsupportedStorageError(f"cannot open storage for {self.url}: {_UNSUPPORTED[scheme]}")
         if scheme in _AZURE_SCHEMES:
-            _check_account(self.url, self.storage_options)
+            self.url = _azure_url(self.url, self.storage_options)
         try:
             # No listings cache: a listing cached by this process (or by the user's filesystem with the same
             # options, which fsspec would share with us) would hide files other processes committed since.
