@@ -128,3 +128,22 @@ def test_sync_delta_log_names_an_endpoint_that_is_down(monkeypatch):
     options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
     with pytest.raises(StorageError, match=r"s3://bucket/out.* (was refused|no answer from the store).* endpoint"):
         sync_delta_log("s3://bucket/out", storage_options=options)
+
+
+def test_a_credential_that_may_not_ask_about_the_bucket_still_starts_an_output(request, tmp_path, moto_server):
+    """A policy scoped to a prefix denies HeadBucket and GetBucketLocation (s3fs's exists(bucket) is then False):
+    the check for a missing bucket must not refuse a new output there, only a bucket the store says is missing."""
+    from tests.conftest import make_backend
+    from tests.helpers.servers import DENIED, FaultPlan, faulty_proxy, proxied_options
+
+    backend = make_backend("moto", request, tmp_path)
+    bucket = backend.url.split("/")[2]
+
+    def about_the_bucket(method: str, path: str) -> bool:
+        return (method == "HEAD" and path.rstrip("/") == f"/{bucket}") or "location" in path
+
+    plan = FaultPlan(rate=1.0, faults=[DENIED], only=about_the_bucket)
+    with faulty_proxy(moto_server.port, plan) as port:
+        options = proxied_options("moto", moto_server, port)
+        write_batch(backend.url, pa.table({"x": [1]}), app_id="a", version=0, storage_options=options)
+        assert read_committed(backend.url, storage_options=options).column("x").to_pylist() == [1]

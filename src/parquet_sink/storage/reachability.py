@@ -50,6 +50,23 @@ def _accepts_connections(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def _container_missing(storage: Storage) -> bool:
+    """Whether the store says the root's bucket (container) does not exist; False when it cannot tell: a
+    credential scoped to a prefix may not ask about the bucket itself (s3fs's ``exists(bucket)`` is False then),
+    so S3 is asked with the listing the readers make (``NoSuchBucket``), Azure for the container's properties
+    (adlfs: False only when not found)."""
+    container, _, key = storage.root.partition("/")
+    try:
+        if storage.protocol == "s3":
+            storage.fs.call_s3("list_objects_v2", Bucket=container, Prefix=key, MaxKeys=1)
+            return False
+        return not storage.fs.exists(container)
+    except FileNotFoundError:  # s3fs's NoSuchBucket
+        return True
+    except Exception:  # denied, or anything else: the calls that follow report it
+        return False
+
+
 def store_key(storage: Storage) -> tuple[str, ...]:
     """Everything that selects the store a write goes to: the scheme, the endpoint, the account, the bucket
     (container) and the options (credentials) that reach it. Two outputs share a probe only when all of them
@@ -80,7 +97,7 @@ def check_reachable(storage: Storage, timeout: float | None = None) -> None:
             if host:
                 socket.getaddrinfo(host, None)
             found = storage.fs.exists(storage.root)
-            if not found and storage.container and not storage.fs.exists(storage.container):  # not a new output
+            if not found and storage.container and _container_missing(storage):  # not merely a new output
                 outcome.append(FileNotFoundError(storage.container))
                 return
             outcome.append(None)
