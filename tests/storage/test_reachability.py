@@ -147,3 +147,14 @@ def test_a_credential_that_may_not_ask_about_the_bucket_still_starts_an_output(r
         options = proxied_options("moto", moto_server, port)
         write_batch(backend.url, pa.table({"x": [1]}), app_id="a", version=0, storage_options=options)
         assert read_committed(backend.url, storage_options=options).column("x").to_pylist() == [1]
+
+
+def test_an_https_endpoint_that_speaks_http_is_named_not_retried(moto_server, monkeypatch):
+    """https:// to a store that speaks http (an emulator, MinIO): the SDKs retry the failing handshake until the
+    wait ends, and the error was a RetryableStorageError "the store is slow or overloaded. Retry"."""
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    endpoint = moto_server.endpoint_url.replace("http://", "https://")
+    options = {**moto_server.storage_options, "client_kwargs": {"endpoint_url": endpoint}}
+    with pytest.raises(StorageError, match=r"a TLS handshake with its endpoint .* the endpoint speaks https") as caught:
+        read_committed("s3://bucket/out", storage_options=options)
+    assert not caught.value.retryable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -67,6 +68,22 @@ def _container_missing(storage: Storage) -> bool:
         return False
 
 
+def _tls_failure(url: str, timeout: float = 2.0) -> str:
+    """Why a TLS handshake with an ``https`` endpoint fails with Python's default trust (an endpoint that speaks
+    plain http, a certificate not trusted or for another host); "" when it succeeds, or for an ``http`` endpoint."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname:
+        return ""
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout) as connection:
+            ssl.create_default_context().wrap_socket(connection, server_hostname=parts.hostname).close()
+    except ssl.SSLError as exc:
+        return str(exc)
+    except OSError:
+        return ""
+    return ""
+
+
 def store_key(storage: Storage) -> tuple[str, ...]:
     """Everything that selects the store a write goes to: the scheme, the endpoint, the account, the bucket
     (container) and the options (credentials) that reach it. Two outputs share a probe only when all of them
@@ -109,6 +126,12 @@ def check_reachable(storage: Storage, timeout: float | None = None) -> None:
     worker.join(limit)
     where = storage.display(storage.root)
     if not outcome:
+        if _accepts_connections(url) and (tls := _tls_failure(url)):  # the SDKs retry it until the wait ends
+            raise StorageError(
+                f"cannot reach {where}: no answer from the store within {limit:g} s, and a TLS handshake with its "
+                f"endpoint ({storage.redact(url)}) fails ({tls}): check that the endpoint speaks https (an emulator "
+                "or MinIO often speaks http://), and its certificate (a CA bundle in storage_options)."
+            )
         if _accepts_connections(url):
             raise RetryableStorageError(
                 f"cannot reach {where}: no answer from the store within {limit:g} s, though its endpoint "
