@@ -398,7 +398,11 @@ def moto_s3(
 #: after the request reached the store, a connection reset before it did, a body cut short, a slow answer.
 FAULTS: tuple[str, ...] = ("503", "500", "drop", "reset", "truncate", "slow")
 
+#: Also injectable, never drawn by default: a 403 answer (a credential scoped to a prefix, asked about the bucket).
+DENIED: str = "403"
+
 _ERROR_ANSWERS = {  # status -> (reason, S3 error code, Azure error code)
+    403: ("Forbidden", "AccessDenied", "AuthorizationPermissionMismatch"),
     503: ("Service Unavailable", "SlowDown", "ServerBusy"),
     500: ("Internal Server Error", "InternalError", "InternalError"),
 }
@@ -422,9 +426,9 @@ class FaultPlan:
         import random
         import threading
 
-        unknown = set(self.faults) - set(FAULTS)
+        unknown = set(self.faults) - {*FAULTS, DENIED}
         if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS}")
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {FAULTS} and {DENIED!r}")
         self._random = random.Random(self.seed)
         self._lock = threading.Lock()
 
@@ -476,7 +480,7 @@ def _proxy(target_port: int, header: Optional[str], only: Optional[Callable[[str
             fault = plan.draw(self.command, self.path) if plan is not None else None
             if fault == "reset":
                 return self._reset()
-            if fault in ("503", "500"):
+            if fault in ("503", "500", DENIED):
                 return self._error_answer(int(fault))
             if fault == "slow":
                 time.sleep(plan.slow_seconds)  # type: ignore[union-attr]

@@ -15,9 +15,14 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from parquet_sink import committed_files, read_committed, write_batch
+from parquet_sink import (
+    committed_files, count_committed, history, read_committed, sync_delta_log, vacuum, verify, write_batch,
+)
 from parquet_sink.cli.main import main
-from parquet_sink.errors import DamagedDataFileError, OutsideRootError, StaleVersionError, UnsafeStorageError
+from parquet_sink.errors import (
+    DamagedDataFileError, NotAnOutputError, OutsideRootError, ParameterError, StaleVersionError, UnsafeStorageError,
+    StorageError, UnsupportedStorageError,
+)
 from parquet_sink.write.appends import data_fingerprint
 from parquet_sink.storage.filesystem import Storage
 from tests.conftest import make_backend
@@ -216,3 +221,160 @@ def test_reads_fetch_an_object_stores_small_files_whole(backend):
     Storage(url, options).delete(gone.path)
     with pytest.raises(MissingDataFileError, match="is missing from storage"):
         read_committed(url, storage_options=options)
+
+
+def _spellings(name: str, url: str) -> list[str]:
+    """Other URLs users type for the output at ``url`` (``scheme://bucket/out``)."""
+    scheme, _, rest = url.partition("://")
+    bucket = rest.split("/", 1)[0]
+    alias = [f"s3a://{bucket}/out"] if scheme == "s3" else [
+        f"az://{bucket}/out", f"abfss://{bucket}@devstoreaccount1.dfs.core.windows.net/out",
+        f"abfs://{bucket}@DevStoreAccount1.dfs.core.windows.net/out",
+    ]
+    return [f"{scheme}://{bucket}/out/", f"{scheme}://{bucket}//out", f"{scheme}://{bucket}/./out",
+            f"{scheme}://{bucket}/x/../out", f"{scheme.upper()}://{bucket}/out", *alias]
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_every_spelling_of_an_object_store_url_is_one_output(request, tmp_path, name):
+    """`//`, `.` and `..` in a key name the output Hadoop's Path (so Spark's S3A and ABFS) and a local file
+    system resolve them to, and a scheme is case-insensitive. Before, `s3://b//out` wrote under the key `/out/...`
+    and read 0 of its committed rows back, `x/../out` wrote keys named `..`, Azure refused `.` and `..` as "access
+    denied" (the SDK signs the path it was given, the HTTP client sends it resolved), `S3://` was unknown and an
+    account name in other case than storage_options' raised adlfs's TypeError."""
+    backend = make_backend(name, request, tmp_path)
+    url, options = backend.url, backend.storage_options
+    spellings = _spellings(name, url)
+    for version, spelling in enumerate([url, *spellings]):
+        result = write_batch(spelling, pa.table({"n": [version]}), app_id="a", version=version, storage_options=options)
+        assert result.committed and result.log_batch_id == version, spelling
+    expected = list(range(len(spellings) + 1))
+    for spelling in [url, *spellings]:
+        assert sorted(read_committed(spelling, storage_options=options).column("n").to_pylist()) == expected, spelling
+        assert count_committed(spelling, storage_options=options) == len(expected)
+        assert history(spelling, storage_options=options).num_rows == len(expected)
+    storage = Storage(url, options)
+    keys = [info.path for info in storage.find(storage.container)]
+    assert keys and all(key.startswith(f"{storage.root}/") for key in keys), keys
+    assert not [key for key in keys if "//" in key or "/./" in key or "/../" in key]
+
+
+@pytest.mark.parametrize(
+    "url, refused",
+    [("s3://", "names no bucket"), ("s3:///out", "names no bucket"), ("abfs:///out", "names no bucket"),
+     ("s3://b/../c/out", "climbs out of the bucket or container 'b'"), ("az://c/x/../../out", "climbs out")],
+)
+def test_url_without_a_bucket_or_climbing_out_of_it_is_refused(url, refused):
+    """Before, `s3:///out` failed with s3fs's bare FileNotFoundError, `s3://` with "Cannot traverse all of S3" and
+    `s3://b/../c/out` wrote to bucket `b` under the key `../c/out`."""
+    options = {"key": "k", "secret": "s"} if url.startswith("s3") else {"account_name": "a", "account_key": "a2V5"}
+    with pytest.raises(ParameterError, match=re.escape(url) + ".*" + re.escape(refused)):
+        write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+
+
+def test_an_unknown_scheme_is_named_as_such():
+    with pytest.raises(UnsupportedStorageError, match=r"fsspec knows no filesystem for s4://\. Check the URL's scheme"):
+        read_committed("s4://bucket/out")
+
+
+def test_an_azure_url_naming_another_account_than_the_options_is_refused(azurite_server):
+    """Before, adlfs's own TypeError ("dict() got multiple values for keyword argument 'account_name'") with
+    account_name in storage_options; with a connection string, adlfs wrote to its account while the log named the
+    URL's."""
+    url = "abfss://c@otheraccount.dfs.core.windows.net/out"
+    for options in (azurite_server.storage_options, {"connection_string": azurite_server.connection_string}):
+        with pytest.raises(ParameterError, match="names the Azure account 'otheraccount' but storage_options name "
+                                                 "'devstoreaccount1'") as caught:
+            write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+        assert azurite_server.account_key not in str(caught.value)
+
+
+@pytest.mark.parametrize("inner_first", [False, True])
+def test_vacuum_keeps_the_files_of_an_output_nested_in_the_output(backend, inner_first):
+    """An output written inside another one (its own `_spark_metadata`) holds files the outer log never commits:
+    vacuum of the outer output deleted them as orphans, and the inner output lost committed data. Written first,
+    the inner output's files made the outer one's first write an ExistingDataError (a dataset it would hide)."""
+    url, options = backend.url, backend.storage_options
+    inner = f"{url}/sub"
+    for where, n in [(inner, 2), (url, 1)] if inner_first else [(url, 1), (inner, 2)]:
+        write_batch(where, pa.table({"n": [n]}), app_id="a", version=0, storage_options=options)
+    storage = Storage(url, options)
+    orphan = storage.join("part-00009-orphan.c000.snappy.parquet")
+    storage.put(orphan, storage.read_bytes(committed_files(url, storage_options=options)[0].path))
+    result = vacuum(url, "0s", allow_short_retention=True, storage_options=options)
+    assert [info.path for info in result.plan.orphans] == [orphan]
+    inner_files = [f.path for f in committed_files(inner, storage_options=options)]
+    assert [info.path for info in result.plan.nested_kept] == inner_files
+    assert read_committed(inner, storage_options=options).column("n").to_pylist() == [2]
+    assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]
+
+
+def test_a_file_given_as_the_output_is_refused_on_every_store(backend):
+    """A data file's URL given as the output: on local disk a ParameterError; on S3 write_batch committed a new
+    output under the file's key (S3 lets a key and a prefix share a name), on Azure it failed with adlfs's
+    AttributeError, and vacuum failed with a bare FileNotFoundError (local) or that AttributeError (Azure)."""
+    url, options = backend.url, backend.storage_options
+    write_batch(url, pa.table({"n": [1]}), app_id="a", version=0, storage_options=options)
+    storage = Storage(url, options)
+    data_file = storage.display(committed_files(url, storage_options=options)[0].path)
+    before = sorted(info.path for info in storage.find(storage.root))
+    with pytest.raises(ParameterError, match=re.escape(f"'{data_file}' is a file, not an output directory")):
+        write_batch(data_file, pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
+    for call in (read_committed, lambda p, **kw: vacuum(p, **kw)):
+        with pytest.raises(NotAnOutputError, match=re.escape(f"({data_file} is a file: give the output directory")):
+            call(data_file, storage_options=options)
+    assert sorted(info.path for info in storage.find(storage.root)) == before
+    assert read_committed(url, storage_options=options).column("n").to_pylist() == [1]
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_delta_log_of_an_output_reached_through_the_environment(request, tmp_path, monkeypatch, name):
+    """An S3 endpoint in $AWS_ENDPOINT_URL (botocore reads it; MinIO users set it) or an Azure connection string in
+    $AZURE_STORAGE_CONNECTION_STRING (adlfs reads it) reach the store for write_batch and the readers, but delta-rs
+    was not told: sync_delta_log failed with "Generic S3 error" (the endpoint is http), and on Azure write_batch
+    itself found no account name for the log's abfss:// URIs."""
+    import deltalake
+
+    backend = make_backend(name, request, tmp_path)
+    server = request.getfixturevalue(f"{name}_server")
+    if name == "moto":
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint_url)
+        options = {"key": server.access_key, "secret": server.secret_key}
+    else:
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", server.connection_string)
+        options = {}
+    write_batch(backend.url, pa.table({"n": [1, 2]}), app_id="a", version=0, storage_options=options)
+    assert sync_delta_log(backend.url, storage_options=options).committed
+    uri, delta_options = Storage(backend.url, options).object_store_location()
+    assert deltalake.DeltaTable(uri, storage_options=delta_options).to_pyarrow_table().column("n").to_pylist() == [1, 2]
+
+
+def test_endpoint_options_of_the_wrong_shape_are_named(capsys):
+    """`--storage-option client_kwargs=http://minio:9000` (a string: not JSON) raised AttributeError ("'str' object
+    has no attribute 'get'"); an endpoint without its scheme was "check that the location exists"."""
+    url = "s3://bucket/out"
+    assert main(["ls", url, "--storage-option", "client_kwargs=http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "storage_options['client_kwargs'] for s3://bucket/out must be a dict, not str" in err
+    assert """--storage-option 'client_kwargs={"endpoint_url": "http://host:9000"}'""" in err
+    options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "127.0.0.1:9"}}
+    with pytest.raises(StorageError, match="s3://bucket/out failed: the store's endpoint is not a URL; give"):
+        read_committed(url, storage_options=options)
+
+
+def test_verify_does_not_count_a_nested_outputs_files_as_invisible_data(backend):
+    """An output whose batches committed no file, with another output nested in it: verify warned that the
+    nested output's committed files are this one's invisible data "`vacuum` would delete as orphans"."""
+    url, options = backend.url, backend.storage_options
+    empty = pa.table({"k": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
+    write_batch(url, empty, app_id="a", version=0, partition_by=["k"], storage_options=options)
+    write_batch(f"{url}/sub", pa.table({"n": [2]}), app_id="a", version=0, storage_options=options)
+    report = verify(url, storage_options=options)
+    assert report.ok and report.warnings == [], report.warnings
+
+
+def test_a_container_name_azure_refuses_is_named(azurite_server):
+    """azure-storage gives its error code as a StorageErrorCode enum, whose str() is its name: the translation read
+    no code, and an invalid container name was "check that the location exists and is reachable"."""
+    with pytest.raises(StorageError, match=r"abfs://My_Container/out failed: the store refuses a name in the path"):
+        read_committed("abfs://My_Container/out", storage_options=azurite_server.storage_options)

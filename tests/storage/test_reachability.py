@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from parquet_sink import ParquetSink, history, read_committed, vacuum, verify, write_batch
+from parquet_sink import ParquetSink, history, read_committed, sync_delta_log, vacuum, verify, write_batch
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.errors import StorageError
+from parquet_sink.storage.filesystem import Storage
 from parquet_sink.storage.reachability import TIMEOUT_ENV
 
 from ..helpers.servers import AZURITE_ACCOUNT_KEY
@@ -100,3 +101,60 @@ def test_a_client_that_cannot_reach_the_store_may_leave_the_check_to_the_driver(
     assert time.monotonic() - started < 5
     with pytest.raises(StorageError, match="cannot reach abfs://container/out"):
         sink.log  # what the first batch opens on the driver
+
+
+@pytest.mark.parametrize("name", ["moto", "azurite"])
+def test_a_bucket_or_container_that_does_not_exist_is_named(request, tmp_path, name):
+    """Before, write_batch and vacuum on S3 raised s3fs's FileNotFoundError ("The specified bucket does not
+    exist", no path), readers said the path is not an output, and sync_delta_log delta-rs's "Generic S3 error"
+    (with a missing credential or a store that is down too). Nothing is created."""
+    from tests.conftest import make_backend
+
+    backend = make_backend(name, request, tmp_path)
+    missing = "nosuch" + backend.url.split("://")[1].split("/")[0]
+    url = f"{backend.url.split('://')[0]}://{missing}/out"
+    options = backend.storage_options
+    calls = {**_calls(url, options), "sync_delta_log": lambda: sync_delta_log(url, storage_options=options)}
+    del calls["ParquetSink"]
+    kind = "bucket" if name == "moto" else "container"
+    for call in calls.values():
+        with pytest.raises(StorageError, match=rf"cannot reach {url}: its {kind} '{missing}' does not exist .* Create"):
+            call()
+    assert not Storage(backend.url, backend.storage_options).fs.exists(missing)
+
+
+def test_sync_delta_log_names_an_endpoint_that_is_down(monkeypatch):
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
+    with pytest.raises(StorageError, match=r"s3://bucket/out.* (was refused|no answer from the store).* endpoint"):
+        sync_delta_log("s3://bucket/out", storage_options=options)
+
+
+def test_a_credential_that_may_not_ask_about_the_bucket_still_starts_an_output(request, tmp_path, moto_server):
+    """A policy scoped to a prefix denies HeadBucket and GetBucketLocation (s3fs's exists(bucket) is then False):
+    the check for a missing bucket must not refuse a new output there, only a bucket the store says is missing."""
+    from tests.conftest import make_backend
+    from tests.helpers.servers import DENIED, FaultPlan, faulty_proxy, proxied_options
+
+    backend = make_backend("moto", request, tmp_path)
+    bucket = backend.url.split("/")[2]
+
+    def about_the_bucket(method: str, path: str) -> bool:
+        return (method == "HEAD" and path.rstrip("/") == f"/{bucket}") or "location" in path
+
+    plan = FaultPlan(rate=1.0, faults=[DENIED], only=about_the_bucket)
+    with faulty_proxy(moto_server.port, plan) as port:
+        options = proxied_options("moto", moto_server, port)
+        write_batch(backend.url, pa.table({"x": [1]}), app_id="a", version=0, storage_options=options)
+        assert read_committed(backend.url, storage_options=options).column("x").to_pylist() == [1]
+
+
+def test_an_https_endpoint_that_speaks_http_is_named_not_retried(moto_server, monkeypatch):
+    """https:// to a store that speaks http (an emulator, MinIO): the SDKs retry the failing handshake until the
+    wait ends, and the error was a RetryableStorageError "the store is slow or overloaded. Retry"."""
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    endpoint = moto_server.endpoint_url.replace("http://", "https://")
+    options = {**moto_server.storage_options, "client_kwargs": {"endpoint_url": endpoint}}
+    with pytest.raises(StorageError, match=r"a TLS handshake with its endpoint .* the endpoint speaks https") as caught:
+        read_committed("s3://bucket/out", storage_options=options)
+    assert not caught.value.retryable

@@ -157,6 +157,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "before_log_kept": len(plan.before_log),
         "delta_kept": len(plan.delta_kept),
         "replaced_kept": len(plan.replaced_kept),
+        "nested_kept": len(plan.nested_kept),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
@@ -196,6 +197,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         lines.append(
             f"kept {len(plan.replaced_kept)} file(s) an optimize replaced less than {args.older_than} ago: the "
             "snapshot before it (as_of_batch, as_of_time) still reads them"
+        )
+    if plan.nested_kept:
+        lines.append(
+            f"kept {len(plan.nested_kept)} file(s) of another output or Delta table nested in this one (a directory "
+            "with a log of its own): vacuum that one by its own path"
         )
     if plan.in_flight:
         lines.append(

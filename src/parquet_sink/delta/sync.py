@@ -810,6 +810,7 @@ def sync_delta_log(
     started = time.monotonic()
     options = dict(storage_options or {})
     storage = Storage(path, options)
+    storage.check_reachable()  # a missing bucket, credential or endpoint named, not delta-rs's "Generic" error
     where = storage.display(storage.root)
     if recreate:
         require_output(storage)  # never delete the Delta log of a table that is not a sink's output

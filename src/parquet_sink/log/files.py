@@ -22,7 +22,7 @@ import posixpath
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO
 from dataclasses import dataclass
 
@@ -110,7 +110,7 @@ def require_output(storage: Storage) -> None:
         where = storage.display(storage.root)
         in_log = where.rstrip("/").endswith(f"/{METADATA_DIR}")
         hint = f" ({where} is a log directory: give its parent, the output)" if in_log else ""
-        if not in_log and _is_file(storage):
+        if not in_log and _is_file(storage, anywhere=True):
             hint = f" ({where} is a file: give the output directory that holds it)"
         raise NotAnOutputError(
             f"{where} has no {METADATA_DIR} log, so committed data cannot be told apart "
@@ -119,18 +119,21 @@ def require_output(storage: Storage) -> None:
         )
 
 
-def _is_file(storage: Storage) -> bool:
-    """Whether ``storage``'s root is a file (on local disk; on an object store a key and a prefix may share a name)."""
+def _is_file(storage: Storage, anywhere: bool = False) -> bool:
+    """Whether ``storage``'s root is a file: on local disk (a stat), or with ``anywhere`` on an object store too (a
+    request or two), where a key and a prefix may share a name."""
     try:
-        return storage.is_local and not storage.info(storage.root).is_dir
+        return (storage.is_local or anywhere) and not storage.info(storage.root).is_dir
     except FileNotFoundError:
         return False
 
 
-def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str) -> None:
+def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str, anywhere: bool = False) -> None:
     """ParameterError, before a writer writes anything, when ``path`` is empty (it would write into the working
     directory), is a file, or names a directory an output's writers own (its log, its Delta log, the hidden area of
     writes in flight) rather than an output: another output would be nested inside it, which readers of it never see.
+    ``anywhere``: look for a file on object stores too (where a write would nest the output under the object's key),
+    which costs a request or two: for a new output.
 
     Example: ``check_output_root("/data/out/_spark_metadata", storage, "write_batch")`` raises ParameterError.
     """
@@ -142,9 +145,26 @@ def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str)
         parent = storage.display(posixpath.dirname(storage.root))
         raise ParameterError(f"{what}: {os.fspath(path)!r} is the {name} directory of the output {parent}, not an "
                              f"output: write to {parent}. Nothing was written.")
-    if _is_file(storage):
+    if _is_file(storage, anywhere):
         raise ParameterError(f"{what}: {os.fspath(path)!r} is a file, not an output directory: give the directory "
                              "to write the output in. Nothing was written.")
+
+
+def nested_roots(relative_paths: Iterable[str]) -> set[str]:
+    """The directories (relative to an output root, with a trailing ``/``) below the root that hold a log of their
+    own: another output (``_spark_metadata``, ``_exactly_once``) or a Delta table (``_delta_log``) nested in it, whose
+    files that log commits, not the root's.
+
+    Example: ``nested_roots(["sub/_spark_metadata/0", "sub/part-0.parquet"])`` -> ``{'sub/'}``.
+    """
+    roots = set()
+    for relative in relative_paths:
+        segments = relative.split("/")
+        for depth, segment in enumerate(segments[1:-1], start=1):
+            if segment in (METADATA_DIR, HIDDEN_DIR, DELTA_DIR):
+                roots.add("/".join(segments[:depth]) + "/")
+                break
+    return roots
 
 
 def is_compact_path(path: str) -> bool:

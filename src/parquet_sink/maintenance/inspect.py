@@ -28,7 +28,7 @@ import pyarrow as pa
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
-from ..log.files import require_output
+from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import data_files, read_log_files
 from ..parquet_read import read_footer
@@ -250,14 +250,16 @@ def _nothing_committed(storage: Storage, latest: int) -> list[str]:
     """A warning when the log commits no file yet the output holds Parquet data files: retention (a duration
     too short) dropped every entry, or every batch was empty while others wrote files here."""
     prefix = storage.root.rstrip("/") + "/"
-    found = [i for i in storage.find(storage.root) if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    relative = [i.path[len(prefix) :] for i in storage.find(storage.root) if i.path.startswith(prefix)]
+    nested = nested_roots(relative)  # another output's or table's files: its own log commits them
+    found = [p for p in relative if is_data_file(p) and not any(p.startswith(root) for root in nested)]
     if not found:
         return []
     return [
         f"the log (up to batch {latest}) commits no data file, yet {storage.display(storage.root)} holds "
-        f"{len(found)} Parquet data file(s), e.g. {storage.display(found[0].path)}: every reader sees 0 rows. If the "
-        "writer's retention is shorter than intended (retention drops entries older than it when compacting), the "
-        "data is invisible, and `vacuum` would delete it as orphans: do not vacuum; restore the log or copy the "
+        f"{len(found)} Parquet data file(s), e.g. {storage.display(prefix + found[0])}: every reader sees 0 rows. If "
+        "the writer's retention is shorter than intended (retention drops entries older than it when compacting), "
+        "the data is invisible, and `vacuum` would delete it as orphans: do not vacuum; restore the log or copy the "
         "files into a new output."
     ]
 

@@ -32,7 +32,7 @@ from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError
 from ..log.compaction import parse_duration_ms
 from ..log.entry import COMMIT_TIME_KEY, CommitRecord
-from ..log.files import ORPHANED_COPY_AGE_MS, parse_batch_name
+from ..log.files import ORPHANED_COPY_AGE_MS, nested_roots, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..read.chain import app_commits
@@ -64,6 +64,7 @@ class VacuumPlan:
     # files an optimize replaced less than older_than ago: the snapshot before it (time travel) still reads them
     replaced_kept: list[FileInfo] = field(default_factory=list)
     orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
+    nested_kept: list[FileInfo] = field(default_factory=list)  # files of another output or table nested in this one
 
 
 def find_orphans(
@@ -77,7 +78,9 @@ def find_orphans(
     ``older_than_ms``, and at least :data:`~parquet_sink.log.files.ORPHANED_COPY_AGE_MS`). Refuses (raises) if any log file is unreadable. Files older than the log's first
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
-    the output was created over (``ParquetSink(allow_existing_files=True)``). With a Delta log, a file that a
+    the output was created over (``ParquetSink(allow_existing_files=True)``). Files under a directory holding a log
+    of its own (``_spark_metadata``, ``_exactly_once`` or ``_delta_log``: another output or a Delta table nested in
+    this one) are that log's, never orphans (``nested_kept``). With a Delta log, a file that a
     Delta version within the table's retention or ``older_than_ms`` may read (the latest version's, or removed by a
     commit still in the Delta log or more recently than that retention, or by a tombstone stamped in the future) is
     kept (``delta_kept``, :func:`parquet_sink.delta.referenced_files`).
@@ -94,6 +97,7 @@ def find_orphans(
     """
     storage = Storage(url, dict(storage_options or {}))
     storage.check_reachable()
+    require_output(storage)  # a path that is no output (or is a file) is named so before anything is listed
     listed = sorted(storage.find(storage.root), key=lambda i: i.path)
     staging = staging_dirs(storage)
     found_leases = leases(storage)
@@ -134,11 +138,14 @@ def find_orphans(
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
     plan.orphaned_copies = log.orphaned_copies(max(older_than_ms, ORPHANED_COPY_AGE_MS))
+    nested = nested_roots([i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)])
     for info in listed:
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
         if not is_data_file(relative) or info.path in committed:
             continue
-        if protected_from is not None and info.mtime_ms >= protected_from - CLOCK_SLACK_MS:
+        if any(relative.startswith(root) for root in nested):
+            plan.nested_kept.append(info)
+        elif protected_from is not None and info.mtime_ms >= protected_from - CLOCK_SLACK_MS:
             plan.in_flight.append(info)
         elif info.path in in_delta:
             plan.delta_kept.append(info)

@@ -69,11 +69,13 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _error_code(exc: BaseException) -> str:
-    """The store's error code: botocore's ``Error.Code``, azure-core's ``error_code``; "" when none."""
+    """The store's error code: botocore's ``Error.Code``, azure-core's ``error_code`` (azure-storage's a
+    ``StorageErrorCode`` enum, whose ``str`` is its name: its value is the code); "" when none."""
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code") or "")
-    return str(getattr(exc, "error_code", None) or "")
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "")
 
 
 def _http_status(exc: BaseException) -> int | None:
@@ -135,6 +137,16 @@ def explain(exc: BaseException, is_local: bool) -> Diagnosis:
                 f"the connection to the store {kind}; check the endpoint or account name, the network (proxy, "
                 "firewall, DNS) and that the store is up, then retry",
                 retryable=not refused,
+            )
+        if _error_code(cause) in ("InvalidResourceName", "InvalidBucketName"):
+            return Diagnosis(
+                "the store refuses a name in the path; check the URL (a bucket or container name is 3-63 lowercase "
+                "letters, digits and hyphens)"
+            )
+        if isinstance(cause, ValueError) and str(cause).startswith("Invalid endpoint"):  # botocore
+            return Diagnosis(
+                "the store's endpoint is not a URL; give endpoint_url in storage_options with its scheme, as "
+                "http://host:port or https://host"
             )
         if isinstance(cause, TypeError) and "unexpected keyword argument" in str(cause):
             return Diagnosis(

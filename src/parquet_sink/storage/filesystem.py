@@ -27,6 +27,7 @@ import datetime as _dt
 import errno
 import os
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,9 +42,11 @@ from fsspec.implementations.local import LocalFileSystem
 from ..errors import ParameterError, StorageError, UnsupportedStorageError
 from . import commits, reachability
 from .errors import ErrorTranslator, TranslatedFile, backend_errors
-from .paths import HadoopPaths, azure_account_name
+from .paths import HadoopPaths, azure_account_name, key_root
 
 _AZURE_SCHEMES = {"abfs", "abfss", "az", "wasb", "wasbs"}
+_CONTAINER_STORES = {"s3", "abfs"}  # fsspec protocols whose paths start with a bucket or container
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # Schemes fsspec knows that the package refuses, and why (the tests run every claim on a real server).
 _UNSUPPORTED = {
     scheme: "Google Cloud Storage is not supported: no GCS server runs in this package's tests, so exclusive create "
@@ -74,6 +77,23 @@ def _to_epoch_ms(value: Any) -> int:
     if isinstance(value, str):
         return _to_epoch_ms(_dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
     raise TypeError(f"unrecognised modification time {value!r}")
+
+
+def _azure_url(url: str, storage_options: Mapping[str, Any]) -> str:
+    """``url`` with the account host of ``abfss://container@ACCOUNT.dfs.core.windows.net/...`` in lower case (host
+    names are case-insensitive, Azure account names lower case: adlfs would see two account names); ParameterError
+    when that account is not the one ``storage_options`` name (``account_name``, or a connection string's
+    ``AccountName``): adlfs would take one of the two and the log would name the other."""
+    container, at, host = urlsplit(url).netloc.rpartition("@")
+    in_url = host.split(".", 1)[0].lower() if at else ""
+    in_options = azure_account_name(storage_options, None).lower()
+    if in_url and in_options and in_url != in_options:
+        raise ParameterError(
+            f"cannot open storage for {url}: the URL names the Azure account {in_url!r} but storage_options name "
+            f"{in_options!r}. Make them the same account, or write the URL as abfs://{container}/path (the account "
+            "then comes from storage_options)."
+        )
+    return url.replace(f"@{host}", f"@{host.lower()}", 1) if at else url
 
 
 class _FetchedFiles(pyarrow.fs.FileSystemHandler):
@@ -169,9 +189,20 @@ class Storage:
                 f"'secret': ...}}), not {type(storage_options).__name__}"
             )
         self.storage_options = dict(storage_options or {})
+        for key, value in self.storage_options.items():  # client_kwargs, config_kwargs, s3_additional_kwargs, ...
+            if key.endswith("_kwargs") and not isinstance(value, Mapping):
+                raise ParameterError(
+                    f"storage_options[{key!r}] for {self.url} must be a dict, not {type(value).__name__}: e.g. "
+                    f"{{'{key}': {{'endpoint_url': 'http://host:9000'}}}} (on the command line: --storage-option "
+                    f"'{key}={{\"endpoint_url\": \"http://host:9000\"}}')"
+                )
         scheme = urlsplit(self.url).scheme.lower()
+        if _SCHEME.match(self.url):  # schemes are case-insensitive (RFC 3986): S3:// is s3://
+            self.url = scheme + self.url[len(scheme) :]
         if scheme in _UNSUPPORTED:
             raise UnsupportedStorageError(f"cannot open storage for {self.url}: {_UNSUPPORTED[scheme]}")
+        if scheme in _AZURE_SCHEMES:
+            self.url = _azure_url(self.url, self.storage_options)
         try:
             # No listings cache: a listing cached by this process (or by the user's filesystem with the same
             # options, which fsspec would share with us) would hide files other processes committed since.
@@ -188,6 +219,11 @@ class Storage:
                     "storage_options={'account_name': ..., 'account_key': ...} (or a sas_token, or a connection_string "
                     "that names the account), or set $AZURE_STORAGE_ACCOUNT_NAME."
                 ) from exc
+            if str(exc).startswith("Protocol not known"):
+                raise UnsupportedStorageError(
+                    f"cannot open storage for {self.url}: fsspec knows no filesystem for {scheme}://. Check the "
+                    "URL's scheme: a local path, file://, s3:// (s3a://) or abfs:// (abfss://, az://)."
+                ) from exc
             shown = ErrorTranslator(self.storage_options, is_local=False).redact(str(exc))
             raise StorageError(f"cannot open storage for {self.url}: {shown}. Check storage_options.") from exc
         self.fs: fsspec.AbstractFileSystem = fs
@@ -195,12 +231,22 @@ class Storage:
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.protocol = "file" if self.is_local else protocol
         self.root = fs._strip_protocol(root).rstrip("/") or "/"
+        if self.protocol in _CONTAINER_STORES:
+            self.root = key_root(self.url, self.root)
         if self.is_local:
             # Resolved here, on the driver: executors rebuild the storage from the URL, and a relative
             # path would land in each executor's own working directory.
             self.url = self.root
         self.errors = ErrorTranslator(self.storage_options, self.is_local)
         self.paths = HadoopPaths(self.url, self.protocol, self.is_local, self.storage_options, fs)
+
+    @property
+    def container(self) -> str | None:
+        """The bucket (S3) or container (Azure) the root is in; None on stores without one (local disk, memory://).
+
+        Example: ``Storage("s3://bucket/out").container`` -> ``'bucket'``.
+        """
+        return self.root.split("/", 1)[0] if self.protocol in _CONTAINER_STORES else None
 
     def require_shared(self, user: str) -> None:
         """Refuse (:class:`~parquet_sink.errors.UnsupportedStorageError`, naming ``user``) a store that only this

@@ -7,18 +7,21 @@ delta-rs's storage options.
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from ..errors import StorageError
+from ..errors import ParameterError, StorageError
 
 # Characters java.net.URI leaves unquoted in a path (unreserved, punct, '/', '@'); Hadoop's
 # Path.toUri quotes everything else that is ASCII. Non-ASCII printable characters stay as they are.
 _URI_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-!.~'()*,;:$&+=/@")
 _HADOOP_SCHEMES = {"s3": "s3a", "abfs": "abfss", "az": "abfss", "gs": "gs", "gcs": "gs"}
 _FSSPEC_SCHEMES = {"s3a": "s3", "s3n": "s3", "abfss": "abfs", "wasbs": "abfs", "wasb": "abfs", "gcs": "gs"}
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # where botocore finds an S3 endpoint if not given
+_ADLFS_RESOLVED = ("account_name", "account_key", "sas_token", "connection_string")  # from options or environment
 _S3_KEYS = {"key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token"}
 _AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azure_storage_account_key",
                "sas_token": "azure_storage_sas_token"}
@@ -27,11 +30,12 @@ _CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key"
                       "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
 
 
-def _object_store_azure_options(given: Mapping[str, Any]) -> dict[str, str]:
+def _object_store_azure_options(given: Mapping[str, Any], fs: Any) -> dict[str, str]:
     """adlfs's options (``account_name``, ``account_key``, ``sas_token``, a ``connection_string`` naming them and
-    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options."""
-    fields = dict(given)
-    for part in str(given.get("connection_string") or "").split(";"):
+    a ``BlobEndpoint``, ``anon``) as delta-rs's ``azure_*`` options; those not given as adlfs took them from the
+    environment (``$AZURE_STORAGE_CONNECTION_STRING``, ...), from the filesystem ``fs``."""
+    fields = {**{k: getattr(fs, k, None) for k in _ADLFS_RESOLVED if getattr(fs, k, None)}, **given}
+    for part in str(fields.get("connection_string") or "").split(";"):
         key, _, value = part.partition("=")
         if key.strip().lower() in _CONNECTION_FIELDS:
             fields.setdefault(_CONNECTION_FIELDS[key.strip().lower()], value.strip())
@@ -43,6 +47,33 @@ def _object_store_azure_options(given: Mapping[str, Any]) -> dict[str, str]:
     if fields.get("anon"):
         options["azure_skip_signature"] = "true"
     return options
+
+
+def key_root(url: str, root: str) -> str:
+    """The root ``root`` (``bucket/key``, as fsspec parsed ``url``) of a bucket or container store with its key's
+    empty and ``.`` segments dropped and each ``..`` resolved, as Hadoop's ``Path`` (so Spark's S3A and ABFS
+    writers) and a local file system resolve them: an object store keeps ``//``, ``.`` and ``..`` as parts of key
+    names, where readers of the same URL (and the Azure SDK's signature) would look elsewhere. ParameterError when
+    ``url`` names no bucket or container, or a ``..`` climbs out of it.
+
+    Example: ``key_root("s3://b/x/..//out/", "b/x/..//out")`` -> ``'b/out'``.
+    """
+    container, _, key = root.partition("/")
+    if not urlsplit(url).netloc or not container:
+        raise ParameterError(
+            f"{url} names no bucket or container: give one, as in s3://bucket/path or abfs://container/path."
+        )
+    segments: list[str] = []
+    for segment in key.split("/"):
+        if segment == "..":
+            if not segments:
+                raise ParameterError(
+                    f"{url}: its '..' climbs out of the bucket or container {container!r}: give the path within it."
+                )
+            segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/".join([container, *segments])
 
 
 def _java_uri_other(c: str) -> bool:
@@ -61,8 +92,9 @@ def azure_account_name(storage_options: Mapping[str, Any], fs: Any) -> str:
     """The Azure account ``storage_options`` (or the filesystem built from them) name: ``account_name``, or
     the ``AccountName`` of a connection string; "" when none does."""
     name = storage_options.get("account_name") or getattr(fs, "account_name", None)
-    if not name:
-        for part in str(storage_options.get("connection_string", "")).split(";"):
+    if not name:  # adlfs takes a connection string from the environment too
+        connection_string = storage_options.get("connection_string") or getattr(fs, "connection_string", None)
+        for part in str(connection_string or "").split(";"):
             key, _, value = part.partition("=")
             if key.strip().lower() == "accountname":
                 name = value.strip()
@@ -94,7 +126,9 @@ class HadoopPaths:
         if self.protocol in ("s3", "s3a"):
             options = {_S3_KEYS[k]: str(v) for k, v in given.items() if k in _S3_KEYS}
             client = {**given.get("client_kwargs", {}), **{k: given[k] for k in ("endpoint_url", "region_name") if k in given}}
-            if client.get("endpoint_url"):
+            from_environment = next(filter(None, map(os.getenv, ENDPOINT_VARIABLES)), "")
+            client["endpoint_url"] = client.get("endpoint_url") or from_environment
+            if client["endpoint_url"]:  # s3fs's, or botocore's from the environment: delta-rs must allow http too
                 options["aws_endpoint_url"] = client["endpoint_url"]
                 if client["endpoint_url"].startswith("http://"):
                     options["aws_allow_http"] = "true"
@@ -105,7 +139,7 @@ class HadoopPaths:
             options["aws_conditional_put"] = "etag"
             return f"s3://{root}", options
         if self.protocol in ("abfs", "abfss", "az"):
-            return f"az://{root}", _object_store_azure_options(given)
+            return f"az://{root}", _object_store_azure_options(given, self.fs)
         options = {k: str(v) for k, v in given.items() if isinstance(v, (str, int, bool))}
         return self.url, options or None
 

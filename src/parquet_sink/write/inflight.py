@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ExistingDataError, MissingDataFileError
-from ..log.files import HIDDEN_DIR, METADATA_DIR, output_started, parse_batch_name
+from ..log.files import HIDDEN_DIR, METADATA_DIR, check_output_root, nested_roots, output_started, parse_batch_name
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..storage.filesystem import FileInfo, Storage
@@ -167,15 +167,18 @@ def start_output(log: MetadataLog, allow_existing_files: bool, what: str) -> Non
 
     Example: ``start_output(MetadataLog("/data/events"), False, "ParquetSink('/data/events'), batch 0")``.
     """
-    if not allow_existing_files and not output_started(log.storage):
-        refuse_existing_data(log.storage, what)
+    if not output_started(log.storage):
+        check_output_root(log.storage.display(log.storage.root), log.storage, what, anywhere=True)
+        if not allow_existing_files:
+            refuse_existing_data(log.storage, what)
     log.start()
 
 
 def refuse_existing_data(storage: Storage, what: str) -> None:
     """Before the first commit to ``storage`` (its log held no batch when the caller read it): ExistingDataError
     if the directory holds Parquet data files that no write in flight wrote (older than every lease): a dataset
-    the output would be created over, whose files every reader would then hide.
+    the output would be created over, whose files every reader would then hide. Files of an output or a Delta table
+    nested in it (:func:`~parquet_sink.log.files.nested_roots`) are that one's, not such a dataset.
 
     Race-free against concurrent writers by the order ``vacuum`` uses: data files first, then the leases, then the
     log. A writer creates its lease before its first file and deletes it only after its commit (or after
@@ -189,7 +192,10 @@ def refuse_existing_data(storage: Storage, what: str) -> None:
         listed = storage.find(storage.root)
     except FileNotFoundError:  # a new output
         return
-    found = [i for i in listed if i.path.startswith(prefix) and is_data_file(i.path[len(prefix) :])]
+    relative = {i.path: i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)}
+    nested = nested_roots(relative.values())  # another output's or table's files: its log commits them
+    found = [i for i in listed if is_data_file(relative.get(i.path, "")) and
+             not any(relative[i.path].startswith(root) for root in nested)]
     started = min((lease.started_ms for lease in leases(storage)), default=None)
     older = sorted(i.path for i in found if started is None or i.mtime_ms < started - CLOCK_SLACK_MS)
     if not older or _log_has_batch(storage):
