@@ -378,3 +378,20 @@ def test_a_container_name_azure_refuses_is_named(azurite_server):
     no code, and an invalid container name was "check that the location exists and is reachable"."""
     with pytest.raises(StorageError, match=r"abfs://My_Container/out failed: the store refuses a name in the path"):
         read_committed("abfs://My_Container/out", storage_options=azurite_server.storage_options)
+
+
+def test_every_spelling_of_a_local_file_url_is_one_output(tmp_path, monkeypatch):
+    """The local counterpart: `file://localhost/p` is `file:///p` (RFC 8089; fsspec took `localhost` for a directory
+    under the working directory, and wrote there), and a file URL naming another host is refused before anything is
+    written (Hadoop's local filesystem refuses it too)."""
+    monkeypatch.chdir(tmp_path)  # where fsspec's reading of `localhost` would have written
+    out = tmp_path / "out"
+    spellings = [str(out), f"file://{out}", f"file:{out}", f"file://localhost{out}", f"FILE://LocalHost{out}/"]
+    for version, spelling in enumerate(spellings):
+        assert write_batch(spelling, pa.table({"n": [version]}), app_id="a", version=version).log_batch_id == version
+    for spelling in spellings:
+        assert sorted(read_committed(spelling).column("n").to_pylist()) == list(range(len(spellings))), spelling
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    with pytest.raises(ParameterError, match=r"names the host 'otherhost': a file URL is this machine's disk"):
+        write_batch(f"file://otherhost{out}", pa.table({"n": [9]}), app_id="b", version=0)
+    assert count_committed(out) == len(spellings)

@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 from ..errors import ParameterError, StorageError, UnsupportedStorageError
 from . import commits, reachability
 from .errors import ErrorTranslator, TranslatedFile, backend_errors
-from .paths import HadoopPaths, azure_account_name, key_root
+from .paths import HadoopPaths, azure_account_name, key_root, local_file_url
 
 _AZURE_SCHEMES = {"abfs", "abfss", "az", "wasb", "wasbs"}
 _CONTAINER_STORES = {"s3", "abfs"}  # fsspec protocols whose paths start with a bucket or container
@@ -203,6 +203,8 @@ class Storage:
             raise UnsupportedStorageError(f"cannot open storage for {self.url}: {_UNSUPPORTED[scheme]}")
         if scheme in _AZURE_SCHEMES:
             self.url = _azure_url(self.url, self.storage_options)
+        if scheme == "file":
+            self.url = local_file_url(self.url)
         try:
             # No listings cache: a listing cached by this process (or by the user's filesystem with the same
             # options, which fsspec would share with us) would hide files other processes committed since.

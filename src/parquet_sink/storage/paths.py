@@ -49,6 +49,24 @@ def _object_store_azure_options(given: Mapping[str, Any], fs: Any) -> dict[str, 
     return options
 
 
+def local_file_url(url: str) -> str:
+    """``url`` (a ``file://`` URL) without a ``localhost`` host, as RFC 8089 reads ``file://localhost/p`` (fsspec
+    would take the host for a directory under the working directory). ParameterError for any other host: a file
+    URL of another machine names no disk this process writes (Hadoop's local filesystem refuses it too).
+
+    Example: ``local_file_url("file://localhost/tmp/out")`` -> ``'file:///tmp/out'``.
+    """
+    host = urlsplit(url).netloc
+    if not host:
+        return url
+    if host.lower() == "localhost":
+        return "file://" + url[len("file://") + len(host) :]
+    raise ParameterError(
+        f"{url} names the host {host!r}: a file URL is this machine's disk. Write file:///path (three slashes) or "
+        "the path itself; a shared disk is reached through its mount point."
+    )
+
+
 def key_root(url: str, root: str) -> str:
     """The root ``root`` (``bucket/key``, as fsspec parsed ``url``) of a bucket or container store with its key's
     empty and ``.`` segments dropped and each ``..`` resolved, as Hadoop's ``Path`` (so Spark's S3A and ABFS
