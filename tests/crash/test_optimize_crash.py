@@ -269,3 +269,80 @@ def test_stream_and_optimizes_killed_at_random(spark, tmp_path: Path, request: p
                         "delta-rs")
     except AssertionError as exc:
         raise AssertionError(f"seed {seed} (CRASH_SOAK_SEED): {history_}: {exc}") from exc
+
+
+def _stopped_optimize_overtaken(tmp_path: Path, failpoints: str) -> tuple[Path, list[int], object, set[str]]:
+    """An optimize planned at log batch 12 (aiming at 19), stopped once its new files are written; then a writer
+    commits log batches 13..20, the compaction batch 19 included. Returns the output, its rows, the stopped child
+    and the optimize's new (uncommitted) files."""
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    child = start_child(tmp_path / "children", {"out": str(out)}, failpoints=failpoints, script=OPTIMIZE_CHILD)
+    _wait_stopped(child)
+    new_files = orphans(out)
+    assert len(new_files) == 3  # one per partition
+    expected += _append(out, range(13, 21))
+    return out, expected, child, new_files
+
+
+def test_vacuum_keeps_the_files_of_an_optimize_whose_compaction_batch_a_writer_took(tmp_path: Path) -> None:
+    """The optimize's lease lives until an optimize commits at its batch, not only while that batch is free: a
+    vacuum (--older-than 1ms) run after a writer took batch 19 keeps the optimize's files, and the optimize then
+    commits them at 29. Before, the lease was dead once batch 19 existed, the vacuum deleted the three files, and
+    the optimize committed them anyway: every row of the output unreadable (MissingDataFileError)."""
+    out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, "optimize_commit=stop")
+    plan = vacuum(str(out), "1ms", allow_short_retention=True).plan
+
+    assert {info.path for info in plan.in_flight} == new_files and plan.orphans == []
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    assert child.result()["committed"] and child.result()["log_batch_id"] == 29
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert new_files <= committed_paths(out)
+    vacuum(str(out), "1ms", allow_short_retention=True)  # the lease is dead now: the replaced files go
+    assert orphans(out) == set() and not list((out / "_exactly_once" / "leases").iterdir())
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+
+
+def test_a_moved_optimize_lease_still_protects_the_files_written_before_it(tmp_path: Path) -> None:
+    """Overtaken at its compaction batch, the optimize moves its lease to the next one (29) before its empty
+    batches; the moved lease protects from the first one's time, so files written long before it (their mtimes set
+    an hour back, as after a long rewrite) are kept by a vacuum that runs while it commits its empty batches."""
+    stops = "optimize_commit=stop,optimize_padding=stop"
+    out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, stops)
+    hour_ago = time.time() - 3600
+    for path in new_files:
+        os.utime(path, (hour_ago, hour_ago))
+    first_lease = {p.name for p in (out / "_exactly_once" / "leases").iterdir()}
+    for path in (out / "_exactly_once" / "leases").iterdir():
+        os.utime(path, (hour_ago, hour_ago))
+    os.kill(child.proc.pid, signal.SIGCONT)
+    _wait_stopped(child)  # before its first empty batch (21), its lease moved to 29
+    moved = {p.name for p in (out / "_exactly_once" / "leases").iterdir()}
+    assert len(moved) == 1 and moved != first_lease and next(iter(moved)).startswith("29-")
+
+    plan = vacuum(str(out), "1ms", allow_short_retention=True).plan
+    assert {info.path for info in plan.in_flight} == new_files and plan.orphans == []
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    assert child.result()["log_batch_id"] == 29
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+
+
+def test_an_optimize_whose_new_file_vanished_gives_that_bin_up(tmp_path: Path) -> None:
+    """A new file deleted while the optimize waits (a vacuum ignoring its lease, a hand clean-up): after its lost
+    race the optimize checks its files and gives that bin up (the old files stay committed) instead of naming a
+    missing file in the log; the other bins are swapped."""
+    out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, "optimize_commit=stop")
+    gone = sorted(new_files)[0]
+    os.remove(gone)
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert MetadataLog(str(out)).check() == []

@@ -16,8 +16,9 @@ How the swap stays atomic for every reader:
   readers between see no change.
 * New files are written first, under Spark's file names in the partition directories of the files they
   replace, which no reader lists (every reader lists the log); a lease (:mod:`parquet_sink.write.inflight`)
-  keeps ``vacuum`` off them until batch ``N`` is committed. A crash before the commit leaves orphans for
-  ``vacuum``; the commit is one exclusive create.
+  keeps ``vacuum`` off them until an optimize commits at batch ``N`` or later (another writer taking batch ``N``
+  does not end it: the lease moves to the next compaction batch, still protecting the files written under the
+  first one). A crash before the commit leaves orphans for ``vacuum``; the commit is one exclusive create.
 * Beside other writers it is one more writer (:mod:`parquet_sink.write.conflicts`): the sink or
   ``write_batch`` losing a commit race to it re-reads and commits at the next log batch (the optimize's batch
   appends files of the same schema and partitioning: no conflict). The optimize losing a race re-reads, keeps
@@ -523,7 +524,9 @@ def optimize(
     _refuse_spark_sink(log, snap, where)
     interval = log.interval_for(snap.listing)
     target_batch = _next_compaction(snap.latest, interval)
-    lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch)
+    # live until an optimize commits at its batch or later: a writer taking that batch first does not end it (the
+    # swap moves on to the next compaction batch, with these files)
+    lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch, True)
     written: dict[Bin, list[tuple[str, int, int]]] = {}
     try:
         failpoint("optimize_write")
@@ -537,7 +540,7 @@ def optimize(
             for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
                 written[bin_] = future.result()
         failpoint("optimize_commit")
-        lease = _commit(log, result, written, interval, lease, snap)
+        lease = _commit(log, result, written, interval, lease, snap, storage.info(lease.lease_path).mtime_ms)
     finally:
         lease.end(staged=False)
     if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
@@ -575,17 +578,21 @@ def _commit(
     interval: int,
     lease: InFlightBatch,
     planned: LogSnapshot,
+    protects_from_ms: int,
 ) -> InFlightBatch:
     """Commit the swap of ``written`` (bin -> its new files) at the next compaction batch: empty batches up to it,
     then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. ``planned``:
-    the snapshot the plan read, used as it is while no batch was committed since. Returns the lease it holds
-    last."""
+    the snapshot the plan read, used as it is while no batch was committed since. When another writer took the
+    compaction batch, the lease moves to the next one before the empty batches, still protecting the files
+    written since ``protects_from_ms`` (the first lease's storage time), and the new files are checked to be
+    there before the swap names them. Returns the lease it holds last."""
     storage = log.storage
     where = storage.display(storage.root)
     lost = 0
     snap: LogSnapshot | None = planned if log.latest_batch_id() == planned.latest else None
     newest_time = newest_commit_time(planned.table)
     while True:
+        reread = snap is None
         if snap is None:  # first, and after every lost race: what changed since
             snap = read_snapshot(log)
             newest_time = newest_commit_time(snap.table)
@@ -605,6 +612,15 @@ def _commit(
                 return lease
         latest = -1 if snap.latest is None else snap.latest
         batch = latest + 1
+        target = _next_compaction(latest, interval)
+        if lease.log_batch_id != target:  # moved past a compaction batch another writer took: before its empty batches
+            moved = InFlightBatch.begin(
+                storage, target, secrets.token_hex(8), OPTIMIZE_APP_ID, target, True, protects_from_ms
+            )
+            lease.end(staged=False)
+            lease = moved
+        if reread and not _drop_missing(storage, written, result, where):
+            return lease
         now = next_commit_time(newest_time)
         if not log.is_compaction_batch(batch, interval):
             entries = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch).log_entries(storage, now, [], 0)
@@ -616,10 +632,6 @@ def _commit(
                 result.conflicts += 1
                 snap = None
             continue
-        if lease.log_batch_id != batch:  # moved past a compaction batch another writer took
-            moved = InFlightBatch.begin(storage, batch, secrets.token_hex(8), OPTIMIZE_APP_ID, batch)
-            lease.end(staged=False)
-            lease = moved
         bins = list(written)
         removed = [f for b in bins for f in b.inputs]
         fingerprint = optimize_fingerprint(
@@ -650,6 +662,24 @@ def _commit(
                 "writers. Nothing was swapped (its new files are left for `parquet-sink vacuum`); run it again, "
                 "at a quieter time."
             )
+
+
+def _drop_missing(
+    storage: Storage, written: dict[Bin, list[tuple[str, int, int]]], result: OptimizeResult, where: str
+) -> bool:
+    """Give up the bins of ``written`` a new file of which is gone (deleted by a vacuum that did not see a live
+    lease: never name a missing file in the log), deleting the rest of their files; whether any bin is left."""
+    gone = set(storage.missing([path for files in written.values() for path, _, _ in files]))
+    for bin_ in [b for b, files in written.items() if any(path in gone for path, _, _ in files)]:
+        for path, _, _ in written.pop(bin_):
+            if path not in gone:
+                storage.delete(path)
+        result.abandoned.append(bin_)
+        logger.warning(
+            "%s: a file the optimize wrote in %s vanished before its commit (a vacuum, or a manual clean-up): "
+            "its rewrite is dropped, the old files stay committed", where, bin_.directory or "/",
+        )
+    return bool(written)
 
 
 class BackgroundOptimizer:
