@@ -21,7 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, history, read_committed, write_batch
-from parquet_sink.errors import CommitConflictError, LogError, ParameterError
+from parquet_sink.errors import (
+    CommitConflictError, LogError, MissingDataFileError, ParameterError, SnapshotExpiredError,
+)
 from parquet_sink.log.entry import CommitRecord, LogEntry
 from parquet_sink.maintenance import optimize, vacuum
 from parquet_sink.maintenance.optimize import parse_file_size
@@ -262,6 +264,24 @@ def test_vacuum_keeps_replaced_files_while_the_snapshot_before_can_be_read(out: 
     assert {i.path for i in gone.plan.orphans} == old
     assert not any(os.path.exists(p) for p in old)
     assert read_committed(out).num_rows == 18
+    # time travel before the swap now fails saying why (before: MissingDataFileError "deleted outside the sink;
+    # restore it from backup"), by batch and by time, through every reader of the snapshot
+    log = history(out)
+    before_swap = log.filter(pc.equal(log.column("log_batch_id"), 2)).column("commit_time")[0].as_py()
+    for travel in ({"as_of_batch": 2}, {"as_of_batch": 0}, {"as_of_time": before_swap}):
+        with pytest.raises(SnapshotExpiredError, match=r"as of batch \d cannot be read any more.*vacuum"):
+            read_committed(out, **travel)
+
+
+def test_a_file_of_an_old_snapshot_deleted_by_hand_is_still_a_missing_file(out: str) -> None:
+    """A file that the latest snapshot still commits, deleted outside the sink: time travel to a snapshot naming
+    it says the file is missing (restore it), not that the snapshot expired."""
+    _write_versions(out, range(3))
+    first = next(f.path for f in committed_files(out) if f.batch_id == 0)
+    os.remove(first)
+    for travel in ({"as_of_batch": 1}, {}):
+        with pytest.raises(MissingDataFileError, match="deleted outside the sink"):
+            read_committed(out, **travel)
 
 
 def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
@@ -335,8 +355,6 @@ def test_optimize_on_every_store(backend) -> None:
 def test_an_old_snapshot_whose_log_files_are_gone_is_refused_not_answered_wrong(out: str) -> None:
     """Once cleanup deleted the log files before the swap, the snapshot before it cannot be answered from the newest
     compact file (its rows moved to the swap's batch): SnapshotExpiredError, not 0 rows."""
-    from parquet_sink.errors import SnapshotExpiredError
-
     _write_versions(out, range(13))
     optimize(out)
     log_dir = Path(out) / "_spark_metadata"

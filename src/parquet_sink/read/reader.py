@@ -28,7 +28,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs
 
-from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError, ParameterError
+from ..errors import (
+    DamagedDataFileError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
+    SnapshotExpiredError,
+)
 from ..log.snapshot import (
     LogSnapshot,
     batch_ids_known,
@@ -140,11 +143,13 @@ class CommittedFiles(Sequence[CommittedFile]):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The committed files of an output as of one batch."""
+    """The committed files of an output as of one batch. ``as_of_batch``: the batch of a time travel
+    (``as_of_batch``, ``as_of_time``) older than the latest batch, else None."""
 
     storage: Storage
     latest_batch_id: int | None
     files: CommittedFiles
+    as_of_batch: int | None = None
 
 
 def _expired_upto(table: pa.Table) -> int:
@@ -331,7 +336,7 @@ def snapshot(
         for gone in CommittedFiles(storage, files.table.filter(pc.invert(present))):
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
         files = CommittedFiles(storage, files.table.filter(present))
-    return Snapshot(storage, latest, files)
+    return Snapshot(storage, latest, files, as_of_batch if as_of_batch is not None and as_of_batch < latest else None)
 
 
 def snapshot_after(
@@ -568,7 +573,7 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
     for f in named:
         error = unreadable_file(snap.storage, f, exc)
         if error is not None:
-            return error
+            return (_vacuumed_since(snap, f) or error) if isinstance(error, MissingDataFileError) else error
     if not isinstance(exc, pa.ArrowInvalid):  # a store failing, Spark's own errors: as they are
         return exc
     filesystem = snap.storage.arrow_filesystem()
@@ -582,6 +587,30 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
                 "Restore it from backup."
             )
     return exc
+
+
+def _vacuumed_since(snap: Snapshot, f: CommittedFile) -> SnapshotExpiredError | None:
+    """For a time travel (``snap.as_of_batch``) whose committed file ``f`` is missing: SnapshotExpiredError when
+    the latest snapshot no longer commits ``f`` (an optimize replaced it, or retention dropped it, after that
+    batch, and ``vacuum`` deleted it: the old snapshot cannot be read any more, as a Delta version after VACUUM);
+    None otherwise (the file was deleted outside the sink: MissingDataFileError says so)."""
+    if snap.as_of_batch is None:
+        return None
+    storage = snap.storage
+    try:
+        latest = snapshot(storage.url, storage_options=storage.storage_options)
+    except ParquetSinkError:  # the missing file is the error to report
+        return None
+    if f.path in set(latest.files.paths().to_pylist()):
+        return None
+    return SnapshotExpiredError(
+        f"the snapshot of {storage.display(storage.root)} as of batch {snap.as_of_batch} cannot be read any more: "
+        f"its file {storage.display(f.path)} (committed by batch {f.batch_id}) is gone from storage, and the output "
+        f"no longer commits it since (an optimize replaced it, or retention dropped it, after batch "
+        f"{snap.as_of_batch}; `vacuum` then deleted it). Read a later batch or the latest snapshot (up to batch "
+        f"{latest.latest_batch_id}, every committed row is there); to keep time travel this far back, run vacuum "
+        "with a longer --older-than."
+    )
 
 
 def unreadable_file(
