@@ -143,13 +143,14 @@ class CommittedFiles(Sequence[CommittedFile]):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The committed files of an output as of one batch. ``as_of_batch``: the batch of a time travel
-    (``as_of_batch``, ``as_of_time``) older than the latest batch, else None."""
+    """The committed files of an output as of one batch. ``older``: what a read of older batches asked for
+    (``"the snapshot as of batch 12"``, ``"batches 0..5"``: a time travel or a batch range, whose files an
+    optimize or retention may have removed since), else None."""
 
     storage: Storage
     latest_batch_id: int | None
     files: CommittedFiles
-    as_of_batch: int | None = None
+    older: str | None = None
 
 
 def _expired_upto(table: pa.Table) -> int:
@@ -336,7 +337,10 @@ def snapshot(
         for gone in CommittedFiles(storage, files.table.filter(pc.invert(present))):
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
         files = CommittedFiles(storage, files.table.filter(present))
-    return Snapshot(storage, latest, files, as_of_batch if as_of_batch is not None and as_of_batch < latest else None)
+    older = f"batches {batches[0]}..{batches[1]}" if batches is not None else None
+    if as_of_batch is not None and as_of_batch < latest:
+        older = f"the snapshot as of batch {as_of_batch}" + (f" ({older})" if older else "")
+    return Snapshot(storage, latest, files, older)
 
 
 def snapshot_after(
@@ -546,7 +550,7 @@ def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, 
     mixed = None if layout.mixed is None else [p for p, kept in zip(layout.mixed, keep) if kept]
     directory = None if layout.directory is None else layout.directory[keep]
     kept = _Layout(layout.schema, mixed, directory, layout.directory_values)
-    return Snapshot(snap.storage, snap.latest_batch_id, files), kept
+    return Snapshot(snap.storage, snap.latest_batch_id, files, snap.older), kept
 
 
 def _decoded(snap: Snapshot, layout: _Layout | None, filter: ds.Expression | None) -> FileStats:
@@ -590,11 +594,11 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
 
 
 def _vacuumed_since(snap: Snapshot, f: CommittedFile) -> SnapshotExpiredError | None:
-    """For a time travel (``snap.as_of_batch``) whose committed file ``f`` is missing: SnapshotExpiredError when
-    the latest snapshot no longer commits ``f`` (an optimize replaced it, or retention dropped it, after that
-    batch, and ``vacuum`` deleted it: the old snapshot cannot be read any more, as a Delta version after VACUUM);
-    None otherwise (the file was deleted outside the sink: MissingDataFileError says so)."""
-    if snap.as_of_batch is None:
+    """For a read of older batches (``snap.older``: ``as_of_batch``, ``as_of_time``, ``batches``) whose committed
+    file ``f`` is missing: SnapshotExpiredError when the latest snapshot no longer commits ``f`` (an optimize
+    replaced it, or retention dropped it, and ``vacuum`` deleted it: those batches cannot be read any more, as a
+    Delta version after VACUUM); None otherwise (deleted outside the sink: MissingDataFileError says so)."""
+    if snap.older is None:
         return None
     storage = snap.storage
     try:
@@ -604,12 +608,11 @@ def _vacuumed_since(snap: Snapshot, f: CommittedFile) -> SnapshotExpiredError | 
     if f.path in set(latest.files.paths().to_pylist()):
         return None
     return SnapshotExpiredError(
-        f"the snapshot of {storage.display(storage.root)} as of batch {snap.as_of_batch} cannot be read any more: "
-        f"its file {storage.display(f.path)} (committed by batch {f.batch_id}) is gone from storage, and the output "
-        f"no longer commits it since (an optimize replaced it, or retention dropped it, after batch "
-        f"{snap.as_of_batch}; `vacuum` then deleted it). Read a later batch or the latest snapshot (up to batch "
-        f"{latest.latest_batch_id}, every committed row is there); to keep time travel this far back, run vacuum "
-        "with a longer --older-than."
+        f"{snap.older} of {storage.display(storage.root)} cannot be read any more: its file "
+        f"{storage.display(f.path)} (committed by batch {f.batch_id}) is gone from storage, and the output no longer "
+        "commits it (an optimize replaced it, or retention dropped it, since; `vacuum` then deleted it). Read the "
+        f"latest snapshot (batch {latest.latest_batch_id}: every row still committed is there) or later batches; to "
+        "keep time travel this far back, run vacuum with a longer --older-than."
     )
 
 
