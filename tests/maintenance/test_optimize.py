@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -532,3 +534,33 @@ def test_empty_outputs(tmp_path: Path) -> None:
     result = optimize(mixed)
     assert result.committed and result.files_removed == files and result.rows == 3
     assert sorted(read_committed(mixed).column("id").to_pylist()) == [1, 2, 3]
+
+
+def _run_with_clock(offset_s: int, code: str) -> str:
+    """Run ``code`` in a process whose clock (``time.time``) is ``offset_s`` seconds off this machine's."""
+    program = f"import time\n_real = time.time\ntime.time = lambda: _real() + {offset_s}\n{code}"
+    source = str(Path(__file__).resolve().parents[2] / "src")  # this tree's package, not an installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def test_vacuum_keeps_the_files_of_a_swap_whose_clock_is_behind(out: str) -> None:
+    """Batches written two hours ago and an optimize now, by a machine whose clock is an hour behind: the swap's
+    logged commit time is an hour back, its log file's time on storage is now. A vacuum (--older-than 30m) right
+    after keeps the replaced files (the swap is seconds old) and time travel before it still reads them. Before,
+    the swap was judged by its logged time alone: the vacuum deleted them and batch 2 could no longer be read."""
+    _run_with_clock(-3 * 3600, f"""
+import glob, os
+import pyarrow as pa
+from parquet_sink import write_batch
+for v in range(3):
+    write_batch({out!r}, pa.table({{"id": [v, v + 100]}}), app_id="late", version=v)
+for path in glob.glob({out!r} + "/*.parquet") + glob.glob({out!r} + "/_spark_metadata/*"):
+    os.utime(path, (_real() - 7200, _real() - 7200))  # on storage: two hours ago
+""")
+    replaced = {f.path for f in committed_files(out)}
+    _run_with_clock(-3600, f"from parquet_sink.maintenance import optimize\noptimize({out!r})")
+
+    plan = vacuum(out, "30m", allow_short_retention=True).plan
+    assert {i.path for i in plan.replaced_kept} == replaced and plan.orphans == []
+    assert sorted(read_committed(out, as_of_batch=2).column("id").to_pylist()) == [0, 1, 2, 100, 101, 102]
