@@ -307,20 +307,19 @@ def test_vacuum_keeps_the_files_of_an_optimize_whose_compaction_batch_a_writer_t
 
 def test_a_moved_optimize_lease_still_protects_the_files_written_before_it(tmp_path: Path) -> None:
     """Overtaken at its compaction batch, the optimize moves its lease to the next one (29) before its empty
-    batches; the moved lease protects from the first one's time, so files written long before it (their mtimes set
-    an hour back, as after a long rewrite) are kept by a vacuum that runs while it commits its empty batches."""
+    batches; the moved lease protects from the first one's time, so the files written before the move are kept by
+    a vacuum that runs while it commits its empty batches, however long after their writing the move came (the
+    moved lease's time set an hour ahead, as after an hour-long rewrite)."""
     stops = "optimize_commit=stop,optimize_padding=stop"
     out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, stops)
-    hour_ago = time.time() - 3600
-    for path in new_files:
-        os.utime(path, (hour_ago, hour_ago))
-    first_lease = {p.name for p in (out / "_exactly_once" / "leases").iterdir()}
-    for path in (out / "_exactly_once" / "leases").iterdir():
-        os.utime(path, (hour_ago, hour_ago))
+    leases_dir = out / "_exactly_once" / "leases"
+    first_lease = {p.name for p in leases_dir.iterdir()}
     os.kill(child.proc.pid, signal.SIGCONT)
     _wait_stopped(child)  # before its first empty batch (21), its lease moved to 29
-    moved = {p.name for p in (out / "_exactly_once" / "leases").iterdir()}
-    assert len(moved) == 1 and moved != first_lease and next(iter(moved)).startswith("29-")
+    (moved,) = leases_dir.iterdir()
+    assert moved.name not in first_lease and moved.name.startswith("29-")
+    hour_later = time.time() + 3600
+    os.utime(moved, (hour_later, hour_later))
 
     plan = vacuum(str(out), "1ms", allow_short_retention=True).plan
     assert {info.path for info in plan.in_flight} == new_files and plan.orphans == []

@@ -526,7 +526,12 @@ def optimize(
     target_batch = _next_compaction(snap.latest, interval)
     # live until an optimize commits at its batch or later: a writer taking that batch first does not end it (the
     # swap moves on to the next compaction batch, with these files)
+    began_ms = int(time.time() * 1000)
     lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch, True)
+    try:  # the storage's clock, which the files' ages are read with; a moved lease protects from it
+        began_ms = storage.info(lease.lease_path).mtime_ms
+    except FileNotFoundError:  # already deleted by a vacuum (another optimize committed at its batch): this clock
+        pass
     written: dict[Bin, list[tuple[str, int, int]]] = {}
     try:
         failpoint("optimize_write")
@@ -540,7 +545,7 @@ def optimize(
             for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
                 written[bin_] = future.result()
         failpoint("optimize_commit")
-        lease = _commit(log, result, written, interval, lease, snap, storage.info(lease.lease_path).mtime_ms)
+        lease = _commit(log, result, written, interval, lease, snap, began_ms)
     finally:
         lease.end(staged=False)
     if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
