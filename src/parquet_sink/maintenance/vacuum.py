@@ -32,7 +32,7 @@ from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError
 from ..log.compaction import parse_duration_ms
 from ..log.entry import COMMIT_TIME_KEY, CommitRecord, LogEntry
-from ..log.files import ORPHANED_COPY_AGE_MS, parse_batch_name
+from ..log.files import ORPHANED_COPY_AGE_MS, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
 from ..read.chain import app_commits
@@ -94,6 +94,7 @@ def find_orphans(
     """
     storage = Storage(url, dict(storage_options or {}))
     storage.check_reachable()
+    require_output(storage)  # a file or a typo: NotAnOutputError naming it, before anything is listed
     listed = sorted(storage.find(storage.root), key=lambda i: i.path)
     staging = staging_dirs(storage)
     found_leases = leases(storage)
