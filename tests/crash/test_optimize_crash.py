@@ -345,3 +345,50 @@ def test_an_optimize_whose_new_file_vanished_gives_that_bin_up(tmp_path: Path) -
     assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
     assert_same_ids(committed_ids(out), expected, "read_committed")
     assert MetadataLog(str(out)).check() == []
+
+
+def test_an_optimize_whose_inputs_another_optimize_replaced_and_a_vacuum_deleted_gives_those_bins_up(
+    tmp_path: Path,
+) -> None:
+    """An optimize stopped after its plan (its lease taken, nothing read yet); another optimize rewrites the
+    partition app=0 and a vacuum (--older-than 1ms) deletes the files it replaced. The first then gives up its
+    bin of app=0 (its inputs are no longer committed) and swaps the other two. Before, it failed with a bare
+    FileNotFoundError from pyarrow."""
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    child = start_child(
+        tmp_path / "children", {"out": str(out)}, failpoints="optimize_write=stop", script=OPTIMIZE_CHILD
+    )
+    _wait_stopped(child)
+    assert optimize(str(out), partitions={"app": "0"}).log_batch_id == 19
+    time.sleep(0.01)
+    assert len(vacuum(str(out), "1ms", allow_short_retention=True).plan.orphans) == 5  # app=0's five small files
+
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert MetadataLog(str(out)).check() == []
+
+
+def test_an_optimize_whose_committed_input_was_deleted_by_hand_raises_a_typed_error(tmp_path: Path) -> None:
+    """A committed input deleted outside the sink while the optimize runs: MissingDataFileError naming the file
+    and its batch, nothing swapped (before: a bare FileNotFoundError)."""
+    out = tmp_path / "out"
+    _append(out, range(13))
+    child = start_child(
+        tmp_path / "children", {"out": str(out)}, failpoints="optimize_write=stop", script=OPTIMIZE_CHILD
+    )
+    _wait_stopped(child)
+    lost = min(committed_paths(out))
+    os.remove(lost)
+    before = committed_paths(out)
+
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    outcome = child.result()
+    assert child.returncode == 3 and outcome["type"] == "MissingDataFileError", outcome
+    assert f"committed file {lost} of batch" in outcome["message"] and "Nothing was swapped" in outcome["message"]
+    assert committed_paths(out) == before

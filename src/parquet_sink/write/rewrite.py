@@ -72,7 +72,9 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
-from ..errors import CommitConflictError, OptimizeError, ParameterError, ParquetSinkError
+from ..errors import (
+    CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError,
+)
 from ..failpoints import failpoint
 from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
 from ..log.files import require_output
@@ -542,8 +544,15 @@ def optimize(
             futures = [
                 pool.submit(_write_bin, storage, b, compression, sort_by, z_order, target, threads) for b in plan.bins
             ]
+            vanished: dict[Bin, FileNotFoundError] = {}
             for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
-                written[bin_] = future.result()
+                try:
+                    written[bin_] = future.result()
+                except FileNotFoundError as exc:  # an input gone: replaced and vacuumed since the plan, or lost
+                    vanished[bin_] = exc
+        if vanished and not _give_up_vanished(log, vanished, result, where):
+            result.seconds = time.monotonic() - started
+            return result
         failpoint("optimize_commit")
         lease = _commit(log, result, written, interval, lease, snap, began_ms)
     finally:
@@ -667,6 +676,31 @@ def _commit(
                 "writers. Nothing was swapped (its new files are left for `parquet-sink vacuum`); run it again, "
                 "at a quieter time."
             )
+
+
+def _give_up_vanished(
+    log: MetadataLog, vanished: dict[Bin, FileNotFoundError], result: OptimizeResult, where: str
+) -> bool:
+    """The bins an input of which could not be read (``vanished``: bin -> the error): given up when the log no
+    longer commits every input (another optimize replaced it, and a vacuum deleted it, since the plan), else
+    MissingDataFileError naming the committed file and its batch (deleted outside the sink). Whether any other
+    bin is left to swap."""
+    live = set(data_files(read_snapshot(log).table, ["path"]).column("path").to_pylist())
+    for bin_, exc in vanished.items():
+        if all(f.logged in live for f in bin_.inputs):
+            missing = set(log.storage.missing([f.path for f in bin_.inputs]))
+            gone = [f for f in bin_.inputs if f.path in missing]
+            if not gone:  # there after all: what failed is not a missing input
+                raise exc
+            raise MissingDataFileError(
+                f"optimize {where}: committed file {log.storage.display(gone[0].path)} of batch {gone[0].batch_id} "
+                "is missing from storage. It was deleted outside the sink; restore it from backup (`parquet-sink "
+                f"verify {where}` lists every missing file). Nothing was swapped."
+            ) from exc
+        result.abandoned.append(bin_)
+        logger.info("%s: another optimize replaced an input of a bin in %s first: its rewrite is dropped", where,
+                    bin_.directory or "/")
+    return len(result.abandoned) < len(result.plan.bins)
 
 
 def _drop_missing(
