@@ -564,3 +564,25 @@ for path in glob.glob({out!r} + "/*.parquet") + glob.glob({out!r} + "/_spark_met
     plan = vacuum(out, "30m", allow_short_retention=True).plan
     assert {i.path for i in plan.replaced_kept} == replaced and plan.orphans == []
     assert sorted(read_committed(out, as_of_batch=2).column("id").to_pylist()) == [0, 1, 2, 100, 101, 102]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied", "rewritten in place", "deleted"])
+def test_a_damaged_or_lost_input_is_a_typed_error_naming_file_and_batch(out: str, damage: str) -> None:
+    """A committed input the optimize cannot read: DamagedDataFileError (or MissingDataFileError) naming the file
+    and its batch, as the readers say it, and nothing swapped. Before, a damaged one was a StorageError saying
+    to check that the location exists and is reachable."""
+    from parquet_sink.errors import DamagedDataFileError
+
+    _write_versions(out, range(3))
+    victim = next(f for f in committed_files(out) if f.batch_id == 1)
+    data = Path(victim.path).read_bytes()
+    body = {"truncated": data[: len(data) // 2], "emptied": b"", "rewritten in place": b"x" * len(data)}.get(damage)
+    if body is None:
+        os.remove(victim.path)
+    else:
+        Path(victim.path).write_bytes(body)
+    before = {f.path for f in committed_files(out)}
+    error = MissingDataFileError if damage == "deleted" else DamagedDataFileError
+    with pytest.raises(error, match=f"committed file {victim.path} of batch 1 .*"):
+        optimize(out)
+    assert {f.path for f in committed_files(out)} == before and MetadataLog(out).latest_batch_id() == 2

@@ -73,7 +73,7 @@ from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its 
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
 from ..errors import (
-    CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError,
+    CommitConflictError, DamagedDataFileError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError,
 )
 from ..failpoints import failpoint
 from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
@@ -89,6 +89,7 @@ from ..read.history import (
     optimize_fingerprint,
     optimize_key,
 )
+from ..read.reader import unreadable_file
 from ..storage.filesystem import Storage
 from .inflight import InFlightBatch
 from .parquet_files import codec_extension, parquet_codec
@@ -347,12 +348,28 @@ def _read_files(
                 reader = ParquetReader()
                 reader.open(handle, **_OPEN_OPTIONS)
                 tables.append(reader.read_all(use_threads=False))  # a pool hop per small file costs more than it saves
-        except Exception:  # translated only when it fails: its cost is per file
-            with storage.translating("reading", info.path):
-                raise
+        except Exception as exc:  # translated only when it fails: its cost is per file
+            _raise_unreadable(storage, info, exc)
     table = pa.concat_tables(tables, promote_options="permissive")
     int96 = any(map(_holds_timestamp, table.schema.types)) and any(_has_int96(filesystem, info.path) for info in inputs)
     return table.replace_schema_metadata(tables[-1].schema.metadata), int96
+
+
+def _raise_unreadable(storage: Storage, info: InputFile, exc: Exception) -> None:
+    """Raise the typed error of committed input ``info`` whose read failed with ``exc``: MissingDataFileError when
+    it is gone, DamagedDataFileError when it is not of its logged size or, of its size, not Parquet (its bytes
+    changed in place), naming the file and its batch (as the readers do); else ``exc`` as a StorageError."""
+    error = unreadable_file(storage, info, exc)
+    if error is None and isinstance(exc, pa.ArrowInvalid):
+        error = DamagedDataFileError(
+            f"committed file {storage.display(info.path)} of batch {info.batch_id} cannot be read although it has its "
+            f"logged size ({type(exc).__name__}: {exc}): its bytes were changed outside the sink. Restore it from "
+            "backup; nothing was swapped."
+        )
+    if error is not None:
+        raise error from exc
+    with storage.translating("reading", info.path):
+        raise exc
 
 
 def _read_bin(storage: Storage, bin_: Bin, threads: int) -> tuple[pa.Table, bool]:
@@ -544,11 +561,11 @@ def optimize(
             futures = [
                 pool.submit(_write_bin, storage, b, compression, sort_by, z_order, target, threads) for b in plan.bins
             ]
-            vanished: dict[Bin, FileNotFoundError] = {}
+            vanished: dict[Bin, MissingDataFileError] = {}
             for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
                 try:
                     written[bin_] = future.result()
-                except FileNotFoundError as exc:  # an input gone: replaced and vacuumed since the plan, or lost
+                except MissingDataFileError as exc:  # an input gone: replaced and vacuumed since the plan, or lost
                     vanished[bin_] = exc
         if vanished and not _give_up_vanished(log, vanished, result, where):
             result.seconds = time.monotonic() - started
@@ -679,7 +696,7 @@ def _commit(
 
 
 def _give_up_vanished(
-    log: MetadataLog, vanished: dict[Bin, FileNotFoundError], result: OptimizeResult, where: str
+    log: MetadataLog, vanished: dict[Bin, MissingDataFileError], result: OptimizeResult, where: str
 ) -> bool:
     """The bins an input of which could not be read (``vanished``: bin -> the error): given up when the log no
     longer commits every input (another optimize replaced it, and a vacuum deleted it, since the plan), else
