@@ -89,7 +89,7 @@ from ..read.history import (
     optimize_fingerprint,
     optimize_key,
 )
-from ..read.reader import unreadable_file
+from ..read.reader import CommittedFile, unreadable_file
 from ..storage.filesystem import Storage
 from .inflight import InFlightBatch
 from .parquet_files import codec_extension, parquet_codec
@@ -359,7 +359,7 @@ def _raise_unreadable(storage: Storage, info: InputFile, exc: Exception) -> None
     """Raise the typed error of committed input ``info`` whose read failed with ``exc``: MissingDataFileError when
     it is gone, DamagedDataFileError when it is not of its logged size or, of its size, not Parquet (its bytes
     changed in place), naming the file and its batch (as the readers do); else ``exc`` as a StorageError."""
-    error = unreadable_file(storage, info, exc)
+    error = unreadable_file(storage, CommittedFile(info.path, info.relative, info.size, 0, info.batch_id, ()), exc)
     if error is None and isinstance(exc, pa.ArrowInvalid):
         error = DamagedDataFileError(
             f"committed file {storage.display(info.path)} of batch {info.batch_id} cannot be read although it has its "
