@@ -77,7 +77,8 @@ class MissingLogFileError(LogError):
 
 
 class SnapshotExpiredError(LogError):
-    """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full."""
+    """An older snapshot was asked for whose log files are gone and which newer files cannot answer in full, or
+    whose data files ``vacuum`` deleted after an optimize or retention removed them from the output."""
 
 
 class SnapshotNotFoundError(LogError):

@@ -269,3 +269,126 @@ def test_stream_and_optimizes_killed_at_random(spark, tmp_path: Path, request: p
                         "delta-rs")
     except AssertionError as exc:
         raise AssertionError(f"seed {seed} (CRASH_SOAK_SEED): {history_}: {exc}") from exc
+
+
+def _stopped_optimize_overtaken(tmp_path: Path, failpoints: str) -> tuple[Path, list[int], object, set[str]]:
+    """An optimize planned at log batch 12 (aiming at 19), stopped once its new files are written; then a writer
+    commits log batches 13..20, the compaction batch 19 included. Returns the output, its rows, the stopped child
+    and the optimize's new (uncommitted) files."""
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    child = start_child(tmp_path / "children", {"out": str(out)}, failpoints=failpoints, script=OPTIMIZE_CHILD)
+    _wait_stopped(child)
+    new_files = orphans(out)
+    assert len(new_files) == 3  # one per partition
+    expected += _append(out, range(13, 21))
+    return out, expected, child, new_files
+
+
+def test_vacuum_keeps_the_files_of_an_optimize_whose_compaction_batch_a_writer_took(tmp_path: Path) -> None:
+    """The optimize's lease lives until an optimize commits at its batch, not only while that batch is free: a
+    vacuum (--older-than 1ms) run after a writer took batch 19 keeps the optimize's files, and the optimize then
+    commits them at 29. Before, the lease was dead once batch 19 existed, the vacuum deleted the three files, and
+    the optimize committed them anyway: every row of the output unreadable (MissingDataFileError)."""
+    out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, "optimize_commit=stop")
+    plan = vacuum(str(out), "1ms", allow_short_retention=True).plan
+
+    assert {info.path for info in plan.in_flight} == new_files and plan.orphans == []
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    assert child.result()["committed"] and child.result()["log_batch_id"] == 29
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert new_files <= committed_paths(out)
+    vacuum(str(out), "1ms", allow_short_retention=True)  # the lease is dead now: the replaced files go
+    assert orphans(out) == set() and not list((out / "_exactly_once" / "leases").iterdir())
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+
+
+def test_a_moved_optimize_lease_still_protects_the_files_written_before_it(tmp_path: Path) -> None:
+    """Overtaken at its compaction batch, the optimize moves its lease to the next one (29) before its empty
+    batches; the moved lease protects from the first one's time, so the files written before the move are kept by
+    a vacuum that runs while it commits its empty batches, however long after their writing the move came (the
+    moved lease's time set an hour ahead, as after an hour-long rewrite)."""
+    stops = "optimize_commit=stop,optimize_padding=stop"
+    out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, stops)
+    leases_dir = out / "_exactly_once" / "leases"
+    first_lease = {p.name for p in leases_dir.iterdir()}
+    os.kill(child.proc.pid, signal.SIGCONT)
+    _wait_stopped(child)  # before its first empty batch (21), its lease moved to 29
+    (moved,) = leases_dir.iterdir()
+    assert moved.name not in first_lease and moved.name.startswith("29-")
+    hour_later = time.time() + 3600
+    os.utime(moved, (hour_later, hour_later))
+
+    plan = vacuum(str(out), "1ms", allow_short_retention=True).plan
+    assert {info.path for info in plan.in_flight} == new_files and plan.orphans == []
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    assert child.result()["log_batch_id"] == 29
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+
+
+def test_an_optimize_whose_new_file_vanished_gives_that_bin_up(tmp_path: Path) -> None:
+    """A new file deleted while the optimize waits (a vacuum ignoring its lease, a hand clean-up): after its lost
+    race the optimize checks its files and gives that bin up (the old files stay committed) instead of naming a
+    missing file in the log; the other bins are swapped."""
+    out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, "optimize_commit=stop")
+    gone = sorted(new_files)[0]
+    os.remove(gone)
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert MetadataLog(str(out)).check() == []
+
+
+def test_an_optimize_whose_inputs_another_optimize_replaced_and_a_vacuum_deleted_gives_those_bins_up(
+    tmp_path: Path,
+) -> None:
+    """An optimize stopped after its plan (its lease taken, nothing read yet); another optimize rewrites the
+    partition app=0 and a vacuum (--older-than 1ms) deletes the files it replaced. The first then gives up its
+    bin of app=0 (its inputs are no longer committed) and swaps the other two. Before, it failed with a bare
+    FileNotFoundError from pyarrow."""
+    out = tmp_path / "out"
+    expected = _append(out, range(13))
+    child = start_child(
+        tmp_path / "children", {"out": str(out)}, failpoints="optimize_write=stop", script=OPTIMIZE_CHILD
+    )
+    _wait_stopped(child)
+    assert optimize(str(out), partitions={"app": "0"}).log_batch_id == 19
+    time.sleep(0.01)
+    assert len(vacuum(str(out), "1ms", allow_short_retention=True).plan.orphans) == 5  # app=0's five small files
+
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert MetadataLog(str(out)).check() == []
+
+
+def test_an_optimize_whose_committed_input_was_deleted_by_hand_raises_a_typed_error(tmp_path: Path) -> None:
+    """A committed input deleted outside the sink while the optimize runs: MissingDataFileError naming the file
+    and its batch, nothing swapped (before: a bare FileNotFoundError)."""
+    out = tmp_path / "out"
+    _append(out, range(13))
+    child = start_child(
+        tmp_path / "children", {"out": str(out)}, failpoints="optimize_write=stop", script=OPTIMIZE_CHILD
+    )
+    _wait_stopped(child)
+    lost = min(committed_paths(out))
+    os.remove(lost)
+    before = committed_paths(out)
+
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    outcome = child.result()
+    assert child.returncode == 3 and outcome["type"] == "MissingDataFileError", outcome
+    assert f"committed file {lost} of batch" in outcome["message"] and "Nothing was swapped" in outcome["message"]
+    assert committed_paths(out) == before

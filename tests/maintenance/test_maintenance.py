@@ -139,3 +139,27 @@ def test_top_level_names_load_on_first_use():
         assert getattr(parquet_sink, name) is not None
     with pytest.raises(AttributeError):
         parquet_sink.not_a_name  # noqa: B018
+
+
+def test_maintenance_given_a_file_or_the_log_directory_names_the_output_to_give(tmp_path, capsys):
+    """vacuum and sync_delta_log pointed at a file of the output, or at its log directory, raise NotAnOutputError
+    saying which path to give (as the readers and optimize do), and delete nothing. Before, vacuum on a file
+    raised a bare FileNotFoundError ("a parent of it is a file") and sync_delta_log a DeltaLogError about reading
+    `<file>/_delta_log`."""
+    from parquet_sink import sync_delta_log
+    from parquet_sink.errors import NotAnOutputError
+    from parquet_sink.maintenance import optimize
+
+    out, orphan = _output(tmp_path)
+    on_disk = sorted(p for p in Path(out).rglob("*") if p.is_file())
+    for path, hint in ((str(orphan), "is a file: give the output directory"),
+                       (f"{out}/_spark_metadata/0", "is a file: give the output directory"),
+                       (f"{out}/_spark_metadata", "is a log directory: give its parent")):
+        for call in (lambda: vacuum(path, "0s", allow_short_retention=True), lambda: sync_delta_log(path),
+                     lambda: optimize(path)):
+            with pytest.raises(NotAnOutputError, match=hint):
+                call()
+        for command in (["vacuum", path, "--older-than", "0s", "--allow-short-retention"], ["delta-sync", path]):
+            assert cli_main(command) == 1
+            assert hint in capsys.readouterr().err
+    assert sorted(p for p in Path(out).rglob("*") if p.is_file()) == on_disk

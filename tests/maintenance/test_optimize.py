@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parquet_sink import MetadataLog, ParquetSink, committed_files, history, read_committed, write_batch
-from parquet_sink.errors import CommitConflictError, LogError, ParameterError
+from parquet_sink.errors import (
+    CommitConflictError, LogError, MissingDataFileError, ParameterError, SnapshotExpiredError,
+)
 from parquet_sink.log.entry import CommitRecord, LogEntry
 from parquet_sink.maintenance import optimize, vacuum
 from parquet_sink.maintenance.optimize import parse_file_size
@@ -262,6 +266,26 @@ def test_vacuum_keeps_replaced_files_while_the_snapshot_before_can_be_read(out: 
     assert {i.path for i in gone.plan.orphans} == old
     assert not any(os.path.exists(p) for p in old)
     assert read_committed(out).num_rows == 18
+    # time travel before the swap now fails saying why (before: MissingDataFileError "deleted outside the sink;
+    # restore it from backup"), by batch and by time, through every reader of the snapshot
+    log = history(out)
+    before_swap = log.filter(pc.equal(log.column("log_batch_id"), 2)).column("commit_time")[0].as_py()
+    for travel in ({"as_of_batch": 2}, {"as_of_batch": 0}, {"as_of_time": before_swap}, {"batches": (0, 1)}):
+        for how in ({}, {"filter": pc.field("id") >= 100}):  # a filtered read prunes files first (batch 0's)
+            expired = r"(as of batch \d|batches 0..1) of .* cannot be read any more"
+            with pytest.raises(SnapshotExpiredError, match=expired):
+                read_committed(out, **travel, **how)
+
+
+def test_a_file_of_an_old_snapshot_deleted_by_hand_is_still_a_missing_file(out: str) -> None:
+    """A file that the latest snapshot still commits, deleted outside the sink: time travel to a snapshot naming
+    it says the file is missing (restore it), not that the snapshot expired."""
+    _write_versions(out, range(3))
+    first = next(f.path for f in committed_files(out) if f.batch_id == 0)
+    os.remove(first)
+    for travel in ({"as_of_batch": 1}, {"batches": (0, 0)}, {}):
+        with pytest.raises(MissingDataFileError, match="deleted outside the sink"):
+            read_committed(out, **travel)
 
 
 def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
@@ -335,8 +359,6 @@ def test_optimize_on_every_store(backend) -> None:
 def test_an_old_snapshot_whose_log_files_are_gone_is_refused_not_answered_wrong(out: str) -> None:
     """Once cleanup deleted the log files before the swap, the snapshot before it cannot be answered from the newest
     compact file (its rows moved to the swap's batch): SnapshotExpiredError, not 0 rows."""
-    from parquet_sink.errors import SnapshotExpiredError
-
     _write_versions(out, range(13))
     optimize(out)
     log_dir = Path(out) / "_spark_metadata"
@@ -512,3 +534,55 @@ def test_empty_outputs(tmp_path: Path) -> None:
     result = optimize(mixed)
     assert result.committed and result.files_removed == files and result.rows == 3
     assert sorted(read_committed(mixed).column("id").to_pylist()) == [1, 2, 3]
+
+
+def _run_with_clock(offset_s: int, code: str) -> str:
+    """Run ``code`` in a process whose clock (``time.time``) is ``offset_s`` seconds off this machine's."""
+    program = f"import time\n_real = time.time\ntime.time = lambda: _real() + {offset_s}\n{code}"
+    source = str(Path(__file__).resolve().parents[2] / "src")  # this tree's package, not an installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def test_vacuum_keeps_the_files_of_a_swap_whose_clock_is_behind(out: str) -> None:
+    """Batches written two hours ago and an optimize now, by a machine whose clock is an hour behind: the swap's
+    logged commit time is an hour back, its log file's time on storage is now. A vacuum (--older-than 30m) right
+    after keeps the replaced files (the swap is seconds old) and time travel before it still reads them. Before,
+    the swap was judged by its logged time alone: the vacuum deleted them and batch 2 could no longer be read."""
+    _run_with_clock(-3 * 3600, f"""
+import glob, os
+import pyarrow as pa
+from parquet_sink import write_batch
+for v in range(3):
+    write_batch({out!r}, pa.table({{"id": [v, v + 100]}}), app_id="late", version=v)
+for path in glob.glob({out!r} + "/*.parquet") + glob.glob({out!r} + "/_spark_metadata/*"):
+    os.utime(path, (_real() - 7200, _real() - 7200))  # on storage: two hours ago
+""")
+    replaced = {f.path for f in committed_files(out)}
+    _run_with_clock(-3600, f"from parquet_sink.maintenance import optimize\noptimize({out!r})")
+
+    plan = vacuum(out, "30m", allow_short_retention=True).plan
+    assert {i.path for i in plan.replaced_kept} == replaced and plan.orphans == []
+    assert sorted(read_committed(out, as_of_batch=2).column("id").to_pylist()) == [0, 1, 2, 100, 101, 102]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied", "rewritten in place", "deleted"])
+def test_a_damaged_or_lost_input_is_a_typed_error_naming_file_and_batch(out: str, damage: str) -> None:
+    """A committed input the optimize cannot read: DamagedDataFileError (or MissingDataFileError) naming the file
+    and its batch, as the readers say it, and nothing swapped. Before, a damaged one was a StorageError saying
+    to check that the location exists and is reachable."""
+    from parquet_sink.errors import DamagedDataFileError
+
+    _write_versions(out, range(3))
+    victim = next(f for f in committed_files(out) if f.batch_id == 1)
+    data = Path(victim.path).read_bytes()
+    body = {"truncated": data[: len(data) // 2], "emptied": b"", "rewritten in place": b"x" * len(data)}.get(damage)
+    if body is None:
+        os.remove(victim.path)
+    else:
+        Path(victim.path).write_bytes(body)
+    before = {f.path for f in committed_files(out)}
+    error = MissingDataFileError if damage == "deleted" else DamagedDataFileError
+    with pytest.raises(error, match=f"committed file {victim.path} of batch 1 .*"):
+        optimize(out)
+    assert {f.path for f in committed_files(out)} == before and MetadataLog(out).latest_batch_id() == 2

@@ -1,6 +1,6 @@
 """The writers' pure decision rules, searched with Hypothesis (no Spark, no storage): the invariants that make
-the sink exactly-once, whatever history of queries and apps the log holds, and the restart plans ``doctor``
-builds from them."""
+the sink exactly-once, whatever history of queries and apps the log holds, the restart plans ``doctor``
+builds from them, and the liveness of an optimize's lease (what keeps ``vacuum`` off its files)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,46 @@ def test_restart_plans(tmp_path):
     assert "restored from an older copy" in restored.warnings[0]
     blind = plan_restart(Checkpoint("q", 3, 3), _output(tmp_path, own), batch_id_only=True)
     assert not blind.ok and "batch-id-only" in blind.warnings[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([1, 2, 3, 10]),
+    st.lists(st.sampled_from(["a", "b"]), max_size=12),
+    st.lists(st.sampled_from(["a", "b", "optimize"]), max_size=30),
+)
+def test_an_optimize_lease_lives_until_its_own_swap_whatever_commits_first(interval, before, steps):
+    """The lease an optimize holds protects its new files until its swap commits, whatever other writers commit
+    meanwhile (its compaction batch included: then it moves to the next one before its empty batches), and dies
+    with the swap. Before, a writer taking the compaction batch ended it while the optimize still held its files."""
+    from parquet_sink.read.chain import app_commits
+    from parquet_sink.read.history import OPTIMIZE_APP_ID
+    from parquet_sink.write.inflight import Lease
+    from parquet_sink.write.rewrite import _next_compaction
+
+    records: list[CommitRecord] = []
+    versions: dict[str, int] = {}
+
+    def commit(app: str, version: int | None = None) -> None:
+        versions[app] = versions.get(app, -1) + 1 if version is None else version
+        records.append(CommitRecord(len(records), app, versions[app], "c"))
+
+    for app in before:
+        commit(app)
+    target = _next_compaction(len(records) - 1, interval)
+    lease = Lease("lease", target, "id", 0, (OPTIMIZE_APP_ID, target))
+    swapped = False
+    for step in steps + ["optimize"] * (2 * interval + 2):
+        newest = {app: r.query_batch_id for app, r in app_commits(records).items()}
+        assert lease.is_live(len(records) - 1, newest) != swapped, (records, lease)
+        if swapped:
+            break
+        if step != "optimize":
+            commit(step)
+            continue
+        target = _next_compaction(len(records) - 1, interval)
+        if target != lease.log_batch_id:  # a writer took its compaction batch: the lease moves first
+            lease = Lease("lease", target, "id", 0, (OPTIMIZE_APP_ID, target))
+        swapped = len(records) == target
+        commit(OPTIMIZE_APP_ID, len(records))  # an empty batch, or the swap: version = log batch
+    assert swapped

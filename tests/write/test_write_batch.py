@@ -181,6 +181,32 @@ def test_iter_batches_reads_each_committed_batch_after_a_given_id(tmp_path):
         list(iter_batches(str(tmp_path / "missing")))
 
 
+def test_a_chain_downstream_of_an_optimized_source_gets_every_row_once(tmp_path):
+    """iter_batches yields an optimize's swap (and its empty batches) empty: its files hold rows earlier batches
+    delivered. Before, the swap's batch yielded every rewritten row again, and the chain appended them twice."""
+    from parquet_sink.maintenance import optimize
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+
+    def produce(versions):
+        for v in versions:
+            write_batch(src, pa.table({"id": pa.array([v * 10, v * 10 + 1], pa.int64())}), app_id="p", version=v)
+
+    def consume():
+        for batch_id, table in iter_batches(src, after=committed_version(dst, "c")):
+            write_batch(dst, table, app_id="c", version=batch_id)
+
+    produce(range(5))
+    consume()
+    assert optimize(src).log_batch_id == 9  # empty batches 5..8, the swap at 9
+    produce(range(5, 7))
+    consume()
+    assert sorted(read_committed(dst).column("id").to_pylist()) == sorted(read_committed(src).column("id").to_pylist())
+    assert [(b, t.num_rows, t.column_names) for b, t in iter_batches(src, after=7, columns=["id"])] == [
+        (8, 0, ["id"]), (9, 0, ["id"]), (10, 2, ["id"]), (11, 2, ["id"])
+    ]
+
+
 def test_chain_loop_is_idempotent(tmp_path):
     """The README loop run twice: the second run finds nothing new and writes nothing."""
     src, out = str(tmp_path / "src"), str(tmp_path / "out")

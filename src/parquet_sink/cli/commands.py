@@ -206,8 +206,8 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
     if plan.in_flight:
         lines.append(
             f"kept {len(plan.in_flight)} unreferenced file(s) of batches in flight ({len(plan.live_leases)} lease(s) "
-            f"under {HIDDEN_DIR}/leases; a lease ends with its batch's commit, or when a restarted query commits "
-            "that batch)"
+            f"under {HIDDEN_DIR}/leases; a lease ends with its batch's commit, when a restarted query or app commits "
+            "that batch, or, an optimize's, when an optimize next commits)"
         )
     emit(args, data, "\n".join(lines))
     return 0

@@ -211,6 +211,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
         table = deltalake.DeltaTable(uri, storage_options=options)
         actions = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
     except (deltalake.exceptions.DeltaError, OSError) as exc:
+        require_output(storage)  # a path that is no output (a file, a typo): NotAnOutputError says so
         raise delta_failure(storage, "reading", exc) from exc
     files = dict(zip(map(unquote, actions.column("path").to_pylist()), actions.column("size_bytes").to_pylist()))
     metadata = table.metadata()

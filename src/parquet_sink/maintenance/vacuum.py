@@ -31,7 +31,7 @@ from typing import Any
 from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError
 from ..log.compaction import parse_duration_ms
-from ..log.entry import COMMIT_TIME_KEY, CommitRecord
+from ..log.entry import COMMIT_TIME_KEY, CommitRecord, LogEntry
 from ..log.files import ORPHANED_COPY_AGE_MS, nested_roots, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
 from ..partitioning import is_data_file
@@ -113,9 +113,10 @@ def find_orphans(
     committed = {f.path for f in snap.files}
     records = []
     log_files = log.log_dir + "/"  # and the log files themselves (a log of empty batches has no entries)
-    times = [
-        i.mtime_ms for i in listed if i.path in committed or (i.path.startswith(log_files) and parse_batch_name(i.path))
-    ]
+    log_times = {  # each log file's time on storage, by batch
+        batch[0]: i.mtime_ms for i in listed if i.path.startswith(log_files) and (batch := parse_batch_name(i.path))
+    }
+    times = [i.mtime_ms for i in listed if i.path in committed] + list(log_times.values())
     cutoff = int(time.time() * 1000) - older_than_ms
     swaps = []  # optimizes committed within older_than: the snapshot before each keeps its files
     if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
@@ -124,7 +125,7 @@ def find_orphans(
             record = CommitRecord.from_entry(entry)
             records.append(record)
             times.append(entry.modification_time)
-            if record is not None and optimize_figures(record) and entry.extra.get(COMMIT_TIME_KEY, 0) >= cutoff:
+            if record is not None and optimize_figures(record) and _swap_time(record, entry, log_times) >= cutoff:
                 swaps.append(record.log_batch_id)
     first_commit_ms = min(times, default=None) if snap.latest_batch_id is not None else None
     latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
@@ -156,6 +157,16 @@ def find_orphans(
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
+
+
+def _swap_time(record: CommitRecord, entry: LogEntry, log_times: Mapping[int, int]) -> int:
+    """When the optimize of ``record`` (its log ``entry``) was committed: the later of its logged commit time (the
+    optimizing machine's clock) and its log file's time on storage (the clock of the files' ages), so that a
+    swap a clock behind stamped in the past is not taken for an old one. Pure.
+
+    Example: ``_swap_time(record, entry, {19: 1732430000000})`` -> ``1732430000000``.
+    """
+    return max(entry.extra.get(COMMIT_TIME_KEY, 0), log_times.get(record.log_batch_id, 0))
 
 
 def _replaced_files(url: str, storage_options: Mapping[str, Any] | None, swaps: Sequence[int]) -> set[str]:

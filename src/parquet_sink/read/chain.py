@@ -23,6 +23,7 @@ import pyarrow as pa
 from ..errors import OutputResetError, ParameterError
 from ..log.snapshot import read_snapshot
 from ..log.metadata_log import MetadataLog
+from .history import history
 from .reader import read_committed, snapshot
 from ..log.entry import CommitRecord, attribute, records_of
 
@@ -125,7 +126,9 @@ def iter_batches(
     """The committed batches of the source at ``path`` with an id greater than ``after`` (all when None),
     oldest first, each read with ``read_committed(path, batches=(b, b))``. Stops at the newest batch
     committed when the iteration started; a batch that committed no data is yielded too (an empty
-    table), so a downstream job still records that it consumed it.
+    table), so a downstream job still records that it consumed it. So is an optimize's swap (``history``
+    operation ``optimize``): its files hold rows earlier batches delivered (Delta's ``dataChange=false``), which a
+    downstream would otherwise append twice.
 
     Example::
 
@@ -148,6 +151,11 @@ def iter_batches(
     if latest is None or latest <= start:
         return
     logger.info("reading batches %d..%d of %s", start + 1, latest, path)
+    operations = history(path, storage_options=storage_options).select(["log_batch_id", "operation"]).to_pylist()
+    swaps = {row["log_batch_id"] for row in operations if row["operation"] == "optimize"}
     for batch_id in range(start + 1, latest + 1):
-        table = read_committed(path, batches=(batch_id, batch_id), columns=columns, storage_options=storage_options)
+        if batch_id in swaps:  # no new row: empty, as a batch that committed no data reads
+            table = pa.table({name: pa.nulls(0) for name in columns or ()})
+        else:
+            table = read_committed(path, batches=(batch_id, batch_id), columns=columns, storage_options=storage_options)
         yield SourceBatch(batch_id, table)

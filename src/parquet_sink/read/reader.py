@@ -29,7 +29,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs
 
-from ..errors import DamagedDataFileError, MissingDataFileError, MissingLogFileError, SnapshotExpiredError, ParameterError
+from ..errors import (
+    DamagedDataFileError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
+    SnapshotExpiredError,
+)
 from ..log.snapshot import (
     LogSnapshot,
     batch_ids_known,
@@ -141,11 +144,14 @@ class CommittedFiles(Sequence[CommittedFile]):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The committed files of an output as of one batch."""
+    """The committed files of an output as of one batch. ``older``: what a read of older batches asked for
+    (``"the snapshot as of batch 12"``, ``"batches 0..5"``: a time travel or a batch range, whose files an
+    optimize or retention may have removed since), else None."""
 
     storage: Storage
     latest_batch_id: int | None
     files: CommittedFiles
+    older: str | None = None
 
 
 def _expired_upto(table: pa.Table) -> int:
@@ -347,7 +353,10 @@ def snapshot(
         for gone in CommittedFiles(storage, files.table.filter(pc.invert(present))):
             logger.warning("skipping missing committed file %s (batch %s)", storage.display(gone.path), gone.batch_id)
         files = CommittedFiles(storage, files.table.filter(present))
-    return Snapshot(storage, latest, files)
+    older = f"batches {batches[0]}..{batches[1]}" if batches is not None else None
+    if as_of_batch is not None and as_of_batch < latest:
+        older = f"the snapshot as of batch {as_of_batch}" + (f" ({older})" if older else "")
+    return Snapshot(storage, latest, files, older)
 
 
 def snapshot_after(
@@ -558,7 +567,7 @@ def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, 
     mixed = None if layout.mixed is None else [p for p, kept in zip(layout.mixed, keep) if kept]
     directory = None if layout.directory is None else layout.directory[keep]
     kept = _Layout(layout.schema, mixed, directory, layout.directory_values)
-    return Snapshot(snap.storage, snap.latest_batch_id, files), kept
+    return Snapshot(snap.storage, snap.latest_batch_id, files, snap.older), kept
 
 
 def _decoded(snap: Snapshot, layout: _Layout | None, filter: ds.Expression | None) -> FileStats:
@@ -585,7 +594,7 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
     for f in named:
         error = unreadable_file(snap.storage, f, exc)
         if error is not None:
-            return error
+            return (_vacuumed_since(snap, f) or error) if isinstance(error, MissingDataFileError) else error
     if not isinstance(exc, pa.ArrowInvalid):  # a store failing, Spark's own errors: as they are
         return exc
     filesystem = snap.storage.arrow_filesystem()
@@ -599,6 +608,29 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
                 "Restore it from backup."
             )
     return exc
+
+
+def _vacuumed_since(snap: Snapshot, f: CommittedFile) -> SnapshotExpiredError | None:
+    """For a read of older batches (``snap.older``: ``as_of_batch``, ``as_of_time``, ``batches``) whose committed
+    file ``f`` is missing: SnapshotExpiredError when the latest snapshot no longer commits ``f`` (an optimize
+    replaced it, or retention dropped it, and ``vacuum`` deleted it: those batches cannot be read any more, as a
+    Delta version after VACUUM); None otherwise (deleted outside the sink: MissingDataFileError says so)."""
+    if snap.older is None:
+        return None
+    storage = snap.storage
+    try:
+        latest = snapshot(storage.url, storage_options=storage.storage_options)
+    except ParquetSinkError:  # the missing file is the error to report
+        return None
+    if f.path in set(latest.files.paths().to_pylist()):
+        return None
+    return SnapshotExpiredError(
+        f"{snap.older} of {storage.display(storage.root)} cannot be read any more: its file "
+        f"{storage.display(f.path)} (committed by batch {f.batch_id}) is gone from storage, and the output no longer "
+        "commits it (an optimize replaced it, or retention dropped it, since; `vacuum` then deleted it). Read the "
+        f"latest snapshot (batch {latest.latest_batch_id}: every row still committed is there) or later batches; to "
+        "keep time travel this far back, run vacuum with a longer --older-than."
+    )
 
 
 def unreadable_file(

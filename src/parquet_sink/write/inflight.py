@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 LEASES = "leases"
 STAGING = "staging"
 _APP_KEY = "writeBatch"  # in a lease's body: live until its query or app commits (named when only write_batch did)
+_PROTECTS_KEY = "protectsFromMs"  # in a moved lease's body: the storage time of the lease it replaced
 CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
 
 
@@ -54,7 +55,7 @@ class Lease:
     path: str
     log_batch_id: int
     commit_id: str
-    started_ms: int
+    started_ms: int  # its own mtime, or the first lease's of a writer that moved it (files older are its too)
     app: tuple[str, int] | None = None  # (query or app id, batch id or version) of a lease live until committed
 
     def is_live(self, latest: int, app_versions: Mapping[str | None, int]) -> bool:
@@ -88,15 +89,20 @@ class InFlightBatch:
         query_id: str | None,
         batch_id: int,
         until_committed: bool = False,
+        protects_from_ms: int | None = None,
     ) -> InFlightBatch:
         """Take the lease (before any data file of the batch is written). ``until_committed``: live until
         ``query_id`` (a query or an app id) commits ``batch_id`` (its batch id or version) or a later one, at
-        whatever log batch lost commit races move it to (``write_batch``, and the sink when it knows its query
-        id); else live while log batch ``log_batch_id`` is not committed."""
+        whatever log batch lost commit races move it to (``write_batch``, the sink when it knows its query
+        id, and ``optimize``); else live while log batch ``log_batch_id`` is not committed.
+        ``protects_from_ms``: the storage time of the lease this one replaces (a writer moving its lease to
+        another batch), so that the files it wrote under that one stay protected."""
         batch = cls(storage, log_batch_id, commit_id)
         body = {"queryId": query_id, "queryBatchId": batch_id, "logBatchId": log_batch_id, "startedMs": int(time.time() * 1000)}
         if until_committed:
             body[_APP_KEY] = True
+        if protects_from_ms is not None:
+            body[_PROTECTS_KEY] = protects_from_ms
         with storage.open(batch.lease_path, "wb") as fh:
             fh.write(json.dumps(body).encode())
         return batch
@@ -126,24 +132,29 @@ def leases(storage: Storage) -> list[Lease]:
         batch, _, commit_id = info.path.rsplit("/", 1)[-1].partition("-")
         if batch.isdigit() and commit_id and not info.is_dir:
             try:
-                app = _app_of(storage.read_bytes(info.path))
+                app, protects_from = _parse_body(storage.read_bytes(info.path))
             except FileNotFoundError:  # ended since the listing
                 continue
-            found.append(Lease(info.path, int(batch), commit_id, info.mtime_ms, app))
+            started = info.mtime_ms if protects_from is None else min(info.mtime_ms, protects_from)
+            found.append(Lease(info.path, int(batch), commit_id, started, app))
     return sorted(found, key=lambda lease: lease.started_ms)
 
 
-def _app_of(body: bytes) -> tuple[str, int] | None:
-    """(app id, version) of a write_batch lease's body; None for a sink's lease or a body being written (its
-    writer has written no data file yet)."""
+def _parse_body(body: bytes) -> tuple[tuple[str, int] | None, int | None]:
+    """(app id, version) of a lease live until committed (None for a lease of a log batch, or a body being
+    written: its writer has written no data file yet), and the storage time a moved lease protects from."""
     try:
         fields = json.loads(body)
     except ValueError:
-        return None
-    if not isinstance(fields, dict) or fields.get(_APP_KEY) is not True:
-        return None
+        return None, None
+    if not isinstance(fields, dict):
+        return None, None
+    protects_from = fields.get(_PROTECTS_KEY)
+    protects_from = protects_from if isinstance(protects_from, int) and not isinstance(protects_from, bool) else None
+    if fields.get(_APP_KEY) is not True:
+        return None, protects_from
     app_id, version = fields.get("queryId"), fields.get("queryBatchId")
-    return (app_id, version) if isinstance(app_id, str) and isinstance(version, int) else None
+    return ((app_id, version) if isinstance(app_id, str) and isinstance(version, int) else None), protects_from
 
 
 def staging_dirs(storage: Storage) -> list[FileInfo]:

@@ -16,8 +16,9 @@ How the swap stays atomic for every reader:
   readers between see no change.
 * New files are written first, under Spark's file names in the partition directories of the files they
   replace, which no reader lists (every reader lists the log); a lease (:mod:`parquet_sink.write.inflight`)
-  keeps ``vacuum`` off them until batch ``N`` is committed. A crash before the commit leaves orphans for
-  ``vacuum``; the commit is one exclusive create.
+  keeps ``vacuum`` off them until an optimize commits at batch ``N`` or later (another writer taking batch ``N``
+  does not end it: the lease moves to the next compaction batch, still protecting the files written under the
+  first one). A crash before the commit leaves orphans for ``vacuum``; the commit is one exclusive create.
 * Beside other writers it is one more writer (:mod:`parquet_sink.write.conflicts`): the sink or
   ``write_batch`` losing a commit race to it re-reads and commits at the next log batch (the optimize's batch
   appends files of the same schema and partitioning: no conflict). The optimize losing a race re-reads, keeps
@@ -71,7 +72,9 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
-from ..errors import CommitConflictError, OptimizeError, ParameterError, ParquetSinkError
+from ..errors import (
+    CommitConflictError, DamagedDataFileError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError,
+)
 from ..failpoints import failpoint
 from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
 from ..log.files import require_output
@@ -86,6 +89,7 @@ from ..read.history import (
     optimize_fingerprint,
     optimize_key,
 )
+from ..read.reader import CommittedFile, unreadable_file
 from ..storage.filesystem import Storage
 from .inflight import InFlightBatch
 from .parquet_files import codec_extension, parquet_codec
@@ -344,12 +348,28 @@ def _read_files(
                 reader = ParquetReader()
                 reader.open(handle, **_OPEN_OPTIONS)
                 tables.append(reader.read_all(use_threads=False))  # a pool hop per small file costs more than it saves
-        except Exception:  # translated only when it fails: its cost is per file
-            with storage.translating("reading", info.path):
-                raise
+        except Exception as exc:  # translated only when it fails: its cost is per file
+            _raise_unreadable(storage, info, exc)
     table = pa.concat_tables(tables, promote_options="permissive")
     int96 = any(map(_holds_timestamp, table.schema.types)) and any(_has_int96(filesystem, info.path) for info in inputs)
     return table.replace_schema_metadata(tables[-1].schema.metadata), int96
+
+
+def _raise_unreadable(storage: Storage, info: InputFile, exc: Exception) -> None:
+    """Raise the typed error of committed input ``info`` whose read failed with ``exc``: MissingDataFileError when
+    it is gone, DamagedDataFileError when it is not of its logged size or, of its size, not Parquet (its bytes
+    changed in place), naming the file and its batch (as the readers do); else ``exc`` as a StorageError."""
+    error = unreadable_file(storage, CommittedFile(info.path, info.relative, info.size, 0, info.batch_id, ()), exc)
+    if error is None and isinstance(exc, pa.ArrowInvalid):
+        error = DamagedDataFileError(
+            f"committed file {storage.display(info.path)} of batch {info.batch_id} cannot be read although it has its "
+            f"logged size ({type(exc).__name__}: {exc}): its bytes were changed outside the sink. Restore it from "
+            "backup; nothing was swapped."
+        )
+    if error is not None:
+        raise error from exc
+    with storage.translating("reading", info.path):
+        raise exc
 
 
 def _read_bin(storage: Storage, bin_: Bin, threads: int) -> tuple[pa.Table, bool]:
@@ -523,7 +543,14 @@ def optimize(
     _refuse_spark_sink(log, snap, where)
     interval = log.interval_for(snap.listing)
     target_batch = _next_compaction(snap.latest, interval)
-    lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch)
+    # live until an optimize commits at its batch or later: a writer taking that batch first does not end it (the
+    # swap moves on to the next compaction batch, with these files)
+    began_ms = int(time.time() * 1000)
+    lease = InFlightBatch.begin(storage, target_batch, secrets.token_hex(8), OPTIMIZE_APP_ID, target_batch, True)
+    try:  # the storage's clock, which the files' ages are read with; a moved lease protects from it
+        began_ms = storage.info(lease.lease_path).mtime_ms
+    except FileNotFoundError:  # already deleted by a vacuum (another optimize committed at its batch): this clock
+        pass
     written: dict[Bin, list[tuple[str, int, int]]] = {}
     try:
         failpoint("optimize_write")
@@ -534,10 +561,17 @@ def optimize(
             futures = [
                 pool.submit(_write_bin, storage, b, compression, sort_by, z_order, target, threads) for b in plan.bins
             ]
+            vanished: dict[Bin, MissingDataFileError] = {}
             for bin_, future in zip(plan.bins, progress(futures, "rewriting")):
-                written[bin_] = future.result()
+                try:
+                    written[bin_] = future.result()
+                except MissingDataFileError as exc:  # an input gone: replaced and vacuumed since the plan, or lost
+                    vanished[bin_] = exc
+        if vanished and not _give_up_vanished(log, vanished, result, where):
+            result.seconds = time.monotonic() - started
+            return result
         failpoint("optimize_commit")
-        lease = _commit(log, result, written, interval, lease, snap)
+        lease = _commit(log, result, written, interval, lease, snap, began_ms)
     finally:
         lease.end(staged=False)
     if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
@@ -575,17 +609,21 @@ def _commit(
     interval: int,
     lease: InFlightBatch,
     planned: LogSnapshot,
+    protects_from_ms: int,
 ) -> InFlightBatch:
     """Commit the swap of ``written`` (bin -> its new files) at the next compaction batch: empty batches up to it,
     then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. ``planned``:
-    the snapshot the plan read, used as it is while no batch was committed since. Returns the lease it holds
-    last."""
+    the snapshot the plan read, used as it is while no batch was committed since. When another writer took the
+    compaction batch, the lease moves to the next one before the empty batches, still protecting the files
+    written since ``protects_from_ms`` (the first lease's storage time), and the new files are checked to be
+    there before the swap names them. Returns the lease it holds last."""
     storage = log.storage
     where = storage.display(storage.root)
     lost = 0
     snap: LogSnapshot | None = planned if log.latest_batch_id() == planned.latest else None
     newest_time = newest_commit_time(planned.table)
     while True:
+        reread = snap is None
         if snap is None:  # first, and after every lost race: what changed since
             snap = read_snapshot(log)
             newest_time = newest_commit_time(snap.table)
@@ -605,6 +643,15 @@ def _commit(
                 return lease
         latest = -1 if snap.latest is None else snap.latest
         batch = latest + 1
+        target = _next_compaction(latest, interval)
+        if lease.log_batch_id != target:  # moved past a compaction batch another writer took: before its empty batches
+            moved = InFlightBatch.begin(
+                storage, target, secrets.token_hex(8), OPTIMIZE_APP_ID, target, True, protects_from_ms
+            )
+            lease.end(staged=False)
+            lease = moved
+        if reread and not _drop_missing(storage, written, result, where):
+            return lease
         now = next_commit_time(newest_time)
         if not log.is_compaction_batch(batch, interval):
             entries = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch).log_entries(storage, now, [], 0)
@@ -616,10 +663,6 @@ def _commit(
                 result.conflicts += 1
                 snap = None
             continue
-        if lease.log_batch_id != batch:  # moved past a compaction batch another writer took
-            moved = InFlightBatch.begin(storage, batch, secrets.token_hex(8), OPTIMIZE_APP_ID, batch)
-            lease.end(staged=False)
-            lease = moved
         bins = list(written)
         removed = [f for b in bins for f in b.inputs]
         fingerprint = optimize_fingerprint(
@@ -650,6 +693,49 @@ def _commit(
                 "writers. Nothing was swapped (its new files are left for `parquet-sink vacuum`); run it again, "
                 "at a quieter time."
             )
+
+
+def _give_up_vanished(
+    log: MetadataLog, vanished: dict[Bin, MissingDataFileError], result: OptimizeResult, where: str
+) -> bool:
+    """The bins an input of which could not be read (``vanished``: bin -> the error): given up when the log no
+    longer commits every input (another optimize replaced it, and a vacuum deleted it, since the plan), else
+    MissingDataFileError naming the committed file and its batch (deleted outside the sink). Whether any other
+    bin is left to swap."""
+    live = set(data_files(read_snapshot(log).table, ["path"]).column("path").to_pylist())
+    for bin_, exc in vanished.items():
+        if all(f.logged in live for f in bin_.inputs):
+            missing = set(log.storage.missing([f.path for f in bin_.inputs]))
+            gone = [f for f in bin_.inputs if f.path in missing]
+            if not gone:  # there after all: what failed is not a missing input
+                raise exc
+            raise MissingDataFileError(
+                f"optimize {where}: committed file {log.storage.display(gone[0].path)} of batch {gone[0].batch_id} "
+                "is missing from storage. It was deleted outside the sink; restore it from backup (`parquet-sink "
+                f"verify {where}` lists every missing file). Nothing was swapped."
+            ) from exc
+        result.abandoned.append(bin_)
+        logger.info("%s: another optimize replaced an input of a bin in %s first: its rewrite is dropped", where,
+                    bin_.directory or "/")
+    return len(result.abandoned) < len(result.plan.bins)
+
+
+def _drop_missing(
+    storage: Storage, written: dict[Bin, list[tuple[str, int, int]]], result: OptimizeResult, where: str
+) -> bool:
+    """Give up the bins of ``written`` a new file of which is gone (deleted by a vacuum that did not see a live
+    lease: never name a missing file in the log), deleting the rest of their files; whether any bin is left."""
+    gone = set(storage.missing([path for files in written.values() for path, _, _ in files]))
+    for bin_ in [b for b, files in written.items() if any(path in gone for path, _, _ in files)]:
+        for path, _, _ in written.pop(bin_):
+            if path not in gone:
+                storage.delete(path)
+        result.abandoned.append(bin_)
+        logger.warning(
+            "%s: a file the optimize wrote in %s vanished before its commit (a vacuum, or a manual clean-up): "
+            "its rewrite is dropped, the old files stay committed", where, bin_.directory or "/",
+        )
+    return bool(written)
 
 
 class BackgroundOptimizer:
