@@ -95,9 +95,48 @@ def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None) ->
         return parquet.schema_arrow
 
 
+def _as_instants(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with every timestamp in it (struct fields, list elements, map keys and values) zoned UTC."""
+    if pa.types.is_timestamp(typ):
+        return pa.timestamp(typ.unit, "UTC")
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(_as_instants(f.type)) for f in typ])
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        element = typ.value_field.with_type(_as_instants(typ.value_type))
+        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field.with_type(_as_instants(typ.key_type)),
+                       typ.item_field.with_type(_as_instants(typ.item_type)), typ.keys_sorted)
+    return typ
+
+
+def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:
+    """The schema a dataset reads files of ``schemas`` as: pyarrow's permissive unification, except that a column
+    whose timestamps are naive in one file and zoned in another (Spark's INT96, read naive, next to its
+    TIMESTAMP_MICROS / TIMESTAMP_MILLIS, zoned UTC: one Spark type, which an output may hold both of), or zoned
+    differently, holds instants in UTC (Arrow reads a naive timestamp into a zoned type as UTC, as Spark reads an
+    INT96). ``pa.ArrowTypeError`` / ``pa.ArrowInvalid`` for types nothing unifies (an int and a string).
+
+    Example: ``unify_schemas([int96_footer, micros_footer]).field("ts").type`` -> ``timestamp[us, tz=UTC]``.
+    """
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        types: dict[str, set[pa.DataType]] = {}
+        for schema in schemas:
+            for f in schema:
+                types.setdefault(f.name, set()).add(f.type)
+        differ = {name for name, kinds in types.items() if len(kinds) > 1}
+        instants = [pa.schema([f.with_type(_as_instants(f.type)) if f.name in differ else f for f in schema],
+                              metadata=schema.metadata) for schema in schemas]
+        return pa.unify_schemas(instants, promote_options="permissive")
+
+
 def parquet_format() -> ds.ParquetFileFormat:
     """The dataset format of committed data files (INT96 timestamps read as Spark does)."""
     return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT))
 
 
-__all__ = ["INT96_UNIT", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema"]
+__all__ = [
+    "INT96_UNIT", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema", "unify_schemas",
+]

@@ -183,4 +183,34 @@ def filters(draw: st.DrawFn, case: FilterCase, depth: int = 2) -> ds.Expression:
     return ops[op](target, ds.scalar(literal))
 
 
-__all__ = ["FILTER_KINDS", "FilterCase", "filter_cases", "filters"]
+def sorted_rows(table: pa.Table) -> list[str]:
+    """The rows as a multiset, NaN equal to NaN and -0.0 apart from 0.0 (as repr tells them)."""
+    names = sorted(table.column_names)
+    return sorted(repr(tuple(row[c] for c in names)) for row in table.to_pylist())
+
+
+def assert_filters_agree(out: str, full: pa.Table, chosen: list[ds.Expression], columns: list[str] | None) -> None:
+    """Each filter of ``chosen`` read from ``out`` (``columns``) returns what pyarrow's filter over ``full`` (the
+    unfiltered ``read_committed``) returns, with its types, and ``count_committed`` counts its rows; a filter
+    pyarrow refuses for the data's types is a ParameterError saying so."""
+    import pytest
+
+    from parquet_sink import count_committed, errors, read_committed
+
+    for expression in chosen:
+        try:
+            expected = full.filter(expression)
+        except pa.ArrowInvalid:  # a value the filter cannot cast: the file holding it may be skipped
+            continue
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a filter Arrow refuses for its types: ours says so
+            with pytest.raises(errors.ParameterError, match="pyarrow cannot evaluate filter"):
+                read_committed(out, filter=expression)
+            continue
+        expected = expected.select(columns) if columns else expected
+        got = read_committed(out, filter=expression, columns=columns)
+        assert got.schema == expected.schema, expression
+        assert sorted_rows(got) == sorted_rows(expected), expression
+        assert count_committed(out, filter=expression) == expected.num_rows, expression
+
+
+__all__ = ["FILTER_KINDS", "FilterCase", "assert_filters_agree", "filter_cases", "filters", "sorted_rows"]

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink import committed_files, count_committed, errors, read_committed, write_batch
-from tests.helpers.filters import FilterCase, filter_cases, filters
+from tests.helpers.filters import FilterCase, assert_filters_agree, filter_cases, filters
 from tests.helpers.strategies import ATOMIC
 
 
@@ -38,18 +38,7 @@ def check_filters(case: FilterCase, root: Path, chosen: list[ds.Expression], col
     out = _written(case, root)
     full = read_committed(out)
     assert count_committed(out) == full.num_rows
-    for expression in chosen:
-        try:
-            expected = full.filter(expression)
-        except pa.ArrowInvalid:  # a value the filter cannot cast: the file holding it may be skipped
-            continue
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a filter Arrow refuses for its types: ours says so
-            with pytest.raises(errors.ParameterError, match="pyarrow cannot evaluate filter"):
-                read_committed(out, filter=expression)
-            continue
-        got = read_committed(out, filter=expression, columns=columns)
-        assert _rows(got) == _rows(expected.select(columns) if columns else expected), expression
-        assert count_committed(out, filter=expression) == expected.num_rows, expression
+    assert_filters_agree(out, full, chosen, columns)
 
 
 def test_filtered_reads_equal_pyarrows_filter(tmp_path_factory, fuzz_minutes: float) -> None:
