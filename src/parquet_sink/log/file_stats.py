@@ -13,7 +13,8 @@ Exact or absent, as :mod:`parquet_sink.statistics` gives them: a bound is a true
 each bound's kind, so a reader uses a bound only as the type it was taken from: ``int``, ``float``,
 ``bool``, ``string``, ``date`` (days), ``decimal`` (exact text), ``ts:<unit>:utc|local`` (the raw value).
 Left out: infinite float bounds, a max string over :data:`MAX_TEXT` characters (a min is cut to its prefix,
-still a lower bound), binary, nested and unsigned 64-bit leaves.
+still a lower bound), binary, nested and unsigned 64-bit leaves, dates and timestamps Spark stored in the hybrid
+Julian calendar (:func:`~parquet_sink.statistics.hybrid_calendar`).
 
 Example::
 
