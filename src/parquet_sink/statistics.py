@@ -212,8 +212,9 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
         values = array.drop_null()
         if pa.types.is_floating(values.type):
             values = values.filter(pc.invert(pc.is_nan(values)))
-        if not len(values) or _rebased(values.type, None, hybrid) or not (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
-                                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type)):
+        ordered = (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
+                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type))
+        if not len(values) or not ordered or _rebased(values.type, None, hybrid):
             found[path] = LeafStatistics(None, None, array.null_count)
             continue
         bounds = pc.min_max(values)

@@ -31,8 +31,8 @@ _KIND = {k.name: k for k in ATOMIC + FILTER_KINDS}
 # Spark's column types at the edges of parquet-mr's statistics: decimals of every physical type (INT32 up to
 # precision 9, INT64 up to 18, FIXED_LEN_BYTE_ARRAY beyond, all of them with the legacy format), bytes and
 # shorts (INT32), timestamps with and without a zone, strings beyond ASCII (compared as unsigned bytes).
-_TEXT = st.sampled_from(["", "a", "é", "\x7f", "\x80", "\uffff", "\U0010ffff", "日本", "Z", "z" * 70, "a\x00"]) | st.text(
-    max_size=6)
+_STRINGS = ["", "a", "é", "\x7f", "\x80", "\uffff", "\U0010ffff", "日本", "Z", "z" * 70, "a\x00"]
+_TEXT = st.sampled_from(_STRINGS) | st.text(max_size=6)
 SPARK_KINDS = [
     *[_KIND[name] for name in ("bool", "byte", "short", "int", "long", "float", "double", "date", "timestamp",
                                "timestamp_ntz")],
@@ -239,8 +239,8 @@ def test_regression_timestamps_of_two_physical_types(spark, tmp_path):
     or not. Before, every read of the first two outputs raised pyarrow's ArrowTypeError ("Cannot merge timestamp
     with timezone and timestamp without timezone")."""
     utc = dt.timezone.utc
-    rows = [[{"id": 0, "c0": dt.datetime(1000, 1, 1, tzinfo=utc)}], [{"id": 1, "c0": dt.datetime(2020, 1, 1, tzinfo=utc)}],
-            [{"id": 2, "c0": None}]]
+    rows = [[{"id": 0, "c0": dt.datetime(1000, 1, 1, tzinfo=utc)}],
+            [{"id": 1, "c0": dt.datetime(2020, 1, 1, tzinfo=utc)}], [{"id": 2, "c0": None}]]
     late = pa.scalar(dt.datetime(1500, 1, 1, tzinfo=utc), pa.timestamp("us", "UTC"))
     for name, writers, read_as in (
         ("micros", (("spark", "INT96"), ("spark", "INT96"), ("spark", "TIMESTAMP_MICROS")), pa.timestamp("us", "UTC")),
@@ -253,7 +253,8 @@ def test_regression_timestamps_of_two_physical_types(spark, tmp_path):
         full = read_committed(out)
         assert full.schema.field("c0").type == read_as
         literal = late if read_as.tz else late.cast(read_as)
-        chosen = [ds.field("c0") > literal, ds.field("c0") < literal, ds.field("c0").is_null(), ~(ds.field("c0") == literal)]
+        column = ds.field("c0")
+        chosen = [column > literal, column < literal, column.is_null(), ~(column == literal)]
         check_spark_filters(spark, out, chosen, None)
 
 
