@@ -281,15 +281,18 @@ def test_a_column_of_two_types_is_a_schema_mismatch(tmp_path):
 def test_spark_files_in_the_julian_calendar_have_no_date_bounds(spark, tmp_path):
     """Spark's own file sink under ``datetimeRebaseModeInWrite=LEGACY`` stores 1000-01-01 as the day pyarrow reads as
     1000-01-06 (Spark reads 1000-01-01): the footer's statistics give no bound of such a column (before: 1000-01-06,
-    a min above the value Spark reads), other columns keep theirs; filters agree with pyarrow's over the read."""
+    a min above the value Spark reads), other columns keep theirs; filters agree with pyarrow's over the read, also
+    where it reads 0001-01-01 as a day before year 1."""
     from parquet_sink import committed_files
     from parquet_sink.statistics import file_statistics
 
     conf = {k: v[0] for k, v in _CONF.items()} | {"spark.sql.parquet.datetimeRebaseModeInWrite": "LEGACY"}
-    rows = [[{"id": 0, "c0": dt.date(1000, 1, 1), "c1": 5}], [{"id": 1, "c0": dt.date(2000, 1, 1), "c1": 6}]]
+    rows = [[{"id": 0, "c0": dt.date(1000, 1, 1), "c1": 5}, {"id": 2, "c0": dt.date(1, 1, 1), "c1": 7}],
+            [{"id": 1, "c0": dt.date(2000, 1, 1), "c1": 6}]]
     case = SparkCase({"c0": _KIND["date"], "c1": _KIND["int"]}, [], rows, "spark file sink", conf, None)
     out = write_with_spark(spark, case, tmp_path)
-    assert [r.c0 for r in spark.read.parquet(out).orderBy("id").collect()] == [dt.date(1000, 1, 1), dt.date(2000, 1, 1)]
+    dates = [dt.date(1000, 1, 1), dt.date(2000, 1, 1), dt.date(1, 1, 1)]
+    assert [r.c0 for r in spark.read.parquet(out).orderBy("id").collect()] == dates
     for f in committed_files(out):
         leaves = file_statistics(pq.read_metadata(f.path))
         assert leaves[("c0",)].min is None and leaves[("c0",)].null_count == 0 and leaves[("c1",)].min is not None
