@@ -154,7 +154,7 @@ def _bounds_of(kinds: pa.Array, parsed: pa.Array, typ: pa.DataType) -> pa.Array:
     """The ``parsed`` bounds of files whose kinds are ``kinds`` as ``typ``, where a file's kind is ``typ``'s, or a
     timestamp's of the same zone in a coarser unit (a file of seconds or milliseconds in a column read in
     microseconds), scaled exactly; unknown (null) for any other kind, or where scaling overflows."""
-    kind = stats_kind(typ)
+    kind = stats_kind(typ) or ""  # the caller's types all have a kind
     bounds = pc.if_else(pc.fill_null(pc.equal(kinds, kind), False), parsed, None)
     if pa.types.is_timestamp(typ) and typ.unit in _UNITS:
         zone = kind.rsplit(":", 1)[1]
