@@ -95,9 +95,53 @@ def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None) ->
         return parquet.schema_arrow
 
 
+def _as_read(typ: pa.DataType, instants: bool) -> pa.DataType:
+    """``typ`` with every timestamp in it (struct fields, list elements, map keys and values) in microseconds when
+    it is coarser (Spark's precision), and zoned UTC when ``instants``."""
+    if pa.types.is_timestamp(typ):
+        unit = "us" if typ.unit in ("s", "ms") else typ.unit
+        return pa.timestamp(unit, "UTC" if instants else typ.tz)
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(_as_read(f.type, instants)) for f in typ])
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        element = typ.value_field.with_type(_as_read(typ.value_type, instants))
+        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field.with_type(_as_read(typ.key_type, instants)),
+                       typ.item_field.with_type(_as_read(typ.item_type, instants)), typ.keys_sorted)
+    return typ
+
+
+def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:
+    """The schema a dataset reads files of ``schemas`` (footers of some of an output's files) as: pyarrow's
+    permissive unification, with every timestamp in microseconds where the footers give seconds or milliseconds
+    (Spark's precision, as Spark reads TIMESTAMP_MILLIS: another file of the output may hold microseconds, which
+    a millisecond column cannot), and a column whose timestamps are naive in one file and zoned in another (Spark's
+    INT96, read naive, next to its TIMESTAMP_MICROS / TIMESTAMP_MILLIS, zoned UTC: one Spark type, which an output
+    may hold both of), or zoned differently, as instants in UTC (Arrow reads a naive timestamp into a zoned type as
+    UTC, as Spark reads an INT96). ``pa.ArrowTypeError`` / ``pa.ArrowInvalid`` for types nothing unifies.
+
+    Example: ``unify_schemas([int96_footer, millis_footer]).field("ts").type`` -> ``timestamp[us, tz=UTC]``.
+    """
+    try:
+        unified = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        types: dict[str, set[pa.DataType]] = {}
+        for schema in schemas:
+            for f in schema:
+                types.setdefault(f.name, set()).add(f.type)
+        differ = {name for name, kinds in types.items() if len(kinds) > 1}
+        instants = [pa.schema([f.with_type(_as_read(f.type, f.name in differ)) for f in schema],
+                              metadata=schema.metadata) for schema in schemas]
+        unified = pa.unify_schemas(instants, promote_options="permissive")
+    return pa.schema([f.with_type(_as_read(f.type, False)) for f in unified], metadata=unified.metadata)
+
+
 def parquet_format() -> ds.ParquetFileFormat:
     """The dataset format of committed data files (INT96 timestamps read as Spark does)."""
     return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT))
 
 
-__all__ = ["INT96_UNIT", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema"]
+__all__ = [
+    "INT96_UNIT", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema", "unify_schemas",
+]

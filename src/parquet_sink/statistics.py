@@ -8,7 +8,8 @@ Delta log's ``add`` actions serialize it, :mod:`parquet_sink.delta.actions`).
 Exact or absent: a bound is given only when it is a true bound of every non-null value in the file, never
 an approximation. Absent are the bounds of a column when one row group with values has no min/max (INT96
 timestamps, a writer that wrote none, values over the writer's statistics size), bounds that are NaN (older
-writers), float16 and INTERVAL leaves, strings that are not UTF-8; a zero float bound is ``-0.0`` as a min
+writers), float16 and INTERVAL leaves, strings that are not UTF-8, dates and timestamps Spark's writer stored
+in the hybrid Julian calendar (:func:`hybrid_calendar`); a zero float bound is ``-0.0`` as a min
 and ``0.0`` as a max (either may hide behind a zero in the footer). NaN is never in a bound, as Parquet
 orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row group lacks it.
 
@@ -42,6 +43,11 @@ import pyarrow.parquet as pq
 LeafPath = tuple[str, ...]
 
 _TIME_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+# Spark's footer keys (DataSourceUtils): its writer rebased the file's dates and timestamps (INT96 timestamps) to
+# the hybrid Julian calendar (spark.sql.parquet.datetimeRebaseModeInWrite / int96RebaseModeInWrite=LEGACY)
+_SPARK_VERSION = b"org.apache.spark.version"
+_LEGACY_DATETIME = b"org.apache.spark.legacyDateTime"
+_LEGACY_INT96 = b"org.apache.spark.legacyINT96"
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,32 @@ class LeafStatistics:
     min: pa.Scalar | None
     max: pa.Scalar | None
     null_count: int | None
+
+
+def hybrid_calendar(metadata: pq.FileMetaData) -> tuple[bool, bool]:
+    """Whether Spark's writer stored the dates and INT64 timestamps, and the INT96 timestamps, of the file whose
+    footer is ``metadata`` in the hybrid Julian calendar, as Spark's reader tells from the footer
+    (``DataSourceUtils.datetimeRebaseSpec``: a LEGACY rebase mode's key, or Spark before 3.0 / 3.1). Spark reads such
+    values rebased to the proleptic Gregorian calendar (1000-01-01 stored as the day pyarrow reads as 1000-01-06), so
+    the stored values bound neither what Spark reads nor, once rebased, what other readers do: no bound is exact.
+
+    Example: ``hybrid_calendar(pq.read_metadata("part-0.parquet"))`` -> ``(True, False)`` (LEGACY dates, INT96 not).
+    """
+    keys = metadata.metadata or {}
+    if _SPARK_VERSION not in keys:
+        return False, False  # not Spark's: proleptic Gregorian, as Parquet's spec says
+    version = keys[_SPARK_VERSION].decode(errors="replace")
+    return version < "3.0.0" or _LEGACY_DATETIME in keys, version < "3.1.0" or _LEGACY_INT96 in keys
+
+
+def _rebased(typ: pa.DataType, physical: str | None, hybrid: tuple[bool, bool]) -> bool:
+    """Whether values of a leaf of Arrow type ``typ`` (Parquet ``physical`` type; None: either) are stored in the
+    hybrid calendar (``hybrid``: :func:`hybrid_calendar`)."""
+    if pa.types.is_date(typ):
+        return hybrid[0]
+    if pa.types.is_timestamp(typ):
+        return {"INT96": hybrid[1], "INT64": hybrid[0]}.get(physical or "", hybrid[0] or hybrid[1])
+    return False
 
 
 def _leaves(field: pa.Field, path: LeafPath, repeated: bool) -> Iterator[tuple[LeafPath, pa.DataType, bool]]:
@@ -123,6 +155,7 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
     if len(leaves) != metadata.num_columns:
         return {}
     found: dict[LeafPath, LeafStatistics] = {}
+    hybrid = hybrid_calendar(metadata)
     for index, (path, typ, repeated) in enumerate(leaves):
         if repeated:
             continue
@@ -133,7 +166,7 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
         low: pa.Scalar | None = None
         high: pa.Scalar | None = None
         nulls: int | None = 0
-        exact = True
+        exact = not _rebased(typ, column_schema.physical_type, hybrid)
         for group in range(metadata.num_row_groups):
             rows = metadata.row_group(group).num_rows
             stats = metadata.row_group(group).column(index).statistics
@@ -163,22 +196,25 @@ def _leaf_array(table: pa.Table, path: LeafPath) -> pa.Array:
 def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[LeafPath, LeafStatistics]:
     """The :class:`LeafStatistics` of the leaves ``paths`` (reached through structs) computed from the data of
     ``parquet``, for leaves whose footer has none (INT96 timestamps, strings over the writer's statistics size):
-    exact min/max of the non-null, non-NaN values (None when there is none; a zero as in the footer's rule) and
-    the null count. Reads only the top-level columns of ``paths``.
+    exact min/max of the non-null, non-NaN values (None when there is none, or when Spark stored them in the
+    hybrid calendar: :func:`hybrid_calendar`; a zero as in the footer's rule) and the null count. Reads only the
+    top-level columns of ``paths``.
 
     Example: ``data_statistics(pq.ParquetFile(path), [("at",)])[("at",)].max`` -> ``<pyarrow.TimestampScalar: ...>``.
     """
     if not paths:
         return {}
     table = parquet.read(columns=sorted({path[0] for path in paths}))  # a dotted name may select more: harmless
+    hybrid = hybrid_calendar(parquet.metadata)
     found = {}
     for path in paths:
         array = _leaf_array(table, path)
         values = array.drop_null()
         if pa.types.is_floating(values.type):
             values = values.filter(pc.invert(pc.is_nan(values)))
-        if not len(values) or not (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
-                                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type)):
+        ordered = (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
+                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type))
+        if not len(values) or not ordered or _rebased(values.type, None, hybrid):
             found[path] = LeafStatistics(None, None, array.null_count)
             continue
         bounds = pc.min_max(values)
@@ -190,4 +226,4 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
     return found
 
 
-__all__ = ["LeafPath", "LeafStatistics", "data_statistics", "file_statistics"]
+__all__ = ["LeafPath", "LeafStatistics", "data_statistics", "file_statistics", "hybrid_calendar"]

@@ -183,4 +183,40 @@ def filters(draw: st.DrawFn, case: FilterCase, depth: int = 2) -> ds.Expression:
     return ops[op](target, ds.scalar(literal))
 
 
-__all__ = ["FILTER_KINDS", "FilterCase", "filter_cases", "filters"]
+def sorted_rows(table: pa.Table) -> list[str]:
+    """The rows as a multiset, NaN equal to NaN and -0.0 apart from 0.0 (as repr tells them), dates and timestamps
+    as their integers (a date Spark stored in the Julian calendar reads as one before year 1, which Python lacks)."""
+    columns = []
+    for name in sorted(table.column_names):
+        column = table.column(name)
+        if pa.types.is_date32(column.type) or pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int32() if pa.types.is_date32(column.type) else pa.int64())
+        columns.append(column.to_pylist())
+    return sorted(repr(row) for row in zip(*columns))
+
+
+def assert_filters_agree(out: str, full: pa.Table, chosen: list[ds.Expression], columns: list[str] | None) -> None:
+    """Each filter of ``chosen`` read from ``out`` (``columns``) returns what pyarrow's filter over ``full`` (the
+    unfiltered ``read_committed``) returns, with its types, and ``count_committed`` counts its rows; a filter
+    pyarrow refuses for the data's types is a ParameterError saying so."""
+    import pytest
+
+    from parquet_sink import count_committed, errors, read_committed
+
+    for expression in chosen:
+        try:
+            expected = full.filter(expression)
+        except pa.ArrowInvalid:  # a value the filter cannot cast: the file holding it may be skipped
+            continue
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a filter Arrow refuses for its types: ours says so
+            with pytest.raises(errors.ParameterError, match="pyarrow cannot evaluate filter"):
+                read_committed(out, filter=expression)
+            continue
+        expected = expected.select(columns) if columns else expected
+        got = read_committed(out, filter=expression, columns=columns)
+        assert got.schema == expected.schema, expression
+        assert sorted_rows(got) == sorted_rows(expected), expression
+        assert count_committed(out, filter=expression) == expected.num_rows, expression
+
+
+__all__ = ["FILTER_KINDS", "FilterCase", "assert_filters_agree", "filter_cases", "filters", "sorted_rows"]

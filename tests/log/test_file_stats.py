@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from parquet_sink import MetadataLog, ParquetSink, read_committed, write_batch
-from parquet_sink.log.file_stats import MAX_TEXT, decode_stats
+from parquet_sink.log.file_stats import MAX_TEXT, decode_stats, encode_stats
 from parquet_sink.log.sidecar import decode_sidecar
 from tests.helpers.spark_util import run_available_now, write_input_files
 
@@ -174,3 +174,37 @@ def test_stats_of_many_files_decode_across_parser_blocks():
     assert low == [None if i in (7, n - 3) else -i for i in range(n)]
     assert decoded.bounds["s"].high.to_pylist()[n - 1] == f"z{n - 1:06d}"
     assert decoded.bounds["v"].nulls.to_pylist()[:4] == [0, 1, 2, 0]
+
+
+def test_dates_spark_stored_in_the_julian_calendar_have_no_bounds(tmp_path):
+    """A footer with Spark's LEGACY rebase keys holds dates and timestamps in the hybrid Julian calendar: 1000-01-01
+    stored as the day pyarrow reads as 1000-01-06, which Spark reads back as 1000-01-01. Such a stored value bounds
+    neither reader, so no bound is given, from the footer or the data (the Delta sync's statistics): before, the
+    footer's 1000-01-06 was a min above every value Spark reads. A file without the keys (CORRECTED, or not Spark's)
+    keeps its bounds; INT96 is rebased only under its own key (or Spark before 3.1)."""
+    from parquet_sink.delta.actions import file_stats
+    from parquet_sink.parquet_read import open_parquet
+    from parquet_sink.statistics import data_statistics, file_statistics, hybrid_calendar
+
+    table = pa.table({"d": pa.array([dt.date(1000, 1, 6), None], pa.date32()),
+                      "t": pa.array([dt.datetime(1000, 1, 6), None], pa.timestamp("us")),
+                      "n": pa.array([3, None], pa.int32())})
+    spark_keys = {"org.apache.spark.version": "4.3.0"}
+    for keys, hybrid in (({}, (False, False)), (spark_keys, (False, False)),
+                         (spark_keys | {"org.apache.spark.legacyDateTime": ""}, (True, False)),
+                         (spark_keys | {"org.apache.spark.legacyINT96": ""}, (False, True)),
+                         ({"org.apache.spark.version": "2.4.8"}, (True, True))):
+        path = tmp_path / f"{len(keys)}-{hybrid}.parquet"
+        pq.write_table(table.replace_schema_metadata(keys), path)
+        metadata = pq.read_metadata(path)
+        assert hybrid_calendar(metadata) == hybrid
+        leaves = file_statistics(metadata)
+        assert (leaves[("d",)].min is None) == hybrid[0] and (leaves[("t",)].min is None) == hybrid[0]
+        assert leaves[("n",)].min.as_py() == 3 and leaves[("d",)].null_count == 1
+        with open_parquet(path) as parquet:
+            computed = data_statistics(parquet, [("d",), ("t",)])
+            assert (computed[("d",)].min is None) == hybrid[0] and (computed[("t",)].min is None) == any(hybrid)
+            assert computed[("d",)].null_count == 1
+            delta = json.loads(file_stats(parquet, table.schema))
+        assert ("d" in delta["minValues"]) != hybrid[0] and delta["minValues"]["n"] == 3
+        assert ("d" in json.loads(encode_stats(metadata))["minValues"]) != hybrid[0]

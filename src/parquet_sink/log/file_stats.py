@@ -13,7 +13,8 @@ Exact or absent, as :mod:`parquet_sink.statistics` gives them: a bound is a true
 each bound's kind, so a reader uses a bound only as the type it was taken from: ``int``, ``float``,
 ``bool``, ``string``, ``date`` (days), ``decimal`` (exact text), ``ts:<unit>:utc|local`` (the raw value).
 Left out: infinite float bounds, a max string over :data:`MAX_TEXT` characters (a min is cut to its prefix,
-still a lower bound), binary, nested and unsigned 64-bit leaves.
+still a lower bound), binary, nested and unsigned 64-bit leaves, dates and timestamps Spark stored in the hybrid
+Julian calendar (:func:`~parquet_sink.statistics.hybrid_calendar`).
 
 Example::
 
@@ -146,9 +147,34 @@ def _as_type(values: pa.Array, typ: pa.DataType) -> pa.Array:
         return pa.nulls(len(values), typ)
 
 
+_UNITS = ("s", "ms", "us", "ns")
+
+
+def _bounds_of(kinds: pa.Array, parsed: pa.Array, typ: pa.DataType) -> pa.Array:
+    """The ``parsed`` bounds of files whose kinds are ``kinds`` as ``typ``, where a file's kind is ``typ``'s, or a
+    timestamp's of the same zone in a coarser unit (a file of seconds or milliseconds in a column read in
+    microseconds), scaled exactly; unknown (null) for any other kind, or where scaling overflows."""
+    kind = stats_kind(typ) or ""  # the caller's types all have a kind
+    bounds = pc.if_else(pc.fill_null(pc.equal(kinds, kind), False), parsed, None)
+    if pa.types.is_timestamp(typ) and typ.unit in _UNITS:
+        zone = kind.rsplit(":", 1)[1]
+        for unit in _UNITS[: _UNITS.index(typ.unit)]:
+            coarser = pc.fill_null(pc.equal(kinds, f"ts:{unit}:{zone}"), False)
+            if not pc.any(coarser).as_py():
+                continue
+            factor = 1000 ** (_UNITS.index(typ.unit) - _UNITS.index(unit))
+            try:
+                scaled = pc.multiply_checked(pc.if_else(coarser, parsed, None), factor)
+            except pa.ArrowInvalid:  # a bound beyond the finer unit's range: unknown
+                continue
+            bounds = pc.if_else(coarser, scaled, bounds)
+    return _as_type(bounds, typ)
+
+
 def decode_stats(stats: pa.Array | pa.ChunkedArray, schema: pa.Schema) -> FileStats:
     """The statistics of files whose ``stats`` values are ``stats`` (null: none recorded), for the columns of
-    ``schema`` (the dataset's types, which bounds are turned into; a bound of another kind is unknown).
+    ``schema`` (the dataset's types, which bounds are turned into; a bound of another kind is unknown, but a
+    timestamp's in a coarser unit than the column's is scaled: :func:`_bounds_of`).
     Parsed column-wise by Arrow's JSON reader.
 
     Example: ``decode_stats(files.column("stats"), dataset.schema).rows`` -> ``[3, null]``.
@@ -181,9 +207,8 @@ def decode_stats(stats: pa.Array | pa.ChunkedArray, schema: pa.Schema) -> FileSt
     found: dict[str, ColumnBounds] = {}
     kinds, lows, highs, nulls = (table.column(c).chunk(0) for c in ("types", "minValues", "maxValues", "nullCount"))
     for name, typ in wanted.items():
-        same = pc.fill_null(pc.equal(kinds.field(name), stats_kind(typ)), False)
-        low, high = (pc.if_else(same, side.field(name), None) for side in (lows, highs))
-        found[name] = ColumnBounds(_as_type(low, typ), _as_type(high, typ), nulls.field(name))
+        low, high = (_bounds_of(kinds.field(name), side.field(name), typ) for side in (lows, highs))
+        found[name] = ColumnBounds(low, high, nulls.field(name))
     return FileStats(table.column("numRecords").chunk(0), found)
 
 

@@ -31,7 +31,7 @@ import pyarrow.fs
 
 from ..errors import (
     DamagedDataFileError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
-    SnapshotExpiredError,
+    SchemaMismatchError, SnapshotExpiredError,
 )
 from ..log.snapshot import (
     LogSnapshot,
@@ -47,7 +47,7 @@ from ..log.compaction import check_positive_int
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
-from ..parquet_read import parquet_format, read_schema
+from ..parquet_read import parquet_format, read_schema, unify_schemas
 from ..partitioning import check_time_zone, convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, STATS_KEY
 from ..log.file_stats import FileStats, decode_stats
@@ -501,7 +501,15 @@ def _layout(
             schemas = list(pool.map(lambda p: read_schema(p, filesystem), ends))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
-    data_schema = pa.unify_schemas(schemas, promote_options="permissive")
+    try:
+        data_schema = unify_schemas(schemas)
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:  # another writer than ours (Spark's sink) changed a type
+        raise SchemaMismatchError(
+            f"the committed files {', '.join(snap.storage.display(p) for p in ends)} of "
+            f"{snap.storage.display(snap.storage.root)} hold a column in types pyarrow cannot read as one ({exc}): "
+            "a writer other than the sink changed its type. Read the batches of each type apart (as_of_batch=, "
+            "batches=)."
+        ) from exc
     data_schema = pa.schema([f for f in data_schema if f.name not in types])
     schema = pa.schema(list(data_schema) + [pa.field(c, t) for c, t in types.items()])
     if not all(tuple(c for c, _ in p) == tuple(types) for p in partitions):  # files under other directories
