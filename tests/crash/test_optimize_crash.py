@@ -330,6 +330,18 @@ def test_a_moved_optimize_lease_still_protects_the_files_written_before_it(tmp_p
     assert_same_ids(committed_ids(out), expected, "read_committed")
 
 
+def _assert_gave_one_bin_up(child, out: Path, expected) -> None:
+    """Resume the stopped optimize ``child``: it commits, having given up one of its three bins, and the output
+    holds every row of ``expected`` once."""
+    os.kill(child.proc.pid, signal.SIGCONT)
+    child.wait()
+    assert_ok(child)
+    outcome = child.result()
+    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
+    assert_same_ids(committed_ids(out), expected, "read_committed")
+    assert MetadataLog(str(out)).check() == []
+
+
 def test_an_optimize_whose_new_file_vanished_gives_that_bin_up(tmp_path: Path) -> None:
     """A new file deleted while the optimize waits (a vacuum ignoring its lease, a hand clean-up): after its lost
     race the optimize checks its files and gives that bin up (the old files stay committed) instead of naming a
@@ -337,14 +349,7 @@ def test_an_optimize_whose_new_file_vanished_gives_that_bin_up(tmp_path: Path) -
     out, expected, child, new_files = _stopped_optimize_overtaken(tmp_path, "optimize_commit=stop")
     gone = sorted(new_files)[0]
     os.remove(gone)
-    os.kill(child.proc.pid, signal.SIGCONT)
-    child.wait()
-
-    assert_ok(child)
-    outcome = child.result()
-    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
-    assert_same_ids(committed_ids(out), expected, "read_committed")
-    assert MetadataLog(str(out)).check() == []
+    _assert_gave_one_bin_up(child, out, expected)
 
 
 def test_an_optimize_whose_inputs_another_optimize_replaced_and_a_vacuum_deleted_gives_those_bins_up(
@@ -364,13 +369,7 @@ def test_an_optimize_whose_inputs_another_optimize_replaced_and_a_vacuum_deleted
     time.sleep(0.01)
     assert len(vacuum(str(out), "1ms", allow_short_retention=True).plan.orphans) == 5  # app=0's five small files
 
-    os.kill(child.proc.pid, signal.SIGCONT)
-    child.wait()
-    assert_ok(child)
-    outcome = child.result()
-    assert outcome["committed"] and outcome["abandoned"] == 1 and len(outcome["files"]) == 2
-    assert_same_ids(committed_ids(out), expected, "read_committed")
-    assert MetadataLog(str(out)).check() == []
+    _assert_gave_one_bin_up(child, out, expected)
 
 
 def test_an_optimize_whose_committed_input_was_deleted_by_hand_raises_a_typed_error(tmp_path: Path) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from tests.helpers.strategies import ATOMIC, DATA_ONLY, Kind
@@ -98,15 +100,32 @@ def filter_cases(draw: st.DrawFn) -> FilterCase:
         kinds["p"] = draw(st.sampled_from(_PARTITION_KINDS))
         partitions = ["p"]
     pools = {c: draw(st.lists(st.none() | _edges(k) | k.values, min_size=1, max_size=4)) for c, k in kinds.items()}
+    batches = draw_batches(draw, pools, st.lists(st.integers(0, 6), min_size=2, max_size=5))
+    return FilterCase(kinds, partitions, batches, draw(st.sampled_from([1, 2, 3])))
+
+
+def fixed_or_fuzzed(fuzz_minutes: float, examples: int, fuzz_examples: int) -> settings:
+    """A differential's settings: ``examples`` from a fixed seed in the normal run, or (``--fuzz-minutes``) a
+    random search of ``fuzz_examples`` a round."""
+    if fuzz_minutes:
+        return settings(max_examples=fuzz_examples, derandomize=False, deadline=None, database=None,
+                        suppress_health_check=list(HealthCheck), print_blob=True)
+    return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+
+
+def draw_batches(draw, pools: dict[str, list[Any]], sizes: st.SearchStrategy[list[int]]) -> list[list[dict[str, Any]]]:
+    """Batches of rows (one of ``sizes`` each; at least one row in all) whose columns take values of their
+    ``pools``, each row with a unique ``id`` in order."""
     batches, next_id = [], 0
-    for size in draw(st.lists(st.integers(0, 6), min_size=2, max_size=5)):
+    for size in draw(sizes):
         rows = draw(st.lists(st.fixed_dictionaries({c: st.sampled_from(pool) for c, pool in pools.items()}),
                              min_size=size, max_size=size))
         batches.append([{"id": next_id + i} | r for i, r in enumerate(rows)])
         next_id += size
     if not next_id:
         batches[-1] = [{"id": 0} | {c: pool[0] for c, pool in pools.items()}]
-    return FilterCase(kinds, partitions, batches, draw(st.sampled_from([1, 2, 3])))
+    return batches
 
 
 def _literal(draw: st.DrawFn, kind: Kind, seen: list) -> pa.Scalar:

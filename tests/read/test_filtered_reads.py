@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parquet_sink import committed_files, count_committed, errors, read_committed, write_batch
-from tests.helpers.filters import FilterCase, assert_filters_agree, filter_cases, filters
+from tests.helpers.filters import FilterCase, assert_filters_agree, filter_cases, filters, fixed_or_fuzzed
 from tests.helpers.strategies import ATOMIC
 
 
@@ -43,12 +43,7 @@ def check_filters(case: FilterCase, root: Path, chosen: list[ds.Expression], col
 
 def test_filtered_reads_equal_pyarrows_filter(tmp_path_factory, fuzz_minutes: float) -> None:
     """Random outputs and filters (fixed seed, a few examples; ``--fuzz-minutes`` for a long random search)."""
-    if fuzz_minutes:
-        config = settings(max_examples=200, derandomize=False, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck), print_blob=True)
-    else:
-        config = settings(max_examples=40, derandomize=True, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    config = fixed_or_fuzzed(fuzz_minutes, 40, 200)
 
     @config
     @given(st.data())

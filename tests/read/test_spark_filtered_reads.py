@@ -19,11 +19,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parquet_sink import ParquetSink, count_committed, read_committed
-from tests.helpers.filters import FILTER_KINDS, FilterCase, assert_filters_agree, filters, sorted_rows
+from tests.helpers.filters import (
+    FILTER_KINDS, FilterCase, assert_filters_agree, draw_batches, filters, fixed_or_fuzzed, sorted_rows,
+)
 from tests.helpers.spark_util import run_available_now
 from tests.helpers.strategies import ATOMIC, Kind, _decimal
 
@@ -88,14 +90,7 @@ def spark_cases(draw: st.DrawFn) -> SparkCase:
         kinds["p"] = draw(st.sampled_from(_PARTITION_KINDS))
         partitions = ["p"]
     pools = {c: draw(st.lists(st.none() | k.values, min_size=1, max_size=3)) for c, k in kinds.items()}
-    batches, next_id = [], 0
-    for size in draw(st.lists(st.integers(0, 4), min_size=2, max_size=3)):
-        rows = draw(st.lists(st.fixed_dictionaries({c: st.sampled_from(pool) for c, pool in pools.items()}),
-                             min_size=size, max_size=size))
-        batches.append([{"id": next_id + i} | r for i, r in enumerate(rows)])
-        next_id += size
-    if not next_id:
-        batches[-1] = [{"id": 0} | {c: pool[0] for c, pool in pools.items()}]
+    batches = draw_batches(draw, pools, st.lists(st.integers(0, 4), min_size=2, max_size=3))
     conf = {key: draw(st.sampled_from(values)) for key, values in _CONF.items()}
     sink = draw(st.sampled_from(_SINKS))
     writers = ()
@@ -212,12 +207,7 @@ def check_spark_filters(spark, out: str, chosen: list[ds.Expression], columns: l
 def test_filtered_reads_of_spark_written_files(spark, tmp_path_factory, fuzz_minutes: float) -> None:
     """Random outputs written with Spark's writer and random filters (fixed seed, a few examples;
     ``--fuzz-minutes`` for a long random search)."""
-    if fuzz_minutes:
-        config = settings(max_examples=40, derandomize=False, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck), print_blob=True)
-    else:
-        config = settings(max_examples=8, derandomize=True, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    config = fixed_or_fuzzed(fuzz_minutes, 8, 40)
 
     @config
     @given(st.data())
