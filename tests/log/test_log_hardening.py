@@ -78,7 +78,7 @@ def test_old_snapshot_without_retention_is_answered_after_cleanup(tmp_path):
         ({"compact_interval": 0}, "compact_interval"),
         ({"compact_interval": 2.5}, "compact_interval"),
         ({"cleanup_delay": -1}, "bare number is refused"),
-        ({"cleanup_delay": "-1s"}, "not a duration"),
+        ({"cleanup_delay": "-1s"}, "a duration must not be negative"),
         ({"cleanup_delay": "soon"}, "duration"),
         ({"retention": -5}, "bare number is refused"),
         ({"retention": "1 fortnight"}, "duration"),
