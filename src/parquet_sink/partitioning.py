@@ -183,9 +183,15 @@ def partition_value_str(value: Any, typ: pa.DataType, time_zone: str = "UTC") ->
 
 def partition_dir(pairs: Iterable[tuple[str, str | None]]) -> str:
     """The relative ``k=v/k2=v2`` directory for one combination of partition values, given as the strings
-    of :func:`partition_value_str`."""
+    of :func:`partition_value_str`; ParameterError for a value holding NUL."""
     parts = []
     for name, text in pairs:
+        if text and "\x00" in text:  # Spark escapes 0x01-0x1F but not NUL: no file system takes it in a name
+            raise ParameterError(
+                f"partition column {name!r} has the value {text!r}, which holds a NUL character: no file system "
+                "takes one in a directory name (Spark's own file sink fails on it too). Replace or strip it before "
+                "writing. Nothing of this batch was committed."
+            )
         escaped = DEFAULT_PARTITION_NAME if not text else escape_path_name(text)
         parts.append(f"{escape_path_name(name)}={escaped}")
     return "/".join(parts)

@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from tests.helpers.strategies import ATOMIC, DATA_ONLY, Kind
+from tests.helpers.strategies import ATOMIC, DATA_ONLY, Kind, partition_values
 
 _NAIVE = st.one_of(
     st.sampled_from([dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1970, 1, 1)]),
@@ -99,7 +99,9 @@ def filter_cases(draw: st.DrawFn) -> FilterCase:
     if draw(st.booleans()):
         kinds["p"] = draw(st.sampled_from(_PARTITION_KINDS))
         partitions = ["p"]
-    pools = {c: draw(st.lists(st.none() | _edges(k) | k.values, min_size=1, max_size=4)) for c, k in kinds.items()}
+    values = {c: _edges(k) | k.values for c, k in kinds.items()}
+    values = {c: partition_values(v) if c in partitions else v for c, v in values.items()}
+    pools = {c: draw(st.lists(st.none() | v, min_size=1, max_size=4)) for c, v in values.items()}
     batches = draw_batches(draw, pools, st.lists(st.integers(0, 6), min_size=2, max_size=5))
     return FilterCase(kinds, partitions, batches, draw(st.sampled_from([1, 2, 3])))
 

@@ -303,3 +303,18 @@ def _dt_utc(*fields: int):
     import datetime as dt
 
     return dt.datetime(*fields, tzinfo=dt.UTC)
+
+
+def test_a_partition_value_holding_nul_is_refused_before_any_commit(tmp_path):
+    """Spark escapes control characters 0x01-0x1F in a partition directory's name but not NUL, which no file system
+    takes: the write failed with a StorageError saying to check that the location exists. Now a ParameterError
+    naming the column and the value; the log stays empty and the other values' rows are not committed."""
+    from parquet_sink import write_batch
+    from parquet_sink.errors import ParameterError
+
+    out = tmp_path / "out"
+    with pytest.raises(ParameterError, match=r"partition column 'p' has the value 'a\\x00b', which holds a NUL"):
+        write_batch(out, pa.table({"p": ["ok", "a\x00b"], "x": [1, 2]}), app_id="a", version=0, partition_by=["p"])
+    assert not (out / "_spark_metadata" / "0").exists()
+    write_batch(out, pa.table({"p": ["ok", "a\x01b"], "x": [1, 2]}), app_id="a", version=0, partition_by=["p"])
+    assert sorted(read_committed(out).column("p").to_pylist()) == ["a\x01b", "ok"]  # 0x01 escaped, as Spark does
