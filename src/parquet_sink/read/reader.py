@@ -610,12 +610,18 @@ def _unreadable(snap: Snapshot, exc: Exception) -> Exception:
         try:
             read_schema(f.path, filesystem)
         except (OSError, pa.ArrowInvalid) as damaged:
-            return DamagedDataFileError(
-                f"committed file {snap.storage.display(f.path)} of batch {f.batch_id} cannot be read although it has "
-                f"its logged size ({type(damaged).__name__}: {damaged}): its bytes were changed outside the sink. "
-                "Restore it from backup."
-            )
+            return damaged_in_place(snap.storage, f, damaged)
     return exc
+
+
+def damaged_in_place(storage: Storage, f: CommittedFile, cause: Exception, then: str = "") -> DamagedDataFileError:
+    """The error of committed file ``f``, of its logged size, that is not Parquet (``cause``: the read's error):
+    its bytes were changed in place. ``then``: what the caller did not do, said after the remedy."""
+    return DamagedDataFileError(
+        f"committed file {storage.display(f.path)} of batch {f.batch_id} cannot be read although it has its logged "
+        f"size ({type(cause).__name__}: {cause}): its bytes were changed outside the sink. Restore it from "
+        f"backup{then}."
+    )
 
 
 def _vacuumed_since(snap: Snapshot, f: CommittedFile) -> SnapshotExpiredError | None:

@@ -72,9 +72,7 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
-from ..errors import (
-    CommitConflictError, DamagedDataFileError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError,
-)
+from ..errors import CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError
 from ..failpoints import failpoint
 from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
 from ..log.files import require_output
@@ -89,7 +87,7 @@ from ..read.history import (
     optimize_fingerprint,
     optimize_key,
 )
-from ..read.reader import CommittedFile, unreadable_file
+from ..read.reader import CommittedFile, damaged_in_place, unreadable_file
 from ..storage.filesystem import Storage
 from .inflight import InFlightBatch
 from .parquet_files import codec_extension, parquet_codec
@@ -359,13 +357,10 @@ def _raise_unreadable(storage: Storage, info: InputFile, exc: Exception) -> None
     """Raise the typed error of committed input ``info`` whose read failed with ``exc``: MissingDataFileError when
     it is gone, DamagedDataFileError when it is not of its logged size or, of its size, not Parquet (its bytes
     changed in place), naming the file and its batch (as the readers do); else ``exc`` as a StorageError."""
-    error = unreadable_file(storage, CommittedFile(info.path, info.relative, info.size, 0, info.batch_id, ()), exc)
+    committed = CommittedFile(info.path, info.relative, info.size, 0, info.batch_id, ())
+    error = unreadable_file(storage, committed, exc)
     if error is None and isinstance(exc, pa.ArrowInvalid):
-        error = DamagedDataFileError(
-            f"committed file {storage.display(info.path)} of batch {info.batch_id} cannot be read although it has its "
-            f"logged size ({type(exc).__name__}: {exc}): its bytes were changed outside the sink. Restore it from "
-            "backup; nothing was swapped."
-        )
+        error = damaged_in_place(storage, committed, exc, "; nothing was swapped")
     if error is not None:
         raise error from exc
     with storage.translating("reading", info.path):
