@@ -256,12 +256,17 @@ class CommitRecord:
         return self.commit_id.partition("-")[2] or None
 
     @property
+    def is_app(self) -> bool:
+        """Whether a ``write_batch`` app committed (its record carries a fingerprint), not a streaming query."""
+        return self.fingerprint is not None and self.query_id is not None
+
+    @property
     def writer(self) -> str:
-        """Who committed, as messages name it: a ``write_batch`` app (its record carries a fingerprint) or a query.
+        """Who committed, as messages name it: a ``write_batch`` app (:attr:`is_app`) or a query.
 
         Example: ``CommitRecord(0, "job", 0, "9f1c0a7e5b3d2c41-5e0d").writer`` -> ``"write_batch's app 'job'"``.
         """
-        if self.fingerprint is not None and self.query_id is not None:
+        if self.is_app:
             return f"write_batch's app {self.query_id!r}"
         return f"query {self.query_id or '(not recorded: written with allow_batch_id_only)'}"
 

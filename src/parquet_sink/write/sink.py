@@ -635,7 +635,7 @@ class ParquetSink:
             committed_by = owner.writer if owner else "another writer (e.g. Spark’s own file sink)"
             what = (
                 "This query's first batch meets an output other writers already append to"
-                if owner is not None and owner.fingerprint is not None
+                if owner is not None and owner.is_app
                 else "This is a new checkpoint on an old output"
             )
             raise ForeignQueryError(
