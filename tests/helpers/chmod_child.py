@@ -4,7 +4,7 @@ through ``ParquetSink`` twice: first with this package's JAR missing (Hadoop's r
 
 Usage: ``python tests/helpers/chmod_child.py '{"input": ..., "runs": {NAME: {"out": ..., "checkpoint": ...,
 "jar": true|false}}, "result": ...}'``: writes ``result``, ``{NAME: [the Hadoop filesystem class the sink staged
-with, whether Spark's writer got the batch's rows through BatchRowsExec]}``; the parent reads the chmod log and the
+with, whether Spark's writer got the batch's rows through BatchRowsExec, whether it wrote them with SinkFileWrite]}``; the parent reads the chmod log and the
 files.
 """
 
@@ -30,7 +30,7 @@ def main(config: dict) -> None:
         stream = spark.readStream.schema("id LONG, k STRING").option("maxFilesPerTrigger", 1).json(config["input"])
         run_available_now(stream, run["checkpoint"], ParquetSink(run["out"], partition_by=["k"]))
         classes = jvm._LOADED[spark.sparkContext]
-        used[name] = [classes.local_fs, classes.batch_rows is not None]
+        used[name] = [classes.local_fs, classes.batch_rows is not None, classes.sink_write is not None]
     Path(config["result"]).write_text(json.dumps(used))
     spark.stop()
 

@@ -7,6 +7,9 @@ Proven on a real driver whose ``chmod`` logs its calls: none for the sink's file
 without it (the JAR missing: the sink writes as before), the same file modes either way (Hadoop's umask applied),
 every row committed once.
 
+``SinkFileWrite``: Spark's file sink's write of a batch in one py4j call; without the JAR (or where it is not usable) a
+batch goes through ``df.write``, every row still committed once (the child below).
+
 ``BatchRowsExec``: Spark's writer gets a ``foreachBatch`` batch's rows as the streaming plan produced them, without
 the copy ``foreachBatch``'s scan makes of each; rows of another kind (an RDD of Python rows) still become
 ``UnsafeRow`` s, which the sort Spark adds for partition columns requires. The Arrow path's ``mapInArrow`` over a
@@ -77,7 +80,7 @@ def test_spark_path_creates_files_without_chmod_processes(tmp_path: Path) -> Non
         cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
     )
     used = json.loads(result.read_text()) if result.exists() else {}
-    assert child.returncode == 0 and used == {"without_jar": [RAW, False], "with_jar": [NIO, True]}, (
+    assert child.returncode == 0 and used == {"without_jar": [RAW, False, False], "with_jar": [NIO, True, True]}, (
         f"{used}\n{child.stdout[-3000:]}{child.stderr[-6000:]}"
     )
     calls = log.read_text().splitlines() if log.exists() else []

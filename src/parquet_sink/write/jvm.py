@@ -11,6 +11,9 @@ driver whose class loader takes no JAR, or a Spark they are not built for: the w
   file sink writes the streaming plan's rows as they are. The node gives Spark's writer
   (:mod:`parquet_sink.write.manifest_write`) and the Arrow path's ``mapInArrow`` (:func:`without_row_copy`) the same
   rows without the copy, where this Spark is the one it is built for (``usable()``).
+- ``parquetsink.spark.SinkFileWrite``: Spark's file sink's write of a micro-batch (``FileFormatWriter.write`` with
+  its manifest commit protocol and write statistics) in one py4j call, where a call per Spark object took ~28 round
+  trips (:mod:`parquet_sink.write.manifest_write`); where it is not usable a batch is written with ``df.write``.
 
 No Spark counterpart: Spark's sink runs inside the JVM and needs neither.
 
@@ -39,6 +42,7 @@ logger = logging.getLogger(__name__)
 RAW_LOCAL_FS = "org.apache.hadoop.fs.RawLocalFileSystem"
 NIO_LOCAL_FS = "parquetsink.hadoop.NioLocalFileSystem"
 _BATCH_ROWS = "parquetsink.spark.BatchRowsExec"
+_SINK_WRITE = "parquetsink.spark.SinkFileWrite"
 JAR = Path(__file__).with_name("parquet-sink-jvm.jar")
 _LOADED: dict[object, JarClasses] = {}  # per SparkContext
 
@@ -46,11 +50,12 @@ _LOADED: dict[object, JarClasses] = {}  # per SparkContext
 @dataclass
 class JarClasses:
     """What one SparkContext has of this package's classes: the Hadoop filesystem class the Spark path writes local
-    disk with (:data:`NIO_LOCAL_FS` where the JAR loaded, else :data:`RAW_LOCAL_FS`), and the class
-    ``BatchRowsExec`` (None: not loaded, or not usable with this Spark)."""
+    disk with (:data:`NIO_LOCAL_FS` where the JAR loaded, else :data:`RAW_LOCAL_FS`), and the classes
+    ``BatchRowsExec`` and ``SinkFileWrite`` (None: not loaded, or not usable with this Spark)."""
 
     local_fs: str
     batch_rows: Any
+    sink_write: Any
 
 
 def jar_classes(df: DataFrame) -> JarClasses | None:
@@ -62,7 +67,9 @@ def jar_classes(df: DataFrame) -> JarClasses | None:
     if context not in _LOADED:
         loaded = _load_jar(context)
         _LOADED[context] = JarClasses(
-            NIO_LOCAL_FS if loaded else RAW_LOCAL_FS, _batch_rows(context._jvm) if loaded else None
+            NIO_LOCAL_FS if loaded else RAW_LOCAL_FS,
+            _usable(context._jvm, _BATCH_ROWS, "Spark's writer gets foreachBatch's copy of each row") if loaded else None,
+            _usable(context._jvm, _SINK_WRITE, "batches are written with df.write") if loaded else None,
         )
     return _LOADED[context]
 
@@ -114,20 +121,21 @@ def _load_jar(context: Any) -> bool:
     except Exception as exc:  # py4j's errors: no addURL on this loader, no JAR, no class
         logger.info(
             "%s is not loadable in this session (%s): Hadoop's raw local filesystem sets permissions with a chmod "
-            "process, and Spark's writer gets foreachBatch's copy of each row", JAR.name, java_reason(exc),
+            "process, and batches are written with df.write", JAR.name, java_reason(exc),
         )
         return False
     return True
 
 
-def _batch_rows(jvm: Any) -> Any:
-    """The class of :data:`_BATCH_ROWS` if this Spark implements every method it needs, else None (logged)."""
+def _usable(jvm: Any, name: str, consequence: str) -> Any:
+    """The class ``name`` of the JAR if this Spark has everything it needs (its ``usable()``), else None (logged with
+    ``consequence``)."""
     try:
-        batch_rows = getattr(jvm, _BATCH_ROWS)  # py4j loads it as the thread's class loader does (Spark's)
-        if batch_rows.usable():  # links it first: a Spark without a class it names fails here
-            return batch_rows
-        reason = "this Spark's SparkPlan has abstract methods it does not implement"
+        found = getattr(jvm, name)  # py4j loads it as the thread's class loader does (Spark's)
+        if found.usable():  # links it first: a Spark without a class it names fails here
+            return found
+        reason = "this Spark lacks a member it calls or implements"
     except Exception as exc:  # py4j's errors: a class it names is missing from this Spark
         reason = java_reason(exc)
-    logger.info("%s is not usable with this Spark (%s): Spark's writer gets foreachBatch's copy of each row", _BATCH_ROWS, reason)
+    logger.info("%s is not usable with this Spark (%s): %s", name, reason, consequence)
     return None

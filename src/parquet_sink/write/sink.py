@@ -242,7 +242,6 @@ class ParquetSink:
         self._metadata_log: MetadataLog | None = None
         self._checkpoints: dict[str | None, str | None] = {}  # query id -> its temporary checkpoint, if any
         self._warned: set[str | None] = set()
-        self._directories: tuple[str, ...] = ()  # partition directories the last batch published files into
         self._in_place: dict[Any, str | None] = {}  # SparkContext -> why Spark's writer cannot write in place (None: it can)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -347,11 +346,10 @@ class ParquetSink:
             if path == "staged":
                 staged = write_staged(
                     df, batch, partition_by=self.partition_by, compression=self.compression,
-                    max_records_per_file=self.max_records_per_file, directories=self._directories,
+                    max_records_per_file=self.max_records_per_file,
                 )
                 publishing = time.monotonic()
                 statuses = publish(batch, staged, schema_file)
-                self._directories = staged.directories
                 progress.publish_seconds = time.monotonic() - publishing
             elif path == "in_place":
                 statuses = write_in_place(

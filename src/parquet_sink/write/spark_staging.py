@@ -71,11 +71,6 @@ class Staged:
     rows: int
     files: list[str] | None
 
-    @property
-    def directories(self) -> tuple[str, ...]:
-        """The staging-relative directories of ``files`` (none known when ``files`` is None)."""
-        return tuple(sorted({posixpath.dirname(f) for f in self.files or ()} - {""}))
-
 
 def write_staged(
     df: DataFrame,
@@ -84,7 +79,6 @@ def write_staged(
     partition_by: tuple[str, ...],
     compression: str,
     max_records_per_file: int | None,
-    directories: tuple[str, ...] = (),
 ) -> Staged:
     """Write ``df`` with Spark's Parquet writer into the batch's staging directory (nothing is visible
     yet; :func:`publish` moves the files under the root).
@@ -93,21 +87,16 @@ def write_staged(
     files and rows are those of the accepted task attempts, from their commit messages and write statistics.
     Elsewhere (Spark Connect) ``df.write`` runs the Hadoop output committer with algorithm 1, so staging holds
     exactly the accepted attempts' files, and the rows are counted as they reach the writer, in the attempts
-    Spark accepted (an ``Observation``).
-
-    ``directories`` (staging-relative partition directories, those of the previous batch) are made in staging from
-    Python before the job: without this package's JAR (:func:`parquet_sink.write.jvm.local_fs_options`)
-    Hadoop's local filesystem makes a directory with a `chmod` process (no native library), a third of a
-    partitioned batch's processes, and a stream's batches mostly fill the same directories."""
+    Spark accepted (an ``Observation``)."""
     df = writer_order(df, partition_by)
     options = {"compression": compression, **local_fs_options(df)}
     if max_records_per_file:
         options["maxRecordsPerFile"] = str(max_records_per_file)
     with EarlyWriteback(batch.storage, batch.staging):  # the files go to disk while Spark's job writes them
         manifest = write_with_manifest(
-            df, batch.storage, batch.staging, batch.commit_id, partition_by, options, directories
+            df, batch.storage, batch.staging, batch.commit_id, partition_by, options
         )
-        if manifest is None:  # Spark Connect, or another Spark: df.write
+        if manifest is None:  # Spark Connect, no JAR, or another Spark: df.write
             staged = _write_observed(df, batch, partition_by, options)
         else:
             staged = Staged(manifest.rows, [f.path for f in manifest.files])
