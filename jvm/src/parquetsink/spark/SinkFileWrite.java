@@ -54,7 +54,8 @@ public final class SinkFileWrite {
      * {@code partitionColumns} (names of {@code ds}'s columns), with the Parquet writer {@code options} (also in the
      * job's Hadoop configuration, as {@code df.write} puts them). The manifest, a {@code FileStreamSinkLog} at
      * {@code manifest}, is written with {@code logSession}'s settings. {@code unwrapRows}: the batch's rows through
-     * {@link BatchRowsExec} (where it is usable with this Spark). Returns the rows the accepted task attempts wrote,
+     * {@link BatchRowsExec} (where it is usable with this Spark), a {@code foreachBatch} batch not planned again
+     * ({@link BatchRowsExec#ofBatch}). Returns the rows the accepted task attempts wrote,
      * or -1, nothing written, when the session's commit protocol is not a manifest protocol (its commit messages are
      * not the files' statuses).
      */
@@ -84,13 +85,16 @@ public final class SinkFileWrite {
         trackers.add(new BasicWriteJobStatsTracker(new SerializableConfiguration(hadoopConf), metrics));
         Map<Map<String, String>, String> noCustomLocations = Map$.MODULE$.empty();
         FileFormatWriter.OutputSpec spec = new FileFormatWriter.OutputSpec(output, noCustomLocations, columns);
-        SparkPlan plan = execution.executedPlan();
+        SparkPlan plan = unwrapRows ? BatchRowsExec.ofBatch(ds) : null;
+        if (plan == null) {
+            plan = unwrapRows ? BatchRowsExec.unwrap(execution.executedPlan()) : execution.executedPlan();
+        }
         FileFormat parquet = new ParquetFileFormat();
         Option<BucketSpec> noBuckets = Option.empty();
         int staticPartitions = FileFormatWriter.write$default$11();
         Function0<BoxedUnit> jobCommitted = FileFormatWriter.write$default$12();
         FileFormatWriter.write(
-            session, unwrapRows ? BatchRowsExec.unwrap(plan) : plan, parquet, committer, spec, hadoopConf,
+            session, plan, parquet, committer, spec, hadoopConf,
             seq(partitions), noBuckets, seq(trackers), scalaOptions, staticPartitions, jobCommitted
         );
         return metrics.apply("numOutputRows").value();
