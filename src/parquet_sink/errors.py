@@ -7,7 +7,17 @@ Spark hands an error raised in ``foreachBatch`` to ``query.awaitTermination()`` 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class ParquetSinkError(Exception):
@@ -148,6 +158,70 @@ class RowCountMismatchError(ParquetSinkError):
 class OptimizeError(ParquetSinkError):
     """A background optimize (``ParquetSink(optimize_every=...)``) failed for a cause that is not a typed error of
     this package; the stream's batches are committed, the swap is not (its files are orphans for ``vacuum``)."""
+
+
+_NAMED: ContextVar[bool] = ContextVar("parquet_sink_named_call", default=False)  # an outer call names the errors
+
+
+def call_text(function: str, path: object) -> str:
+    """How an error names a call of ``function`` on the output ``path``: ``read_committed('/data/out')``."""
+    shown = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    return f"{function}({shown!r})"
+
+
+@contextmanager
+def parameters_of(call: str) -> Iterator[None]:
+    """A :class:`ParameterError` raised inside gets ``call`` (:func:`call_text`) in front of its message, unless it
+    names a call on the same path already: the checks of arguments are shared by many entry points and know the
+    argument, not the output. Calls of :func:`names_output` functions inside add nothing (the outermost names).
+
+    Example::
+
+        >>> with parameters_of("ParquetSink('/data/out')"):
+        ...     check_flags(delta_log="yes")
+        ParameterError: ParquetSink('/data/out'): delta_log must be True or False, got 'yes'
+    """
+    token = _NAMED.set(True)
+    try:
+        yield
+    except ParameterError as exc:
+        path = call[call.index("(") :]
+        if not re.match(r"[\w.]+" + re.escape(path), str(exc)):
+            exc.args = (f"{call}: {exc}",)
+        raise
+    finally:
+        _NAMED.reset(token)
+
+
+def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Decorator of a public function whose first argument is an output's path: a :class:`ParameterError` it raises
+    names the call (:func:`parameters_of`), ``vacuum('/data/out'): older_than='5' is not a duration ...``. A
+    generator function names it in each step of its iteration."""
+    name = function.__name__
+
+    if inspect.isgeneratorfunction(function):
+
+        @functools.wraps(function)
+        def steps(path: Any, *args: Any, **kwargs: Any) -> Any:
+            inner = function(path, *args, **kwargs)
+            while True:
+                with parameters_of(call_text(name, path)):
+                    try:
+                        item = next(inner)
+                    except StopIteration as stop:
+                        return stop.value
+                yield item
+
+        return steps  # type: ignore[return-value]
+
+    @functools.wraps(function)
+    def named(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if _NAMED.get():
+            return function(path, *args, **kwargs)
+        with parameters_of(call_text(name, path)):
+            return function(path, *args, **kwargs)
+
+    return named  # type: ignore[return-value]
 
 
 # The last line of the Python traceback Spark puts in a failed query's message: "parquet_sink.errors.<Class>: <text>".

@@ -25,8 +25,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import LogEntry, MetadataLog, ParquetSink, committed_files, read_committed, write_batch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parquet_sink import (
+    LogEntry, MetadataLog, ParquetSink, committed_files, doctor, read_committed, snapshot, sync_delta_log, vacuum, write_batch,
+)
 from parquet_sink.cli.main import main
+from parquet_sink.write.rewrite import optimize
 from parquet_sink.errors import (
     CorruptLogError,
     ParquetSinkError,
@@ -286,7 +292,8 @@ def test_writers_refuse_paths_and_switches_that_are_not_what_they_look_like(tmp_
     """A writer given an output's own log, Delta log or hidden area as its path (it would nest another output there,
     which no reader of the output sees), an empty path (the working directory), a string where a switch is meant
     (``"false"`` is true: ``allow_existing_files="false"`` hid an existing dataset), or a set of partition columns
-    (no order: the directory order changed with the process's hash seed) gets a ParameterError and writes nothing;
+    (no order: the directory order changed with the process's hash seed), or a number or name out of range gets a
+    ParameterError naming the call and its output, and writes nothing;
     an iterator of partition columns is read once (the sink once became unpartitioned)."""
     out = str(tmp_path / "out")
     write_batch(out, pa.table({"x": [1]}), app_id="a", version=0)
@@ -310,13 +317,64 @@ def test_writers_refuse_paths_and_switches_that_are_not_what_they_look_like(tmp_
             lambda: write_batch(out, table, app_id="a", version=1, delta_log="no")],
         "a set has no order": [lambda: ParquetSink(out, partition_by={"a", "b"}),
                                lambda: write_batch(out, table, app_id="a", version=1, partition_by={"x"})],
+        "compact_interval": [lambda: ParquetSink(out, compact_interval=0),
+                             lambda: write_batch(out, table, app_id="a", version=1, compact_interval=0)],
+        "max_records_per_file": [lambda: ParquetSink(out, max_records_per_file=0),
+                                 lambda: write_batch(out, table, app_id="a", version=1, max_records_per_file=-1)],
+        "retention": [lambda: ParquetSink(out, retention="soon")],
+        "writer must be": [lambda: ParquetSink(out, writer="pandas")],
+        "version": [lambda: write_batch(out, table, app_id="a", version=-1)],
+        "time zone": [lambda: write_batch(out, table, app_id="a", version=1, time_zone="Mars/Olympus")],
     }
     for message, calls in refused.items():
         for call in calls:
-            with pytest.raises(ParameterError, match=message):
+            with pytest.raises(ParameterError, match=message) as raised:
                 call()
+            # every refusal names the call and its output, whichever shared check raised it, once
+            assert re.match(rf"(ParquetSink|write_batch)\({re.escape(repr(out))}", str(raised.value)) or (
+                "the path is empty" in message or "is a file" in message or "directory" in message
+            ), str(raised.value)
+            assert str(raised.value).count(f"({out!r})") <= 1, str(raised.value)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
     assert ParquetSink(out, partition_by=map(str, ["day", "hour"])).partition_by == ("day", "hour")
+    assert read_committed(out).column("x").to_pylist() == [1]
+
+
+# Every switch of every entry point taking an output: (the call's name, a call of it with the switch set to a value).
+_SWITCHES: dict[str, Callable[[str, Any], Any]] = {
+    "vacuum/dry_run": lambda out, v: vacuum(out, "7d", dry_run=v),
+    "vacuum/allow_short_retention": lambda out, v: vacuum(out, "7d", allow_short_retention=v),
+    "vacuum/include_files_before_log": lambda out, v: vacuum(out, "7d", include_files_before_log=v),
+    "read_committed/ignore_missing_files": lambda out, v: read_committed(out, ignore_missing_files=v),
+    "committed_files/allow_outside_root": lambda out, v: committed_files(out, allow_outside_root=v),
+    "snapshot/statistics": lambda out, v: snapshot(out, statistics=v),
+    "sync_delta_log/recreate": lambda out, v: sync_delta_log(out, recreate=v),
+    "sync_delta_log/check_files": lambda out, v: sync_delta_log(out, check_files=v),
+    "optimize/dry_run": lambda out, v: optimize(out, dry_run=v),
+    "doctor/batch_id_only": lambda out, v: doctor(out, app_id="a", version=1, batch_id_only=v),
+    "write_batch/ignore_changed_data": lambda out, v: write_batch(out, pa.table({"x": [2]}), app_id="a", version=1, ignore_changed_data=v),
+    "ParquetSink/check_storage": lambda out, v: ParquetSink(out, check_storage=v),
+}
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, database=None)
+@given(
+    switch=st.sampled_from(sorted(_SWITCHES)),
+    value=st.one_of(st.sampled_from(["false", "False", "no", "0", "", "true"]), st.integers(-1, 2), st.none(),
+                    st.floats(allow_nan=False), st.text(max_size=4)),
+)
+def test_every_switch_of_every_entry_point_takes_only_a_bool(tmp_path_factory, switch: str, value: Any) -> None:
+    """A switch given anything but True or False (a string such as ``"false"`` is true in Python:
+    ``vacuum(allow_short_retention="false")`` would have deleted what time travel reads, ``sync_delta_log(
+    recreate="false")`` rebuilt the Delta log, ``ignore_missing_files="false"`` hidden missing files) is a
+    ParameterError naming the call, its output and the switch, and the output is left as it was."""
+    out = str(tmp_path_factory.mktemp("switch") / "out")
+    write_batch(out, pa.table({"x": [1]}), app_id="a", version=0)
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in Path(out).rglob("*"))
+    function, name = switch.split("/")
+    with pytest.raises(ParameterError, match=rf"^{re.escape(function)}\({re.escape(repr(out))}\): {name} must be True or False"):
+        _SWITCHES[switch](out, value)
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in Path(out).rglob("*")) == before
     assert read_committed(out).column("x").to_pylist() == [1]
 
 

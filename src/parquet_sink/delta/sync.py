@@ -56,9 +56,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredError
+from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredError, names_output
 from ..failpoints import failpoint
-from ..log.compaction import check_positive_int, parse_duration_ms
+from ..log.compaction import check_flags, check_positive_int, parse_duration_ms
 from ..log.files import DELTA_DIR, require_output
 from ..parquet_read import open_sized
 from ..partitioning import check_time_zone, parse_partition_path
@@ -760,6 +760,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@names_output
 def sync_delta_log(
     path: str | os.PathLike[str],
     *,
@@ -807,6 +808,7 @@ def sync_delta_log(
     if time_zone is not None:
         check_time_zone(time_zone, f"sync_delta_log({path!r})")
     check_positive_int("checkpoint_interval", checkpoint_interval, "delta.checkpointInterval, a checkpoint every that many versions")
+    check_flags(recreate=recreate, check_files=check_files)
     retention_s = max(1, math.ceil(parse_duration_ms(log_retention, "log_retention") / 1000))
     started = time.monotonic()
     options = dict(storage_options or {})

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ParameterError
+from ..errors import ParameterError, names_output
+from ..log.compaction import check_flags
 from ..read.chain import check_app_version, decide_write
 from ..storage.filesystem import Storage
 from ..write.sink import Action, checkpoint_query_id, decide_batch
@@ -185,6 +186,7 @@ class Diagnosis:
     plan: RestartPlan
 
 
+@names_output
 def doctor(
     path: str | os.PathLike[str],
     *,
@@ -204,6 +206,7 @@ def doctor(
         >>> doctor("/data/daily", app_id="daily-job", version=41).plan.action
         'skip'
     """
+    check_flags(batch_id_only=batch_id_only)
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
     checked_version = None if app_id is None else check_app_version(app_id, version)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
-from ..errors import ParquetSinkError
+from ..errors import ParquetSinkError, names_output
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
@@ -194,6 +194,7 @@ class VerifyReport:
         return not self.problems
 
 
+@names_output
 def verify(
     path: str | os.PathLike[str],
     *,

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..delta.sync import has_delta_log, referenced_files
-from ..errors import LogError, ParameterError, SnapshotExpiredError
-from ..log.compaction import parse_duration_ms
+from ..errors import LogError, ParameterError, SnapshotExpiredError, names_output
+from ..log.compaction import check_flags, parse_duration_ms
 from ..log.entry import COMMIT_TIME_KEY, CommitRecord, LogEntry
 from ..log.files import ORPHANED_COPY_AGE_MS, nested_roots, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
@@ -243,6 +243,7 @@ def _age_text(older_than: str | _dt.timedelta) -> str:
     return older_than.strip() if isinstance(older_than, str) else str(older_than)
 
 
+@names_output
 def vacuum(
     path: str | os.PathLike[str],
     older_than: str | _dt.timedelta = SAFE_AGE,
@@ -267,6 +268,7 @@ def vacuum(
         >>> vacuum("/data/events", "10m", allow_short_retention=True, dry_run=True).plan.orphans
         []
     """
+    check_flags(dry_run=dry_run, allow_short_retention=allow_short_retention, include_files_before_log=include_files_before_log)
     age_ms = check_age(older_than, allow_short_retention)
     plan = find_orphans(path, storage_options, age_ms, include_files_before_log)
     result = VacuumResult(plan, _age_text(older_than), dry_run)

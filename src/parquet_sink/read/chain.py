@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
-from ..errors import OutputResetError, ParameterError
+from ..errors import OutputResetError, ParameterError, names_output
 from ..log.snapshot import read_snapshot
 from ..log.metadata_log import MetadataLog
 from .history import history
@@ -100,6 +100,7 @@ def version_record(records: Sequence[CommitRecord], app_id: str, version: int) -
     return next((r for r in inferred.values() if r.query_id == app_id and r.query_batch_id == version), None)
 
 
+@names_output
 def committed_version(
     path: str | os.PathLike[str], app_id: str, *, storage_options: dict[str, Any] | None = None
 ) -> int | None:
@@ -116,6 +117,7 @@ def committed_version(
     return None if own is None else own.query_batch_id
 
 
+@names_output
 def iter_batches(
     path: str | os.PathLike[str],
     *,

@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ParameterError, SnapshotNotFoundError
+from ..errors import ParameterError, SnapshotNotFoundError, names_output
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, CommitRecord, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
@@ -201,6 +201,7 @@ def batch_history(snap: LogSnapshot) -> pa.Table:
     )
 
 
+@names_output
 def history(
     path: str | os.PathLike[str],
     *,

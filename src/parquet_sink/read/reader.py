@@ -30,6 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 
 from ..errors import (
+    names_output,
     DamagedDataFileError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
     SchemaMismatchError, SnapshotExpiredError,
 )
@@ -43,7 +44,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
-from ..log.compaction import check_positive_int
+from ..log.compaction import check_flags, check_positive_int
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
@@ -290,6 +291,7 @@ def parse_as_of_time(value: object) -> _dt.datetime:
     return when
 
 
+@names_output
 def snapshot(
     path: str | os.PathLike[str],
     *,
@@ -317,6 +319,7 @@ def snapshot(
         >>> snap.latest_batch_id, len(snap.files)
         (57, 120)
     """
+    check_flags(allow_outside_root=allow_outside_root, ignore_missing_files=ignore_missing_files, statistics=statistics)
     if as_of_time is not None and as_of_batch is not None:
         raise ParameterError("pass as_of_batch or as_of_time, not both")
     if as_of_batch is not None:
@@ -428,6 +431,7 @@ def _committed(
     return CommittedFiles(log.storage, _files_table(entries, log.storage, allow_outside_root, statistics))
 
 
+@names_output
 def committed_files(path: str | os.PathLike[str], **options: Unpack[SnapshotOptions]) -> CommittedFiles:
     """The committed data files of the output at ``path``, from the log only (options as :func:`snapshot`).
 
@@ -674,6 +678,7 @@ def unreadable_file(
     return None
 
 
+@names_output
 def committed_dataset(
     path: str | os.PathLike[str], *, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]
 ) -> ds.Dataset:
@@ -716,6 +721,7 @@ def read_committed(
 ) -> DataFrame: ...
 
 
+@names_output
 def read_committed(
     path: str | os.PathLike[str],
     *,
@@ -803,6 +809,7 @@ def _read_columns(filter: ds.Expression, layout: _Layout, wanted: list[str] | No
     return distinct + sorted((fields & set(layout.schema.names)) - set(wanted))
 
 
+@names_output
 def count_committed(
     path: str | os.PathLike[str], *, filter: ds.Expression | None = None, time_zone: str = "UTC", **options: Unpack[SnapshotOptions]
 ) -> int:

@@ -72,8 +72,9 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
-from ..errors import CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError
+from ..errors import CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError, names_output
 from ..failpoints import failpoint
+from ..log.compaction import check_flags
 from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
@@ -461,6 +462,7 @@ def _write_rows(table: pa.Table, handle: Any, codec: str, int96: bool) -> None:
             writer.write_table(table.slice(start, _ROW_GROUP_ROWS).combine_chunks(), row_group_size=_ROW_GROUP_ROWS)
 
 
+@names_output
 def optimize(
     path: str,
     *,
@@ -508,6 +510,7 @@ def optimize(
         3
     """
     started = time.monotonic()
+    check_flags(dry_run=dry_run)
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
     for option, value in (("sort_by", sort_by), ("z_order", z_order)):

@@ -49,7 +49,9 @@ from ..errors import (
     SchemaMismatchError,
     SinkUsageError,
     TemporaryCheckpointWarning,
+    call_text,
     original_error,
+    parameters_of,
 )
 from ..failpoints import failpoint
 from .conflicts import Conflict, Transaction, check_commit, winning_commits
@@ -196,26 +198,27 @@ class ParquetSink:
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
         require_sink_dependencies()
-        check_flags(allow_batch_id_only=allow_batch_id_only, allow_existing_files=allow_existing_files,
-                    delta_log=delta_log, check_storage=check_storage)
-        partition_by = check_partition_by(partition_by)  # once: an iterator is read once
-        parse_file_size(target_file_size)  # checked whether or not optimize_every asks for it yet
-        if delta_log:
-            require_deltalake(f"ParquetSink({path!r}, delta_log=True)")
-        _check_parameters(
-            partition_by=partition_by,
-            compact_interval=compact_interval,
-            retention=retention,
-            max_records_per_file=max_records_per_file,
-            on_foreign_query=on_foreign_query,
-            min_batches_to_retain=min_batches_to_retain,
-            cleanup_delay=cleanup_delay,
-            checkpoint_location=checkpoint_location,
-            writer=writer,
-        )
-        storage = Storage(path, storage_options)
-        check_output_root(path, storage, f"ParquetSink({os.fspath(path)!r})")
-        storage.require_shared("ParquetSink")
+        with parameters_of(call_text("ParquetSink", path)):  # the checks name the argument; this names the output
+            check_flags(allow_batch_id_only=allow_batch_id_only, allow_existing_files=allow_existing_files,
+                        delta_log=delta_log, check_storage=check_storage)
+            partition_by = check_partition_by(partition_by)  # once: an iterator is read once
+            parse_file_size(target_file_size)  # checked whether or not optimize_every asks for it yet
+            if delta_log:
+                require_deltalake(f"ParquetSink({path!r}, delta_log=True)")
+            _check_parameters(
+                partition_by=partition_by,
+                compact_interval=compact_interval,
+                retention=retention,
+                max_records_per_file=max_records_per_file,
+                on_foreign_query=on_foreign_query,
+                min_batches_to_retain=min_batches_to_retain,
+                cleanup_delay=cleanup_delay,
+                checkpoint_location=checkpoint_location,
+                writer=writer,
+            )
+            storage = Storage(path, storage_options)
+            check_output_root(path, storage, f"ParquetSink({os.fspath(path)!r})")
+            storage.require_shared("ParquetSink")
         if check_storage:
             storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
         self.path = os.fspath(path)
