@@ -236,3 +236,30 @@ def test_old_backend_is_named_instead_of_the_store(request, tmp_path, old_packag
     assert backend.secret not in message
     kind, message = _run_child(backend.url, backend.storage_options)  # today's releases: the same store works
     assert (kind, message) == ("OK", "")
+
+
+def test_a_parent_a_vacuum_removed_before_the_open_is_made_again(tmp_path: Path, monkeypatch) -> None:
+    """On local disk ``Storage.open`` makes a data file's directory, then opens the file: a vacuum that removes the
+    (still empty) directory in between (``os.rmdir`` in the window, as vacuum's empty-directory sweep does) once
+    made the writer's open fail with a StorageError; the directory is made again and the file written. Removed
+    at every attempt, the open fails as before, a StorageError naming the file."""
+    storage = Storage(str(tmp_path / "out"))
+    target = storage.join("k=a", "part-0.parquet")
+    opened = storage.fs.open
+    removals = []
+
+    def vacuum_in_the_window(path: str, *args, **kwargs):
+        if len(removals) < budget:
+            os.rmdir(os.path.dirname(path))  # what vacuum does to an empty directory
+            removals.append(path)
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(storage.fs, "open", vacuum_in_the_window)  # fsspec shares the instance: undone after
+    budget = 2
+    with storage.open(target, "wb") as fh:
+        fh.write(b"rows")
+    assert Path(target).read_bytes() == b"rows" and len(removals) == 2
+    removals.clear()
+    budget = 100
+    with pytest.raises(StorageError, match="part-1.parquet"):
+        storage.open(storage.join("k=a", "part-1.parquet"), "wb")

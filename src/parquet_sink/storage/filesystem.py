@@ -55,6 +55,7 @@ _UNSUPPORTED = {
     for scheme in ("gs", "gcs")
 }
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created", "timeCreated")
+_OPEN_ATTEMPTS = 5  # local disk: opens for writing whose parent directory a vacuum removed in between, in a row
 
 
 @dataclass(frozen=True)
@@ -404,10 +405,20 @@ class Storage:
     @backend_errors
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
         """Open for reading, or for writing a data file (parent directories created where needed). The file's
-        reads, writes and close (an object store's upload) raise StorageErrors too."""
+        reads, writes and close (an object store's upload) raise StorageErrors too. On local disk a parent a vacuum
+        removed between its creation and the open (an empty directory to it) is made again, a few times."""
         if "w" in mode and self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        return TranslatedFile(self.fs.open(path, mode, **kwargs), self.errors, self.display(path))  # type: ignore[return-value]
+            for attempt in range(_OPEN_ATTEMPTS):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                try:
+                    opened = self.fs.open(path, mode, **kwargs)
+                    break
+                except FileNotFoundError:
+                    if attempt == _OPEN_ATTEMPTS - 1:
+                        raise
+        else:
+            opened = self.fs.open(path, mode, **kwargs)
+        return TranslatedFile(opened, self.errors, self.display(path))  # type: ignore[return-value]
 
     @backend_errors
     def makedirs(self, path: str) -> None:

@@ -73,13 +73,14 @@ public final class BatchRowsExec extends SparkPlan {
     }
 
     /**
-     * {@code ds}'s rows as this node, straight from its analyzed plan when that is a scan of an existing RDD (a
-     * {@code foreachBatch} batch): the node {@link #unwrap} makes of {@code ds}'s physical plan (planning gives such a
-     * {@code LogicalRDD} an {@code RDDScanExec} of the same output, RDD, partitioning and ordering), without running the
-     * optimizer and planner over it (~5 ms a batch). Null for any other plan.
+     * {@code ds}'s rows as this node, straight from its plan when that is a scan of an existing RDD (a
+     * {@code foreachBatch} batch) and no cached data stands in for it: the node {@link #unwrap} makes of {@code ds}'s
+     * physical plan (planning gives such a {@code LogicalRDD} an {@code RDDScanExec} of the same output, RDD,
+     * partitioning and ordering), without running the optimizer and planner over it (~5 ms a batch). Null for any
+     * other plan, and for a batch the caller persisted (its plan reads the cache: the rows it already computed).
      */
     public static SparkPlan ofBatch(org.apache.spark.sql.classic.Dataset<?> ds) {
-        LogicalPlan plan = ds.queryExecution().analyzed();
+        LogicalPlan plan = ds.queryExecution().withCachedData();
         if (!(plan instanceof LogicalRDD) || plan.isStreaming()) {
             return null;
         }
