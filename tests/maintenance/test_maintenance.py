@@ -63,7 +63,7 @@ def test_vacuum_refuses_a_duration_without_its_unit(tmp_path, age):
     out, orphan = _output(tmp_path)
     os.utime(orphan, (time.time() - 30 * 86400,) * 2)  # old enough for any reading of the number
     refused = r"(is not a duration: give a whole number with its unit, |a duration must not be negative \()e\.g\. '7d'"
-    with pytest.raises(ParameterError, match=r"^older_than=.* " + refused):
+    with pytest.raises(ParameterError, match=r"^vacuum\('[^']*'\): older_than=.* " + refused):
         vacuum(out, age, allow_short_retention=True)
     assert orphan.exists()
     assert cli_main(["vacuum", out, "--older-than", str(age), "--allow-short-retention"]) == 2  # a usage error

@@ -67,7 +67,7 @@ def test_as_of_time_takes_an_iso_string_with_its_offset(out, offset_minutes, for
 @pytest.mark.parametrize("value", ["2026-11-24T06:00:00", "2026-11-24", "yesterday", "", 1795000000, dt.date(2026, 1, 1),
                                    dt.datetime(2026, 1, 1)], ids=repr)
 def test_as_of_time_without_a_zone_or_not_a_time_is_refused(out, value):
-    with pytest.raises(ParameterError, match=r"^as_of_time=.*(no time zone|ISO-8601|aware datetime)"):
+    with pytest.raises(ParameterError, match=r"^\w+\('[^']*'\): as_of_time=.*(no time zone|ISO-8601|aware datetime)"):
         read_committed(out, as_of_time=value)
 
 
@@ -144,7 +144,7 @@ def test_inputs_a_user_gets_wrong_get_typed_errors(out, tmp_path):
 
     with pytest.raises(NotAnOutputError, match="is a log directory: give its parent"):
         read_committed(out / "_spark_metadata")
-    with pytest.raises(ParameterError, match=r"^after=-5"):
+    with pytest.raises(ParameterError, match=r"^iter_batches\('[^']*'\): after=-5"):
         list(iter_batches(out, after=-5))
     for bad in (0, -1):
         with pytest.raises(ParameterError, match="max_records_per_file must be a positive integer"):

@@ -354,6 +354,7 @@ _SWITCHES: dict[str, Callable[[str, Any], Any]] = {
     "doctor/batch_id_only": lambda out, v: doctor(out, app_id="a", version=1, batch_id_only=v),
     "write_batch/ignore_changed_data": lambda out, v: write_batch(out, pa.table({"x": [2]}), app_id="a", version=1, ignore_changed_data=v),
     "ParquetSink/check_storage": lambda out, v: ParquetSink(out, check_storage=v),
+    "MetadataLog/cleanup": lambda out, v: MetadataLog(out, cleanup=v),
 }
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import CorruptLogError, LogError
-from .compaction import CompactibleLog, LogOptions, derive_compact_interval, parse_duration_ms
+from ..errors import CorruptLogError, LogError, call_text, parameters_of
+from .compaction import CompactibleLog, LogOptions, check_flags, derive_compact_interval, parse_duration_ms
 from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path
 from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from ..storage.filesystem import Storage
@@ -92,7 +92,9 @@ class MetadataLog(CompactibleLog):
         cleanup: bool = True,
         storage: Storage | None = None,
     ) -> None:
-        options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
+        with parameters_of(call_text("MetadataLog", path)):  # the checks name the argument; this names the output
+            options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
+            check_flags(cleanup=cleanup)
         storage = storage or Storage(os.fspath(path), storage_options)
         storage.check_reachable()  # a StorageError in seconds, not the backend's minutes of retries
         super().__init__(storage, options, cleanup=cleanup)
