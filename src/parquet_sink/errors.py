@@ -173,7 +173,8 @@ def call_text(function: str, path: object) -> str:
 def parameters_of(call: str) -> Iterator[None]:
     """A :class:`ParameterError` raised inside gets ``call`` (:func:`call_text`) in front of its message, unless it
     names a call on the same path already: the checks of arguments are shared by many entry points and know the
-    argument, not the output. Calls of :func:`names_output` functions inside add nothing (the outermost names).
+    argument, not the output. Named calls inside (this, :func:`names_output` functions) add nothing: the outermost
+    names the error.
 
     Example::
 
@@ -181,6 +182,9 @@ def parameters_of(call: str) -> Iterator[None]:
         ...     check_flags(delta_log="yes")
         ParameterError: ParquetSink('/data/out'): delta_log must be True or False, got 'yes'
     """
+    if _NAMED.get():  # inside another named call: the outermost names the error
+        yield
+        return
     token = _NAMED.set(True)
     try:
         yield
@@ -216,8 +220,6 @@ def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:
 
     @functools.wraps(function)
     def named(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if _NAMED.get():
-            return function(path, *args, **kwargs)
         with parameters_of(call_text(name, path)):
             return function(path, *args, **kwargs)
 
