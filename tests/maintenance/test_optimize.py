@@ -586,3 +586,29 @@ def test_a_damaged_or_lost_input_is_a_typed_error_naming_file_and_batch(out: str
     with pytest.raises(error, match=f"committed file {victim.path} of batch 1 .*"):
         optimize(out)
     assert {f.path for f in committed_files(out)} == before and MetadataLog(out).latest_batch_id() == 2
+
+
+def test_int96_files_next_to_micros_files_are_compacted(tmp_path) -> None:
+    """An output whose timestamp column is INT96 in one batch's file (Spark's writer: read naive) and
+    TIMESTAMP_MICROS in another's (an app's or the Arrow path's: read zoned UTC), as ``read_committed`` reads them
+    (one type, instants in UTC): before, optimize failed every such bin with pyarrow's ArrowTypeError ("Cannot
+    merge timestamp with timezone and timestamp without timezone"); now one file holds the same instants."""
+    out = str(tmp_path / "out")
+    log = MetadataLog(out)
+    spark_file = Path(out) / "part-00000-0000.c000.snappy.parquet"
+    spark_file.parent.mkdir(parents=True)
+    instant = dt.datetime(1999, 12, 31, 23, 59, 59, 999999)
+    pq.write_table(pa.table({"id": [1], "t": pa.array([instant], pa.timestamp("us"))}).replace_schema_metadata(
+        {b"org.apache.spark.version": b"3.5.0"}), spark_file, use_deprecated_int96_timestamps=True)
+    assert log.add(0, [LogEntry(spark_file.as_uri(), spark_file.stat().st_size, False, int(time.time() * 1000))])
+    utc = dt.timezone.utc
+    write_batch(out, pa.table({"id": [2], "t": pa.array([dt.datetime(2020, 1, 1, tzinfo=utc)], pa.timestamp("us", "UTC"))}),
+                app_id="app", version=0)
+    before = read_committed(out).sort_by("id")
+    assert before.schema.field("t").type == pa.timestamp("us", "UTC")
+    result = optimize(out, target_file_size="1GB")
+    assert result.files_added == 1 and len(committed_files(out)) == 1
+    after = read_committed(out).sort_by("id")
+    # the same instants; the one file is INT96 (an input was), which reads naive, as Spark's INT96 files do
+    assert after.column("t").cast(pa.timestamp("us", "UTC")).to_pylist() == before.column("t").to_pylist() == [
+        instant.replace(tzinfo=utc), dt.datetime(2020, 1, 1, tzinfo=utc)]

@@ -49,6 +49,7 @@ from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
 from ..parquet_read import parquet_format, read_schema, unify_schemas
+from ..rebase import before_gregorian, may_need_rebase, rows_to_proleptic
 from ..partitioning import check_time_zone, convert_partition_value, infer_partition_types, parse_partition_path
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, EXPIRED_KEY, STATS_KEY
 from ..log.file_stats import FileStats, decode_stats
@@ -684,7 +685,9 @@ def committed_dataset(
 ) -> ds.Dataset:
     """A lazy ``pyarrow.dataset.Dataset`` over exactly the committed files, with Spark's partition columns
     (options as :func:`snapshot`). Timestamp partition values are read in ``time_zone``, as Spark reads
-    them in its session time zone: pass the writer's ``spark.sql.session.timeZone``.
+    them in its session time zone: pass the writer's ``spark.sql.session.timeZone``. Values as the files store
+    them: dates before 1582 a file of Spark's LEGACY rebase mode holds are not rebased (:func:`read_committed`
+    rebases them, :func:`as_spark_reads`).
 
     Example::
 
@@ -776,14 +779,30 @@ def read_committed(
             )
         wanted = list(columns) if columns is not None else None
         if filter is None:
-            return dataset.to_table(columns=wanted)
+            return as_spark_reads(dataset, dataset.to_table(columns=wanted))
         # filtered here, not by the scan: a scan skips row groups by their bounds as if no float were NaN
         # (``~(x < 3)`` loses the NaN rows of a row group whose x is in [0, 2])
-        table = dataset.to_table(columns=_read_columns(filter, layout, wanted))
+        table = as_spark_reads(dataset, dataset.to_table(columns=_read_columns(filter, layout, wanted)))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
     table = _filtered(table, filter, snap)
     return table if wanted is None else table.select(wanted)
+
+
+def as_spark_reads(dataset: ds.Dataset, table: pa.Table) -> pa.Table:
+    """``table`` (a scan of ``dataset``) with the dates and timestamps that files in Spark's hybrid Julian calendar
+    hold as Spark reads them (:mod:`parquet_sink.rebase`). Costs one pass over each date and timestamp column; only
+    where one holds a day before 1582-10-15, a second scan telling each row's file, and the footers of the files
+    those old values come from."""
+    names = may_need_rebase(table)
+    if not names:
+        return table
+    scanned = dataset.to_table(columns=[*table.column_names, "__fragment_index"])
+    fragment = scanned.column("__fragment_index").to_numpy()
+    old = np.logical_or.reduce([before_gregorian(scanned.column(name)) for name in names])
+    fragments = list(dataset.get_fragments())
+    footers = {int(i): fragments[i].metadata for i in np.unique(fragment[old])}
+    return rows_to_proleptic(scanned.drop_columns(["__fragment_index"]), fragment, footers, names)
 
 
 def _filtered(table: pa.Table, filter: ds.Expression, snap: Snapshot) -> pa.Table:
@@ -848,7 +867,7 @@ def count_committed(
         dataset = _dataset(snap, layout, snap.storage.arrow_filesystem())
         if filter is None:
             return total + dataset.count_rows()
-        table = dataset.to_table(columns=_read_columns(filter, layout, []))
+        table = as_spark_reads(dataset, dataset.to_table(columns=_read_columns(filter, layout, [])))
     except (OSError, pa.ArrowInvalid) as exc:  # ArrowInvalid: not Parquet (truncated, empty)
         raise _unreadable(snap, exc) from exc
     return total + _filtered(table, filter, snap).num_rows

@@ -34,7 +34,10 @@ How the swap stays atomic for every reader:
 
 Rows are preserved exactly: each bin's files are read with pyarrow (their columns only: partition values stay in
 the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``), and written as one
-Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata.
+Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata;
+dates and timestamps an input holds in Spark's hybrid Julian calendar (LEGACY rebase mode, Spark before 3.0) are
+rebased as Spark reads them and written without that calendar's markers (:mod:`parquet_sink.rebase`), so every
+reader reads the rewritten file as Spark read its inputs.
 
 Example::
 
@@ -79,7 +82,7 @@ from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
-from ..parquet_read import INT96_UNIT
+from ..parquet_read import INT96_UNIT, unify_schemas
 from ..partitioning import DEFAULT_PARTITION_NAME, parse_partition_path, unescape_path_name
 from ..read.history import (
     OPTIMIZE_APP_ID,
@@ -89,6 +92,7 @@ from ..read.history import (
     optimize_key,
 )
 from ..read.reader import CommittedFile, damaged_in_place, unreadable_file
+from ..rebase import proleptic_metadata, to_proleptic
 from ..storage.filesystem import Storage
 from .inflight import InFlightBatch
 from .parquet_files import codec_extension, parquet_codec
@@ -346,12 +350,26 @@ def _read_files(
             with filesystem.open_input_file(info.path) as handle:
                 reader = ParquetReader()
                 reader.open(handle, **_OPEN_OPTIONS)
-                tables.append(reader.read_all(use_threads=False))  # a pool hop per small file costs more than it saves
+                # a pool hop per small file costs more than it saves; values as Spark reads them, so that the file
+                # written from them (without the hybrid calendar's markers) reads the same
+                tables.append(to_proleptic(reader.read_all(use_threads=False), reader.metadata))
         except Exception as exc:  # translated only when it fails: its cost is per file
             _raise_unreadable(storage, info, exc)
-    table = pa.concat_tables(tables, promote_options="permissive")
+    table = _concatenated(tables)
     int96 = any(map(_holds_timestamp, table.schema.types)) and any(_has_int96(filesystem, info.path) for info in inputs)
-    return table.replace_schema_metadata(tables[-1].schema.metadata), int96
+    return table.replace_schema_metadata(proleptic_metadata(tables[-1].schema.metadata)), int96
+
+
+def _concatenated(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` one after the other in the schema ``read_committed`` reads their files as (:func:`unify_schemas`:
+    an INT96 timestamp, read naive, next to a TIMESTAMP_MICROS one, read zoned, as instants in UTC; milliseconds as
+    microseconds), a column a table lacks null there. Before, an INT96 file next to a TIMESTAMP_MICROS one failed
+    every optimize of their bin with pyarrow's ArrowTypeError. Types nothing unifies still raise pyarrow's error."""
+    if len(tables) > 1 and len({t.schema for t in tables}) > 1:
+        unified = unify_schemas([t.schema for t in tables])
+        tables = [t.cast(pa.schema([unified.field(name) for name in t.column_names], metadata=t.schema.metadata))
+                  for t in tables]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _raise_unreadable(storage: Storage, info: InputFile, exc: Exception) -> None:
@@ -379,7 +397,7 @@ def _read_bin(storage: Storage, bin_: Bin, threads: int) -> tuple[pa.Table, bool
     with ThreadPoolExecutor(len(runs)) as pool:
         read = list(pool.map(functools.partial(_read_files, storage, filesystem), runs))
     metadata = read[-1][0].schema.metadata  # the newest file's footer (Spark's row metadata): the widest schema
-    table = pa.concat_tables([t for t, _ in read], promote_options="permissive")
+    table = _concatenated([t for t, _ in read])
     return table.replace_schema_metadata(metadata), any(int96 for _, int96 in read)
 
 
