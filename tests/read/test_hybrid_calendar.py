@@ -51,7 +51,7 @@ def _rows(table: pa.Table) -> list[tuple]:
     return sorted(zip(table.column("id").to_pylist(), table.column("d").to_pylist(), t.to_pylist()))
 
 
-@settings(max_examples=6, derandomize=True, deadline=None, database=None)
+@settings(max_examples=4, derandomize=True, deadline=None, database=None)
 @given(
     days=st.lists(_DAYS, min_size=1, max_size=6),
     micros=st.lists(st.integers(0, DAY_US - 1), min_size=6, max_size=6),
