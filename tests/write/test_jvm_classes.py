@@ -186,27 +186,25 @@ def test_arrow_path_gets_a_batch_without_its_scans_copy(spark, tmp_path: Path) -
 def test_a_batch_the_function_persisted_is_written_from_its_cache(spark, tmp_path: Path) -> None:
     """Spark's writer gets a ``foreachBatch`` batch straight from its ``LogicalRDD`` (``BatchRowsExec.ofBatch``: not
     planned again), unless the function persisted the batch: then from the cache, the rows it already computed, as
-    planning would give them. A column that differs at every computation (a non-deterministic Python UDF) proves which:
-    the committed rows are the cached ones; unpersisted, the batch is computed again for the write."""
-    import time
+    planning would give them. The batch's input file is deleted once the batch is cached: computed again (what
+    ``ofBatch`` did with a persisted batch), the write fails on the missing file; from the cache it commits every
+    row. Unpersisted, the same batch is computed again and fails, committing nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    from pyspark.sql import functions as F
-
-    stamp = F.udf(lambda _: time.time_ns(), "long").asNondeterministic()
-    batch = _as_foreach_batch(spark.range(0, 200, numPartitions=2).withColumn("t", stamp("id")))
-    cached = batch.persist()
-    seen = sorted(tuple(r) for r in cached.collect())
+    source = tmp_path / "in"
+    source.mkdir()
+    pq.write_table(pa.table({"id": list(range(200)), "k": [f"k{i % 3}" for i in range(200)]}), source / "0.parquet")
+    batch = _as_foreach_batch(spark.read.parquet(str(source))).persist()
     out = str(tmp_path / "out")
     try:
-        ParquetSink(out)(cached, 0)
+        assert batch.count() == 200
+        (source / "0.parquet").unlink()
+        ParquetSink(out)(batch, 0)
     finally:
-        cached.unpersist(blocking=True)
-    table = read_committed(out)
-    assert sorted(zip(table.column("id").to_pylist(), table.column("t").to_pylist())) == seen
-    ParquetSink(out)(batch.selectExpr("id + 1000 AS id", "t"), 1)  # not a bare scan: planned as before
-    again = str(tmp_path / "again")
-    ParquetSink(again)(batch, 0)  # not cached: computed again, for the write
-    recomputed = read_committed(again)
-    assert sorted(recomputed.column("id").to_pylist()) == list(range(200))
-    assert sorted(recomputed.column("t").to_pylist()) != sorted(t for _, t in seen)
-    assert read_committed(out).num_rows == 400
+        batch.unpersist(blocking=True)
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(200))
+    assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(200))
+    with pytest.raises(Exception, match="0.parquet"):
+        ParquetSink(str(tmp_path / "again"))(batch, 0)
+    assert read_committed(str(tmp_path / "again")).num_rows == 0
