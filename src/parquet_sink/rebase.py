@@ -110,20 +110,29 @@ def rebased_columns(metadata: pq.FileMetaData, schema: pa.Schema) -> dict[str, i
     return out
 
 
-def before_gregorian(column: pa.ChunkedArray) -> np.ndarray:
-    """Which values of ``column`` (date32 or timestamp) are before 1582-10-16 (UTC: a day's margin for zones), the
-    only ones the hybrid calendar can have stored otherwise (nulls: False)."""
-    typ = column.type
+def _gregorian_start(typ: pa.DataType) -> pa.Scalar:
+    """1582-10-16 (UTC: a day's margin for zones) as a value of ``typ`` (date32 or timestamp): no value from then
+    on is stored otherwise in the hybrid calendar."""
     per_day = 1 if pa.types.is_date32(typ) else _UNITS_PER_DAY[typ.unit]
-    start = pa.scalar((GREGORIAN_START_DAY + 1) * per_day, pa.int32() if per_day == 1 else pa.int64()).cast(typ)
-    return np.asarray(pc.fill_null(pc.less(column, start), False))
+    return pa.scalar((GREGORIAN_START_DAY + 1) * per_day, pa.int32() if per_day == 1 else pa.int64()).cast(typ)
+
+
+def before_gregorian(column: pa.ChunkedArray) -> np.ndarray:
+    """Which values of ``column`` (date32 or timestamp) are before :func:`_gregorian_start`, the only ones the hybrid
+    calendar can have stored otherwise (nulls: False)."""
+    return np.asarray(pc.fill_null(pc.less(column, _gregorian_start(column.type)), False))
 
 
 def may_need_rebase(table: pa.Table) -> list[str]:
     """The top-level date and timestamp columns of ``table`` holding a value :func:`before_gregorian`: only a file
-    of those can need :func:`to_proleptic`. One pass over each such column."""
-    return [f.name for f in table.schema if (pa.types.is_date32(f.type) or pa.types.is_timestamp(f.type))
-            and before_gregorian(table.column(f.name)).any()]
+    of those can need :func:`to_proleptic`. One pass (a minimum) over each such column."""
+    names = []
+    for f in table.schema:
+        if pa.types.is_date32(f.type) or pa.types.is_timestamp(f.type):
+            low = pc.min(table.column(f.name))
+            if low.is_valid and pc.less(low, _gregorian_start(f.type)).as_py():
+                names.append(f.name)
+    return names
 
 
 def _rebased(column: pa.ChunkedArray, offset: int | None, rows: np.ndarray | None) -> pa.ChunkedArray:
