@@ -586,3 +586,13 @@ def test_a_damaged_or_lost_input_is_a_typed_error_naming_file_and_batch(out: str
     with pytest.raises(error, match=f"committed file {victim.path} of batch 1 .*"):
         optimize(out)
     assert {f.path for f in committed_files(out)} == before and MetadataLog(out).latest_batch_id() == 2
+
+
+def test_a_mistyped_partition_names_the_call_once(tmp_path: Path) -> None:
+    """optimize names the call and its output in front of a refused argument (errors.names_output): the partitions
+    check named the output again in its own form (``optimize('/o'): optimize /o: partitions names ...``)."""
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"id": [0], "hour": [5]}), app_id="a", version=0, partition_by=["hour"])
+    with pytest.raises(ParameterError) as refused:
+        optimize(out, partitions={"huor": "5"})
+    assert str(refused.value).startswith(f"optimize({out!r}): partitions names ['huor']"), str(refused.value)

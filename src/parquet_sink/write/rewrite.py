@@ -277,9 +277,9 @@ def plan_optimize(
         by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
     columns = {name for values in directories.values() for name in values}
     unknown = sorted(set(partitions or ()) - columns)
-    if unknown:  # a name mistyped: it would match no directory and rewrite nothing, silently
+    if unknown:  # a name mistyped: it would match no directory and rewrite nothing, silently (optimize names itself)
         raise ParameterError(
-            f"optimize {storage.display(storage.root)}: partitions names {unknown}, but the output's partition columns "
+            f"partitions names {unknown}, but the output's partition columns "
             f"are {sorted(columns) or 'none'}. Nothing was rewritten."
         )
     bins: list[Bin] = []
