@@ -516,3 +516,17 @@ def test_partition_values_round_trip(spark, tmp_path: Path) -> None:
     ours = {p.name for p in out.iterdir() if p.name.startswith("cat=")}
     theirs = {p.name for p in spark_out.iterdir() if p.name.startswith("cat=")}
     assert ours == theirs
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, "no"])
+def test_optimize_delta_log_takes_only_a_bool_or_none(tmp_path: Path, value: Any) -> None:
+    """optimize's ``delta_log`` (None: as the output has one) was the one switch left unchecked: ``delta_log="false"``
+    is true in Python, and a committed swap then wrote a Delta log the output never had. Refused before anything is
+    rewritten, naming the call and its output."""
+    out = str(tmp_path / "out")
+    for version in range(2):
+        write_batch(out, pa.table({"x": [version]}), app_id="a", version=version)
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in Path(out).rglob("*"))
+    with pytest.raises(ParameterError, match=rf"^optimize\({re.escape(repr(out))}\): delta_log must be True or False"):
+        optimize(out, delta_log=value)
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in Path(out).rglob("*")) == before

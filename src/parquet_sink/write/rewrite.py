@@ -511,6 +511,8 @@ def optimize(
     """
     started = time.monotonic()
     check_flags(dry_run=dry_run)
+    if delta_log is not None:  # None: as the output has a Delta log
+        check_flags(delta_log=delta_log)
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
     for option, value in (("sort_by", sort_by), ("z_order", z_order)):
