@@ -210,3 +210,36 @@ def test_a_batch_the_function_persisted_is_written_from_its_cache(spark, tmp_pat
     assert sorted(recomputed.column("id").to_pylist()) == list(range(200))
     assert sorted(recomputed.column("t").to_pylist()) != sorted(t for _, t in seen)
     assert read_committed(out).num_rows == 400
+
+
+def test_the_sessions_parquet_settings_reach_the_tasks_of_a_direct_call(spark, tmp_path: Path) -> None:
+    """``SinkFileWrite`` calls Spark's writer outside any Dataset action, so nothing put the session's SQL settings
+    where the tasks read them (``SQLConf.get`` on an executor: the local properties ``SQLExecution`` sets): a sink
+    called with a DataFrame outside a stream wrote dates before 1582 without the rebase
+    ``spark.sql.parquet.datetimeRebaseModeInWrite=LEGACY`` asks for, and ``EXCEPTION`` did not refuse them. Spark's
+    own writer (``df.write``) is the oracle: the same footer key, the same refusal, nothing committed."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    old = spark.range(2).withColumn("d", F.lit("1500-01-01").cast("date"))
+    key = "spark.sql.parquet.datetimeRebaseModeInWrite"
+    try:
+        spark.conf.set(key, "LEGACY")
+        old.write.parquet(str(tmp_path / "spark"))
+        ParquetSink(str(tmp_path / "ours"))(_as_foreach_batch(old), 0)
+        ParquetSink(str(tmp_path / "planned"))(old, 0)
+
+        def legacy_keys(root: Path) -> set[bytes]:
+            footers = [pq.read_metadata(p).metadata for p in root.rglob("part-*.parquet") if p.stat().st_size]
+            return {k for m in footers for k in m if b"legacy" in k.lower()}
+
+        assert legacy_keys(tmp_path / "spark") == {b"org.apache.spark.legacyDateTime"}
+        assert legacy_keys(tmp_path / "ours") == legacy_keys(tmp_path / "planned") == legacy_keys(tmp_path / "spark")
+        spark.conf.set(key, "EXCEPTION")
+        with pytest.raises(Exception, match="INCONSISTENT_BEHAVIOR_CROSS_VERSION|1582"):
+            old.write.parquet(str(tmp_path / "spark_refused"))
+        with pytest.raises(Exception, match="INCONSISTENT_BEHAVIOR_CROSS_VERSION|1582"):
+            ParquetSink(str(tmp_path / "refused"))(_as_foreach_batch(old), 0)
+        assert read_committed(str(tmp_path / "refused")).num_rows == 0
+    finally:
+        spark.conf.unset(key)

@@ -11,6 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.QueryExecution;
+import org.apache.spark.sql.execution.SQLExecution;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.datasources.BasicWriteJobStatsTracker;
 import org.apache.spark.sql.execution.datasources.FileFormat;
@@ -29,6 +30,7 @@ import scala.collection.immutable.Map;
 import scala.collection.immutable.Map$;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction0;
 import scala.runtime.BoxedUnit;
 
 /**
@@ -93,10 +95,20 @@ public final class SinkFileWrite {
         Option<BucketSpec> noBuckets = Option.empty();
         int staticPartitions = FileFormatWriter.write$default$11();
         Function0<BoxedUnit> jobCommitted = FileFormatWriter.write$default$12();
-        FileFormatWriter.write(
-            session, plan, parquet, committer, spec, hadoopConf,
-            seq(partitions), noBuckets, seq(trackers), scalaOptions, staticPartitions, jobCommitted
-        );
+        SparkPlan rows = plan;
+        // The tasks read some of the session's settings themselves (SQLConf.get on an executor:
+        // spark.sql.parquet.datetimeRebaseModeInWrite, ...), from the local properties a Dataset action sets; this
+        // call is none, so set them as one does (df.write, the streaming sink's batch): a sink called outside a
+        // stream wrote with Spark's defaults.
+        SQLExecution.withSQLConfPropagated(session, new AbstractFunction0<Object>() {
+            @Override
+            public Object apply() {
+                return FileFormatWriter.write(
+                    session, rows, parquet, committer, spec, hadoopConf,
+                    seq(partitions), noBuckets, seq(trackers), scalaOptions, staticPartitions, jobCommitted
+                );
+            }
+        });
         return metrics.apply("numOutputRows").value();
     }
 
@@ -124,6 +136,7 @@ public final class SinkFileWrite {
             BasicWriteJobStatsTracker.class.getMethod("metrics");
             BasicWriteJobStatsTracker.class.getConstructor(SerializableConfiguration.class, Map.class);
             SessionState.class.getMethod("newHadoopConfWithOptions", Map.class);
+            SQLExecution.class.getMethod("withSQLConfPropagated", SparkSession.class, Function0.class);
             Dataset.class.getMethod("sparkSession");
             Dataset.class.getMethod("queryExecution");
             return true;
