@@ -243,3 +243,42 @@ def test_the_sessions_parquet_settings_reach_the_tasks_of_a_direct_call(spark, t
         assert read_committed(str(tmp_path / "refused")).num_rows == 0
     finally:
         spark.conf.unset(key)
+
+
+_COMPACT_EVERY_BATCH_CHILD = """
+import json, sys
+from pyspark.sql import functions as F
+from tests.helpers.spark_util import make_session, run_available_now, write_input_files
+from parquet_sink import ParquetSink, read_committed
+
+base = sys.argv[1]
+spark = make_session(master="local[1]", **{"spark.sql.streaming.fileSink.log.compactInterval": "1"})
+write_input_files(base + "/in", [[{"id": i, "k": i % 2} for i in range(b * 10, b * 10 + 10)] for b in range(2)])
+stream = spark.readStream.schema("id long, k long").option("maxFilesPerTrigger", 1).json(base + "/in")
+run_available_now(stream, base + "/ck-spark", path=base + "/spark", partitionBy=["k"])
+result = {"spark": sorted(r.id for r in spark.read.parquet(base + "/spark").collect())}
+try:
+    run_available_now(stream, base + "/ck-ours", ParquetSink(base + "/ours", partition_by=["k"]))
+    result["ours"] = sorted(read_committed(base + "/ours").column("id").to_pylist())
+except Exception as exc:
+    result["ours"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+print("RESULT " + json.dumps(result))
+"""
+
+
+def test_a_compact_interval_of_one_in_the_spark_conf_leaves_the_manifest_readable(tmp_path: Path) -> None:
+    """The write's manifest is a ``FileStreamSinkLog`` of a session made from the SparkContext's conf: with
+    ``spark.sql.streaming.fileSink.log.compactInterval=1`` there (legal: Spark's own sink then compacts every batch)
+    its batch 0 is ``0.compact``, and every batch of the sink failed, reading ``_manifest/0`` (FileNotFoundError).
+    Spark's own file sink, in the same session, is the oracle: both land every row."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    child = subprocess.run(
+        [sys.executable, "-c", _COMPACT_EVERY_BATCH_CHILD, str(tmp_path)],
+        cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, child.stdout[-3000:] + child.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["spark"] == list(range(20)), result
+    assert result["ours"] == result["spark"], result
