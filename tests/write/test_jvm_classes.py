@@ -282,3 +282,31 @@ def test_a_compact_interval_of_one_in_the_spark_conf_leaves_the_manifest_readabl
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["spark"] == list(range(20)), result
     assert result["ours"] == result["spark"], result
+
+
+def test_an_observation_on_the_batch_gets_its_metrics(spark, tmp_path: Path) -> None:
+    """A function that observes its batch (``batch.observe(Observation(...), ...)``) and hands that DataFrame to the
+    sink: ``Observation.get`` waits for the query execution that ran the plan to end, and Spark's writer was called
+    outside any (no Dataset action), so it waited for ever. ``df.write`` of the same DataFrame is the oracle: the
+    metrics of the rows written."""
+    import threading
+
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    def observed(observation: Observation):
+        return _as_foreach_batch(spark.range(0, 7, numPartitions=2)).observe(observation, F.count(F.lit(1)).alias("n"))
+
+    def metrics(observation: Observation) -> dict:
+        got: dict = {}
+        waiting = threading.Thread(target=lambda: got.update(observation.get), daemon=True)
+        waiting.start()
+        waiting.join(60)
+        return got
+
+    spark_observation, ours = Observation("spark_write"), Observation("parquet_sink_write")
+    observed(spark_observation).write.parquet(str(tmp_path / "spark"))
+    ParquetSink(str(tmp_path / "out"))(observed(ours), 0)
+    assert metrics(spark_observation) == {"n": 7}
+    assert metrics(ours) == metrics(spark_observation)
+    assert read_committed(str(tmp_path / "out")).num_rows == 7

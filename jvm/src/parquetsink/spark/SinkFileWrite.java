@@ -87,7 +87,8 @@ public final class SinkFileWrite {
         trackers.add(new BasicWriteJobStatsTracker(new SerializableConfiguration(hadoopConf), metrics));
         Map<Map<String, String>, String> noCustomLocations = Map$.MODULE$.empty();
         FileFormatWriter.OutputSpec spec = new FileFormatWriter.OutputSpec(output, noCustomLocations, columns);
-        SparkPlan plan = unwrapRows ? BatchRowsExec.ofBatch(ds) : null;
+        SparkPlan batch = unwrapRows ? BatchRowsExec.ofBatch(ds) : null;
+        SparkPlan plan = batch;
         if (plan == null) {
             plan = unwrapRows ? BatchRowsExec.unwrap(execution.executedPlan()) : execution.executedPlan();
         }
@@ -96,11 +97,7 @@ public final class SinkFileWrite {
         int staticPartitions = FileFormatWriter.write$default$11();
         Function0<BoxedUnit> jobCommitted = FileFormatWriter.write$default$12();
         SparkPlan rows = plan;
-        // The tasks read some of the session's settings themselves (SQLConf.get on an executor:
-        // spark.sql.parquet.datetimeRebaseModeInWrite, ...), from the local properties a Dataset action sets; this
-        // call is none, so set them as one does (df.write, the streaming sink's batch): a sink called outside a
-        // stream wrote with Spark's defaults.
-        SQLExecution.withSQLConfPropagated(session, new AbstractFunction0<Object>() {
+        AbstractFunction0<Object> writing = new AbstractFunction0<Object>() {
             @Override
             public Object apply() {
                 return FileFormatWriter.write(
@@ -108,7 +105,18 @@ public final class SinkFileWrite {
                     seq(partitions), noBuckets, seq(trackers), scalaOptions, staticPartitions, jobCommitted
                 );
             }
-        });
+        };
+        // The tasks read some of the session's settings themselves (SQLConf.get on an executor:
+        // spark.sql.parquet.datetimeRebaseModeInWrite, ...), from the local properties a Dataset action sets; this
+        // call is none, so set them as one does (df.write, the streaming sink's batch): a sink called outside a
+        // stream wrote with Spark's defaults. A plan planned here runs as a query execution of its own, as df.write
+        // runs it: its end tells the session's listeners (an Observation on the DataFrame waited for ever, the SQL
+        // UI did not show the write). A foreachBatch batch is the stream's execution's rows, not planned again.
+        if (batch != null) {
+            SQLExecution.withSQLConfPropagated(session, writing);
+        } else {
+            SQLExecution.withNewExecutionId(execution, Option.apply("parquet-sink write"), writing);
+        }
         return metrics.apply("numOutputRows").value();
     }
 
@@ -137,6 +145,7 @@ public final class SinkFileWrite {
             BasicWriteJobStatsTracker.class.getConstructor(SerializableConfiguration.class, Map.class);
             SessionState.class.getMethod("newHadoopConfWithOptions", Map.class);
             SQLExecution.class.getMethod("withSQLConfPropagated", SparkSession.class, Function0.class);
+            SQLExecution.class.getMethod("withNewExecutionId", QueryExecution.class, Option.class, Function0.class);
             Dataset.class.getMethod("sparkSession");
             Dataset.class.getMethod("queryExecution");
             return true;
