@@ -197,6 +197,18 @@ def parameters_of(call: str) -> Iterator[None]:
         _NAMED.reset(token)
 
 
+@contextmanager
+def caller_names_errors() -> Iterator[None]:
+    """Inside, no named call (:func:`parameters_of`, :func:`names_output`) puts itself in front of a
+    :class:`ParameterError`: for a caller that reports errors in its own terms. The command line is one: its user
+    typed ``parquet-sink vacuum /data/out --older-than 1d``, not ``vacuum('/data/out', ...)``."""
+    token = _NAMED.set(True)
+    try:
+        yield
+    finally:
+        _NAMED.reset(token)
+
+
 def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorator of a public function whose first argument is an output's path: a :class:`ParameterError` it raises
     names the call (:func:`parameters_of`), ``vacuum('/data/out'): older_than='5' is not a duration ...``. A

@@ -148,3 +148,18 @@ def test_an_error_no_check_caught_is_one_line_not_a_traceback(capsys, paths, mon
     assert "KeyError" in err and str(paths["good"]) in err and "-v" in err
     assert main(["verify", str(paths["good"]), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["ok"] is False
+
+
+@pytest.mark.parametrize("args", [
+    ["vacuum", "{good}", "--older-than", "1d"],
+    ["optimize", "{good}", "--target-file-size", "0"],
+    ["optimize", "{good}", "--partition", "nope=1"],
+])
+def test_input_errors_speak_the_command_line_not_python(capsys, paths, args):
+    """A library check the command's input fails is reported without the Python call the library names for its
+    callers (``vacuum('/data/out'): ...``): the command line has no such call, and no output named twice."""
+    code, out, err = _run(capsys, args[0], args[1:], paths, as_json=False)
+    assert code == 2 and out == ""
+    message = err.rstrip().splitlines()[-1]
+    assert message.startswith("parquet-sink: error: ")
+    assert not re.search(r"\w+\('", message), message

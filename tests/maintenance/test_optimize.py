@@ -612,3 +612,13 @@ def test_int96_files_next_to_micros_files_are_compacted(tmp_path) -> None:
     # the same instants; the one file is INT96 (an input was), which reads naive, as Spark's INT96 files do
     assert after.column("t").cast(pa.timestamp("us", "UTC")).to_pylist() == before.column("t").to_pylist() == [
         instant.replace(tzinfo=utc), dt.datetime(2020, 1, 1, tzinfo=utc)]
+
+
+def test_a_mistyped_partition_names_the_call_once(tmp_path: Path) -> None:
+    """optimize names the call and its output in front of a refused argument (errors.names_output): the partitions
+    check named the output again in its own form (``optimize('/o'): optimize /o: partitions names ...``)."""
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"id": [0], "hour": [5]}), app_id="a", version=0, partition_by=["hour"])
+    with pytest.raises(ParameterError) as refused:
+        optimize(out, partitions={"huor": "5"})
+    assert str(refused.value).startswith(f"optimize({out!r}): partitions names ['huor']"), str(refused.value)

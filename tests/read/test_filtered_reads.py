@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import time
 from pathlib import Path
 
@@ -210,3 +211,19 @@ def test_regression_timestamps_of_two_units(tmp_path):
     for expression in (ds.field("t") > later, ds.field("t") < pa.scalar(dt.datetime(1995, 1, 1, tzinfo=utc))):
         assert _rows(read_committed(out, filter=expression)) == _rows(full.filter(expression))
         assert count_committed(out, filter=expression) == full.filter(expression).num_rows
+
+
+def test_a_refused_filter_names_the_call_and_its_output_once(tmp_path):
+    """A filter's refusal is named by the call and its output (errors.names_output); the checks also began with
+    ``reading <output>:``, so the output was named twice (``read_committed('/o'): reading /o: filter=...``)."""
+    out = _files_output(tmp_path, files=1)
+    refused = {
+        "filter='n > 3' is a str": "n > 3",
+        "filter .* reads \\['nope'\\]": ds.field("nope") > 3,
+        "cannot evaluate filter": ds.field("n") > "x",
+    }
+    for call in (read_committed, count_committed):
+        for message, filter in refused.items():
+            with pytest.raises(errors.ParameterError, match=rf"^{call.__name__}\({re.escape(repr(out))}\): .*{message}") as raised:
+                call(out, filter=filter)
+            assert str(raised.value).count(out) == 1, str(raised.value)

@@ -516,3 +516,29 @@ def test_partition_values_round_trip(spark, tmp_path: Path) -> None:
     ours = {p.name for p in out.iterdir() if p.name.startswith("cat=")}
     theirs = {p.name for p in spark_out.iterdir() if p.name.startswith("cat=")}
     assert ours == theirs
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, "no"])
+def test_optimize_delta_log_takes_only_a_bool_or_none(tmp_path: Path, value: Any) -> None:
+    """optimize's ``delta_log`` (None: as the output has one) was the one switch left unchecked: ``delta_log="false"``
+    is true in Python, and a committed swap then wrote a Delta log the output never had. Refused before anything is
+    rewritten, naming the call and its output."""
+    out = str(tmp_path / "out")
+    for version in range(2):
+        write_batch(out, pa.table({"x": [version]}), app_id="a", version=version)
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in Path(out).rglob("*"))
+    with pytest.raises(ParameterError, match=rf"^optimize\({re.escape(repr(out))}\): delta_log must be True or False"):
+        optimize(out, delta_log=value)
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in Path(out).rglob("*")) == before
+
+
+def test_write_batch_names_itself_in_a_refusal_of_its_data(tmp_path: Path) -> None:
+    """Every ParameterError of write_batch names the call and its output (errors.names_output), also those its data
+    gets after the argument checks: a value no partition directory can hold (NUL), data that is no table. Once."""
+    out = str(tmp_path / "out")
+    with pytest.raises(ParameterError, match=rf"^write_batch\({re.escape(repr(out))}\): partition column 'p' .* NUL") as nul:
+        write_batch(out, pa.table({"id": [1], "p": ["a\x00b"]}), app_id="a", version=0, partition_by=["p"])
+    with pytest.raises(ParameterError, match=rf"^write_batch\({re.escape(repr(out))}\): ") as no_table:
+        write_batch(out, 42, app_id="a", version=0)
+    for refused in (nul, no_table):
+        assert str(refused.value).count(f"({out!r})") == 1, str(refused.value)

@@ -208,3 +208,103 @@ def test_a_batch_the_function_persisted_is_written_from_its_cache(spark, tmp_pat
     with pytest.raises(Exception, match="0.parquet"):
         ParquetSink(str(tmp_path / "again"))(batch, 0)
     assert read_committed(str(tmp_path / "again")).num_rows == 0
+
+
+def test_the_sessions_parquet_settings_reach_the_tasks_of_a_direct_call(spark, tmp_path: Path) -> None:
+    """``SinkFileWrite`` calls Spark's writer outside any Dataset action, so nothing put the session's SQL settings
+    where the tasks read them (``SQLConf.get`` on an executor: the local properties ``SQLExecution`` sets): a sink
+    called with a DataFrame outside a stream wrote dates before 1582 without the rebase
+    ``spark.sql.parquet.datetimeRebaseModeInWrite=LEGACY`` asks for, and ``EXCEPTION`` did not refuse them. Spark's
+    own writer (``df.write``) is the oracle: the same footer key, the same refusal, nothing committed."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    old = spark.range(2).withColumn("d", F.lit("1500-01-01").cast("date"))
+    key = "spark.sql.parquet.datetimeRebaseModeInWrite"
+    try:
+        spark.conf.set(key, "LEGACY")
+        old.write.parquet(str(tmp_path / "spark"))
+        ParquetSink(str(tmp_path / "ours"))(_as_foreach_batch(old), 0)
+        ParquetSink(str(tmp_path / "planned"))(old, 0)
+
+        def legacy_keys(root: Path) -> set[bytes]:
+            footers = [pq.read_metadata(p).metadata for p in root.rglob("part-*.parquet") if p.stat().st_size]
+            return {k for m in footers for k in m if b"legacy" in k.lower()}
+
+        assert legacy_keys(tmp_path / "spark") == {b"org.apache.spark.legacyDateTime"}
+        assert legacy_keys(tmp_path / "ours") == legacy_keys(tmp_path / "planned") == legacy_keys(tmp_path / "spark")
+        spark.conf.set(key, "EXCEPTION")
+        with pytest.raises(Exception, match="INCONSISTENT_BEHAVIOR_CROSS_VERSION|1582"):
+            old.write.parquet(str(tmp_path / "spark_refused"))
+        with pytest.raises(Exception, match="INCONSISTENT_BEHAVIOR_CROSS_VERSION|1582"):
+            ParquetSink(str(tmp_path / "refused"))(_as_foreach_batch(old), 0)
+        assert read_committed(str(tmp_path / "refused")).num_rows == 0
+    finally:
+        spark.conf.unset(key)
+
+
+_COMPACT_EVERY_BATCH_CHILD = """
+import json, sys
+from pyspark.sql import functions as F
+from tests.helpers.spark_util import make_session, run_available_now, write_input_files
+from parquet_sink import ParquetSink, read_committed
+
+base = sys.argv[1]
+spark = make_session(master="local[1]", **{"spark.sql.streaming.fileSink.log.compactInterval": "1"})
+write_input_files(base + "/in", [[{"id": i, "k": i % 2} for i in range(b * 10, b * 10 + 10)] for b in range(2)])
+stream = spark.readStream.schema("id long, k long").option("maxFilesPerTrigger", 1).json(base + "/in")
+run_available_now(stream, base + "/ck-spark", path=base + "/spark", partitionBy=["k"])
+result = {"spark": sorted(r.id for r in spark.read.parquet(base + "/spark").collect())}
+try:
+    run_available_now(stream, base + "/ck-ours", ParquetSink(base + "/ours", partition_by=["k"]))
+    result["ours"] = sorted(read_committed(base + "/ours").column("id").to_pylist())
+except Exception as exc:
+    result["ours"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+print("RESULT " + json.dumps(result))
+"""
+
+
+def test_a_compact_interval_of_one_in_the_spark_conf_leaves_the_manifest_readable(tmp_path: Path) -> None:
+    """The write's manifest is a ``FileStreamSinkLog`` of a session made from the SparkContext's conf: with
+    ``spark.sql.streaming.fileSink.log.compactInterval=1`` there (legal: Spark's own sink then compacts every batch)
+    its batch 0 is ``0.compact``, and every batch of the sink failed, reading ``_manifest/0`` (FileNotFoundError).
+    Spark's own file sink, in the same session, is the oracle: both land every row."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    child = subprocess.run(
+        [sys.executable, "-c", _COMPACT_EVERY_BATCH_CHILD, str(tmp_path)],
+        cwd=str(ROOT), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, child.stdout[-3000:] + child.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["spark"] == list(range(20)), result
+    assert result["ours"] == result["spark"], result
+
+
+def test_an_observation_on_the_batch_gets_its_metrics(spark, tmp_path: Path) -> None:
+    """A function that observes its batch (``batch.observe(Observation(...), ...)``) and hands that DataFrame to the
+    sink: ``Observation.get`` waits for the query execution that ran the plan to end, and Spark's writer was called
+    outside any (no Dataset action), so it waited for ever. ``df.write`` of the same DataFrame is the oracle: the
+    metrics of the rows written."""
+    import threading
+
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    def observed(observation: Observation):
+        return _as_foreach_batch(spark.range(0, 7, numPartitions=2)).observe(observation, F.count(F.lit(1)).alias("n"))
+
+    def metrics(observation: Observation) -> dict:
+        got: dict = {}
+        waiting = threading.Thread(target=lambda: got.update(observation.get), daemon=True)
+        waiting.start()
+        waiting.join(60)
+        return got
+
+    spark_observation, ours = Observation("spark_write"), Observation("parquet_sink_write")
+    observed(spark_observation).write.parquet(str(tmp_path / "spark"))
+    ParquetSink(str(tmp_path / "out"))(observed(ours), 0)
+    assert metrics(spark_observation) == {"n": 7}
+    assert metrics(ours) == metrics(spark_observation)
+    assert read_committed(str(tmp_path / "out")).num_rows == 7

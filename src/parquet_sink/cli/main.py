@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import __version__
-from ..errors import ParameterError, ParquetSinkError
+from ..errors import ParameterError, ParquetSinkError, caller_names_errors
 from . import PROG
 from .options import OPTIONS_ENV, OPTIONS_HELP, parse_storage_option, read_options_file
 
@@ -286,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import commands  # the library: pyarrow, fsspec
 
     try:
-        code = getattr(commands, args.run)(args)
+        with caller_names_errors():  # a refused input in the command's terms, not a Python call's
+            code = getattr(commands, args.run)(args)
         sys.stdout.flush()
         return code
     except BrokenPipeError:  # `parquet-sink ls ... | head`: stop quietly

@@ -758,7 +758,7 @@ def read_committed(
             f"columns must be a list of column names, got the string {columns!r}: write columns=[{columns!r}]"
         )
     if spark is None:
-        _check_filter(filter, path)
+        _check_filter(filter)
         check_time_zone(time_zone, f"read_committed({os.fspath(path)!r})")
     snap = snapshot(path, **options, statistics=spark is None and filter is not None)
     if spark is not None:
@@ -812,7 +812,7 @@ def _filtered(table: pa.Table, filter: ds.Expression, snap: Snapshot) -> pa.Tabl
         return table.filter(filter)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid) as exc:
         raise ParameterError(
-            f"reading {snap.storage.display(snap.storage.root)}: pyarrow cannot evaluate filter {filter} on the "
+            f"pyarrow cannot evaluate filter {filter} on the "
             f"committed data (columns {dict(zip(table.column_names, map(str, table.schema.types)))}): {exc}. Compare "
             "each column with a value of its type."
         ) from exc
@@ -844,7 +844,7 @@ def count_committed(
         (1000, 412)
     """
     _check_options("count_committed", path, options, ("filter", "time_zone"))
-    _check_filter(filter, path)
+    _check_filter(filter)
     check_time_zone(time_zone, f"count_committed({os.fspath(path)!r})")
     snap = snapshot(path, **options, statistics=True)
     if not len(snap.files):
@@ -873,20 +873,21 @@ def count_committed(
     return total + _filtered(table, filter, snap).num_rows
 
 
-def _check_filter(filter: Any, path: str) -> None:
-    """ParameterError unless ``filter`` is None or a ``pyarrow.dataset`` expression naming its columns."""
+def _check_filter(filter: Any) -> None:
+    """ParameterError unless ``filter`` is None or a ``pyarrow.dataset`` expression naming its columns (the public
+    call names itself and the output: errors.names_output)."""
     if filter is None:
         return
     if not isinstance(filter, ds.Expression):
         raise ParameterError(
-            f"reading {path}: filter={filter!r} is a {type(filter).__name__}, not a pyarrow.dataset expression; "
+            f"filter={filter!r} is a {type(filter).__name__}, not a pyarrow.dataset expression; "
             "write it as one, e.g. pyarrow.dataset.field('day') == '2024-01-01' (with spark=, pass a Column or SQL text)."
         )
     try:
         filter_tree(filter)
     except pa.ArrowNotImplementedError as exc:  # "Serialization of non-name field_refs"
         raise ParameterError(
-            f"reading {path}: filter {filter} refers to a column by its position ({exc}); name it, e.g. "
+            f"filter {filter} refers to a column by its position ({exc}); name it, e.g. "
             "pyarrow.dataset.field('n') or field('s', 'a') for a struct's field (positions change with the columns read)."
         ) from exc
 
@@ -897,7 +898,7 @@ def _check_filter_columns(filter: ds.Expression, snap: Snapshot, layout: _Layout
     missing = sorted(filter_columns(filter) - set(layout.schema.names))
     if missing:
         raise ParameterError(
-            f"reading {snap.storage.display(snap.storage.root)}: filter {filter} reads {missing}, which the committed "
+            f"filter {filter} reads {missing}, which the committed "
             f"data read does not have (a name mistyped, or a column added after the batch read); its columns are "
             f"{layout.schema.names}."
         )

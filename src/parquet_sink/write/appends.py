@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, check_app_version, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
-from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, parameters_of
+from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, names_output
 from ..failpoints import failpoint
 from ..partitioning import check_time_zone
 from .conflicts import Transaction, check_commit, winning_commits
@@ -207,6 +207,7 @@ def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_b
     check_batch_schema(data.schema, partition_by, found, what, log.display(log.storage.root))
 
 
+@names_output  # every ParameterError, of the arguments or of the data, names the call and its output
 def write_batch(
     path: str | os.PathLike[str],
     data: Any,
@@ -258,18 +259,17 @@ def write_batch(
         ...             app_id="daily-job", version=0, partition_by=["day"]).committed
         True
     """
-    with parameters_of(call_text("write_batch", path)):  # the checks name the argument; this names the output
-        version = check_app_version(app_id, version)
-        codec_extension(compression)  # validate early
-        check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
-        check_time_zone(time_zone, f"write_batch({os.fspath(path)!r})")
-        if max_records_per_file is not None:
-            check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
-        if delta_log:
-            require_deltalake(f"write_batch(..., delta_log=True) to {path}")
-        partition_by = check_partition_by(partition_by)
-        log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
-        check_output_root(path, log.storage, f"write_batch({os.fspath(path)!r})")
+    version = check_app_version(app_id, version)
+    codec_extension(compression)  # validate early
+    check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
+    check_time_zone(time_zone, f"write_batch({os.fspath(path)!r})")
+    if max_records_per_file is not None:
+        check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
+    if delta_log:
+        require_deltalake(f"write_batch(..., delta_log=True) to {path}")
+    partition_by = check_partition_by(partition_by)
+    log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
+    check_output_root(path, log.storage, f"write_batch({os.fspath(path)!r})")
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     read = -1  # the latest log batch when this call last read the log

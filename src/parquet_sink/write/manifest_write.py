@@ -50,6 +50,9 @@ _MANIFEST_FILE_MANAGER = {
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 }
+# The manifest is one batch, 0, read back as `<manifest>/0`: with a compact interval of 1 (a setting of the
+# SparkContext's conf, which the manifest's session takes) Spark names batch 0 `0.compact`. Spark's default.
+_MANIFEST_LOG = {"spark.sql.streaming.fileSink.log.compactInterval": "10"}
 _JVM: dict[object, _Jvm] = {}  # per SparkContext: the JVM objects every batch reuses
 
 
@@ -88,11 +91,12 @@ class _Jvm:
 
     def log_session(self, session: Any) -> Any:
         """A session of the SparkContext whose Hadoop configuration writes the manifest cheaply
-        (:func:`parquet_sink.write.jvm.local_fs_options` and :data:`_MANIFEST_FILE_MANAGER`), made once from ``session``: the manifest log
+        (:func:`parquet_sink.write.jvm.local_fs_options` and :data:`_MANIFEST_FILE_MANAGER`) and names its batch 0
+        ``0`` (:data:`_MANIFEST_LOG`), made once from ``session``: the manifest log
         reads nothing else of it."""
         if self._log_session is None:
             log_session = session.newSession()
-            for name, value in {**fs_options(self.jar.local_fs), **_MANIFEST_FILE_MANAGER}.items():
+            for name, value in {**fs_options(self.jar.local_fs), **_MANIFEST_FILE_MANAGER, **_MANIFEST_LOG}.items():
                 log_session.conf().set(name, value)
             self._log_session = log_session
         return self._log_session

@@ -281,9 +281,9 @@ def plan_optimize(
         by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
     columns = {name for values in directories.values() for name in values}
     unknown = sorted(set(partitions or ()) - columns)
-    if unknown:  # a name mistyped: it would match no directory and rewrite nothing, silently
+    if unknown:  # a name mistyped: it would match no directory and rewrite nothing, silently (optimize names itself)
         raise ParameterError(
-            f"optimize {storage.display(storage.root)}: partitions names {unknown}, but the output's partition columns "
+            f"partitions names {unknown}, but the output's partition columns "
             f"are {sorted(columns) or 'none'}. Nothing was rewritten."
         )
     bins: list[Bin] = []
@@ -529,6 +529,8 @@ def optimize(
     """
     started = time.monotonic()
     check_flags(dry_run=dry_run)
+    if delta_log is not None:  # None: as the output has a Delta log
+        check_flags(delta_log=delta_log)
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
     for option, value in (("sort_by", sort_by), ("z_order", z_order)):

@@ -11,6 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.QueryExecution;
+import org.apache.spark.sql.execution.SQLExecution;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.datasources.BasicWriteJobStatsTracker;
 import org.apache.spark.sql.execution.datasources.FileFormat;
@@ -29,6 +30,7 @@ import scala.collection.immutable.Map;
 import scala.collection.immutable.Map$;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction0;
 import scala.runtime.BoxedUnit;
 
 /**
@@ -85,7 +87,8 @@ public final class SinkFileWrite {
         trackers.add(new BasicWriteJobStatsTracker(new SerializableConfiguration(hadoopConf), metrics));
         Map<Map<String, String>, String> noCustomLocations = Map$.MODULE$.empty();
         FileFormatWriter.OutputSpec spec = new FileFormatWriter.OutputSpec(output, noCustomLocations, columns);
-        SparkPlan plan = unwrapRows ? BatchRowsExec.ofBatch(ds) : null;
+        SparkPlan batch = unwrapRows ? BatchRowsExec.ofBatch(ds) : null;
+        SparkPlan plan = batch;
         if (plan == null) {
             plan = unwrapRows ? BatchRowsExec.unwrap(execution.executedPlan()) : execution.executedPlan();
         }
@@ -93,10 +96,27 @@ public final class SinkFileWrite {
         Option<BucketSpec> noBuckets = Option.empty();
         int staticPartitions = FileFormatWriter.write$default$11();
         Function0<BoxedUnit> jobCommitted = FileFormatWriter.write$default$12();
-        FileFormatWriter.write(
-            session, plan, parquet, committer, spec, hadoopConf,
-            seq(partitions), noBuckets, seq(trackers), scalaOptions, staticPartitions, jobCommitted
-        );
+        SparkPlan rows = plan;
+        AbstractFunction0<Object> writing = new AbstractFunction0<Object>() {
+            @Override
+            public Object apply() {
+                return FileFormatWriter.write(
+                    session, rows, parquet, committer, spec, hadoopConf,
+                    seq(partitions), noBuckets, seq(trackers), scalaOptions, staticPartitions, jobCommitted
+                );
+            }
+        };
+        // The tasks read some of the session's settings themselves (SQLConf.get on an executor:
+        // spark.sql.parquet.datetimeRebaseModeInWrite, ...), from the local properties a Dataset action sets; this
+        // call is none, so set them as one does (df.write, the streaming sink's batch): a sink called outside a
+        // stream wrote with Spark's defaults. A plan planned here runs as a query execution of its own, as df.write
+        // runs it: its end tells the session's listeners (an Observation on the DataFrame waited for ever, the SQL
+        // UI did not show the write). A foreachBatch batch is the stream's execution's rows, not planned again.
+        if (batch != null) {
+            SQLExecution.withSQLConfPropagated(session, writing);
+        } else {
+            SQLExecution.withNewExecutionId(execution, Option.apply("parquet-sink write"), writing);
+        }
         return metrics.apply("numOutputRows").value();
     }
 
@@ -124,6 +144,8 @@ public final class SinkFileWrite {
             BasicWriteJobStatsTracker.class.getMethod("metrics");
             BasicWriteJobStatsTracker.class.getConstructor(SerializableConfiguration.class, Map.class);
             SessionState.class.getMethod("newHadoopConfWithOptions", Map.class);
+            SQLExecution.class.getMethod("withSQLConfPropagated", SparkSession.class, Function0.class);
+            SQLExecution.class.getMethod("withNewExecutionId", QueryExecution.class, Option.class, Function0.class);
             Dataset.class.getMethod("sparkSession");
             Dataset.class.getMethod("queryExecution");
             return true;
