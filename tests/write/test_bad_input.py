@@ -542,3 +542,23 @@ def test_write_batch_names_itself_in_a_refusal_of_its_data(tmp_path: Path) -> No
         write_batch(out, 42, app_id="a", version=0)
     for refused in (nul, no_table):
         assert str(refused.value).count(f"({out!r})") == 1, str(refused.value)
+
+
+def test_every_reader_takes_the_same_compact_interval_and_app_id(tmp_path: Path) -> None:
+    """``compact_interval`` (the writer's, for a log that cannot tell it) is one rule in every reader: 0 read as 10
+    and a negative number taken by ``history`` and ``verify``, refused by ``read_committed``; now refused by all, named.
+    ``committed_version`` with an app id that is no string answered None ("never committed"): refused, as
+    ``write_batch`` and ``doctor`` refuse it."""
+    from parquet_sink import committed_version, history, verify
+
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"x": [1]}), app_id="a", version=0)
+    for call in (history, verify, read_committed, committed_files):
+        for value in (0, -1, "10", 1.5):
+            with pytest.raises(ParameterError, match=rf"^{call.__name__}\('.*'\): compact_interval must be a positive"):
+                call(out, compact_interval=value)
+        assert call(out, compact_interval=10) is not None
+    for app_id in (5, "", None):
+        with pytest.raises(ParameterError, match=r"^committed_version\('.*'\): app_id must be a non-empty string"):
+            committed_version(out, app_id)
+    assert committed_version(out, "a") == 0 and committed_version(out, "b") is None

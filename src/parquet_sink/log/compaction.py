@@ -133,6 +133,13 @@ def check_flags(**flags: object) -> None:
             raise ParameterError(f"{name} must be True or False, got {value!r}")
 
 
+def check_compact_interval(value: int | None) -> None:
+    """ParameterError unless ``value`` (a reader's ``compact_interval``: the writer's, for a log that cannot tell it)
+    is None or a positive integer."""
+    if value is not None:
+        check_positive_int("compact_interval", value, "the writer's log compaction interval (Spark's default is 10)")
+
+
 @dataclass(frozen=True)
 class LogOptions:
     """The log's parameters, with Spark's names and defaults, checked once here (ValueError naming the first

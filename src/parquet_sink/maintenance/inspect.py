@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError, names_output
+from ..log.compaction import check_compact_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
@@ -106,6 +107,7 @@ def read_output(
         >>> sorted(out.batches), out.latest
         ([0, 1, 2], 2)
     """
+    check_compact_interval(compact_interval)
     storage = Storage(url, dict(storage_options or {}))
     log = MetadataLog(url, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     names = log.list_details()
@@ -212,6 +214,7 @@ def verify(
         >>> report.ok, report.latest_batch, report.files
         (True, 57, 120)
     """
+    check_compact_interval(compact_interval)
     storage = Storage(path, dict(storage_options or {}))
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     problems = [str(p) for p in log.check(compact_interval)]

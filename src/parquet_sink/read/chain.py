@@ -45,11 +45,16 @@ def check_app_version(app_id: object, version: object) -> int:
 
     Example: ``check_app_version("daily-job", numpy.int64(41)) == 41``; ``check_app_version("", 0)`` raises.
     """
-    if not isinstance(app_id, str) or not app_id:
-        raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
+    check_app_id(app_id)
     if isinstance(version, bool) or not isinstance(version, numbers.Integral) or not 0 <= int(version) < 2**63:
         raise ParameterError(f"version must be an integer from 0 to 2**63 - 1 (a Spark long), got {version!r}")
     return int(version)
+
+
+def check_app_id(app_id: object) -> None:
+    """ParameterError unless ``app_id`` is a ``write_batch`` app's id (or a streaming query's): a non-empty string."""
+    if not isinstance(app_id, str) or not app_id:
+        raise ParameterError(f"app_id must be a non-empty string, got {app_id!r}")
 
 
 def app_commits(records: Sequence[CommitRecord]) -> dict[str | None, CommitRecord]:
@@ -112,6 +117,7 @@ def committed_version(
         >>> committed_version("/data/daily", "daily-job")
         41
     """
+    check_app_id(app_id)  # another type matches no commit: None would say "never committed"
     log = MetadataLog(path, storage_options=storage_options, cleanup=False)
     own = app_commits(records_of(read_snapshot(log).table)).get(app_id)
     return None if own is None else own.query_batch_id

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ParameterError, SnapshotNotFoundError, names_output
+from ..log.compaction import check_compact_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, CommitRecord, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
@@ -222,6 +223,7 @@ def history(
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ParameterError(f"limit must be None or a non-negative integer, got {limit!r}")
+    check_compact_interval(compact_interval)
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     snap = read_snapshot(log, compact_interval)

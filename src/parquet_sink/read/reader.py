@@ -44,7 +44,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
-from ..log.compaction import check_flags, check_positive_int
+from ..log.compaction import check_compact_interval, check_flags, check_positive_int
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
@@ -335,8 +335,7 @@ def snapshot(
         if batches[0] > batches[1]:
             raise ParameterError(f"batches={batches}: the first batch must not be after the last")
     storage = Storage(path, storage_options)
-    if compact_interval is not None:
-        check_positive_int("compact_interval", compact_interval, "the writer's log compaction interval (Spark's default is 10)")
+    check_compact_interval(compact_interval)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     columns = _LOG_COLUMNS + [STATS_KEY] if statistics else _LOG_COLUMNS
     log_snap = read_snapshot(log, compact_interval, None if as_of_time is not None else columns)
