@@ -1,6 +1,7 @@
 """What a user gets wrong, with a real streaming query: the sink's typed error comes back out of Spark's
 StreamingQueryException (await_termination, original_error), a forgotten checkpointLocation is named, the sink
-handed to foreach is told apart, a partition column typo gets "did you mean", and executors without this
+handed to foreach is told apart, so is a streaming DataFrame handed to the sink itself, a partition column typo
+gets "did you mean", and executors without this
 package get a typed error that says how to ship it."""
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def test_misuse_gets_a_typed_error_that_says_what_to_do(spark, tmp_path):
         spark.readStream.schema(SCHEMA).json(_input(tmp_path, "in")).writeStream.format(ParquetSink(out))
     with pytest.raises(SchemaMismatchError, match=r"\['dya'\] are not in .* Did you mean 'day' for 'dya'\?"):
         await_termination(_start(spark, _input(tmp_path, "in"), ParquetSink(out, partition_by=["dya"]), str(tmp_path / "c2")))
+    assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
+    # a streaming DataFrame handed to the sink itself (not a micro-batch): Spark's AnalysisException before
+    with pytest.raises(SinkUsageError, match=r"batch 0: was given a streaming DataFrame.*foreachBatch\(sink\)"):
+        ParquetSink(out)(spark.readStream.schema(SCHEMA).json(_input(tmp_path, "in")), 0)
     assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
     sink = ParquetSink(out, partition_by=["day"])
     await_termination(_start(spark, _input(tmp_path, "in"), sink, str(tmp_path / "c3")))

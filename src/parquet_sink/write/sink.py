@@ -45,6 +45,7 @@ from ..errors import (
     MissingLogFileError,
     OutputResetError,
     ParameterError,
+    ParquetSinkError,
     QueryIdentityError,
     SchemaMismatchError,
     SinkUsageError,
@@ -307,10 +308,17 @@ class ParquetSink:
             )
         try:
             self._write_and_commit(df, batch_id)
-        except BaseException:
+        except BaseException as exc:
             # a failed batch leaves no trace: what it changed of the cached view of the output (the schema it
             # brought) is read again from the log by the next call, as a new sink object would
             self._state = None
+            if isinstance(exc, Exception) and not isinstance(exc, ParquetSinkError) and _is_streaming(df):
+                # asked only once the write failed (Spark's AnalysisException): no round trip on a batch's path
+                raise SinkUsageError(
+                    f"{self}, batch {batch_id}: was given a streaming DataFrame, which only a streaming query can run; "
+                    "nothing was committed. Start the query with df.writeStream.foreachBatch(sink).option("
+                    "'checkpointLocation', ...).start(): Spark then calls the sink with each micro-batch."
+                ) from exc
             raise
 
     def _write_and_commit(self, df: DataFrame, batch_id: int) -> None:
@@ -683,6 +691,14 @@ class ParquetSink:
         if state.schema is None or added:
             state.schema, state.partition_columns = data_schema, self.partition_by
         return data_schema
+
+
+def _is_streaming(df: DataFrame) -> bool:
+    """Whether ``df`` is a streaming DataFrame (False when even that cannot be asked)."""
+    try:
+        return bool(df.isStreaming)
+    except Exception:  # noqa: BLE001 - a session gone, Spark Connect's server errors: the original error stands
+        return False
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
