@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .statistics import hybrid_calendar
+from .statistics import LEGACY_KEYS, SPARK_VERSION_KEY, hybrid_calendar, hybrid_keys, stored_hybrid
 
 GREGORIAN_START_DAY = -141427  # 1582-10-15 in days since 1970-01-01: the hybrid calendar is Julian before it
 _EPOCH_JDN = 2440588  # the Julian day number of 1970-01-01
@@ -90,23 +90,24 @@ def rebased_columns(metadata: pq.FileMetaData, schema: pa.Schema) -> dict[str, i
     """The top-level columns of ``schema`` (a read of the file whose footer is ``metadata``) that hold values in
     the hybrid calendar: dates (None) and Spark ``TimestampType`` timestamps (the writer zone's offset in seconds;
     ``TimestampNTZType`` is never rebased, as Spark's reader leaves it). Empty for most files."""
-    dates_hybrid, int96_hybrid = hybrid_calendar(metadata)
-    if not (dates_hybrid or int96_hybrid):
+    hybrid = hybrid_calendar(metadata)
+    if not any(hybrid):
         return {}
     columns = {metadata.schema.column(i).path: metadata.schema.column(i) for i in range(metadata.num_columns)}
     out: dict[str, int | None] = {}
     for f in schema:
         column = columns.get(f.name)
-        if column is None:
+        if column is None or not pa.types.is_date32(f.type) and not pa.types.is_timestamp(f.type):
             continue
-        if pa.types.is_date32(f.type) and dates_hybrid:
+        if not stored_hybrid(f.type, column.physical_type, hybrid):
+            continue
+        if pa.types.is_date32(f.type):
             out[f.name] = None
-        elif pa.types.is_timestamp(f.type):
-            # INT96 is Spark's TimestampType; an INT64 one only when adjusted to UTC (TimestampNTZ is never rebased)
-            logical = json.loads(column.logical_type.to_json() or "{}")
-            instants = column.physical_type == "INT96" or logical.get("isAdjustedToUTC") is True
-            if instants and (int96_hybrid if column.physical_type == "INT96" else dates_hybrid):
-                out[f.name] = _offset_seconds(metadata)
+            continue
+        # INT96 is Spark's TimestampType; an INT64 one only when adjusted to UTC (TimestampNTZ is never rebased)
+        logical = json.loads(column.logical_type.to_json() or "{}")
+        if column.physical_type == "INT96" or logical.get("isAdjustedToUTC") is True:
+            out[f.name] = _offset_seconds(metadata)
     return out
 
 
@@ -180,11 +181,10 @@ def proleptic_metadata(metadata: dict[bytes, bytes] | None) -> dict[bytes, bytes
     the keys that would make Spark read it in the hybrid calendar (the LEGACY markers, a Spark version before 3.1)."""
     if not metadata:
         return metadata
-    version = metadata.get(b"org.apache.spark.version", b"9").decode(errors="replace")
-    dropped = {b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96", _SPARK_TIME_ZONE}
-    if version < "3.1.0":
-        dropped.add(b"org.apache.spark.version")
-    return {k: v for k, v in metadata.items() if k not in dropped}
+    kept = {k: v for k, v in metadata.items() if k not in (*LEGACY_KEYS, _SPARK_TIME_ZONE)}
+    if any(hybrid_keys(kept)):  # the Spark version alone still says hybrid (before 3.0 / 3.1)
+        del kept[SPARK_VERSION_KEY]
+    return kept
 
 
 __all__ = [

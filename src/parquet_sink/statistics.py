@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +45,10 @@ LeafPath = tuple[str, ...]
 _TIME_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
 # Spark's footer keys (DataSourceUtils): its writer rebased the file's dates and timestamps (INT96 timestamps) to
 # the hybrid Julian calendar (spark.sql.parquet.datetimeRebaseModeInWrite / int96RebaseModeInWrite=LEGACY)
-_SPARK_VERSION = b"org.apache.spark.version"
+SPARK_VERSION_KEY = b"org.apache.spark.version"
 _LEGACY_DATETIME = b"org.apache.spark.legacyDateTime"
 _LEGACY_INT96 = b"org.apache.spark.legacyINT96"
+LEGACY_KEYS = (_LEGACY_DATETIME, _LEGACY_INT96)
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,18 @@ def hybrid_calendar(metadata: pq.FileMetaData) -> tuple[bool, bool]:
 
     Example: ``hybrid_calendar(pq.read_metadata("part-0.parquet"))`` -> ``(True, False)`` (LEGACY dates, INT96 not).
     """
-    keys = metadata.metadata or {}
-    if _SPARK_VERSION not in keys:
+    return hybrid_keys(metadata.metadata or {})
+
+
+def hybrid_keys(keys: Mapping[bytes, bytes]) -> tuple[bool, bool]:
+    """:func:`hybrid_calendar` of a footer whose key-value metadata is ``keys``."""
+    if SPARK_VERSION_KEY not in keys:
         return False, False  # not Spark's: proleptic Gregorian, as Parquet's spec says
-    version = keys[_SPARK_VERSION].decode(errors="replace")
+    version = keys[SPARK_VERSION_KEY].decode(errors="replace")
     return version < "3.0.0" or _LEGACY_DATETIME in keys, version < "3.1.0" or _LEGACY_INT96 in keys
 
 
-def _rebased(typ: pa.DataType, physical: str | None, hybrid: tuple[bool, bool]) -> bool:
+def stored_hybrid(typ: pa.DataType, physical: str | None, hybrid: tuple[bool, bool]) -> bool:
     """Whether values of a leaf of Arrow type ``typ`` (Parquet ``physical`` type; None: either) are stored in the
     hybrid calendar (``hybrid``: :func:`hybrid_calendar`)."""
     if pa.types.is_date(typ):
@@ -166,7 +171,7 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
         low: pa.Scalar | None = None
         high: pa.Scalar | None = None
         nulls: int | None = 0
-        exact = not _rebased(typ, column_schema.physical_type, hybrid)
+        exact = not stored_hybrid(typ, column_schema.physical_type, hybrid)
         for group in range(metadata.num_row_groups):
             rows = metadata.row_group(group).num_rows
             stats = metadata.row_group(group).column(index).statistics
@@ -214,7 +219,7 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
             values = values.filter(pc.invert(pc.is_nan(values)))
         ordered = (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
                    or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type))
-        if not len(values) or not ordered or _rebased(values.type, None, hybrid):
+        if not len(values) or not ordered or stored_hybrid(values.type, None, hybrid):
             found[path] = LeafStatistics(None, None, array.null_count)
             continue
         bounds = pc.min_max(values)
@@ -226,4 +231,7 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
     return found
 
 
-__all__ = ["LeafPath", "LeafStatistics", "data_statistics", "file_statistics", "hybrid_calendar"]
+__all__ = [
+    "LEGACY_KEYS", "SPARK_VERSION_KEY", "LeafPath", "LeafStatistics", "data_statistics", "file_statistics",
+    "hybrid_calendar", "hybrid_keys", "stored_hybrid",
+]

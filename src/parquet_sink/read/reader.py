@@ -30,6 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 
 from ..errors import (
+    call_text,
     names_output,
     DamagedDataFileError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
     SchemaMismatchError, SnapshotExpiredError,
@@ -44,7 +45,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
-from ..log.compaction import check_compact_interval, check_flags, check_positive_int
+from ..log.compaction import check_compact_interval, check_flags
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
@@ -247,7 +248,7 @@ def _check_options(
         known = [*own, *SnapshotOptions.__annotations__]
         close = difflib.get_close_matches(unknown[0], known, n=1)
         raise ParameterError(
-            f"{function}({os.fspath(path)!r}): unknown keyword argument {unknown[0]!r}"
+            f"{call_text(function, path)}: unknown keyword argument {unknown[0]!r}"
             f"{f' (did you mean {close[0]!r}?)' if close else ''}; it takes {', '.join(known)}"
         )
 
@@ -695,7 +696,7 @@ def committed_dataset(
         1000
     """
     _check_options("committed_dataset", path, options, ("time_zone",))
-    check_time_zone(time_zone, f"committed_dataset({os.fspath(path)!r})")
+    check_time_zone(time_zone, call_text("committed_dataset", path))
     return dataset_of(snapshot(path, **options), time_zone)
 
 
@@ -758,7 +759,7 @@ def read_committed(
         )
     if spark is None:
         _check_filter(filter)
-        check_time_zone(time_zone, f"read_committed({os.fspath(path)!r})")
+        check_time_zone(time_zone, call_text("read_committed", path))
     snap = snapshot(path, **options, statistics=spark is None and filter is not None)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
@@ -844,7 +845,7 @@ def count_committed(
     """
     _check_options("count_committed", path, options, ("filter", "time_zone"))
     _check_filter(filter)
-    check_time_zone(time_zone, f"count_committed({os.fspath(path)!r})")
+    check_time_zone(time_zone, call_text("count_committed", path))
     snap = snapshot(path, **options, statistics=True)
     if not len(snap.files):
         return 0

@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..delta.sync import require_deltalake, sync_after_commit
 from ..read.chain import app_commits, check_app_version, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
-from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, names_output
+from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, names_output
 from ..failpoints import failpoint
 from ..partitioning import check_time_zone
 from .conflicts import Transaction, check_commit, winning_commits
@@ -51,7 +51,7 @@ from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_flags, check_positive_int
 from ..log.files import check_output_root
 from ..log.snapshot import data_files, read_snapshot
-from ..log.metadata_log import LogEntry, MetadataLog
+from ..log.metadata_log import MetadataLog
 from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows, write_schema_file
@@ -262,14 +262,14 @@ def write_batch(
     version = check_app_version(app_id, version)
     codec_extension(compression)  # validate early
     check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
-    check_time_zone(time_zone, f"write_batch({os.fspath(path)!r})")
+    check_time_zone(time_zone, call_text("write_batch", path))
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
     partition_by = check_partition_by(partition_by)
     log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
-    check_output_root(path, log.storage, f"write_batch({os.fspath(path)!r})")
+    check_output_root(path, log.storage, call_text("write_batch", path))
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     read = -1  # the latest log batch when this call last read the log

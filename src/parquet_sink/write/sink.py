@@ -199,7 +199,8 @@ class ParquetSink:
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
         require_sink_dependencies()
-        with parameters_of(call_text("ParquetSink", path)):  # the checks name the argument; this names the output
+        call = call_text("ParquetSink", path)
+        with parameters_of(call):  # the checks name the argument; this names the output
             check_flags(allow_batch_id_only=allow_batch_id_only, allow_existing_files=allow_existing_files,
                         delta_log=delta_log, check_storage=check_storage)
             partition_by = check_partition_by(partition_by)  # once: an iterator is read once
@@ -218,7 +219,7 @@ class ParquetSink:
                 writer=writer,
             )
             storage = Storage(path, storage_options)
-            check_output_root(path, storage, f"ParquetSink({os.fspath(path)!r})")
+            check_output_root(path, storage, call)
             storage.require_shared("ParquetSink")
         if check_storage:
             storage.check_reachable()  # a wrong account name or endpoint fails here, not at batch 0
