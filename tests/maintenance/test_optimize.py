@@ -622,3 +622,46 @@ def test_a_mistyped_partition_names_the_call_once(tmp_path: Path) -> None:
     with pytest.raises(ParameterError) as refused:
         optimize(out, partitions={"huor": "5"})
     assert str(refused.value).startswith(f"optimize({out!r}): partitions names ['huor']"), str(refused.value)
+
+
+_ENCODINGS = {  # how a drawn batch's file is written: by an app (TIMESTAMP_MICROS), or as Spark's writer (INT96)
+    "app": None,
+    "spark": {b"org.apache.spark.version": b"3.5.0"},
+    "spark 2.4 (hybrid calendar)": {b"org.apache.spark.version": b"2.4.8"},
+}
+
+
+@settings(max_examples=8, derandomize=True, deadline=None, database=None)
+@given(
+    encodings=st.lists(st.sampled_from(sorted(_ENCODINGS)), min_size=2, max_size=5),
+    # days before 1582-10-15 (day -141427), where the calendars differ, as often as later ones
+    days=st.lists(st.integers(-719_000, -141_428) | st.integers(-141_427, 20_000), min_size=1, max_size=4),
+)
+def test_rows_preserved_for_drawn_timestamp_encodings_and_calendars(tmp_path_factory, encodings, days) -> None:
+    """The shapes of two defects, drawn: files whose timestamps are INT96 next to TIMESTAMP_MICROS ones (optimize
+    failed with ArrowTypeError) and files in Spark's hybrid Julian calendar next to proleptic ones (optimize kept one
+    file's calendar markers for all rows: days before 1582 moved). After optimize every row reads as before, as
+    instants (read_committed reads the hybrid files as Spark does: tests/read/test_hybrid_calendar.py)."""
+    out = str(tmp_path_factory.mktemp("encodings") / "out")
+    log = MetadataLog(out)
+    utc = pa.timestamp("us", "UTC")
+    for batch, encoding in enumerate([*encodings, "app"]):  # the newest an app's: optimize refuses Spark's sink's
+        table = pa.table({
+            "id": pa.array([batch * 10 + i for i in range(len(days))], pa.int64()),
+            "d": pa.array(days, pa.int32()).cast(pa.date32()),
+            "t": pa.array([d * 86_400_000_000 + 1 for d in days], pa.int64()).cast(utc),
+        })
+        if _ENCODINGS[encoding] is None:
+            write_batch(out, table, app_id="app", version=batch)
+            continue
+        path = Path(out) / f"part-{batch:05d}-{uuid.uuid4()}.c000.snappy.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.replace_schema_metadata(_ENCODINGS[encoding]), path, use_deprecated_int96_timestamps=True)
+        assert log.add(batch, [LogEntry(path.as_uri(), path.stat().st_size, False, int(time.time() * 1000))])
+    def instants(table: pa.Table) -> list[tuple]:
+        return sorted(zip(table.column("id").to_pylist(), table.column("d").to_pylist(),
+                          table.column("t").cast(utc).to_pylist()))
+
+    before = instants(read_committed(out))
+    assert optimize(out, target_file_size="1GB").files_added == 1
+    assert instants(read_committed(out)) == before
