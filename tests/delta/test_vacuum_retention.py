@@ -28,8 +28,10 @@ HOUR_MS = 3_600_000
 def skewed_clock(monkeypatch):
     """Set the clock the sync stamps deletion times with to ``offset_ms`` off this machine's."""
 
-    def skew(offset_ms: int) -> None:
-        clock = SimpleNamespace(time=lambda: time.time() + offset_ms / 1000, monotonic=time.monotonic, sleep=time.sleep)
+    def skew(offset_ms: int, at_ms: int | None = None) -> None:
+        """``at_ms``: the clock stands still there (a tombstone exactly at the retention's boundary)."""
+        now = (lambda: at_ms / 1000) if at_ms is not None else (lambda: time.time() + offset_ms / 1000)
+        clock = SimpleNamespace(time=now, monotonic=time.monotonic, sleep=time.sleep)
         monkeypatch.setattr(sync_module, "time", clock)
 
     return skew
@@ -43,14 +45,20 @@ def test_tombstones_protect_files_within_the_tables_retention_and_from_the_futur
     for batch in range(2):  # batch 1 is the first compaction (interval 2): each old batch below is one before one
         spark_style_batch(log, _table(batch, rows=1), (), old=False)
     sync_delta_log(out, checkpoint_interval=2, log_retention="1s")
-    for name, offset in (("under", -(7 * DAY_MS - HOUR_MS)), ("over", -(7 * DAY_MS + HOUR_MS)), ("future", HOUR_MS)):
+    # stamped exactly at the cutoff vacuum uses below, a minute ahead of now so the checkpoints written before it
+    # (by the real clock) still carry it
+    at_boundary = int(time.time() * 1000) + 60_000 - 7 * DAY_MS
+    for name, offset, at_ms in (
+        ("under", -(7 * DAY_MS - HOUR_MS), None), ("over", -(7 * DAY_MS + HOUR_MS), None), ("future", HOUR_MS, None),
+        ("at", 0, at_boundary),
+    ):
         old = spark_style_batch(log, _table(len(files) + 2, rows=1), (), old=True)
         (files[name],) = {f.relative_path for f in committed_files(out, batches=(old, old))}
         sync_delta_log(out)
         spark_style_batch(log, _table(10 + len(files), rows=1), (), old=False)  # a compaction: drops the old one
         assert files[name] not in {f.relative_path for f in committed_files(out)}
-        skewed_clock(offset)
-        assert sync_delta_log(out).removed == 1  # the remove action stamped by a clock `offset` off
+        skewed_clock(offset, at_ms)
+        assert sync_delta_log(out).removed == 1  # the remove action stamped by a clock `offset` off (or at `at_ms`)
         skewed_clock(0)
     for version in range(6):  # the commit files expire (log retention 1s); the next checkpoints clean them up
         time.sleep(0.6)
@@ -62,10 +70,11 @@ def test_tombstones_protect_files_within_the_tables_retention_and_from_the_futur
     week_ago = time.time() - 8 * 86400
     for relative in files.values():
         os.utime(Path(out) / relative, (week_ago, week_ago))  # old enough for older_than by their own age
+    skewed_clock(0, at_boundary + 7 * DAY_MS)  # a tombstone exactly as old as the retention is kept, as Delta keeps it
     result = vacuum(out, "1h", allow_short_retention=True, include_files_before_log=True)
     kept = {os.path.relpath(i.path, out) for i in result.plan.delta_kept}
     gone = {os.path.relpath(i.path, out) for i in result.plan.orphans}
-    assert kept == {files["under"], files["future"]} and gone == {files["over"]}, (kept, gone, files)
+    assert kept == {files["under"], files["future"], files["at"]} and gone == {files["over"]}, (kept, gone, files)
     assert (Path(out) / files["under"]).exists() and (Path(out) / files["future"]).exists()
     assert not (Path(out) / files["over"]).exists()
     assert_delta_matches(out)

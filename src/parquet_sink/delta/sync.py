@@ -1081,7 +1081,7 @@ def referenced_files(storage: Storage, retention_ms: int) -> set[str]:
     prefix = storage.root.rstrip("/") + "/"
     kept = {prefix + r for r in state.files}
     for logged, deleted_ms, reachable in _tombstones(storage):
-        if reachable or deleted_ms is None or deleted_ms > cutoff:
+        if reachable or deleted_ms is None or deleted_ms >= cutoff:  # kept at the boundary, as Delta keeps it
             kept.add(_under(storage, prefix, logged if "://" in logged else unquote(logged)))
     return kept
 
