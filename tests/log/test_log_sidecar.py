@@ -9,13 +9,16 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from parquet_sink import committed_files, errors
 from parquet_sink.maintenance import read_output
 from parquet_sink.log.metadata_log import LogEntry, MetadataLog
 from parquet_sink.log import files as log_files
-from parquet_sink.log.sidecar import Checksum
+from parquet_sink.log.entry import entries_table
+from parquet_sink.log.sidecar import _INLINE_ROWS, Checksum, SidecarWriter, decode_sidecar
 
 LOG = "_spark_metadata"
 
@@ -274,3 +277,31 @@ def test_checksum_is_zlibs_crc32():
     for chunk in (data[:1], memoryview(data)[1:70_000], np.frombuffer(data, np.uint8)[70_000:].data):
         checksum.update(chunk)
     assert (checksum.size, checksum.crc) == (len(data), zlib.crc32(data))
+
+
+@pytest.mark.parametrize("rows", [1, 3 * _INLINE_ROWS])
+def test_a_copy_is_the_same_and_fails_in_finish_on_the_callers_thread_or_the_encoders(tmp_path, rows):
+    """A small copy is encoded on the caller's thread, a larger one moves to the encoder thread part way: the
+    bytes decode to every table written, in order; an error while encoding surfaces in finish either way (the
+    compact file is written first, its copy then given up)."""
+    tables = [
+        entries_table([LogEntry(f"file:///o/t{t}-{k}.parquet", k + 1) for k in range(n)])
+        for t, n in enumerate([min(rows, 7), rows, 1])
+    ]
+    writer = SidecarWriter()
+    for table in tables[:2]:
+        writer.write(table)
+    writer.write_all(lambda: iter(tables[2:]), tables[2].num_rows)
+    copy = decode_sidecar(writer.finish("9.compact", 1, 2), "9.compact")
+    assert copy.rows == sum(t.num_rows for t in tables)
+    assert copy.table().equals(pa.concat_tables(tables))
+
+    def failing():
+        yield tables[0]
+        raise OSError("the source vanished")
+
+    writer = SidecarWriter()
+    writer.write(tables[1])
+    writer.write_all(failing, rows)  # raises nothing yet
+    with pytest.raises(OSError, match="vanished"):
+        writer.finish("9.compact", 1, 2)

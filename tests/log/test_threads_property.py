@@ -11,7 +11,10 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parquet_sink.log.threads import ahead, mapped_ahead
+from parquet_sink.log.threads import SMALL_BYTES, ahead, mapped_ahead
+
+# an item's size: inline pipelines run on the caller's thread until the sizes add up to SMALL_BYTES, then on threads
+_SIZES = st.sampled_from([0, 1, SMALL_BYTES // 3, SMALL_BYTES])
 
 
 class _Boom(Exception):
@@ -20,13 +23,14 @@ class _Boom(Exception):
 
 @settings(max_examples=150, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(
-    st.lists(st.tuples(st.integers(0, 100), st.sampled_from([0, 0, 0.001, 0.003])), max_size=12),
+    st.lists(st.tuples(st.integers(0, 100), st.sampled_from([0, 0, 0.001, 0.003]), _SIZES), max_size=12),
     st.integers(1, 3),
     st.integers(0, 3),
     st.none() | st.integers(0, 11),
     st.none() | st.integers(0, 11),
+    st.booleans(),
 )
-def test_mapped_ahead_keeps_order_bounds_and_errors(items, threads, queued, fails_at, stop_after) -> None:
+def test_mapped_ahead_keeps_order_bounds_and_errors(items, threads, queued, fails_at, stop_after, inline) -> None:
     drawn: list[int] = []
     returned: list[int] = []
     running = [0]
@@ -40,7 +44,7 @@ def test_mapped_ahead_keeps_order_bounds_and_errors(items, threads, queued, fail
             yield index, item
 
     def work(pair):
-        index, (value, pause) = pair
+        index, (value, pause, _) = pair
         with lock:
             running[0] += 1
         try:
@@ -52,7 +56,8 @@ def test_mapped_ahead_keeps_order_bounds_and_errors(items, threads, queued, fail
             with lock:
                 running[0] -= 1
 
-    results = mapped_ahead(work, source(), threads=threads, queued=queued)
+    size = (lambda pair: pair[1][2]) if inline else None
+    results = mapped_ahead(work, source(), threads=threads, queued=queued, inline=size)
     try:
         for index, doubled in results:
             assert index == len(returned) and doubled == items[index][0] * 2
@@ -70,8 +75,8 @@ def test_mapped_ahead_keeps_order_bounds_and_errors(items, threads, queued, fail
 
 
 @settings(max_examples=60, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.integers(), max_size=10), st.integers(1, 3), st.none() | st.integers(0, 9))
-def test_ahead_keeps_order_and_errors(values, depth, fails_at) -> None:
+@given(st.lists(_SIZES.map(lambda n: b"x" * n), max_size=10), st.integers(1, 3), st.none() | st.integers(0, 9), st.booleans())
+def test_ahead_keeps_order_and_errors(values, depth, fails_at, inline) -> None:
     def produce():
         for index, value in enumerate(values):
             if index == fails_at:
@@ -80,7 +85,7 @@ def test_ahead_keeps_order_and_errors(values, depth, fails_at) -> None:
 
     got = []
     try:
-        for value in ahead(produce(), depth):
+        for value in ahead(produce(), depth, inline):
             got.append(value)
     except _Boom as exc:
         assert exc.args[0] == fails_at == len(got)

@@ -342,6 +342,11 @@ class _Lines(NamedTuple):
     stamp: int | None
 
 
+def _read_bytes(read: tuple[int, Block | Checksum | Sidecar]) -> int:
+    """The bytes of JSON an item of pass one's reads holds (a block's; a checksum or a copy: none to parse)."""
+    return len(read[1].framed) if isinstance(read[1], Block) else 0
+
+
 def _lines(block: Block, stamp: int | None, table: pa.Table | None, layout: pa.BooleanArray | None) -> _Lines:
     """The :class:`_Lines` of a block of a compact file (``stamp`` None) or of delta file ``stamp``
     (column-wise, :func:`~parquet_sink.log.lines.stamped_lines`)."""
@@ -598,8 +603,9 @@ class CompactibleLog(LogFiles):
         """Publish the compact file made of ``chunks`` (exclusive create), then the columnar copy ``copy``."""
         written = Checksum()
         try:
-            # the compact file's bytes are made on a thread while this one checksums and writes them
-            ok = self.storage.put_if_absent(path, written.wrap(ahead(chunks)))
+            # the compact file's bytes are made on a thread while this one checksums and writes them (past its
+            # first MiB: a small log's compaction starts no thread)
+            ok = self.storage.put_if_absent(path, written.wrap(ahead(chunks, inline=True)))
         except BaseException:
             copy.discard()
             raise
@@ -677,7 +683,8 @@ class CompactibleLog(LogFiles):
             return _Read(index, block, table, layout, _lines(block, source, None, layout) if stamp else None)
 
         try:
-            for index, item, table, layout, lines in mapped_ahead(parse, self._sources_read(sources, sidecars)):
+            reads = self._sources_read(sources, sidecars)
+            for index, item, table, layout, lines in mapped_ahead(parse, reads, inline=_read_bytes):
                 source, path = sources[index]
                 compact = is_compact_path(path)
                 if index == len(plans):
@@ -759,7 +766,8 @@ class CompactibleLog(LogFiles):
             stamp = None if is_compact_path(path) else source
             checksum = Checksum()
             if plan.sidecar is not None:  # re-encoded on the copy's thread while the bytes are copied below
-                copy.write_all(functools.partial(self._carried, plan.sidecar, path, drop, rewrite, plan.direct))
+                carried = functools.partial(self._carried, plan.sidecar, path, drop, rewrite, plan.direct)
+                copy.write_all(carried, plan.sidecar.rows - plan.direct)
             for index, block in enumerate(self.blocks(path, source, checksum)):
                 if index < plan.written:
                     continue

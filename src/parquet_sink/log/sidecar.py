@@ -50,6 +50,7 @@ _SIZE = "exactly_once.source_size"
 _CRC = "exactly_once.source_crc32"
 _DELTA_ENCODED = {"size": "DELTA_BINARY_PACKED", "modificationTime": "DELTA_BINARY_PACKED"}
 _ROW_GROUP = 1 << 17  # rows: readers decode a row group at a time, which bounds their transient memory
+_INLINE_ROWS = 1 << 14  # rows a copy encodes on the caller's thread before it starts its encoder thread (~2 ms)
 # Every data page carries a CRC-32 that readers verify: a damaged copy fails to decode, it never decodes wrong.
 _FORMAT = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
@@ -78,6 +79,11 @@ class Sidecar:
     size: int
     crc: int
     stored: tuple[str, ...] = tuple(ENTRY_SCHEMA.names)  # a copy written before the figures or stats lacks them
+
+    @functools.cached_property
+    def rows(self) -> int:
+        """How many entries the copy holds (from its footer)."""
+        return pq.read_metadata(pa.BufferReader(self.data)).num_rows
 
     def table(self, columns: list[str] | None = None) -> pa.Table:
         """Every entry (only ``columns``, if given), decoded one row group at a time into
@@ -169,7 +175,9 @@ def log_memory_pool() -> Iterator[None]:
 class SidecarWriter:
     """Streams entry tables (in log order) into the bytes of a side-car, encoding on a background thread
     (Parquet encoding releases the GIL, so it overlaps the compact file's copy); the output is compressed
-    as it grows."""
+    as it grows. The first :data:`_INLINE_ROWS` rows are encoded on the caller's thread: a small log's
+    compaction (a stream's every tenth batch) starts no thread, whose start and hand-offs cost more than
+    the encoding. Encoding errors surface in :meth:`finish` either way."""
 
     def __init__(self) -> None:
         self._sink = pa.BufferOutputStream()
@@ -180,25 +188,42 @@ class SidecarWriter:
             self._sink, ENTRY_SCHEMA, compression="lz4", use_dictionary=["action"], write_page_checksum=True,
             write_statistics=False, column_encoding=_DELTA_ENCODED,
         )
-        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="sidecar")
+        self._encoder: ThreadPoolExecutor | None = None  # started once the copy outgrows _INLINE_ROWS
+        self._inline_rows = 0  # rows encoded on the caller's thread
         self._pending: list[Future[None]] = []
         self._buffered: list[pa.Table] = []  # the encoder's tables not yet in a row group
         self._rows = 0
+
+    def _submit(self, rows: int, work: Callable[..., None], *args: object) -> Future[None]:
+        """Run ``work(*args)`` (``rows`` more rows) on the caller's thread while the copy is small, else on the
+        encoder thread; its outcome as a future."""
+        if self._encoder is None and self._inline_rows + rows <= _INLINE_ROWS:
+            self._inline_rows += rows
+            done: Future[None] = Future()
+            try:
+                work(*args)
+                done.set_result(None)
+            except Exception as exc:  # kept for finish, as the encoder thread keeps it
+                done.set_exception(exc)
+            return done
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(1, thread_name_prefix="sidecar")
+        return self._encoder.submit(work, *args)
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows:
             if len(self._pending) >= 2:  # bounded: at most two tables wait for the encoder
                 self._pending.pop(0).result()
-            self._pending.append(self._encoder.submit(self._append, table))
+            self._pending.append(self._submit(table.num_rows, self._append, table))
 
-    def write_all(self, tables: Callable[[], Iterable[pa.Table]]) -> None:
-        """Write every table ``tables()`` yields, produced on the encoder thread too (so decoding a big
-        source overlaps the caller's work); its errors surface in :meth:`finish`."""
+    def write_all(self, tables: Callable[[], Iterable[pa.Table]], rows: int) -> None:
+        """Write every table ``tables()`` yields (``rows`` rows in all), produced on the encoder thread too (so
+        decoding a big source overlaps the caller's work); its errors surface in :meth:`finish`."""
         def produce() -> None:
             for table in tables():
                 self._append(table)
 
-        self._pending.append(self._encoder.submit(produce))
+        self._pending.append(self._submit(rows, produce))
 
     def _append(self, table: pa.Table) -> None:
         """On the encoder thread: tables gathered into row groups of :data:`_ROW_GROUP` rows, whatever
@@ -222,9 +247,12 @@ class SidecarWriter:
         try:
             for future in self._pending:
                 future.result()
-            self._encoder.submit(self._flush).result()
+            if self._encoder is None:
+                self._flush()
+            else:
+                self._encoder.submit(self._flush).result()
         finally:
-            self._encoder.shutdown()
+            self.discard()
         self._writer.add_key_value_metadata({_SOURCE: source, _SIZE: str(size), _CRC: str(crc)})
         self._writer.close()
         return self._sink.getvalue()
@@ -234,8 +262,9 @@ class SidecarWriter:
         return Sidecar(self.finish(source, checksum.size, checksum.crc), source, checksum.size, checksum.crc)
 
     def discard(self) -> None:
-        """Stop encoding (the compact file was not written)."""
-        self._encoder.shutdown(cancel_futures=True)
+        """Stop encoding (the compact file was not written, or the copy is finished)."""
+        if self._encoder is not None:
+            self._encoder.shutdown(cancel_futures=True)
 
 
 class Checksum:

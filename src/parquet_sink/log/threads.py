@@ -24,13 +24,26 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _END = object()
+SMALL_BYTES = 1 << 20  # work on this many bytes runs on the caller's thread: a thread's start and hand-offs cost more
 
 
-def mapped_ahead(function: Callable[[T], R], items: Iterable[T], threads: int = 2, queued: int = 2) -> Iterator[R]:
+def mapped_ahead(
+    function: Callable[[T], R], items: Iterable[T], threads: int = 2, queued: int = 2,
+    inline: Callable[[T], int] | None = None,
+) -> Iterator[R]:
     """``function(item)`` for each item, computed on ``threads`` threads while the caller's thread draws
     the next items from ``items``: up to ``threads + queued`` items are submitted and not yet returned, so
-    that a thread that finishes finds the next item waiting even while the caller is busy with a result."""
+    that a thread that finishes finds the next item waiting even while the caller is busy with a result.
+    With ``inline`` (an item's size in bytes), items are mapped on the caller's thread until their sizes add
+    up to :data:`SMALL_BYTES` (a small log's compaction starts no thread)."""
     iterator = iter(items)
+    done = 0
+    while inline is not None and done < SMALL_BYTES:
+        item = next(iterator, _END)
+        if item is _END:
+            return
+        done += inline(item)  # type: ignore[arg-type]
+        yield function(item)  # type: ignore[arg-type]
     first = next(iterator, _END)
     if first is _END:
         return
@@ -55,9 +68,18 @@ def mapped_ahead(function: Callable[[T], R], items: Iterable[T], threads: int = 
                 future.cancel()
 
 
-def ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+def ahead(items: Iterator[T], depth: int = 2, inline: bool = False) -> Iterator[T]:
     """The items of ``items``, produced on a thread of their own up to ``depth`` items ahead of the
-    consumer (a producer that computes while the consumer writes)."""
+    consumer (a producer that computes while the consumer writes). With ``inline`` (items are bytes-like),
+    produced on the consumer's thread until they add up to :data:`SMALL_BYTES` (a small log's compact file
+    starts no thread)."""
+    produced = 0
+    while inline and produced < SMALL_BYTES:
+        item = next(items, _END)
+        if item is _END:
+            return
+        produced += len(item)  # type: ignore[arg-type]
+        yield item  # type: ignore[misc]
     with ThreadPoolExecutor(1, thread_name_prefix="log-ahead") as pool:
         pending: deque[Future[object]] = deque(pool.submit(next, items, _END) for _ in range(depth))
         try:
@@ -72,4 +94,4 @@ def ahead(items: Iterator[T], depth: int = 2) -> Iterator[T]:
                 future.cancel()
 
 
-__all__ = ["ahead", "mapped_ahead"]
+__all__ = ["SMALL_BYTES", "ahead", "mapped_ahead"]
