@@ -61,3 +61,57 @@ def test_an_encoded_or_all_null_partition_column_is_partitioned_by_its_values(tm
     assert _directories(out) == _directories(oracle)
     assert _rows(read_committed(out)) == _rows(read_committed(oracle))
     assert sorted(read_committed(out).column("v").to_pylist()) == sorted(table.column("v").to_pylist())
+
+
+def test_nested_nanosecond_timestamps_are_stored_as_microseconds(spark, tmp_path):
+    """Top-level nanosecond timestamps were stored as microseconds, nested ones (a struct field, a list element, a
+    map value) as nanoseconds, which `spark.read.parquet` refuses for the whole output ("Illegal Parquet type: INT64
+    (TIMESTAMP(NANOS,false))"). One rule at every depth now: stored as microseconds, refused when that loses data."""
+    out = str(tmp_path / "out")
+    when = dt.datetime(2026, 11, 27, 9, 30, 0, 123456)
+    ns = pa.timestamp("ns")
+    table = pa.table({
+        "id": [1, 2],
+        "s": pa.array([{"t": when}, {"t": None}], pa.struct([("t", ns)])),
+        "l": pa.array([[when], []], pa.list_(ns)),
+        "m": pa.array([[("k", when)], None], pa.map_(pa.string(), ns)),
+    })
+    write_batch(out, table, app_id="a", version=0)
+    got = read_committed(out)
+    assert got.schema.field("s").type == pa.struct([("t", pa.timestamp("us"))])
+    assert got.schema.field("l").type.value_type == pa.timestamp("us")
+    assert got.schema.field("m").type.item_type == pa.timestamp("us")
+    assert got.sort_by("id").to_pylist() == [
+        {"id": 1, "s": {"t": when}, "l": [when], "m": [("k", when)]}, {"id": 2, "s": {"t": None}, "l": [], "m": None}
+    ]
+    rows = sorted(spark.read.parquet(out).collect(), key=lambda r: r.id)
+    assert [(r.id, r.s.t, r.l, r.m) for r in rows] == [(1, when, [when], {"k": when}), (2, None, [], None)]
+
+    exact = pa.table({"id": [3], "s": pa.array([{"t": 1}], pa.struct([("t", ns)]))})
+    with pytest.raises(errors.SchemaMismatchError, match=(
+        rf"version 1 of app 'a' to {re.escape(out)}: column 's' holds timestamps with nanoseconds.*Nothing was written"
+    )):
+        write_batch(out, exact, app_id="a", version=1)
+    assert read_committed(out).num_rows == 2
+
+
+def test_date64_is_stored_as_a_date(tmp_path):
+    """A ``date64`` column was stored with its Arrow type, so the next write of the same column was refused
+    ("changed type from date32[day] to date64[ms]": the footer reads back as date32) and polars read the files as
+    datetimes. Stored as ``date32``, Spark's date; a date64 that is not a whole day is refused."""
+    out = str(tmp_path / "out")
+    day = 86_400_000
+    for version in range(2):
+        write_batch(out, pa.table({"d": pa.array([day * (version + 1), None], pa.date64())}), app_id="a", version=version)
+    assert read_committed(out).column("d").to_pylist() == [dt.date(1970, 1, 2), None, dt.date(1970, 1, 3), None]
+    assert pl.read_parquet(committed_files(out).paths().to_pylist()).schema["d"] == pl.Date
+    with pytest.raises(errors.SchemaMismatchError, match="column 'd' holds date64 values that are not whole days"):
+        write_batch(out, pa.table({"d": pa.array([day + 1], pa.date64())}), app_id="a", version=2)
+
+
+def test_a_series_is_a_typed_error(tmp_path):
+    """A pandas Series (``df["col"]`` where ``df[["col"]]`` was meant) raised AttributeError from pyarrow."""
+    out = str(tmp_path / "out")
+    for series in (pd.Series([1, 2], name="x"), pl.Series("x", [1, 2])):
+        with pytest.raises(errors.ParameterError, match=r"cannot write a Series \(one column .*pass a pyarrow Table"):
+            write_batch(out, series, app_id="a", version=0)
