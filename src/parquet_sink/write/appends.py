@@ -52,7 +52,7 @@ from ..log.compaction import check_flags, check_positive_int
 from ..log.files import check_output_root
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import MetadataLog
-from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
+from .schema import check_batch_schema, check_partition_by, check_partition_columns, check_storable, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows, write_schema_file
 
@@ -256,7 +256,8 @@ def write_batch(
         delta_log: after the commit (or a skip), bring the output's Delta log (``_delta_log``) in step with
             the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised.
 
-    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema,
+    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema, or has a
+    column Spark cannot read or Parquet cannot hold (:func:`~parquet_sink.write.schema.check_storable`),
     StaleVersionError (nothing written) as above, and CommitConflictError after many lost races in a row.
 
     Example::
@@ -281,6 +282,7 @@ def write_batch(
     statuses: list[FileStatus] | None = None
     read = -1  # the latest log batch when this call last read the log
     table = _as_table(data, what, log.display(log.storage.root))
+    check_storable(table.schema, what, log.display(log.storage.root))
     check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None
