@@ -165,3 +165,31 @@ def test_a_series_is_a_typed_error(tmp_path):
     for series in (pd.Series([1, 2], name="x"), pl.Series("x", [1, 2])):
         with pytest.raises(errors.ParameterError, match=r"cannot write a Series \(one column .*pass a pyarrow Table"):
             write_batch(out, series, app_id="a", version=0)
+
+
+def test_a_retry_of_the_same_rows_is_one_however_they_are_sliced(tmp_path):
+    """The fingerprint hashed the Arrow IPC encoding of each window as it lay in memory, and a slice's encoding
+    holds the buffers of the table it was cut from: a retry of the same ten rows cut from a source that had grown
+    meanwhile (or built anew instead of cut) was refused as other data (StaleVersionError), and so was a retry of
+    a string column over 65,536 rows chunked otherwise (a window cut from one chunk kept its string offsets into
+    the whole chunk). Fingerprints of tables of one window without slices are unchanged, so versions committed
+    before still compare."""
+    fresh = pa.table({"n": [1, 2], "s": ["a", None], "b": [True, False]})
+    assert data_fingerprint(fresh) == "acd03fd1eaa2908ee139a07aa4ac52a7"  # as every earlier release computed it
+    source = pa.table({"id": pa.array(range(16), pa.int64()), "ok": [i % 3 == 0 for i in range(16)],
+                       "v": [None if i % 4 == 0 else str(i) for i in range(16)]})
+    grown = pa.concat_tables([source, source]).combine_chunks()
+    out = str(tmp_path / "out")
+    assert write_batch(out, source.slice(0, 10), app_id="a", version=0).committed
+    for retry in (grown.slice(0, 10), pa.Table.from_pylist(source.slice(0, 10).to_pylist(), schema=source.schema),
+                  pa.concat_tables([source.slice(0, 3), grown.slice(3, 7)])):
+        assert write_batch(out, retry, app_id="a", version=0).committed is False
+    assert write_batch(out, grown.slice(3, 10), app_id="a", version=1).committed
+    assert write_batch(out, pa.concat_tables([grown.slice(3, 5), source.slice(8, 5)]), app_id="a", version=1).committed is False
+    assert sorted(read_committed(out).column("id").to_pylist()) == sorted([*range(10), *range(3, 13)])
+
+    many = pa.table({"id": pa.array(range(70_000), pa.int64()), "ok": [i % 2 == 0 for i in range(70_000)],
+                     "v": [str(i) for i in range(70_000)]})
+    assert write_batch(out, many, app_id="a", version=2).committed
+    assert write_batch(out, pa.Table.from_batches(many.to_batches(max_chunksize=50_000)), app_id="a", version=2).committed is False
+    assert read_committed(out).num_rows == 20 + 70_000
