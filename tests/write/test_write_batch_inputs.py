@@ -17,9 +17,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from parquet_sink import committed_files, errors, read_committed, write_batch
+from parquet_sink.write import appends
 from parquet_sink.write.appends import data_fingerprint
+from tests.helpers.strategies import ATOMIC, nested_kinds
 
 UTC = dt.timezone.utc
 
@@ -193,3 +197,29 @@ def test_a_retry_of_the_same_rows_is_one_however_they_are_sliced(tmp_path):
     assert write_batch(out, many, app_id="a", version=2).committed
     assert write_batch(out, pa.Table.from_batches(many.to_batches(max_chunksize=50_000)), app_id="a", version=2).committed is False
     assert read_committed(out).num_rows == 20 + 70_000
+
+
+@st.composite
+def _laid_out(draw: st.DrawFn) -> tuple[pa.Table, pa.Table]:
+    """A table of values at their edges (atomic and nested kinds, nulls), and the same rows laid out otherwise:
+    cut from a bigger table (rows before and after them), in chunks of drawn sizes."""
+    kinds = draw(st.lists(st.sampled_from(ATOMIC) | nested_kinds(), min_size=1, max_size=3))
+    schema = pa.schema([(f"c{i}", k.arrow) for i, k in enumerate(kinds)])
+    row = st.fixed_dictionaries({f"c{i}": st.none() | k.values for i, k in enumerate(kinds)})
+    before, rows, after = (draw(st.lists(row, min_size=low, max_size=12)) for low in (0, 1, 0))
+    fresh = pa.Table.from_pylist(rows, schema=schema)
+    parent = pa.Table.from_pylist(before + rows + after, schema=schema)
+    cuts = sorted(draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    pieces = [parent.slice(len(before) + a, b - a) for a, b in zip([0, *cuts], [*cuts, len(rows)])]
+    return fresh, pa.concat_tables(pieces)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(_laid_out(), st.sampled_from([1, 3, 8, 65536]))
+def test_the_fingerprint_is_the_rows_however_they_lie_in_memory(case, window):
+    """The property behind the retry above, over every kind of value, with windows of a few rows (so that cuts
+    fall inside and across them, as they do at 65,536 rows)."""
+    fresh, laid_out = case
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(appends, "_FINGERPRINT_ROWS", window)
+        assert data_fingerprint(laid_out) == data_fingerprint(fresh)
