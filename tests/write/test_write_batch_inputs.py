@@ -223,3 +223,13 @@ def test_the_fingerprint_is_the_rows_however_they_lie_in_memory(case, window):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(appends, "_FINGERPRINT_ROWS", window)
         assert data_fingerprint(laid_out) == data_fingerprint(fresh)
+
+
+def test_a_polars_object_column_is_a_typed_error(tmp_path):
+    """A polars Object column reaches Arrow as each object's memory address (``fixed_size_binary[8]``): written and
+    committed as such, where polars' own ``write_parquet`` refuses it."""
+    out = tmp_path / "out"
+    frame = pl.DataFrame({"id": [1], "o": [object()]}, schema={"id": pl.Int64, "o": pl.Object})
+    with pytest.raises(errors.ParameterError, match=r"columns \['o'\] hold Python objects \(polars' Object\)"):
+        write_batch(str(out), frame, app_id="a", version=0)
+    assert not out.exists()

@@ -126,6 +126,10 @@ def _as_table(data: Any, what: str, where: str) -> pa.Table:
             named = [name for name in data.index.names if name is not None]
             table = pa.Table.from_pandas(data.reset_index(level=named) if named else data, preserve_index=False)
         elif hasattr(data, "to_arrow") and hasattr(data, "columns"):  # polars (a LazyFrame: collect it first)
+            objects = [name for name, dtype in data.schema.items() if str(dtype) == "Object"]
+            if objects:  # polars hands them to Arrow as their memory addresses; its own write_parquet refuses them
+                raise TypeError(f"columns {objects} hold Python objects (polars' Object), which no Parquet type stores: "
+                                "cast them to a type of their values")
             table = data.to_arrow()
         elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)) and not hasattr(data, "dtype"):
             batches = list(data)
