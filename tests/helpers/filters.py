@@ -35,7 +35,11 @@ FILTER_KINDS = [k for k in ATOMIC + DATA_ONLY if k.name not in ("binary", "any b
     Kind("large string", pa.large_string(), st.text(max_size=80), partitionable=False),
     Kind("uint32", pa.uint32(), st.sampled_from([0, 2**32 - 1]) | st.integers(0, 2**32 - 1), partitionable=False),
 ]
-_PARTITION_KINDS = [k for k in ATOMIC if k.partitionable and k.name not in ("binary", "float", "double")]
+# Partition columns as users pass them too: dictionary-encoded (a pandas categorical, a polars Enum)
+_PARTITION_KINDS = [k for k in ATOMIC if k.partitionable and k.name not in ("binary", "float", "double")] + [
+    Kind(f"categorical {k.name}", pa.dictionary(pa.int32(), k.arrow), k.values)
+    for k in ATOMIC if k.name in ("string", "long")
+]
 _CASTS = {  # column type family -> targets of a cast in a filter
     "int": [pa.float64(), pa.int64(), pa.decimal128(38, 2), pa.string()],  # to string: out of order
     "float": [pa.float64(), pa.float32()],

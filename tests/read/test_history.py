@@ -200,3 +200,19 @@ def test_history_matches_what_each_write_committed(tmp_path_factory, plan, inter
         )
     times = [r["commit_time"] for r in rows]
     assert None not in times and all(a < b for a, b in zip(times, times[1:])), times
+
+
+@pytest.mark.parametrize("commit_ms", [1_074_950_084_465, 2_186_764_535_607, 1_795_772_465_092])
+def test_as_of_time_exactly_at_a_commit_reads_that_commit(tmp_path, commit_ms):
+    """``as_of_time`` equal to a batch's commit time (as `history` shows it) reads that batch, at every millisecond:
+    the time asked for went through a float (``timestamp() * 1000``, truncated), which for about one millisecond
+    in 170 of the years 2000-2100 (2004-01-24T13:14:44.465Z, 2039-04-18T...) fell 1 ms short, so the snapshot
+    answered was the one before (or none: SnapshotNotFoundError)."""
+    out = str(tmp_path / "out")
+    with unittest.mock.patch.object(time, "time", lambda: (commit_ms + 0.5) / 1000):  # a clock stopped then
+        write_batch(out, pa.table({"v": [1]}), app_id="a", version=0)
+    (committed,) = history(out).column("commit_time").to_pylist()
+    assert committed == dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=commit_ms)
+    assert read_committed(out, as_of_time=committed).column("v").to_pylist() == [1]
+    with pytest.raises(SnapshotNotFoundError, match="before the first commit"):
+        read_committed(out, as_of_time=committed - dt.timedelta(microseconds=1))

@@ -47,6 +47,7 @@ from ..log.snapshot import LogSnapshot, data_files, read_snapshot
 from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -247,7 +248,7 @@ def batch_as_of_time(log: MetadataLog, history_table: pa.Table, when: _dt.dateti
         raise ParameterError(
             f"as_of_time={when!r} has no time zone: pass an aware datetime, e.g. datetime(..., tzinfo=timezone.utc)"
         )
-    target = int(when.timestamp() * 1000)
+    target = (when - _EPOCH) // _dt.timedelta(milliseconds=1)  # exact: through a float it fell 1 ms short at times
     times = history_table.column("commit_time").cast(pa.int64()).to_pylist()
     where = log.display(log.log_dir)
     found: int | None = None

@@ -52,7 +52,7 @@ from ..log.compaction import check_flags, check_positive_int
 from ..log.files import check_output_root
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import MetadataLog
-from .schema import check_batch_schema, check_partition_by, check_partition_columns, read_committed_schema
+from .schema import check_batch_schema, check_partition_by, check_partition_columns, check_storable, read_committed_schema
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows, write_schema_file
 
@@ -83,29 +83,37 @@ class WriteResult:
     conflicts: int = 0
 
 
-def _without_views(typ: pa.DataType) -> pa.DataType:
-    """``typ`` with ``string_view``/``binary_view`` (at any depth) as ``large_string``/``large_binary``: the same
-    Parquet column, but a type in the footer's Arrow schema that every reader takes (pyarrow can neither split
-    views into partitions nor filter them against the ``string`` a Delta table declares)."""
+def _stored_type(typ: pa.DataType) -> pa.DataType:
+    """``typ`` as :func:`write_batch` stores it, at any depth (struct fields, list elements, map keys and values):
+    ``string_view``/``binary_view`` as ``large_string``/``large_binary`` (the same Parquet column, but a type in the
+    footer's Arrow schema that every reader takes: pyarrow can neither split views into partitions nor filter them
+    against the ``string`` a Delta table declares), nanosecond timestamps as microseconds (Spark's precision: it
+    reads no nanosecond column, at any depth) and ``date64`` as ``date32`` (Spark's date, and the type the footer
+    reads back as; polars reads a ``date64`` column as a datetime)."""
     if pa.types.is_string_view(typ) or pa.types.is_binary_view(typ):
         return pa.large_string() if pa.types.is_string_view(typ) else pa.large_binary()
+    if pa.types.is_timestamp(typ) and typ.unit == "ns":
+        return pa.timestamp("us", typ.tz)
+    if pa.types.is_date64(typ):
+        return pa.date32()
     if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(_without_views(f.type)) for f in typ])
+        return pa.struct([f.with_type(_stored_type(f.type)) for f in typ])
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        element = typ.value_field.with_type(_without_views(typ.value_type))
+        element = typ.value_field.with_type(_stored_type(typ.value_type))
         return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
     if pa.types.is_map(typ):
-        return pa.map_(typ.key_field.with_type(_without_views(typ.key_type)),
-                       typ.item_field.with_type(_without_views(typ.item_type)))
+        return pa.map_(typ.key_field.with_type(_stored_type(typ.key_type)),
+                       typ.item_field.with_type(_stored_type(typ.item_type)))
     return typ
 
 
-def _as_table(data: Any, what: str) -> pa.Table:
+def _as_table(data: Any, what: str, where: str) -> pa.Table:
     """pyarrow Table / RecordBatch / RecordBatchReader / iterable of RecordBatches, pandas or polars
-    DataFrame -> pyarrow Table; nanosecond timestamps become microseconds (Spark's precision), string and
-    binary views their large variants (:func:`_without_views`). A pandas DataFrame's named index levels are
-    columns (a ``groupby`` result's keys), as ``DataFrame.to_parquet`` keeps them; an unnamed index (positions)
-    is not. Data that does not convert: ParameterError naming ``what``."""
+    DataFrame -> pyarrow Table, its columns of the types it is stored as (:func:`_stored_type`). A pandas
+    DataFrame's named index levels are columns (a ``groupby`` result's keys), as ``DataFrame.to_parquet`` keeps
+    them; an unnamed index (positions) is not. Data that does not convert: ParameterError naming ``what``; values
+    their stored type cannot hold (nanoseconds, a date64 within a day): SchemaMismatchError naming the column,
+    ``what`` and ``where`` (the output)."""
     usage = "pass a pyarrow Table or record batches, a pandas or a polars DataFrame"
     try:
         if isinstance(data, pa.Table):
@@ -114,18 +122,22 @@ def _as_table(data: Any, what: str) -> pa.Table:
             table = pa.Table.from_batches([data])
         elif isinstance(data, pa.RecordBatchReader):
             table = data.read_all()
-        elif type(data).__module__.startswith("pandas") and hasattr(data, "reset_index"):
+        elif type(data).__module__.startswith("pandas") and hasattr(data, "columns"):
             named = [name for name in data.index.names if name is not None]
             table = pa.Table.from_pandas(data.reset_index(level=named) if named else data, preserve_index=False)
-        elif hasattr(data, "to_arrow") and not hasattr(data, "collect"):  # polars (a LazyFrame: collect it first)
+        elif hasattr(data, "to_arrow") and hasattr(data, "columns"):  # polars (a LazyFrame: collect it first)
+            objects = [name for name, dtype in data.schema.items() if str(dtype) == "Object"]
+            if objects:  # polars hands them to Arrow as their memory addresses; its own write_parquet refuses them
+                raise TypeError(f"columns {objects} hold Python objects (polars' Object), which no Parquet type stores: "
+                                "cast them to a type of their values")
             table = data.to_arrow()
-        elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
+        elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)) and not hasattr(data, "dtype"):
             batches = list(data)
             if not batches or not all(isinstance(b, pa.RecordBatch) for b in batches):
                 raise TypeError("an iterable of pyarrow RecordBatches (at least one, for the schema)")
             table = pa.Table.from_batches(batches)
         else:
-            raise TypeError("no table")
+            raise TypeError("one column (a Series, an array), no table" if hasattr(data, "dtype") else "no table")
     except (TypeError, ValueError, pa.ArrowException) as exc:
         raise ParameterError(
             f"write_batch, {what}: cannot write a {type(data).__name__} ({exc}); {usage}. Nothing was written."
@@ -137,19 +149,18 @@ def _as_table(data: Any, what: str) -> pa.Table:
             f"write_batch, {what}: the data has columns {duplicates} more than once (as Spark compares names: "
             "case-insensitively), which no reader could tell apart; rename them. Nothing was written."
         )
-    plain = pa.schema([f.with_type(_without_views(f.type)) for f in table.schema], metadata=table.schema.metadata)
-    if not plain.equals(table.schema):
-        table = table.cast(plain)
     for index, column in enumerate(table.schema):
-        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
-            target = pa.timestamp("us", column.type.tz)
-            try:
-                table = table.set_column(index, column.with_type(target), table.column(index).cast(target))
-            except pa.ArrowInvalid:
-                raise SchemaMismatchError(
-                    f"column {column.name!r} holds timestamps with nanoseconds, which Spark cannot read "
-                    "(it stores microseconds). Round them to microseconds before writing."
-                ) from None
+        stored = _stored_type(column.type)
+        if stored.equals(column.type):
+            continue
+        try:
+            table = table.set_column(index, column.with_type(stored), table.column(index).cast(stored))
+        except pa.ArrowInvalid as exc:  # "Casting from timestamp[ns] to ..." or "from date64[ms] to ...": which lost data
+            held = "date64 values that are not whole days" if "date64" in str(exc) else "timestamps with nanoseconds"
+            raise SchemaMismatchError(
+                f"{what} to {where}: column {column.name!r} holds {held}, which Spark cannot read (it stores "
+                "microseconds and days). Round them to microseconds (dates to days) before writing. Nothing was written."
+            ) from None
     return table
 
 
@@ -157,7 +168,7 @@ def data_fingerprint(table: pa.Table) -> str:
     """A fingerprint of a table's data as :func:`write_batch` writes it: the SHA-256 (first 128 bits, hex)
     of the Arrow IPC encoding of its schema (schema metadata, such as pandas', left out) and of its rows in
     windows of 65,536, so the same columns, types and values in the same order give the same fingerprint
-    however the table is chunked; file bytes (with their timestamps) play no part. Values under null slots
+    however the table is chunked or sliced; file bytes (with their timestamps) play no part. Values under null slots
     count, as in the IPC encoding: tables built the same way fingerprint the same.
 
     Example: ``data_fingerprint(pa.table({"n": [1, 2]})) == data_fingerprint(pa.table({"n": [1, 2]}))``.
@@ -165,8 +176,11 @@ def data_fingerprint(table: pa.Table) -> str:
     table = table.replace_schema_metadata(None)
     digest = hashlib.sha256(table.schema.serialize().to_pybytes())
     for start in range(0, table.num_rows, _FINGERPRINT_ROWS):
-        for batch in table.slice(start, _FINGERPRINT_ROWS).combine_chunks().to_batches():
-            digest.update(batch.serialize())
+        window = table.slice(start, _FINGERPRINT_ROWS)
+        # each column's values copied into buffers of their own: the IPC encoding of a slice holds the buffers of
+        # the table it was cut from (a source that grew meanwhile, rows beside it), not only its rows
+        columns = [pa.concat_arrays(column.chunks) for column in window.columns]
+        digest.update(pa.RecordBatch.from_arrays(columns, schema=window.schema).serialize())
     return digest.hexdigest()[:32]
 
 
@@ -249,7 +263,8 @@ def write_batch(
         delta_log: after the commit (or a skip), bring the output's Delta log (``_delta_log``) in step with
             the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised.
 
-    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema,
+    Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema, or has a
+    column Spark cannot read or Parquet cannot hold (:func:`~parquet_sink.write.schema.check_storable`),
     StaleVersionError (nothing written) as above, and CommitConflictError after many lost races in a row.
 
     Example::
@@ -273,7 +288,8 @@ def write_batch(
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
     read = -1  # the latest log batch when this call last read the log
-    table = _as_table(data, what)
+    table = _as_table(data, what, log.display(log.storage.root))
+    check_storable(table.schema, what, log.display(log.storage.root))
     check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None

@@ -281,14 +281,29 @@ class _TaskFiles:
             self.open.popitem(last=False)[1].close()
 
 
+def _decoded(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """``table`` with its dictionary-encoded partition columns (a pandas categorical, a polars Enum) decoded: a
+    directory names a value, as Spark's cast of it to string does (``-0.0``, ``true``), not its code."""
+    for column in columns:
+        typ = table.schema.field(column).type
+        if pa.types.is_dictionary(typ):
+            index = table.schema.get_field_index(column)
+            table = table.set_column(index, table.schema.field(index).with_type(typ.value_type),
+                                     table.column(index).cast(typ.value_type))
+    return table
+
+
 def _group_keys(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
     """The partition columns as grouping keys: floats by their bits, since Spark writes 0.0 and -0.0 (and
-    each NaN) to separate directories while Arrow's sort compares them equal."""
+    each NaN) to separate directories while Arrow's sort compares them equal; a column of Arrow's null type
+    (polars' Null) as null integers, which Arrow can compare."""
     keys = {}
     for column in columns:
         values = table.column(column).combine_chunks()
         if pa.types.is_floating(values.type):
             values = values.view({16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[values.type.bit_width])
+        elif pa.types.is_null(values.type):
+            values = values.cast(pa.int8())
         keys[column] = values
     return pa.table(keys)
 
@@ -319,6 +334,7 @@ def _split(table: pa.Table, columns: tuple[str, ...], time_zone: str) -> Iterato
     if not columns:
         yield "", table
         return
+    table = _decoded(table, columns)
     keys = _group_keys(table, columns)
     order = pc.sort_indices(keys, [(c, "ascending") for c in columns])
     keys, ordered = keys.take(order), table.take(order)
