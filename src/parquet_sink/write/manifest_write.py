@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ParquetSinkError
 from ..log.files import LogFiles
 from ..storage.filesystem import Storage
-from .jvm import JarClasses, fs_options, jar_classes, java_reason
+from .jvm import JarClasses, fs_options, jar_classes, java_reason, per_context
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -123,9 +123,7 @@ def _jvm_of(df: DataFrame) -> _Jvm | None:
     if jar is None or jar.sink_write is None:
         return None
     context = df.sparkSession.sparkContext
-    if context not in _JVM:
-        _JVM[context] = _Jvm(context, jar)
-    return _JVM[context]
+    return per_context(_JVM, context, lambda: _Jvm(context, jar))
 
 
 def write_with_manifest(

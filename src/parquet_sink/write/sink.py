@@ -57,6 +57,7 @@ from ..errors import (
 from ..failpoints import failpoint
 from .conflicts import Conflict, Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
+from .jvm import per_context
 from ..log.snapshot import data_files, read_log_files
 from ..read.history import newest_commit_time, next_commit_time
 from ..log.compaction import LogOptions, check_flags, check_positive_int
@@ -420,10 +421,9 @@ class ParquetSink:
             return "arrow"
         classic = hasattr(df, "_jdf")
         key = df.sparkSession.sparkContext if classic else None
-        if key in self._in_place:
-            problem = self._in_place[key]
-        else:
-            problem = self._in_place[key] = in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
+        problem = per_context(
+            self._in_place, key, lambda: in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
+        )
         if problem is None:
             return "in_place"
         remedy = "Use writer='auto' or 'arrow'." if key is None else (

@@ -41,7 +41,7 @@ from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
-from .jvm import local_fs_options
+from .jvm import local_fs_options, per_context
 from .manifest_write import write_with_manifest
 from .parquet_files import FileStatus
 from ..partitioning import is_data_file
@@ -123,10 +123,7 @@ def _rows_counted(df: DataFrame) -> Column:
     from pyspark.sql import functions as F
 
     key = "connect" if type(df).__module__.startswith("pyspark.sql.connect.") else df.sparkSession.sparkContext
-    column = _ROWS_COUNTED.get(key)
-    if column is None:
-        column = _ROWS_COUNTED[key] = F.count(F.lit(1)).alias("rows")
-    return column
+    return per_context(_ROWS_COUNTED, key, lambda: F.count(F.lit(1)).alias("rows"))
 
 
 def writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
