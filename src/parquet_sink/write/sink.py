@@ -58,6 +58,7 @@ from ..failpoints import failpoint
 from .conflicts import Conflict, Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from .jvm import per_context
+from .manifest_write import COMMIT_PROTOCOL, DEFAULT_COMMIT_PROTOCOL, unloadable_commit_protocol
 from ..log.snapshot import data_files, read_log_files
 from ..read.history import newest_commit_time, next_commit_time
 from ..log.compaction import LogOptions, check_flags, check_positive_int
@@ -66,7 +67,7 @@ from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_in_place import in_place_problem, write_in_place
-from .spark_staging import publish, write_staged
+from .spark_staging import publish, refuse_nul_partition_values, write_staged
 from ..storage.filesystem import Storage
 from .parquet_files import WriteSpec, log_entry, parquet_codec, write_files, write_schema_file
 
@@ -314,14 +315,40 @@ class ParquetSink:
             # a failed batch leaves no trace: what it changed of the cached view of the output (the schema it
             # brought) is read again from the log by the next call, as a new sink object would
             self._state = None
-            if isinstance(exc, Exception) and not isinstance(exc, ParquetSinkError) and _is_streaming(df):
-                # asked only once the write failed (Spark's AnalysisException): no round trip on a batch's path
-                raise SinkUsageError(
-                    f"{self}, batch {batch_id}: was given a streaming DataFrame, which only a streaming query can run; "
-                    "nothing was committed. Start the query with df.writeStream.foreachBatch(sink).option("
-                    "'checkpointLocation', ...).start(): Spark then calls the sink with each micro-batch."
-                ) from exc
+            typed = self._typed_failure(df, batch_id, exc) if isinstance(exc, Exception) else None
+            if typed is not None:
+                raise typed from exc
             raise
+
+    def _typed_failure(self, df: DataFrame, batch_id: int, exc: Exception) -> ParquetSinkError | None:
+        """The typed error a failed batch's Spark or py4j error ``exc`` stands for, naming the output and the batch;
+        None when it is none of these (or already typed). Asked only once the write failed: no round trip and no
+        Spark job on a batch's path."""
+        if isinstance(exc, ParquetSinkError):
+            return None
+        what = f"{self}, batch {batch_id}"
+        raised = original_error(exc)  # this package's error raised in an executor (the Arrow path's tasks)
+        if raised is not None:
+            return type(raised)(f"{what}: {raised}")
+        protocol = unloadable_commit_protocol(df, exc)
+        if protocol is not None:
+            return ParameterError(
+                f"{what}: the session's {COMMIT_PROTOCOL} names {protocol!r}, a class Spark cannot load "
+                "(ClassNotFoundException). Nothing was written or committed. Fix the name or put its JAR on the "
+                f"classpath, or unset the setting (Spark's default: {DEFAULT_COMMIT_PROTOCOL}), then restart the query."
+            )
+        if self.partition_by and "\x00" in str(exc):  # Spark's writer failed on a directory name holding NUL
+            try:
+                refuse_nul_partition_values(df, self.partition_by)
+            except ParameterError as nul:
+                return ParameterError(f"{what}: {nul}")
+        if _is_streaming(df):  # Spark's AnalysisException
+            return SinkUsageError(
+                f"{what}: was given a streaming DataFrame, which only a streaming query can run; "
+                "nothing was committed. Start the query with df.writeStream.foreachBatch(sink).option("
+                "'checkpointLocation', ...).start(): Spark then calls the sink with each micro-batch."
+            )
+        return None
 
     def _write_and_commit(self, df: DataFrame, batch_id: int) -> None:
         """The body of :meth:`__call__`: decide, write, commit and report one batch."""
