@@ -69,7 +69,7 @@ from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, record
 from .spark_in_place import in_place_problem, write_in_place
 from .spark_staging import publish, refuse_nul_partition_values, write_staged
 from ..storage.filesystem import Storage
-from .parquet_files import WriteSpec, log_entry, parquet_codec, write_files, write_schema_file
+from .parquet_files import WriteSpec, log_entry, parquet_codec, stored_type, write_files, write_schema_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -710,7 +710,18 @@ class ParquetSink:
         return None if record is None or record.query_id is None else record
 
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> pa.Schema:
-        incoming = _arrow_schema(df)
+        try:
+            incoming = _arrow_schema(df)
+        except Exception as exc:
+            unwritable = _unwritable_columns(df)
+            if not unwritable:
+                raise
+            raise SchemaMismatchError(
+                f"batch for log batch {target} of {self.path}: columns {unwritable} have a type Parquet cannot hold "
+                "(Spark's own file sink refuses them too). Nothing was written. Cast them before the sink, e.g. to "
+                "string, or express them as year-month or day-time intervals (make_ym_interval, make_dt_interval), "
+                "which the sink writes as Spark does."
+            ) from exc
         committed = None if state.schema is None else (state.schema, state.partition_columns)
         data_schema = check_batch_schema(incoming, self.partition_by, committed, f"batch for log batch {target}", self.path)
         added = [f.name for f in data_schema if state.schema is not None and f.name not in state.schema.names]
@@ -730,10 +741,25 @@ def _is_streaming(df: DataFrame) -> bool:
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
-    """The batch's schema in Arrow types (timestamps in UTC: time zones are not compared)."""
+    """The batch's schema in Arrow types as its files hold them (timestamps in UTC: time zones are not compared;
+    year-month intervals as their months: :func:`~parquet_sink.write.parquet_files.stored_type`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(df.schema, timezone="UTC")
+    return to_arrow_schema(stored_type(df.schema), timezone="UTC")
+
+
+def _unwritable_columns(df: DataFrame) -> dict[str, str]:
+    """The columns of ``df`` that have no Arrow type (Spark's ``CalendarIntervalType``, which no Parquet writer
+    holds), with their Spark types: asked once the batch's schema failed to convert."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    unwritable = {}
+    for f in df.schema:
+        try:
+            to_arrow_type(stored_type(f.dataType), timezone="UTC")
+        except Exception:  # noqa: BLE001 - PySpark's PySparkTypeError, or a type a newer PySpark adds
+            unwritable[f.name] = f.dataType.simpleString()
+    return unwritable
 
 
 def await_termination(query: Any, timeout: float | None = None) -> bool | None:
