@@ -31,7 +31,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
 
@@ -73,6 +73,7 @@ from .parquet_files import WriteSpec, log_entry, parquet_codec, stored_type, wri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 logger = logging.getLogger(__name__)
 
@@ -745,7 +746,7 @@ def _arrow_schema(df: DataFrame) -> pa.Schema:
     year-month intervals as their months: :func:`~parquet_sink.write.parquet_files.stored_type`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(stored_type(df.schema), timezone="UTC")
+    return to_arrow_schema(cast("StructType", stored_type(df.schema)), timezone="UTC")
 
 
 def _unwritable_columns(df: DataFrame) -> dict[str, str]:
