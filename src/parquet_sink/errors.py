@@ -7,11 +7,12 @@ Spark hands an error raised in ``foreachBatch`` to ``query.awaitTermination()`` 
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
@@ -198,15 +199,69 @@ def parameters_of(call: str) -> Iterator[None]:
 
 
 @contextmanager
-def caller_names_errors() -> Iterator[None]:
+def caller_names_errors(spelling: Mapping[str, str] | None = None) -> Iterator[None]:
     """Inside, no named call (:func:`parameters_of`, :func:`names_output`) puts itself in front of a
     :class:`ParameterError`: for a caller that reports errors in its own terms. The command line is one: its user
-    typed ``parquet-sink vacuum /data/out --older-than 1d``, not ``vacuum('/data/out', ...)``."""
+    typed ``parquet-sink vacuum /data/out --older-than 1d``, not ``vacuum('/data/out', ...)``. ``spelling``: how
+    that caller spells the parameters of the calls inside (``{"older_than": "--older-than"}``); a ParameterError
+    raised inside names them so (:func:`respell`).
+
+    Example::
+
+        >>> with caller_names_errors({"older_than": "--older-than", "allow_short_retention": "--allow-short-retention"}):
+        ...     vacuum("/data/out", "1d")
+        ParameterError: --older-than 1d is shorter than the safe minimum of 7d: ... Pass --allow-short-retention if ...
+    """
     token = _NAMED.set(True)
     try:
         yield
+    except ParameterError as exc:
+        if spelling:
+            exc.args = (respell(str(exc), spelling),)
+        raise
     finally:
         _NAMED.reset(token)
+
+
+_CALLER_HINT = re.compile(r" ?\(CLI: [^)]*\)")  # a hint of the command line's spelling in a Python API message
+
+
+def respell(message: str, spelling: Mapping[str, str]) -> str:
+    """A ParameterError's ``message`` with the parameters it names spelled as a caller spells them (``spelling``:
+    parameter -> option): ``name=True`` becomes the option alone (a switch), ``name=[a, b]`` the option once per
+    item, ``name=value`` the option and the value, and the bare name the option where it is a parameter's name
+    beyond doubt (it holds ``_``, or it begins the message or a clause: ``version must be ...``); a hint of the
+    caller's spelling (``(CLI: --allow-short-retention)``) is dropped.
+
+    Example: ``respell("older_than=1d is short: pass allow_short_retention=True", {"older_than": "--older-than",
+    "allow_short_retention": "--allow-short-retention"})`` -> ``"--older-than 1d is short: pass --allow-short-retention"``.
+    """
+    if not spelling:
+        return message
+    names = "|".join(sorted(map(re.escape, spelling), key=len, reverse=True))
+    value = r"\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^\s,;)]*[^\s,;:.)]"
+
+    def assigned(match: re.Match[str]) -> str:
+        option, given = spelling[match.group(1)], match.group(2) or ""
+        if given in ("", "True"):
+            return option
+        if given.startswith("["):
+            try:
+                items = ast.literal_eval(given)
+            except (ValueError, SyntaxError):
+                items = None
+            if isinstance(items, list):
+                return " ".join(f"{option} {item}" for item in items) or option
+        return f"{option} {given}"
+
+    def named(match: re.Match[str]) -> str:
+        name, before = match.group(1), match.string[: match.start()].rstrip()
+        clause_start = not before or before.endswith((":", ";", "."))
+        return spelling[name] if "_" in name or clause_start else name
+
+    text = _CALLER_HINT.sub("", message)
+    text = re.sub(rf"(?<![\w.'\"-])({names})=({value})?", assigned, text)
+    return re.sub(rf"(?<![\w.'\"=-])({names})(?![\w'\"(=-])", named, text)
 
 
 def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:

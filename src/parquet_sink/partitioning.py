@@ -105,12 +105,13 @@ def _zone(name: str) -> _dt.tzinfo:
     return _dt.UTC if name in ("Z", "UTC") else zoneinfo.ZoneInfo(name)
 
 
-def check_time_zone(name: object, where: str) -> str:
-    """``name`` if it is a session time zone :func:`_zone` reads, else ParameterError naming ``where`` (the call and
-    the path) before anything is read or written.
+def check_time_zone(name: object) -> str:
+    """``name`` if it is a session time zone :func:`_zone` reads, else ParameterError (which the public function
+    checking it names with its call and path: :func:`parquet_sink.errors.names_output`) before anything is read or
+    written.
 
-    Example: ``check_time_zone("America/New_York", "read_committed('/data/out')")`` returns it;
-    ``check_time_zone("utc", ...)`` raises (zone names are case-sensitive, as Spark's are)."""
+    Example: ``check_time_zone("America/New_York")`` returns it; ``check_time_zone("utc")`` raises (zone names are
+    case-sensitive, as Spark's are)."""
     if isinstance(name, str):
         try:
             _zone(name)
@@ -118,7 +119,7 @@ def check_time_zone(name: object, where: str) -> str:
         except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError; "../x" a ValueError
             pass
     raise ParameterError(
-        f"{where}: time_zone={name!r} is not a time zone. Give the session time zone the writer used "
+        f"time_zone={name!r} is not a time zone. Give the session time zone the writer used "
         "(spark.sql.session.timeZone): a region such as 'America/New_York', 'UTC', or an offset such as '+05:30'. "
         "Nothing was done."
     )

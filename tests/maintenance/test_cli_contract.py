@@ -6,6 +6,7 @@ documents exactly the options each command has (checked against the parser behin
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import subprocess
@@ -163,3 +164,63 @@ def test_input_errors_speak_the_command_line_not_python(capsys, paths, args):
     message = err.rstrip().splitlines()[-1]
     assert message.startswith("parquet-sink: error: ")
     assert not re.search(r"\w+\('", message), message
+
+
+# command line with a bad input -> what its message must say, in the command's options
+BAD_INPUTS = {
+    "vacuum --older-than 1d": (["vacuum", "{good}", "--older-than", "1d"], ["--older-than 1d", "--allow-short-retention"]),
+    "vacuum --older-than 3h --dry-run": (["vacuum", "{good}", "--older-than", "3h", "--dry-run"], ["--older-than 3h"]),
+    "optimize --target-file-size 0": (["optimize", "{good}", "--target-file-size", "0"], ["--target-file-size"]),
+    "optimize --target-file-size lots": (["optimize", "{good}", "--target-file-size", "lots"], ["--target-file-size 'lots'"]),
+    "optimize --partition nope=1": (["optimize", "{good}", "--partition", "nope=1"], ["--partition"]),
+    "optimize --sort-by nope": (["optimize", "{good}", "--sort-by", "nope"], ["--sort-by nope"]),
+    "optimize --z-order nope --z-order id": (["optimize", "{good}", "--z-order", "nope", "--z-order", "id"],
+                                            ["--z-order nope --z-order id"]),
+    "optimize --sort-by id --z-order id": (["optimize", "{good}", "--sort-by", "id", "--z-order", "id"],
+                                          ["--sort-by id", "--z-order id"]),
+    "delta-sync --time-zone Mars/Base": (["delta-sync", "{good}", "--time-zone", "Mars/Base"], ["--time-zone 'Mars/Base'"]),
+    "doctor --version -1": (["doctor", "{good}", "--app-id", "a", "--version", "-1"], ["--version must"]),
+    "doctor --app-id ''": (["doctor", "{good}", "--app-id", "", "--version", "1"], ["--app-id must"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+@pytest.mark.parametrize("as_json", [False, True])
+def test_input_errors_name_the_commands_options_not_the_python_parameters(capsys, paths, case, as_json):
+    """A library check the command's input fails names the option the user typed, not the Python parameter it feeds
+    (``older_than=1d ... Pass allow_short_retention=True``): every parameter of the library function the command
+    calls that one of its options feeds is absent from the message (as ``name=`` or as a word), the options
+    are there; the Python API's own message is unchanged."""
+    from parquet_sink import doctor, sync_delta_log, vacuum
+    from parquet_sink.maintenance import optimize
+
+    args, expected = BAD_INPUTS[case]
+    code, out, err = _run(capsys, args[0], args[1:], paths, as_json)
+    message = json.loads(out)["error"] if as_json else err.strip().splitlines()[-1]
+    assert code == 2, (code, out, err)
+    for fragment in expected:
+        assert fragment in message, (fragment, message)
+    function = {"vacuum": vacuum, "optimize": optimize, "delta-sync": sync_delta_log, "doctor": doctor}[args[0]]
+    sub = build_parser()._subparsers._group_actions[0].choices[args[0]]
+    fed = {o[2:].replace("-", "_") for o in _options(sub)} | {action.dest for action in sub._actions}
+    parameters = [p for p in inspect.signature(function).parameters if p in fed]  # the parameters options feed
+    assert parameters, fed
+    for name in parameters:
+        assert not re.search(rf"(?<![\w-]){name}(?![\w-])", message), (name, message)
+    assert "(CLI:" not in message and not re.search(r"\w+\('", message), message
+
+
+def test_the_python_api_keeps_naming_its_parameters(paths):
+    """The command line's spelling is its own: the same refusal from the Python API names the call and its
+    parameters as before."""
+    from parquet_sink import vacuum
+    from parquet_sink.maintenance import optimize
+    from parquet_sink.errors import ParameterError
+
+    good = str(paths["good"])
+    with pytest.raises(ParameterError) as short:
+        vacuum(good, "1d")
+    assert str(short.value).startswith(f"vacuum({good!r}): older_than=1d is shorter")
+    assert "Pass allow_short_retention=True (CLI: --allow-short-retention)" in str(short.value)
+    with pytest.raises(ParameterError, match=r"pass sort_by=\['id'\] or z_order=\['id'\], not both"):
+        optimize(good, sort_by=["id"], z_order=["id"])

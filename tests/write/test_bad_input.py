@@ -35,6 +35,7 @@ from parquet_sink.cli.main import main
 from parquet_sink.write.rewrite import optimize
 from parquet_sink.errors import (
     CorruptLogError,
+    original_error,
     ParquetSinkError,
     LogPathError,
     MissingDataFileError,
@@ -562,3 +563,63 @@ def test_every_reader_takes_the_same_compact_interval_and_app_id(tmp_path: Path)
         with pytest.raises(ParameterError, match=r"^committed_version\('.*'\): app_id must be a non-empty string"):
             committed_version(out, app_id)
     assert committed_version(out, "a") == 0 and committed_version(out, "b") is None
+
+
+def _log_batches(out: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in (out / "_spark_metadata").iterdir() if p.name[:1].isdigit())
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_a_nul_partition_value_is_a_typed_error_and_the_query_goes_on_once_filtered(spark, tmp_path: Path, writer: str) -> None:
+    """A partition value holding NUL, which no directory name can hold: on Spark's writer path it was py4j's
+    Py4JJavaError (Hadoop's ``Mkdirs failed``), on the Arrow path PySpark's PythonException from the executor. Now
+    both are the ParameterError ``write_batch`` raises, naming the column, the value, the output and the batch;
+    nothing of the batch is committed, and the query restarted with the row filtered out commits it."""
+    from pyspark.sql import functions as F
+
+    source = tmp_path / "in"
+    source.mkdir()
+    batches = [[{"id": 0, "p": "a"}, {"id": 1, "p": "b"}], [{"id": 2, "p": "a"}, {"id": 3, "p": "x\u0000y"}]]
+    for i, rows in enumerate(batches):
+        (source / f"{i}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(source / f"{i}.json", (1_700_000_000 + i,) * 2)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    sink = ParquetSink(str(out), partition_by=["p"], writer=writer)
+    failure = _run(spark, source, ckpt, sink, schema="id LONG, p STRING")
+    error = original_error(failure)
+    assert isinstance(error, ParameterError), failure
+    for part in (f"ParquetSink({str(out)!r}", "batch 1", "partition column 'p'", repr("x\x00y"), "Replace or strip"):
+        assert part in str(error), (part, str(error))
+    assert _log_batches(out) == [0]
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1]
+
+    def filtered(df, batch_id):
+        sink(df.where(~F.col("p").contains("\x00")), batch_id)
+
+    assert _run(spark, source, ckpt, filtered, schema="id LONG, p STRING") is None
+    assert _log_batches(out) == [0, 1]
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1, 2]
+
+
+COMMIT_PROTOCOL = "spark.sql.streaming.commitProtocolClass"
+
+
+def test_a_commit_protocol_class_that_does_not_exist_is_a_typed_error(spark, tmp_path: Path) -> None:
+    """``spark.sql.streaming.commitProtocolClass`` naming a class that does not exist (Spark's own sink fails on it
+    too) was py4j's ClassNotFoundException: now a ParameterError naming the setting, the class, the output, the batch
+    and what to do; nothing committed, and with the setting unset the same sink commits the batch."""
+    session = spark.newSession()  # a session conf of its own: the shared session keeps Spark's default
+    assert session.conf.get(COMMIT_PROTOCOL) == "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
+    out = tmp_path / "out"
+    sink = ParquetSink(str(out), writer="spark")
+    df = session.sql("select id from range(3)")
+    sink(df, 0)
+    session.conf.set(COMMIT_PROTOCOL, "com.example.NoSuchProtocol")
+    error = raises(lambda: sink(session.sql("select id from range(3, 5)"), 1), ParameterError)
+    for part in (f"ParquetSink({str(out)!r}", "batch 1", COMMIT_PROTOCOL, "'com.example.NoSuchProtocol'", "unset"):
+        assert part in str(error), (part, str(error))
+    assert _log_batches(out) == [0]
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1, 2]
+    session.conf.unset(COMMIT_PROTOCOL)
+    sink(session.sql("select id from range(3, 5)"), 1)
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1, 2, 3, 4]

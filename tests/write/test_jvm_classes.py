@@ -308,3 +308,44 @@ def test_an_observation_on_the_batch_gets_its_metrics(spark, tmp_path: Path) -> 
     assert metrics(spark_observation) == {"n": 7}
     assert metrics(ours) == metrics(spark_observation)
     assert read_committed(str(tmp_path / "out")).num_rows == 7
+
+
+class _StoppedContext:
+    """What a SparkContext is once stopped, to the caches (PySpark's ``stop()`` sets ``_jsc`` to None)."""
+
+    _jsc = None
+
+
+def _cache_of(name: str):
+    """(the per-SparkContext cache ``name``, the call that fills it for a batch DataFrame)."""
+    from parquet_sink.write import manifest_write, spark_staging
+
+    return {
+        "jvm._LOADED": (jvm._LOADED, jvm.jar_classes),
+        "manifest_write._JVM": (manifest_write._JVM, manifest_write._jvm_of),
+        "spark_staging._ROWS_COUNTED": (spark_staging._ROWS_COUNTED, spark_staging._rows_counted),
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["jvm._LOADED", "manifest_write._JVM", "spark_staging._ROWS_COUNTED"])
+def test_a_stopped_contexts_entry_is_dropped_from_every_per_context_cache(spark, name: str) -> None:
+    """Each cache of JVM objects per SparkContext kept an entry for every context of the process for ever: one
+    stopped (a process that stops its session and builds another) kept its JVM objects alive in Python and, through
+    py4j's references, in the JVM. Adding the running context's entry drops the entries of stopped ones; the
+    running one stays and is used again."""
+    cache, fill = _cache_of(name)
+    df = spark.range(1)
+    context = spark.sparkContext
+    fill(df)
+    kept = cache.pop(context)  # put back below: the other tests of this session reuse it
+    stopped = _StoppedContext()
+    cache[stopped] = kept
+    try:
+        fill(df)
+        assert stopped not in cache and context in cache
+        again = cache[context]
+        fill(df)
+        assert cache[context] is again  # made once for the running context
+    finally:
+        cache.pop(stopped, None)
+        cache[context] = kept

@@ -130,3 +130,64 @@ def test_restart_accepts_nested_timestamps(spark, tmp_path: Path, zone: str, wri
     assert first["s"]["at"] == (instant if writer == "arrow" else instant.replace(tzinfo=None))
     assert [r["id"] for r in ours] == list(range(6))
     assert MetadataLog(out).latest_batch_id() == 1
+
+
+# -- ANSI intervals, with Spark's own file sink as the oracle ------------------------------------------
+
+INTERVALS = (
+    "id", "make_ym_interval(cast(id div 12 as int), cast(id % 12 as int) - 5) as ym",
+    "make_dt_interval(cast(id as int), 2, 3, id * 1.000001) as dt",
+    "named_struct('at', make_ym_interval(1, cast(id as int)), 'n', id) as s", "array(make_ym_interval(0, -cast(id as int))) as a",
+)
+
+
+def _interval_rows(out: str) -> list[dict]:
+    """What ``read_committed`` gives, a day-time interval as its microseconds whichever Arrow type holds it."""
+    def micros(value):
+        return value // dt.timedelta(microseconds=1) if isinstance(value, dt.timedelta) else value
+
+    return sorted(({**r, "dt": micros(r["dt"])} for r in read_committed(out).to_pylist()), key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_intervals_are_written_as_sparks_sink_writes_them_across_a_restart(spark, tmp_path: Path, writer: str) -> None:
+    """Year-month intervals (``make_ym_interval``) were refused with PySpark's PySparkTypeError though Spark's own
+    file sink writes them (Parquet INT32 months); day-time intervals were written, but the Spark writer path refused
+    its own files' schema after a restart (the footer's INT64 against the batch's duration: SchemaMismatchError).
+    Both, at the top level and nested, in two runs of a stream (a new sink each): every value as Spark's own sink
+    wrote it, Spark's reader reads ours as it reads Spark's."""
+    from tests.helpers.spark_util import run_available_now
+
+    source = tmp_path / "in"
+    source.mkdir()
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    for run in range(2):
+        ids = range(run * 20, run * 20 + 20)
+        (source / f"{run}.json").write_text("".join(f'{{"id": {i}}}\n' for i in ids))
+        os.utime(source / f"{run}.json", (1_700_000_000 + run,) * 2)
+        stream = spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source)).selectExpr(*INTERVALS)
+        run_available_now(stream, str(tmp_path / "ckpt-ours"), ParquetSink(ours, writer=writer))
+        run_available_now(stream, str(tmp_path / "ckpt-theirs"), path=theirs)
+    assert MetadataLog(ours).latest_batch_id() == 1
+    expected = _interval_rows(theirs)
+    assert [r["id"] for r in expected] == list(range(40))
+    assert _interval_rows(ours) == expected
+    assert expected[30]["ym"] == 25 and expected[30]["s"] == {"at": 42, "n": 30} and expected[30]["a"] == [-30]
+    as_text = [f"cast({c} as string) as {c}" for c in ("id", "ym", "dt", "s", "a")]
+    if writer == "spark":  # Spark's types, from the Spark schema in the footers (the Arrow path's files hold none)
+        assert sorted(spark.read.parquet(ours).selectExpr(*as_text).collect()) == sorted(
+            spark.read.parquet(theirs).selectExpr(*as_text).collect()
+        )
+
+
+def test_a_calendar_interval_is_refused_with_a_typed_error(spark, tmp_path: Path) -> None:
+    """``make_interval`` gives Spark's CalendarIntervalType, which no Parquet writer holds (Spark's own sink refuses
+    it too): a SchemaMismatchError naming the column, the output and the batch, not PySpark's PySparkTypeError."""
+    from parquet_sink.errors import SchemaMismatchError
+
+    out = str(tmp_path / "out")
+    with pytest.raises(SchemaMismatchError) as refused:
+        ParquetSink(out)(spark.sql("select id, make_interval(1, 2) as ci from range(2)"), 0)
+    for part in ("log batch 0", out, "'ci'", "Cast them"):
+        assert part in str(refused.value), (part, str(refused.value))
+    assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))

@@ -217,7 +217,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     """``optimize PATH [--target-file-size SIZE] [--partition K=V] [--sort-by COL | --z-order COL] [--dry-run]``: compact small
     files; prints files and bytes before and after."""
     partitions = {}
-    for pair in args.partition:
+    for pair in args.partitions:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise ParameterError(f"--partition {pair!r}: use COLUMN=VALUE, e.g. --partition day=2024-01-01")

@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, summary: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[common], help=summary, description=summary, epilog=OPTIONS_HELP)
         sub.add_argument("path", metavar="PATH", help="output directory (local path or fsspec URL)")
-        sub.set_defaults(run=f"_cmd_{name}")  # a function of .commands, imported when the command runs
+        # run: a function of .commands, imported when the command runs; command_parser: its options' spellings
+        sub.set_defaults(run=f"_cmd_{name}", command_parser=sub)
         return sub
 
     ls = command("ls", "list committed batches and the log's compaction state")
@@ -185,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     optimize.add_argument(
         "--partition",
+        dest="partitions",  # optimize's parameter (see _spelling)
         metavar="K=V",
         action="append",
         default=[],
@@ -253,6 +255,20 @@ def _version() -> str:
     return f"{PROG} {__version__} ({scanner})"
 
 
+def _spelling(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """How a command spells the library parameters its options feed: each option's destination, and its long name
+    with ``_`` for ``-``, map to that long name (``older_than`` -> ``--older-than``, ``allow_short_retention`` ->
+    ``--allow-short-retention``; ``--partition`` stores into ``partitions``, optimize's parameter), so that the
+    library's ParameterErrors read in the command's options (:func:`parquet_sink.errors.respell`)."""
+    spelled: dict[str, str] = {}
+    for action in parser._actions:  # argparse keeps no public list of a parser's options
+        long = next((o for o in action.option_strings if o.startswith("--")), None)
+        if long is not None:
+            for name in (long[2:].replace("-", "_"), action.dest):
+                spelled.setdefault(name, long)
+    return spelled
+
+
 def _joined_values(argv: list[str]) -> list[str]:
     """``argv`` with ``--older-than -1d`` given as ``--older-than=-1d`` (see :data:`_UNIT_OPTIONS`)."""
     out: list[str] = []
@@ -286,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import commands  # the library: pyarrow, fsspec
 
     try:
-        with caller_names_errors():  # a refused input in the command's terms, not a Python call's
+        with caller_names_errors(_spelling(args.command_parser)):  # a refused input in the command's terms
             code = getattr(commands, args.run)(args)
         sys.stdout.flush()
         return code

@@ -806,7 +806,7 @@ def sync_delta_log(
     path = os.fspath(path)
     deltalake = require_deltalake(f"sync_delta_log({path!r})")
     if time_zone is not None:
-        check_time_zone(time_zone, f"sync_delta_log({path!r})")
+        check_time_zone(time_zone)
     check_positive_int("checkpoint_interval", checkpoint_interval, "delta.checkpointInterval, a checkpoint every that many versions")
     check_flags(recreate=recreate, check_files=check_files)
     retention_s = max(1, math.ceil(parse_duration_ms(log_retention, "log_retention") / 1000))

@@ -696,7 +696,7 @@ def committed_dataset(
         1000
     """
     _check_options("committed_dataset", path, options, ("time_zone",))
-    check_time_zone(time_zone, call_text("committed_dataset", path))
+    check_time_zone(time_zone)
     return dataset_of(snapshot(path, **options), time_zone)
 
 
@@ -759,7 +759,7 @@ def read_committed(
         )
     if spark is None:
         _check_filter(filter)
-        check_time_zone(time_zone, call_text("read_committed", path))
+        check_time_zone(time_zone)
     snap = snapshot(path, **options, statistics=spark is None and filter is not None)
     if spark is not None:
         return _spark_dataframe(spark, snap, columns, filter)
@@ -845,7 +845,7 @@ def count_committed(
     """
     _check_options("count_committed", path, options, ("filter", "time_zone"))
     _check_filter(filter)
-    check_time_zone(time_zone, call_text("count_committed", path))
+    check_time_zone(time_zone)
     snap = snapshot(path, **options, statistics=True)
     if not len(snap.files):
         return 0

@@ -277,7 +277,7 @@ def write_batch(
     version = check_app_version(app_id, version)
     codec_extension(compression)  # validate early
     check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
-    check_time_zone(time_zone, call_text("write_batch", path))
+    check_time_zone(time_zone)
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if delta_log:

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 logger = logging.getLogger(__name__)
+_V = TypeVar("_V")
 
 # Hadoop's checksummed local filesystem writes a hidden .crc file next to every file; the raw filesystem writes the
 # same files without them (an uncached instance: the cached one is the checksummed filesystem). Both writer calls of
@@ -64,14 +66,31 @@ def jar_classes(df: DataFrame) -> JarClasses | None:
     if type(df).__module__.startswith("pyspark.sql.connect.") or not hasattr(df, "_jdf"):
         return None
     context = df.sparkSession.sparkContext
-    if context not in _LOADED:
+
+    def load() -> JarClasses:
         loaded = _load_jar(context)
-        _LOADED[context] = JarClasses(
+        return JarClasses(
             NIO_LOCAL_FS if loaded else RAW_LOCAL_FS,
             _usable(context._jvm, _BATCH_ROWS, "Spark's writer gets foreachBatch's copy of each row") if loaded else None,
             _usable(context._jvm, _SINK_WRITE, "batches are written with df.write") if loaded else None,
         )
-    return _LOADED[context]
+
+    return per_context(_LOADED, context, load)
+
+
+def per_context(cache: MutableMapping[Any, _V], context: Any, make: Callable[[], _V]) -> _V:
+    """``cache``'s value for the SparkContext ``context`` (or another key: Spark Connect's), made by ``make`` at the
+    key's first use. Adding an entry drops those of stopped contexts (PySpark's ``stop()`` sets ``_jsc`` to None):
+    a process that stops a context and starts another would otherwise keep the old one's JVM objects alive for
+    ever, in Python and, through py4j's references, in the JVM. The one rule of every per-SparkContext cache.
+
+    Example: ``per_context(_LOADED, spark.sparkContext, load)`` -> the ``JarClasses`` loaded once for it.
+    """
+    if context not in cache:
+        for stopped in [key for key in cache if getattr(key, "_jsc", True) is None]:
+            del cache[stopped]
+        cache[context] = make()
+    return cache[context]
 
 
 def local_fs_options(df: DataFrame) -> dict[str, str]:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ParquetSinkError
 from ..log.files import LogFiles
 from ..storage.filesystem import Storage
-from .jvm import JarClasses, fs_options, jar_classes, java_reason
+from .jvm import JarClasses, fs_options, jar_classes, java_reason, per_context
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -54,6 +54,8 @@ _MANIFEST_FILE_MANAGER = {
 # SparkContext's conf, which the manifest's session takes) Spark names batch 0 `0.compact`. Spark's default.
 _MANIFEST_LOG = {"spark.sql.streaming.fileSink.log.compactInterval": "10"}
 _JVM: dict[object, _Jvm] = {}  # per SparkContext: the JVM objects every batch reuses
+COMMIT_PROTOCOL = "spark.sql.streaming.commitProtocolClass"  # the commit protocol of Spark's sink (and this write)
+DEFAULT_COMMIT_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"  # Spark's default
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,7 @@ def _jvm_of(df: DataFrame) -> _Jvm | None:
     if jar is None or jar.sink_write is None:
         return None
     context = df.sparkSession.sparkContext
-    if context not in _JVM:
-        _JVM[context] = _Jvm(context, jar)
-    return _JVM[context]
+    return per_context(_JVM, context, lambda: _Jvm(context, jar))
 
 
 def write_with_manifest(
@@ -179,6 +179,22 @@ def hadoop_write_problem(df: DataFrame, storage: Storage, probe: str) -> str | N
         return f"the session's Hadoop filesystem does not see {target} (another endpoint or account?)"
     except Exception as exc:  # py4j's Py4JJavaError: no filesystem class for the scheme, no credentials, ...
         return f"the session's Hadoop filesystem cannot read {target} ({java_reason(exc)})"
+
+
+def unloadable_commit_protocol(df: DataFrame, exc: Exception) -> str | None:
+    """The class name the session of ``df`` sets :data:`COMMIT_PROTOCOL` to when ``exc``, a failed write, is Spark
+    not finding that class (as Spark's own sink fails: ``FileCommitProtocol.instantiate``), else None. Asked only
+    once a write failed.
+
+    Example: ``unloadable_commit_protocol(df, exc)`` -> ``'com.example.Missing'``.
+    """
+    if "ClassNotFoundException" not in str(exc):
+        return None
+    try:
+        name = df.sparkSession.conf.get(COMMIT_PROTOCOL, None)
+    except Exception:  # noqa: BLE001 - a session gone: the original error stands
+        return None
+    return name if name and f"ClassNotFoundException: {name}" in str(exc) else None
 
 
 def _manifest_files(storage: Storage, output: str, manifest_storage: Storage, manifest: str) -> list[ManifestFile]:

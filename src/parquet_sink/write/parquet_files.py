@@ -46,7 +46,7 @@ from .jvm import without_row_copy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 logger = logging.getLogger(__name__)
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
@@ -448,6 +448,28 @@ def _status_type() -> StructType:
     return from_arrow_schema(_STATUS_ARROW_SCHEMA)
 
 
+def stored_type(data_type: DataType) -> DataType:
+    """The Spark type ``data_type`` as the package's Arrow schema and the Arrow path's files hold it: a year-month
+    interval (``INTERVAL '1-2' YEAR TO MONTH``), at any depth, as its months, an ``int``, as Spark's writer stores it
+    (Parquet INT32; Arrow has no year-month interval that pyarrow reads or writes, and Spark sends none to Python); a
+    day-time interval is Arrow's ``duration[us]`` as it is (Spark's writer: INT64 microseconds). Anything else as it is.
+
+    Example: ``stored_type(StructType([StructField("ym", YearMonthIntervalType())]))`` ->
+    ``StructType([StructField("ym", IntegerType())])``.
+    """
+    from pyspark.sql.types import ArrayType, IntegerType, MapType, StructField, StructType, YearMonthIntervalType
+
+    if isinstance(data_type, YearMonthIntervalType):
+        return IntegerType()
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, stored_type(f.dataType), f.nullable, f.metadata) for f in data_type])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(stored_type(data_type.elementType), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(stored_type(data_type.keyType), stored_type(data_type.valueType), data_type.valueContainsNull)
+    return data_type
+
+
 # Spark 4 closes an Arrow batch sent to Python at spark.sql.execution.arrow.maxRecordsPerBatch rows (10,000 by
 # default) or at this many bytes (64 MiB by default), and to check the bytes it sizes every vector of the batch
 # after every row (BatchedPythonArrowInput.writeSizedBatch: ArrowWriter.sizeInBytes per row, skipped only when the
@@ -492,16 +514,21 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
         >>> sum(s.num_rows for s in write_files(df, spec))
         1000
     """
-    if spec.partition_by:
-        from pyspark.sql import functions as F
+    from pyspark.sql import functions as F
 
+    quoted = {c: f"`{c.replace('`', '``')}`" for c in df.columns}
+    stored = {f.name: stored_type(f.dataType) for f in df.schema if stored_type(f.dataType) != f.dataType}
+    if spec.partition_by or stored:
         # Directory names are Spark's own cast to string in the session time zone, as its sink computes them
         # (FileFormatDataWriter's partitionPathExpression), so they match it on any JDK; the task groups the
-        # rows by these strings and never writes partition columns into the files.
-        quoted = {c: f"`{c.replace('`', '``')}`" for c in df.columns}
-        df = df.select(
-            *(F.col(quoted[c]).cast("string").alias(c) if c in spec.partition_by else F.col(quoted[c]) for c in df.columns)
-        )
+        # rows by these strings and never writes partition columns into the files. Year-month intervals go to
+        # Python as their months (stored_type).
+        df = df.select(*(
+            F.col(quoted[c]).cast("string").alias(c) if c in spec.partition_by
+            else F.col(quoted[c]).cast(stored[c]).alias(c) if c in stored else F.col(quoted[c])
+            for c in df.columns
+        ))
+    if spec.partition_by:
         df = df.sortWithinPartitions(*(quoted[c] for c in spec.partition_by))
     # mapInArrow resolves every column by its name, which fails for a name holding a dot ("a.b" is read as
     # field b of column a): such names become positional ones, the task puts the real ones back. Plain names

@@ -28,13 +28,17 @@ from ..storage.filesystem import Storage
 def _normalise(typ: pa.DataType) -> pa.DataType:
     """``typ`` as far as the schema rule compares it, at every depth (struct fields, map keys and values,
     list elements): time zones and timestamp units dropped (Spark's writer stores INT96, read back
-    naive; files of other writers may hold ms or ns), large/view and small variants alike, nested fields nullable."""
+    naive; files of other writers may hold ms or ns), large/view and small variants alike, durations as the INT64
+    Parquet stores them (Spark's writer writes a day-time interval as a plain INT64, the Arrow path as a duration),
+    nested fields nullable."""
     if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
         return pa.string()
     if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
         return pa.binary()
     if pa.types.is_timestamp(typ):
         return pa.timestamp("us")
+    if pa.types.is_duration(typ):
+        return pa.int64()
     if pa.types.is_large_list(typ) or pa.types.is_list(typ):
         return pa.list_(_normalise(typ.value_type))
     if pa.types.is_map(typ):

@@ -31,7 +31,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
 
@@ -57,6 +57,8 @@ from ..errors import (
 from ..failpoints import failpoint
 from .conflicts import Conflict, Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
+from .jvm import per_context
+from .manifest_write import COMMIT_PROTOCOL, DEFAULT_COMMIT_PROTOCOL, unloadable_commit_protocol
 from ..log.snapshot import data_files, read_log_files
 from ..read.history import newest_commit_time, next_commit_time
 from ..log.compaction import LogOptions, check_flags, check_positive_int
@@ -65,12 +67,13 @@ from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_in_place import in_place_problem, write_in_place
-from .spark_staging import publish, write_staged
+from .spark_staging import publish, refuse_nul_partition_values, write_staged
 from ..storage.filesystem import Storage
-from .parquet_files import WriteSpec, log_entry, parquet_codec, write_files, write_schema_file
+from .parquet_files import WriteSpec, log_entry, parquet_codec, stored_type, write_files, write_schema_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 logger = logging.getLogger(__name__)
 
@@ -313,14 +316,40 @@ class ParquetSink:
             # a failed batch leaves no trace: what it changed of the cached view of the output (the schema it
             # brought) is read again from the log by the next call, as a new sink object would
             self._state = None
-            if isinstance(exc, Exception) and not isinstance(exc, ParquetSinkError) and _is_streaming(df):
-                # asked only once the write failed (Spark's AnalysisException): no round trip on a batch's path
-                raise SinkUsageError(
-                    f"{self}, batch {batch_id}: was given a streaming DataFrame, which only a streaming query can run; "
-                    "nothing was committed. Start the query with df.writeStream.foreachBatch(sink).option("
-                    "'checkpointLocation', ...).start(): Spark then calls the sink with each micro-batch."
-                ) from exc
+            typed = self._typed_failure(df, batch_id, exc) if isinstance(exc, Exception) else None
+            if typed is not None:
+                raise typed from exc
             raise
+
+    def _typed_failure(self, df: DataFrame, batch_id: int, exc: Exception) -> ParquetSinkError | None:
+        """The typed error a failed batch's Spark or py4j error ``exc`` stands for, naming the output and the batch;
+        None when it is none of these (or already typed). Asked only once the write failed: no round trip and no
+        Spark job on a batch's path."""
+        if isinstance(exc, ParquetSinkError):
+            return None
+        what = f"{self}, batch {batch_id}"
+        raised = original_error(exc)  # this package's error raised in an executor (the Arrow path's tasks)
+        if raised is not None:
+            return type(raised)(f"{what}: {raised}")
+        protocol = unloadable_commit_protocol(df, exc)
+        if protocol is not None:
+            return ParameterError(
+                f"{what}: the session's {COMMIT_PROTOCOL} names {protocol!r}, a class Spark cannot load "
+                "(ClassNotFoundException). Nothing was written or committed. Fix the name or put its JAR on the "
+                f"classpath, or unset the setting (Spark's default: {DEFAULT_COMMIT_PROTOCOL}), then restart the query."
+            )
+        if self.partition_by and "\x00" in str(exc):  # Spark's writer failed on a directory name holding NUL
+            try:
+                refuse_nul_partition_values(df, self.partition_by)
+            except ParameterError as nul:
+                return ParameterError(f"{what}: {nul}")
+        if _is_streaming(df):  # Spark's AnalysisException
+            return SinkUsageError(
+                f"{what}: was given a streaming DataFrame, which only a streaming query can run; "
+                "nothing was committed. Start the query with df.writeStream.foreachBatch(sink).option("
+                "'checkpointLocation', ...).start(): Spark then calls the sink with each micro-batch."
+            )
+        return None
 
     def _write_and_commit(self, df: DataFrame, batch_id: int) -> None:
         """The body of :meth:`__call__`: decide, write, commit and report one batch."""
@@ -420,10 +449,9 @@ class ParquetSink:
             return "arrow"
         classic = hasattr(df, "_jdf")
         key = df.sparkSession.sparkContext if classic else None
-        if key in self._in_place:
-            problem = self._in_place[key]
-        else:
-            problem = self._in_place[key] = in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
+        problem = per_context(
+            self._in_place, key, lambda: in_place_problem(df, batch) if classic else "Spark Connect has no JVM to call"
+        )
         if problem is None:
             return "in_place"
         remedy = "Use writer='auto' or 'arrow'." if key is None else (
@@ -683,7 +711,18 @@ class ParquetSink:
         return None if record is None or record.query_id is None else record
 
     def _check_schema(self, state: _OutputState, df: DataFrame, target: int) -> pa.Schema:
-        incoming = _arrow_schema(df)
+        try:
+            incoming = _arrow_schema(df)
+        except Exception as exc:
+            unwritable = _unwritable_columns(df)
+            if not unwritable:
+                raise
+            raise SchemaMismatchError(
+                f"batch for log batch {target} of {self.path}: columns {unwritable} have a type Parquet cannot hold "
+                "(Spark's own file sink refuses them too). Nothing was written. Cast them before the sink, e.g. to "
+                "string, or express them as year-month or day-time intervals (make_ym_interval, make_dt_interval), "
+                "which the sink writes as Spark does."
+            ) from exc
         committed = None if state.schema is None else (state.schema, state.partition_columns)
         data_schema = check_batch_schema(incoming, self.partition_by, committed, f"batch for log batch {target}", self.path)
         added = [f.name for f in data_schema if state.schema is not None and f.name not in state.schema.names]
@@ -703,10 +742,25 @@ def _is_streaming(df: DataFrame) -> bool:
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
-    """The batch's schema in Arrow types (timestamps in UTC: time zones are not compared)."""
+    """The batch's schema in Arrow types as its files hold them (timestamps in UTC: time zones are not compared;
+    year-month intervals as their months: :func:`~parquet_sink.write.parquet_files.stored_type`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(df.schema, timezone="UTC")
+    return to_arrow_schema(cast("StructType", stored_type(df.schema)), timezone="UTC")
+
+
+def _unwritable_columns(df: DataFrame) -> dict[str, str]:
+    """The columns of ``df`` that have no Arrow type (Spark's ``CalendarIntervalType``, which no Parquet writer
+    holds), with their Spark types: asked once the batch's schema failed to convert."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    unwritable = {}
+    for f in df.schema:
+        try:
+            to_arrow_type(stored_type(f.dataType), timezone="UTC")
+        except Exception:  # noqa: BLE001 - PySpark's PySparkTypeError, or a type a newer PySpark adds
+            unwritable[f.name] = f.dataType.simpleString()
+    return unwritable
 
 
 def await_termination(query: Any, timeout: float | None = None) -> bool | None:

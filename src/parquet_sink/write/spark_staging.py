@@ -29,6 +29,8 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import operator
 import posixpath
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +43,10 @@ from ..errors import RowCountMismatchError
 from ..failpoints import failpoint
 from ..log.file_stats import encode_stats
 from .inflight import InFlightBatch
-from .jvm import local_fs_options
+from .jvm import local_fs_options, per_context
 from .manifest_write import write_with_manifest
 from .parquet_files import FileStatus
-from ..partitioning import is_data_file
+from ..partitioning import is_data_file, partition_dir
 from ..storage.filesystem import Storage
 from ..storage.writeback import EarlyWriteback
 
@@ -123,10 +125,24 @@ def _rows_counted(df: DataFrame) -> Column:
     from pyspark.sql import functions as F
 
     key = "connect" if type(df).__module__.startswith("pyspark.sql.connect.") else df.sparkSession.sparkContext
-    column = _ROWS_COUNTED.get(key)
-    if column is None:
-        column = _ROWS_COUNTED[key] = F.count(F.lit(1)).alias("rows")
-    return column
+    return per_context(_ROWS_COUNTED, key, lambda: F.count(F.lit(1)).alias("rows"))
+
+
+def refuse_nul_partition_values(df: DataFrame, partition_by: tuple[str, ...]) -> None:
+    """ParameterError naming a partition column of ``df`` and a value of it that holds a NUL character, as
+    Spark's cast to string names its directory (:func:`parquet_sink.partitioning.partition_dir`'s refusal, which the
+    Arrow path and ``write_batch`` meet before writing); nothing when no value does. One Spark job: asked only once
+    Spark's writer failed on such a directory name (Hadoop's ``Mkdirs failed``), never on a batch's path.
+
+    Example: ``refuse_nul_partition_values(spark.sql("select 1 id, 'a' || char(0) p"), ("p",))`` raises.
+    """
+    from pyspark.sql import functions as F
+
+    quoted = [f"`{c.replace('`', '``')}`" for c in partition_by]
+    texts = df.select(*(F.col(q).cast("string").alias(c) for q, c in zip(quoted, partition_by)))
+    holds_nul = functools.reduce(operator.or_, [F.instr(F.col(q), "\x00") > 0 for q in quoted])
+    for row in texts.where(holds_nul).limit(1).collect():
+        partition_dir(zip(partition_by, row))
 
 
 def writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
