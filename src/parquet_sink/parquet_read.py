@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -89,10 +90,34 @@ def open_sized(storage: Storage, path: str, size: int) -> pq.ParquetFile:
     return open_parquet(_RangedFile(storage, path, size), metadata=read_footer(storage, path, size))
 
 
-def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None) -> pa.Schema:
-    """The Arrow schema of a data file's footer, its INT96 columns as microsecond timestamps."""
+def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None, *, int96_zoned: bool = False) -> pa.Schema:
+    """The Arrow schema of a data file's footer, its INT96 columns as microsecond timestamps: naive, as pyarrow
+    reads them, or with ``int96_zoned`` in UTC, so that every timestamp is zoned where Spark reads an instant
+    (``TimestampType``: INT96, or a TIMESTAMP adjusted to UTC) and naive where it reads a ``TimestampNTZType``
+    (a TIMESTAMP not adjusted to UTC), at any depth: the Spark types a writer must keep."""
     with open_parquet(source, filesystem) as parquet:
-        return parquet.schema_arrow
+        schema = parquet.schema_arrow
+        if not int96_zoned:
+            return schema
+        stored = parquet.schema  # its leaves in the order of the Arrow schema's, depth first
+        int96 = [stored.column(i).physical_type == "INT96" for i in range(len(stored))]
+    leaves = iter(int96)
+    zoned = pa.schema([f.with_type(_int96_zoned(f.type, leaves)) for f in schema], metadata=schema.metadata)
+    return zoned if next(leaves, None) is None else schema  # leaves that do not pair up: as pyarrow reads them
+
+
+def _int96_zoned(typ: pa.DataType, int96: Iterator[bool]) -> pa.DataType:
+    """``typ`` with each timestamp leaf that ``int96`` (one item per leaf, depth first) says is INT96 zoned UTC."""
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(_int96_zoned(f.type, int96)) for f in typ])
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        element = typ.value_field.with_type(_int96_zoned(typ.value_type, int96))
+        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
+    if pa.types.is_map(typ):
+        key = typ.key_field.with_type(_int96_zoned(typ.key_type, int96))
+        return pa.map_(key, typ.item_field.with_type(_int96_zoned(typ.item_type, int96)), typ.keys_sorted)
+    is_int96 = next(int96, False)
+    return pa.timestamp(typ.unit, "UTC") if is_int96 and pa.types.is_timestamp(typ) else typ
 
 
 def _as_read(typ: pa.DataType, instants: bool) -> pa.DataType:

@@ -191,3 +191,25 @@ def test_a_calendar_interval_is_refused_with_a_typed_error(spark, tmp_path: Path
     for part in ("log batch 0", out, "'ci'", "Cast them"):
         assert part in str(refused.value), (part, str(refused.value))
     assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
+
+
+def test_the_outputs_spark_timestamp_type_holds_across_the_sink_and_write_batch(spark, tmp_path: Path) -> None:
+    """The sink's Spark writer stores a TimestampType as INT96 (read naive by pyarrow and read_committed): a naive
+    pandas batch that write_batch appends after it is those instants in UTC and is stored as instants (it was
+    stored as TIMESTAMP_NTZ, so Spark read the output as either type by the order of its files); a batch of
+    TimestampNTZ handed to the sink after them is a SchemaMismatchError saying to cast, nothing committed."""
+    import pandas as pd
+
+    from parquet_sink import errors, write_batch
+
+    out = str(tmp_path / "out")
+    ParquetSink(out, writer="spark")(spark.sql("select 0L as id, timestamp'2024-03-31 01:30:00' as ts"), 0)
+    naive = pd.DataFrame({"id": [1], "ts": [pd.Timestamp("2024-03-31 02:30:00")]})  # the UTC wall clock
+    assert write_batch(out, naive, app_id="job", version=0).committed
+    read = spark.read.parquet(out)
+    assert type(read.schema["ts"].dataType).__name__ == "TimestampType"
+    assert sorted((r.id, r.ts) for r in read.collect()) == [
+        (0, dt.datetime(2024, 3, 31, 1, 30)), (1, dt.datetime(2024, 3, 31, 2, 30))]  # the session zone is UTC
+    with pytest.raises(errors.SchemaMismatchError, match=r"'ts'.*instants.*cast to timestamp"):
+        ParquetSink(out, writer="spark", on_foreign_query="append")(spark.sql("select 2L as id, timestamp_ntz'2024-03-31 03:30:00' as ts"), 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1]

@@ -233,3 +233,65 @@ def test_a_polars_object_column_is_a_typed_error(tmp_path):
     with pytest.raises(errors.ParameterError, match=r"columns \['o'\] hold Python objects \(polars' Object\)"):
         write_batch(str(out), frame, app_id="a", version=0)
     assert not out.exists()
+
+
+_ZONES = st.sampled_from([None, None, "UTC", "Europe/Paris", "America/New_York"])  # None: a naive batch
+_PLACES = st.sampled_from(["top", "struct", "list"])
+
+
+def _timestamps(moments: list[dt.datetime], zone: str | None, place: str) -> pa.Table:
+    """``moments`` (UTC instants) as a batch's column ``ts``: naive (their UTC wall clock) or zoned, at the top, in
+    a struct or in a list."""
+    typ = pa.timestamp("us", zone)
+    values = pa.array([m.replace(tzinfo=None) for m in moments], pa.timestamp("us")).cast(typ)
+    column = {"top": values, "struct": pa.StructArray.from_arrays([values], ["t"]),
+              "list": pa.array([[m] for m in values.to_pylist()], pa.list_(typ))}[place]
+    return pa.table({"id": pa.array(range(len(moments)), pa.int64()), "ts": column})
+
+
+def _leaf_instants(values: list) -> list[dt.datetime]:
+    """The instants of ``ts`` values (a timestamp, a struct's ``t`` as a Row or dict, a list's elements), in UTC; a
+    naive value is its UTC wall clock (Spark hands instants back naive, in the session's zone: UTC in the tests)."""
+    leaves = []
+    for value in values:
+        leaves += value if isinstance(value, list) else [value["t"] if isinstance(value, dict) else getattr(value, "t", value)]
+    return sorted(v.replace(tzinfo=UTC) if v.tzinfo is None else v.astimezone(UTC) for v in leaves)
+
+
+def _leaf_type(typ):
+    """The timestamp type inside a ``ts`` column's type (Spark's or Arrow's): itself, a struct's field, a list's element."""
+    if isinstance(typ, pa.DataType):
+        return _leaf_type(typ.field(0).type if pa.types.is_struct(typ) else typ.value_type) if typ.num_fields else typ
+    fields = getattr(typ, "fields", None)  # a Spark struct
+    return _leaf_type(fields[0].dataType if fields else getattr(typ, "elementType", typ)) if fields or hasattr(
+        typ, "elementType") else typ
+
+
+@settings(max_examples=12, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(zones=st.lists(_ZONES, min_size=2, max_size=4), place=_PLACES)
+def test_naive_and_zoned_timestamps_keep_the_outputs_spark_type(spark, tmp_path_factory, zones, place):
+    """Spark reads a zoned timestamp as an instant (TIMESTAMP, as its INT96) and a naive one as TIMESTAMP_NTZ, and
+    takes an output's type from one of its files: write_batch let naive and zoned batches into one output, which
+    Spark then read as either type by the order of its files, and read_committed in another. The first batch decides:
+    after instants, a naive batch's values are those instants in UTC (as read_committed reads Spark's INT96) and are
+    stored zoned; after naive ones, a zoned batch is a SchemaMismatchError naming the column, nothing committed.
+    Oracle: spark.read.parquet, one type for every row, the instants written."""
+    out = str(tmp_path_factory.mktemp("zones") / "out")
+    moment = dt.datetime(2024, 3, 31, 1, 30, tzinfo=UTC)
+    written: list[dt.datetime] = []
+    for version, zone in enumerate(zones):
+        moments = [moment + dt.timedelta(hours=version, microseconds=k) for k in range(2)]
+        batch = _timestamps(moments, zone, place)
+        if zones[0] is None and zone is not None:
+            with pytest.raises(errors.SchemaMismatchError, match="'ts'.*TIMESTAMP_NTZ.*naive"):
+                write_batch(out, batch, app_id="a", version=version)
+            continue
+        assert write_batch(out, batch, app_id="a", version=version).committed
+        written += moments
+    read = spark.read.parquet(out)
+    assert type(_leaf_type(read.schema["ts"].dataType)).__name__ == (
+        "TimestampNTZType" if zones[0] is None else "TimestampType")
+    assert _leaf_instants([row.ts for row in read.collect()]) == sorted(written)
+    ours = read_committed(out)
+    assert _leaf_instants(ours.column("ts").to_pylist()) == sorted(written)
+    assert (_leaf_type(ours.schema.field("ts").type).tz is None) == (zones[0] is None)

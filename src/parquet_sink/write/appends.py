@@ -52,7 +52,9 @@ from ..log.compaction import check_flags, check_positive_int
 from ..log.files import check_output_root
 from ..log.snapshot import data_files, read_snapshot
 from ..log.metadata_log import MetadataLog
-from .schema import check_batch_schema, check_partition_by, check_partition_columns, check_storable, read_committed_schema
+from .schema import (
+    check_batch_schema, check_partition_by, check_partition_columns, check_storable, committed_zones, read_committed_schema,
+)
 from ..log.entry import BATCH_KEY, CommitRecord, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows, write_schema_file
 
@@ -212,13 +214,20 @@ def _check_replay(
     )
 
 
-def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> None:
-    """SchemaMismatchError unless ``data`` (partition columns included) fits the committed data (``table``
-    is the log snapshot; the newest committed file's footer gives its schema)."""
+def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> pa.Table:
+    """``data`` (partition columns included) as it is written: SchemaMismatchError unless it fits the committed
+    data (``table`` is the log snapshot; the newest committed file's footer gives its schema), its naive timestamps
+    zoned UTC where the committed column holds instants (:func:`~parquet_sink.write.schema.committed_zones`)."""
     files = data_files(table)
     last = files.slice(files.num_rows - 1) if files.num_rows else None
     found = None if last is None else read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
+    if found is not None:
+        committed = {f.name: f.type for f in found[0]}
+        for index, column in enumerate(data.schema):
+            if column.name in committed and (typ := committed_zones(column.type, committed[column.name])) != column.type:
+                data = data.set_column(index, column.with_type(typ), data.column(index).cast(typ))
     check_batch_schema(data.schema, partition_by, found, what, log.display(log.storage.root))
+    return data
 
 
 @names_output  # every ParameterError, of the arguments or of the data, names the call and its output
@@ -320,7 +329,7 @@ def write_batch(
                 )
                 break
             if statuses is None and table.num_rows:
-                _check_schema(log, snap.table, table, partition_by, what)
+                table = _check_schema(log, snap.table, table, partition_by, what)
             elif statuses is not None:  # a race lost: what the winners changed may conflict with this commit
                 schema = pa.schema([f for f in table.schema if f.name not in partition_by]) if table.num_rows else None
                 txn = Transaction(app_id, version, schema, partition_by)

@@ -27,8 +27,9 @@ from ..storage.filesystem import Storage
 
 def _normalise(typ: pa.DataType) -> pa.DataType:
     """``typ`` as far as the schema rule compares it, at every depth (struct fields, map keys and values,
-    list elements): time zones and timestamp units dropped (Spark's writer stores INT96, read back
-    naive; files of other writers may hold ms or ns), large/view and small variants alike, durations as the INT64
+    list elements): timestamp units dropped (files of other writers may hold ms or ns) and zones but for whether
+    there is one (Spark's ``TimestampType``, an instant, against its ``TimestampNTZType``: a committed INT96 reads
+    zoned here, :func:`read_committed_schema`), large/view and small variants alike, durations as the INT64
     Parquet stores them (Spark's writer writes a day-time interval as a plain INT64, the Arrow path as a duration),
     nested fields nullable."""
     if pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
@@ -36,7 +37,7 @@ def _normalise(typ: pa.DataType) -> pa.DataType:
     if pa.types.is_large_binary(typ) or pa.types.is_binary_view(typ):
         return pa.binary()
     if pa.types.is_timestamp(typ):
-        return pa.timestamp("us")
+        return pa.timestamp("us", "UTC" if typ.tz else None)
     if pa.types.is_duration(typ):
         return pa.int64()
     if pa.types.is_large_list(typ) or pa.types.is_list(typ):
@@ -45,6 +46,32 @@ def _normalise(typ: pa.DataType) -> pa.DataType:
         return pa.map_(_normalise(typ.key_type), _normalise(typ.item_type))
     if pa.types.is_struct(typ):
         return pa.struct([pa.field(f.name, _normalise(f.type)) for f in typ])
+    return typ
+
+
+def _zone_hint(old: pa.DataType, new: pa.DataType) -> str:
+    """What to do when the types ``old`` and ``new`` differ only in whether timestamps are zoned; else nothing."""
+    if _normalise(_naive(old)) != _normalise(_naive(new)):
+        return ""
+    if _normalise(old) == _normalise(_naive(old)):
+        return (
+            " (the committed timestamps have no time zone, Spark's TIMESTAMP_NTZ, these have one: pass them as naive "
+            "wall-clock times, e.g. pandas .dt.tz_localize(None) or a cast to timestamp('us'), in Spark a cast to "
+            "timestamp_ntz)"
+        )
+    return " (the committed timestamps are instants, Spark's TIMESTAMP, these have no time zone: in Spark a cast to timestamp)"
+
+
+def _naive(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with every timestamp naive, at any depth."""
+    if pa.types.is_timestamp(typ):
+        return pa.timestamp(typ.unit)
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(_naive(f.type)) for f in typ])
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return pa.list_(typ.value_field.with_type(_naive(typ.value_type)))
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field.with_type(_naive(typ.key_type)), typ.item_field.with_type(_naive(typ.item_type)))
     return typ
 
 
@@ -70,24 +97,50 @@ def schema_problems(
         if new is None:
             problems.append(f"column {old.name!r} ({old.type}) is missing")
         elif _normalise(new.type) != _normalise(old.type):
-            problems.append(f"column {old.name!r} changed type from {old.type} to {new.type}")
+            problems.append(f"column {old.name!r} changed type from {old.type} to {new.type}" + _zone_hint(old.type, new.type))
     added = [f for f in data_schema if f.name not in committed.names]
     problems += [f"new column {f.name!r} is not nullable" for f in added if not f.nullable]
     return problems
+
+
+def committed_zones(typ: pa.DataType, committed: pa.DataType) -> pa.DataType:
+    """``typ`` (a batch column's) with each naive timestamp zoned UTC where the ``committed`` column's is zoned, at
+    any depth: the column holds instants (Spark's ``TimestampType``, as its INT96 files, which pyarrow and
+    :func:`~parquet_sink.read_committed` read naive, in UTC), so naive values are those instants in UTC and are
+    written as such. A zoned batch against a naive committed column (Spark's ``TimestampNTZType``) stays as it is,
+    for :func:`schema_problems` to refuse: which wall clock it meant is not known.
+
+    Example: ``committed_zones(pa.timestamp("us"), pa.timestamp("us", "UTC"))`` -> ``timestamp[us, tz=UTC]``.
+    """
+    if pa.types.is_timestamp(typ) and pa.types.is_timestamp(committed):
+        return pa.timestamp(typ.unit, "UTC") if committed.tz and not typ.tz else typ
+    if pa.types.is_struct(typ) and pa.types.is_struct(committed):
+        old = {f.name: f.type for f in committed}
+        return pa.struct([f.with_type(committed_zones(f.type, old[f.name])) if f.name in old else f for f in typ])
+    if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and (
+        pa.types.is_list(committed) or pa.types.is_large_list(committed)
+    ):
+        element = typ.value_field.with_type(committed_zones(typ.value_type, committed.value_type))
+        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
+    if pa.types.is_map(typ) and pa.types.is_map(committed):
+        key = typ.key_field.with_type(committed_zones(typ.key_type, committed.key_type))
+        return pa.map_(key, typ.item_field.with_type(committed_zones(typ.item_type, committed.item_type)), typ.keys_sorted)
+    return typ
 
 
 def read_committed_schema(
     storage: Storage, uri: pa.ChunkedArray, batch_id: pa.ChunkedArray
 ) -> tuple[pa.Schema, tuple[str, ...]] | None:
     """The data schema and partition columns of the committed file ``uri`` (as logged, one row) of batch
-    ``batch_id``; None if that file is missing (the reader and ``verify`` report that).
+    ``batch_id``, its timestamps zoned where Spark reads instants (INT96 too) and naive where it reads
+    ``TimestampNTZ``; None if that file is missing (the reader and ``verify`` report that).
 
     Example: ``read_committed_schema(storage, last.column("path"), last.column("batchId"))``.
     """
     relative, outside = resolve_paths(storage, uri, batch_id, allow_outside_root=True)
     try:
         with storage.open(full_paths(storage, relative, outside)[0].as_py(), "rb") as fh:
-            schema = read_schema(fh)
+            schema = read_schema(fh, int96_zoned=True)
     except FileNotFoundError:
         return None
     return schema, tuple(name for name, _ in parse_partition_path(relative[0].as_py()))
