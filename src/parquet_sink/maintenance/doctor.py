@@ -92,7 +92,12 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
     query_id = None if batch_id_only else ckpt.query_id or "<new query id>"  # Spark makes one at start
     if ckpt.offsets is None:
         batch, replay = 0, False
-        start = "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
+        start = (
+            "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
+            if ckpt.query_id is None
+            else "Nothing to replay: the checkpoint has no offsets yet (the query started but planned no batch), "
+            "so the query starts at batch 0"
+        )
     elif ckpt.offsets != ckpt.commits:
         batch, replay = ckpt.offsets, True
         start = f"Spark will re-run batch {batch} (the checkpoint has its offsets but no commit)"
@@ -100,6 +105,17 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
         batch, replay = ckpt.offsets + 1, False
         start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
     action, log_batch = decide_batch(latest, queries, query_id, batch, append)
+    # Only Spark's own sink wrote the log (it records no query id), and this checkpoint has run up to a batch the
+    # log holds: if it is the checkpoint Spark's sink wrote the output with, batches batch..latest are in it already
+    # (its sink commits before the checkpoint does), and committing them again doubles their rows.
+    sparks = ckpt.offsets is not None and not queries and 0 <= batch <= latest
+    spark_fix = (
+        f"If this is the checkpoint Spark's own sink (writeStream.format('parquet')) wrote the output with, log "
+        f"batch{'es' if batch < latest else ''} {batch if batch == latest else f'{batch}..{latest}'} already "
+        f"hold{'' if batch < latest else 's'} what Spark re-runs: run the query once more with Spark's own sink "
+        "(it skips the batches it committed) until the checkpoint commits batch "
+        f"{latest}, then restart it with ParquetSink; on_foreign_query='append' would write those rows a second time."
+    )
     if action == "commit":
         message = f"{start}, and the sink will commit it as log batch {log_batch}."
     elif action == "skip":
@@ -113,11 +129,16 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
         by = "another writer (e.g. Spark's own file sink)"
         if owner is not None and owner.record is not None:
             by = owner.record.writer
-        message = (
+        refusal = (
             f"{start}, but the sink will refuse it with ForeignQueryError: log batch {taken} is already taken "
-            f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "
-            "write to a new output path, or use ParquetSink(..., on_foreign_query='append') to append after "
-            f"log batch {latest}."
+            f"by {by}, not by this checkpoint's query."
+        )
+        message = (
+            f"{refusal} {spark_fix} Otherwise (another query's checkpoint), write to a new output path, or use "
+            f"on_foreign_query='append' to append after log batch {latest}."
+            if sparks
+            else f"{refusal} Fix: restart from the original checkpoint of that query, write to a new output path, "
+            f"or use ParquetSink(..., on_foreign_query='append') to append after log batch {latest}."
         )
     else:
         log = f"whose newest batch is {latest}" if latest >= 0 else "which is empty"
@@ -128,6 +149,11 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
             "new checkpoint, or use ParquetSink(..., on_foreign_query='append') to append anyway."
         )
     plan = RestartPlan(batch, replay, action, log_batch, message)
+    if sparks and action == "commit":  # on_foreign_query="append"
+        plan.warnings.append(
+            f"log batches up to {latest} were committed by Spark's own file sink, which records no query id, and "
+            f"the sink will commit batch {batch} again as log batch {log_batch}. {spark_fix}"
+        )
     if batch_id_only and latest >= 0:
         plan.warnings.append(
             "batch-id-only: the sink cannot tell this query from another one, so a new checkpoint on this "
