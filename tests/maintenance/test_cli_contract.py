@@ -129,7 +129,7 @@ def test_docs_cli_md_documents_exactly_the_options_of_each_command():
     every = set().union(*map(_options, commands.values()))
     stale = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - every
     assert not stale, f"docs/cli.md names options no command has: {sorted(stale)}"
-    for rule in ("**0**", "**1**", "**2**", '"ok": false', '"type"'):
+    for rule in ("**0**", "**1**", "**2**", "**130**", '"ok": false', '"type"'):
         assert rule in intro
 
 
@@ -163,3 +163,40 @@ def test_input_errors_speak_the_command_line_not_python(capsys, paths, args):
     message = err.rstrip().splitlines()[-1]
     assert message.startswith("parquet-sink: error: ")
     assert not re.search(r"\w+\('", message), message
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_is_one_line_and_exit_code_130_not_a_traceback(tmp_path, as_json):
+    """Ctrl-C mid-command (SIGINT while `verify` reads a Delta log: the process stopped at the ``delta_read``
+    failpoint, interrupted, resumed) is one line on stderr, or one JSON object, exit code 130. Before, Python's
+    KeyboardInterrupt traceback."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    write_batch(out, pa.table({"id": [1, 2]}), app_id="a", version=0, delta_log=True)
+    env = dict(os.environ, PARQUET_SINK_FAILPOINTS="delta_read=stop")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "parquet_sink", "verify", str(out)] + (["--json"] if as_json else []),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's foreground job gets it
+    )
+    deadline = time.monotonic() + 60
+    while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":  # stopped at the failpoint
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    child.send_signal(signal.SIGCONT)
+    stdout, stderr = child.communicate(timeout=60)
+    assert child.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stdout + stderr
+    if as_json:
+        data = json.loads(stdout)
+        assert (data["ok"], data["type"], stderr) == (False, "KeyboardInterrupt", "")
+        assert str(out) in data["error"] and "run the command again" in data["error"]
+    else:
+        assert stdout == "" and stderr.splitlines() == [
+            f"parquet-sink: error: {out}: interrupted; nothing was half-committed (every commit is atomic): run the "
+            "command again"
+        ]
