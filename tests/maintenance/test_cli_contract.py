@@ -200,3 +200,28 @@ def test_ctrl_c_is_one_line_and_exit_code_130_not_a_traceback(tmp_path, as_json)
             f"parquet-sink: error: {out}: interrupted; nothing was half-committed (every commit is atomic): run the "
             "command again"
         ]
+
+
+@pytest.mark.parametrize("batches", [(), (0,)])
+def test_doctor_on_a_checkpoint_that_never_finished_a_batch(capsys, tmp_path, batches):
+    """A query killed after it wrote its checkpoint's ``metadata`` (its id) and before its first offsets, or before
+    the first batch's commit: doctor says so, and prints no Python ``None`` as a batch number. Before: "offsets up
+    to batch None, commits up to batch None", and "there is no checkpoint yet" for a checkpoint that exists."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "metadata").write_text('{"id":"11111111-2222-3333-4444-555555555555"}')
+    for batch in batches:
+        (ckpt / "offsets" / str(batch)).write_text("v1\n{}\n{}")
+    assert main(["doctor", str(tmp_path / "out"), "--checkpoint", str(ckpt)]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text and "no checkpoint yet" not in text
+    first = text.splitlines()[0]
+    if batches:
+        assert first.endswith("offsets up to batch 0, no commit yet") and "Spark will re-run batch 0" in text
+    else:
+        assert first.endswith("no offsets yet (no batch planned)") and "the query starts at batch 0" in text
+    assert "the sink will commit it as log batch 0" in text
+    assert main(["doctor", str(tmp_path / "out"), "--checkpoint", str(ckpt), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["checkpoint"]["offsets"], data["checkpoint"]["commits"], data["log_batch"]) == (
+        batches[0] if batches else None, None, 0)
