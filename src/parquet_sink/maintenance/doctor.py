@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from ..errors import ParameterError, names_output
 from ..log.compaction import check_flags
-from ..read.chain import check_app_version, decide_write
+from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
 from ..write.sink import Action, checkpoint_query_id, decide_batch
 from .inspect import Output, read_output
@@ -189,11 +189,21 @@ def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
     done = "has committed nothing here" if own is None else (
         f"committed up to version {own.query_batch_id} (log batch {own.log_batch_id})"
     )
+    records = [b.record for b in output.batches.values() if b.record is not None]
+    if action == "skip" and version_record(records, app_id, version) is None:
+        assert own is not None  # skipped: the app committed a newer version
+        message = (
+            f"app {app_id} {done}, but never version {version}: rerunning it at version {version} is refused with "
+            "StaleVersionError, nothing committed (with ignore_changed_data=True it is skipped: its rows are never "
+            f"written). If the app's state was reset, write its data as version {own.query_batch_id + 1} or later, "
+            "or under a new app_id."
+        )
+        return RestartPlan(version, False, action, log_batch, message, [f"version {version} was never committed"])
     if action == "skip":
         message = (
             f"app {app_id} {done}: rerunning it at version {version} writes nothing (write_batch returns "
-            "committed=False). Its next version to write is "
-            f"{own.query_batch_id + 1 if own is not None else 0} or later."
+            "committed=False; other data than it committed then are refused with StaleVersionError). Its next "
+            f"version to write is {own.query_batch_id + 1 if own is not None else 0} or later."
         )
     else:
         message = (
