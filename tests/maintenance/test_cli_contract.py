@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from parquet_sink import write_batch
+from parquet_sink import doctor, errors, write_batch
 from parquet_sink.cli.main import build_parser, main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -225,3 +225,22 @@ def test_doctor_on_a_checkpoint_that_never_finished_a_batch(capsys, tmp_path, ba
     data = json.loads(capsys.readouterr().out)
     assert (data["checkpoint"]["offsets"], data["checkpoint"]["commits"], data["log_batch"]) == (
         batches[0] if batches else None, None, 0)
+
+
+@pytest.mark.parametrize("where", ["_spark_metadata", "_spark_metadata/", "_exactly_once", "file"])
+def test_doctor_refuses_a_path_inside_an_output_as_the_writers_do(capsys, paths, where):
+    """`doctor OUT/_spark_metadata` read the log directory as an empty output: "commits it as log batch 0", exit 0
+    (for a checkpoint: OutputResetError, "the output was deleted or reset"), while the output's app had committed
+    versions 0 and 1 and write_batch refuses that path. Now doctor refuses it as the writers do, naming the output."""
+    good = paths["good"]
+    target = str(next(good.glob("part-*.parquet"))) if where == "file" else f"{good}/{where}"
+    for args in (["--app-id", "a", "--version", "1"], ["--checkpoint", str(paths["ckpt"])]):
+        assert main(["doctor", target, *args, "--json"]) == 2
+        data = json.loads(capsys.readouterr().out)
+        assert (data["ok"], data["type"]) == (False, "ParameterError")
+        assert (f"give {good}." if where != "file" else "is a file, not an output directory") in data["error"]
+        assert not data["error"].startswith("doctor(")  # the command line's terms, not a Python call's
+    with pytest.raises(errors.ParameterError, match=r"^doctor\(.*not an output"):
+        doctor(target, app_id="a", version=1)
+    assert main(["doctor", str(good), "--app-id", "a", "--version", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "skip"  # the output itself: version 1 is committed

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from ..errors import ParameterError, names_output
 from ..log.compaction import check_flags
+from ..log.files import check_output_root
 from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
 from ..write.sink import Action, checkpoint_query_id, decide_batch
@@ -246,6 +247,8 @@ def doctor(
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
     checked_version = None if app_id is None else check_app_version(app_id, version)
+    # as the writers refuse it: an output's log directory (or a file) is no output, and not an empty one
+    check_output_root(path, Storage(path, dict(storage_options or {})))
     output = read_output(path, storage_options=storage_options, must_exist=False)
     if app_id is not None and checked_version is not None:
         return Diagnosis(output, None, plan_app_write(output, app_id, checked_version))
