@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from parquet_sink import doctor, errors, write_batch
+from parquet_sink import doctor, errors, read_committed, write_batch
 from parquet_sink.cli.main import build_parser, main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -244,3 +244,35 @@ def test_doctor_refuses_a_path_inside_an_output_as_the_writers_do(capsys, paths,
         doctor(target, app_id="a", version=1)
     assert main(["doctor", str(good), "--app-id", "a", "--version", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["action"] == "skip"  # the output itself: version 1 is committed
+
+
+def test_the_remedy_for_an_empty_log_file_works_when_followed(capsys, tmp_path):
+    """An empty log file (truncated, or a crashed writer on a store without atomic writes): verify's remedy was
+    "delete it and replay the batch" for any of them, which for an older one breaks the chain for good ("log file
+    1 is missing"). It now says that only the newest one can be deleted; followed literally on the newest, the
+    rerun writes the batch again and every row is there once."""
+    out = tmp_path / "out"
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version * 10, version * 10 + 1]}), app_id="a", version=version)
+    (out / "_spark_metadata" / "1").write_bytes(b"")
+    assert main(["verify", str(out), "--json"]) == 1
+    older = json.loads(capsys.readouterr().out)["problems"][0]
+    assert "If it is the log's newest file, deleting it" in older and "an older one cannot be deleted" in older
+    (out / "_spark_metadata" / "1").unlink()  # what the old remedy said: the chain is broken for good
+    assert main(["verify", str(out), "--json"]) == 1
+    assert "_spark_metadata/1 (batch 1) is missing" in json.loads(capsys.readouterr().out)["problems"][0]
+
+    out = tmp_path / "newest"
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version * 10, version * 10 + 1]}), app_id="a", version=version)
+    (out / "_spark_metadata" / "2").write_bytes(b"")
+    assert main(["verify", str(out)]) == 1
+    assert "deleting it un-commits batch 2" in capsys.readouterr().out
+    (out / "_spark_metadata" / "2").unlink()  # the remedy, literally
+    assert main(["doctor", str(out), "--app-id", "a", "--version", "2", "--json"]) == 0
+    assert (json.loads(capsys.readouterr().out)["action"]) == "commit"
+    assert write_batch(out, pa.table({"id": [20, 21]}), app_id="a", version=2).committed
+    assert main(["vacuum", str(out), "--older-than", "0s", "--allow-short-retention", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["files"]) == 1  # the first attempt's file, no longer committed
+    assert main(["verify", str(out)]) == 0
+    assert sorted(read_committed(out)["id"].to_pylist()) == [0, 1, 10, 11, 20, 21]

@@ -386,8 +386,10 @@ class LogFiles:
         if not header:
             raise CorruptLogError(
                 f"Incomplete log file {self.display(path)} (batch {batch_id}): the file is empty. It was "
-                "truncated or written by a writer that crashed; restore it from backup or delete it and "
-                "replay the batch from the query's checkpoint."
+                "truncated or written by a writer that crashed; restore it from backup. If it is the log's newest "
+                f"file, deleting it un-commits batch {batch_id}, which its writer then writes again (`parquet-sink "
+                "doctor` says what a restart or rerun will do); an older one cannot be deleted: the batches after "
+                "it need it."
             )
         text = header.rstrip(b"\n")
         version = text[1:].decode("ascii", "replace")
