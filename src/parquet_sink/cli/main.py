@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ), 1)
 
 
-def _fail(as_json: bool, exc: Exception, code: int, prog: str = PROG, usage: str = "") -> int:
+def _fail(as_json: bool, exc: BaseException, code: int, prog: str = PROG, usage: str = "") -> int:
     """Report an error: with ``--json`` one JSON object on stdout (``ok``: false, ``error``: the message,
     ``type``: the error's class), else one line on stderr (after the usage line for a usage error); returns
     ``code``."""
