@@ -422,6 +422,36 @@ def test_doctor_explains_refusals(spark, outputs: Outputs, tmp_path: Path) -> No
     assert (code, data["action"], data["log_batch"]) == (0, "commit", 7)
 
 
+def test_doctor_on_a_spark_sink_that_crashed_before_its_checkpoint_commit(spark, outputs: Outputs, tmp_path: Path) -> None:
+    """Spark's own sink committed batch 6 to its log, then died before the checkpoint's commits/6: restarted with
+    ParquetSink, Spark re-runs batch 6, which the log already holds. doctor offered on_foreign_query='append' as the
+    fix (and called that restart safe): it writes batch 6's rows a second time. Its fix now is to finish the batch
+    with Spark's own sink first; followed literally, every row is there once."""
+    ckpt = Path(shutil.copytree(outputs.spark_ckpt, tmp_path / "ckpt"))
+    uncommit(ckpt, 6)
+    (ckpt / "commits" / ".6.crc").unlink(missing_ok=True)
+    try:
+        code, data = cli_json("doctor", outputs.spark_out, "--checkpoint", ckpt)
+        assert (code, data["next_batch"], data["replay"], data["action"]) == (1, 6, True, "foreign")
+        assert "run the query once more with Spark's own sink" in data["message"]
+        assert "on_foreign_query='append' would write those rows a second time" in data["message"]
+        code, data = cli_json("doctor", outputs.spark_out, "--checkpoint", ckpt, "--on-foreign-query", "append")
+        assert (code, data["ok"], data["action"], data["log_batch"]) == (1, False, "commit", 7)
+        assert "a second time" in data["warnings"][0]
+
+        run_available_now(stream(spark, outputs.src), str(ckpt), path=str(outputs.spark_out))  # the fix, literally
+        assert (ckpt / "commits" / "6").exists()
+        code, data = cli_json("doctor", outputs.spark_out, "--checkpoint", ckpt)
+        assert (code, data["action"], data["log_batch"]) == (0, "commit", 7)
+        run_available_now(stream(spark, outputs.src), str(ckpt), ParquetSink(str(outputs.spark_out)))
+        ids = sorted(read_committed(str(outputs.spark_out))["id"].to_pylist())
+        assert ids == sorted(i * 100 + r for i in range(BATCHES) for r in range(i + 1))
+        assert spark.read.parquet(str(outputs.spark_out)).count() == ROWS
+    finally:
+        shutil.rmtree(outputs.spark_out)
+        shutil.copytree(outputs.base / "pristine" / "spark", outputs.spark_out)
+
+
 # -- command line hygiene ------------------------------------------------------------------------
 
 

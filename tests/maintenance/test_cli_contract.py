@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from parquet_sink import write_batch
+from parquet_sink import doctor, errors, read_committed, write_batch
 from parquet_sink.cli.main import build_parser, main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -130,7 +130,7 @@ def test_docs_cli_md_documents_exactly_the_options_of_each_command():
     every = set().union(*map(_options, commands.values()))
     stale = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - every
     assert not stale, f"docs/cli.md names options no command has: {sorted(stale)}"
-    for rule in ("**0**", "**1**", "**2**", '"ok": false', '"type"'):
+    for rule in ("**0**", "**1**", "**2**", "**130**", '"ok": false', '"type"'):
         assert rule in intro
 
 
@@ -224,3 +224,116 @@ def test_the_python_api_keeps_naming_its_parameters(paths):
     assert "Pass allow_short_retention=True (CLI: --allow-short-retention)" in str(short.value)
     with pytest.raises(ParameterError, match=r"pass sort_by=\['id'\] or z_order=\['id'\], not both"):
         optimize(good, sort_by=["id"], z_order=["id"])
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_is_one_line_and_exit_code_130_not_a_traceback(tmp_path, as_json):
+    """Ctrl-C mid-command (SIGINT while `verify` reads a Delta log: the process stopped at the ``delta_read``
+    failpoint, interrupted, resumed) is one line on stderr, or one JSON object, exit code 130. Before, Python's
+    KeyboardInterrupt traceback."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    write_batch(out, pa.table({"id": [1, 2]}), app_id="a", version=0, delta_log=True)
+    env = dict(os.environ, PARQUET_SINK_FAILPOINTS="delta_read=stop")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "parquet_sink", "verify", str(out)] + (["--json"] if as_json else []),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's foreground job gets it
+    )
+    deadline = time.monotonic() + 60
+    while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":  # stopped at the failpoint
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    child.send_signal(signal.SIGCONT)
+    stdout, stderr = child.communicate(timeout=60)
+    assert child.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stdout + stderr
+    if as_json:
+        data = json.loads(stdout)
+        assert (data["ok"], data["type"], stderr) == (False, "KeyboardInterrupt", "")
+        assert str(out) in data["error"] and "run the command again" in data["error"]
+    else:
+        assert stdout == "" and stderr.splitlines() == [
+            f"parquet-sink: error: {out}: interrupted; nothing was half-committed (every commit is atomic): run the "
+            "command again"
+        ]
+
+
+@pytest.mark.parametrize("batches", [(), (0,)])
+def test_doctor_on_a_checkpoint_that_never_finished_a_batch(capsys, tmp_path, batches):
+    """A query killed after it wrote its checkpoint's ``metadata`` (its id) and before its first offsets, or before
+    the first batch's commit: doctor says so, and prints no Python ``None`` as a batch number. Before: "offsets up
+    to batch None, commits up to batch None", and "there is no checkpoint yet" for a checkpoint that exists."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "metadata").write_text('{"id":"11111111-2222-3333-4444-555555555555"}')
+    for batch in batches:
+        (ckpt / "offsets" / str(batch)).write_text("v1\n{}\n{}")
+    assert main(["doctor", str(tmp_path / "out"), "--checkpoint", str(ckpt)]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text and "no checkpoint yet" not in text
+    first = text.splitlines()[0]
+    if batches:
+        assert first.endswith("offsets up to batch 0, no commit yet") and "Spark will re-run batch 0" in text
+    else:
+        assert first.endswith("no offsets yet (no batch planned)") and "the query starts at batch 0" in text
+    assert "the sink will commit it as log batch 0" in text
+    assert main(["doctor", str(tmp_path / "out"), "--checkpoint", str(ckpt), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["checkpoint"]["offsets"], data["checkpoint"]["commits"], data["log_batch"]) == (
+        batches[0] if batches else None, None, 0)
+
+
+@pytest.mark.parametrize("where", ["_spark_metadata", "_spark_metadata/", "_exactly_once", "file"])
+def test_doctor_refuses_a_path_inside_an_output_as_the_writers_do(capsys, paths, where):
+    """`doctor OUT/_spark_metadata` read the log directory as an empty output: "commits it as log batch 0", exit 0
+    (for a checkpoint: OutputResetError, "the output was deleted or reset"), while the output's app had committed
+    versions 0 and 1 and write_batch refuses that path. Now doctor refuses it as the writers do, naming the output."""
+    good = paths["good"]
+    target = str(next(good.glob("part-*.parquet"))) if where == "file" else f"{good}/{where}"
+    for args in (["--app-id", "a", "--version", "1"], ["--checkpoint", str(paths["ckpt"])]):
+        assert main(["doctor", target, *args, "--json"]) == 2
+        data = json.loads(capsys.readouterr().out)
+        assert (data["ok"], data["type"]) == (False, "ParameterError")
+        assert (f"give {good}." if where != "file" else "is a file, not an output directory") in data["error"]
+        assert not data["error"].startswith("doctor(")  # the command line's terms, not a Python call's
+    with pytest.raises(errors.ParameterError, match=r"^doctor\(.*not an output"):
+        doctor(target, app_id="a", version=1)
+    assert main(["doctor", str(good), "--app-id", "a", "--version", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "skip"  # the output itself: version 1 is committed
+
+
+def test_the_remedy_for_an_empty_log_file_works_when_followed(capsys, tmp_path):
+    """An empty log file (truncated, or a crashed writer on a store without atomic writes): verify's remedy was
+    "delete it and replay the batch" for any of them, which for an older one breaks the chain for good ("log file
+    1 is missing"). It now says that only the newest one can be deleted; followed literally on the newest, the
+    rerun writes the batch again and every row is there once."""
+    out = tmp_path / "out"
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version * 10, version * 10 + 1]}), app_id="a", version=version)
+    (out / "_spark_metadata" / "1").write_bytes(b"")
+    assert main(["verify", str(out), "--json"]) == 1
+    older = json.loads(capsys.readouterr().out)["problems"][0]
+    assert "If it is the log's newest file, deleting it" in older and "an older one cannot be deleted" in older
+    (out / "_spark_metadata" / "1").unlink()  # what the old remedy said: the chain is broken for good
+    assert main(["verify", str(out), "--json"]) == 1
+    assert "_spark_metadata/1 (batch 1) is missing" in json.loads(capsys.readouterr().out)["problems"][0]
+
+    out = tmp_path / "newest"
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version * 10, version * 10 + 1]}), app_id="a", version=version)
+    (out / "_spark_metadata" / "2").write_bytes(b"")
+    assert main(["verify", str(out)]) == 1
+    assert "deleting it un-commits batch 2" in capsys.readouterr().out
+    (out / "_spark_metadata" / "2").unlink()  # the remedy, literally
+    assert main(["doctor", str(out), "--app-id", "a", "--version", "2", "--json"]) == 0
+    assert (json.loads(capsys.readouterr().out)["action"]) == "commit"
+    assert write_batch(out, pa.table({"id": [20, 21]}), app_id="a", version=2).committed
+    assert main(["vacuum", str(out), "--older-than", "0s", "--allow-short-retention", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["files"]) == 1  # the first attempt's file, no longer committed
+    assert main(["verify", str(out)]) == 0
+    assert sorted(read_committed(out)["id"].to_pylist()) == [0, 1, 10, 11, 20, 21]

@@ -134,3 +134,36 @@ def test_an_optimize_lease_lives_until_its_own_swap_whatever_commits_first(inter
         swapped = len(records) == target
         commit(OPTIMIZE_APP_ID, len(records))  # an empty batch, or the swap: version = log batch
     assert swapped
+
+
+@st.composite
+def spark_sink_restarts(draw) -> tuple[Output, Checkpoint]:
+    """An output only Spark's own file sink wrote (log batches 0..latest, no commit record: it records no query
+    id) and a checkpoint that has run, up to any batch around the log's newest, committed or not: the checkpoint
+    Spark's sink wrote the output with (it commits to the log before the checkpoint), an older copy of it, or
+    another query's."""
+    latest = draw(st.integers(0, 12))
+    offsets = draw(st.integers(0, latest + 2))
+    commits = draw(st.sampled_from([offsets, offsets - 1])) if offsets > 0 else draw(st.sampled_from([0, None]))
+    batches = {b: Batch(b) for b in range(latest + 1)}
+    return Output(Storage("/tmp/spark-sink-output"), None, {}, latest, batches), Checkpoint("q", offsets, commits)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(spark_sink_restarts(), st.booleans())
+def test_doctor_never_calls_a_restart_safe_that_may_commit_sparks_batches_again(restart, append):
+    """A restart whose first batch the log of Spark's own sink already holds may be that sink's own replay: a
+    plan that commits it (on_foreign_query="append") is not safe, and no plan offers on_foreign_query="append"
+    without saying it writes those rows a second time. Before, doctor called the append safe (exit 0) and offered
+    it as the fix for a Spark sink that crashed between its log commit and its checkpoint commit: the rows of the
+    re-run batch were in the output twice."""
+    output, ckpt = restart
+    plan = plan_restart(ckpt, output, append=append)
+    held = plan.batch <= output.latest
+    if held:
+        assert not plan.ok
+        text = " ".join([plan.message, *plan.warnings])
+        assert "run the query once more with Spark's own sink" in text and "a second time" in text
+    else:  # a batch after the log's newest: Spark's sink never committed it
+        assert plan.ok == (plan.action == "commit") and not plan.warnings
+        assert plan.ok == (plan.batch == output.latest + 1 or append)

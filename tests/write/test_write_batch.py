@@ -16,6 +16,8 @@ import polars as pl
 import psutil
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.errors import StreamingQueryException
 
 from parquet_sink import (
@@ -453,6 +455,37 @@ def test_an_apps_identity_has_one_rule_in_write_batch_and_doctor(tmp_path):
             with pytest.raises(errors.ParameterError, match="app_id must be|version must be"):
                 call()
     assert read_committed(out).column("id").to_pylist() == [1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2)), min_size=1, max_size=8),
+    st.sampled_from(["a", "b"]),
+    st.integers(0, 6),
+)
+def test_doctor_says_ok_exactly_when_write_batch_goes_through(tmp_path_factory, steps, app, version):
+    """Two apps writing versions with gaps (an app may skip versions: a chained job whose source skipped some): for
+    each (app, version) rerun, doctor's plan is safe (exit 0) exactly when write_batch with the data it committed
+    then goes through, and says skip exactly when that writes nothing. Before, doctor called a rerun of a version
+    the app went past without committing safe ("writes nothing"): write_batch refuses it with StaleVersionError."""
+    from parquet_sink import doctor
+
+    out = str(tmp_path_factory.mktemp("gaps") / "out")
+    newest: dict[str, int] = {}
+    for name, gap in steps:
+        newest[name] = newest.get(name, -1) + 1 + gap
+        write_batch(out, pa.table({"v": [newest[name]], "app": [name]}), app_id=name, version=newest[name])
+    plan = doctor(out, app_id=app, version=version).plan
+    before = read_committed(out).sort_by("v").to_pylist()
+    try:
+        committed = write_batch(out, pa.table({"v": [version], "app": [app]}), app_id=app, version=version).committed
+    except errors.StaleVersionError:
+        assert not plan.ok and "StaleVersionError" in plan.message and plan.warnings
+        assert read_committed(out).sort_by("v").to_pylist() == before
+        return
+    assert plan.ok and plan.action == ("commit" if committed else "skip")
+    rows = read_committed(out).to_pylist()
+    assert rows.count({"v": version, "app": app}) == 1 and len(rows) == len(before) + committed
 
 
 def test_inputs_that_once_did_something_else_silently_are_refused(tmp_path):

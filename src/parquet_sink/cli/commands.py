@@ -352,11 +352,11 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     )
     if ckpt.query_id is None:
         checkpoint = "checkpoint: none yet (a new query)"
+    elif ckpt.offsets is None:
+        checkpoint = f"checkpoint: query {ckpt.query_id}, no offsets yet (no batch planned)"
     else:
-        checkpoint = (
-            f"checkpoint: query {ckpt.query_id}, offsets up to batch {ckpt.offsets}, "
-            f"commits up to batch {ckpt.commits}"
-        )
+        commits = "no commit yet" if ckpt.commits is None else f"commits up to batch {ckpt.commits}"
+        checkpoint = f"checkpoint: query {ckpt.query_id}, offsets up to batch {ckpt.offsets}, {commits}"
     if output.latest is None:
         log = "output log: empty"
     else:

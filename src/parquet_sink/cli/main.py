@@ -23,7 +23,7 @@ Every command takes ``--json`` for scripts: its result is one JSON object on std
 (``{"ok": false, "error": "...", "type": "NotAnOutputError"}``), instead of one line on stderr. One exit code
 rule for every command: 0 ok; 1 problems found (``verify``, ``doctor``) or the operation failed (not an output,
 an unreadable log, a storage error); 2 a usage or input error (an unknown option, a missing argument, a value
-out of range: a ``ParameterError``), nothing done.
+out of range: a ``ParameterError``), nothing done; 130 interrupted (Ctrl-C), nothing half-committed.
 
 Example::
 
@@ -52,6 +52,8 @@ from .options import OPTIONS_ENV, OPTIONS_HELP, parse_storage_option, read_optio
 _UNIT_OPTIONS = ("--older-than", "--target-file-size")
 
 logger = logging.getLogger(__name__)
+
+INTERRUPTED = 130  # the exit code of a command cut short by Ctrl-C (SIGINT), as shells report it: 128 + 2
 
 
 def _age(text: str) -> str:
@@ -299,13 +301,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.verbose:
         logging.getLogger("parquet_sink").setLevel(logging.DEBUG)
-    from . import commands  # the library: pyarrow, fsspec
-
     try:
+        from . import commands  # the library: pyarrow, fsspec
+
         with caller_names_errors(_spelling(args.command_parser)):  # a refused input in the command's terms
             code = getattr(commands, args.run)(args)
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt:  # Ctrl-C: every commit is atomic, what was cut short is safe to run again
+        return _fail(args.json, KeyboardInterrupt(
+            f"{args.path}: interrupted; nothing was half-committed (every commit is atomic): run the command again"
+        ), INTERRUPTED)
     except BrokenPipeError:  # `parquet-sink ls ... | head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -321,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ), 1)
 
 
-def _fail(as_json: bool, exc: Exception, code: int, prog: str = PROG, usage: str = "") -> int:
+def _fail(as_json: bool, exc: BaseException, code: int, prog: str = PROG, usage: str = "") -> int:
     """Report an error: with ``--json`` one JSON object on stdout (``ok``: false, ``error``: the message,
     ``type``: the error's class), else one line on stderr (after the usage line for a usage error); returns
     ``code``."""

@@ -128,25 +128,27 @@ def _is_file(storage: Storage, anywhere: bool = False) -> bool:
         return False
 
 
-def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str, anywhere: bool = False) -> None:
+def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str | None = None, anywhere: bool = False) -> None:
     """ParameterError, before a writer writes anything, when ``path`` is empty (it would write into the working
     directory), is a file, or names a directory an output's writers own (its log, its Delta log, the hidden area of
     writes in flight) rather than an output: another output would be nested inside it, which readers of it never see.
     ``anywhere``: look for a file on object stores too (where a write would nest the output under the object's key),
-    which costs a request or two: for a new output.
+    which costs a request or two: for a new output. ``what`` (the call, :func:`~parquet_sink.errors.call_text`)
+    starts the message; without it a :func:`~parquet_sink.errors.names_output` caller names itself.
 
     Example: ``check_output_root("/data/out/_spark_metadata", storage, "write_batch")`` raises ParameterError.
     """
     name = posixpath.basename(storage.root)
+    call = f"{what}: " if what else ""
     if not os.fspath(path):
-        raise ParameterError(f"{what}: the path is empty (it would write into the working directory): give the "
+        raise ParameterError(f"{call}the path is empty (it would write into the working directory): give the "
                              "output's path. Nothing was written.")
     if name in (METADATA_DIR, DELTA_DIR, HIDDEN_DIR):
         parent = storage.display(posixpath.dirname(storage.root))
-        raise ParameterError(f"{what}: {os.fspath(path)!r} is the {name} directory of the output {parent}, not an "
-                             f"output: write to {parent}. Nothing was written.")
+        raise ParameterError(f"{call}{os.fspath(path)!r} is the {name} directory of the output {parent}, not an "
+                             f"output: give {parent}. Nothing was written.")
     if _is_file(storage, anywhere):
-        raise ParameterError(f"{what}: {os.fspath(path)!r} is a file, not an output directory: give the directory "
+        raise ParameterError(f"{call}{os.fspath(path)!r} is a file, not an output directory: give the directory "
                              "to write the output in. Nothing was written.")
 
 
@@ -384,8 +386,10 @@ class LogFiles:
         if not header:
             raise CorruptLogError(
                 f"Incomplete log file {self.display(path)} (batch {batch_id}): the file is empty. It was "
-                "truncated or written by a writer that crashed; restore it from backup or delete it and "
-                "replay the batch from the query's checkpoint."
+                "truncated or written by a writer that crashed; restore it from backup. If it is the log's newest "
+                f"file, deleting it un-commits batch {batch_id}, which its writer then writes again (`parquet-sink "
+                "doctor` says what a restart or rerun will do); an older one cannot be deleted: the batches after "
+                "it need it."
             )
         text = header.rstrip(b"\n")
         version = text[1:].decode("ascii", "replace")

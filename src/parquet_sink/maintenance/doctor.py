@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 from ..errors import ParameterError, names_output
 from ..log.compaction import check_flags
-from ..read.chain import check_app_version, decide_write
+from ..log.files import check_output_root
+from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
 from ..write.sink import Action, checkpoint_query_id, decide_batch
 from .inspect import Output, read_output
@@ -92,7 +93,12 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
     query_id = None if batch_id_only else ckpt.query_id or "<new query id>"  # Spark makes one at start
     if ckpt.offsets is None:
         batch, replay = 0, False
-        start = "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
+        start = (
+            "Nothing to replay: there is no checkpoint yet, a new query starts at batch 0"
+            if ckpt.query_id is None
+            else "Nothing to replay: the checkpoint has no offsets yet (the query started but planned no batch), "
+            "so the query starts at batch 0"
+        )
     elif ckpt.offsets != ckpt.commits:
         batch, replay = ckpt.offsets, True
         start = f"Spark will re-run batch {batch} (the checkpoint has its offsets but no commit)"
@@ -100,6 +106,17 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
         batch, replay = ckpt.offsets + 1, False
         start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
     action, log_batch = decide_batch(latest, queries, query_id, batch, append)
+    # Only Spark's own sink wrote the log (it records no query id), and this checkpoint has run up to a batch the
+    # log holds: if it is the checkpoint Spark's sink wrote the output with, batches batch..latest are in it already
+    # (its sink commits before the checkpoint does), and committing them again doubles their rows.
+    sparks = ckpt.offsets is not None and not queries and 0 <= batch <= latest
+    spark_fix = (
+        f"If this is the checkpoint Spark's own sink (writeStream.format('parquet')) wrote the output with, log "
+        f"batch{'es' if batch < latest else ''} {batch if batch == latest else f'{batch}..{latest}'} already "
+        f"hold{'' if batch < latest else 's'} what Spark re-runs: run the query once more with Spark's own sink "
+        "(it skips the batches it committed) until the checkpoint commits batch "
+        f"{latest}, then restart it with ParquetSink; on_foreign_query='append' would write those rows a second time."
+    )
     if action == "commit":
         message = f"{start}, and the sink will commit it as log batch {log_batch}."
     elif action == "skip":
@@ -113,11 +130,16 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
         by = "another writer (e.g. Spark's own file sink)"
         if owner is not None and owner.record is not None:
             by = owner.record.writer
-        message = (
+        refusal = (
             f"{start}, but the sink will refuse it with ForeignQueryError: log batch {taken} is already taken "
-            f"by {by}, not by this checkpoint's query. Fix: restart from the original checkpoint of that query, "
-            "write to a new output path, or use ParquetSink(..., on_foreign_query='append') to append after "
-            f"log batch {latest}."
+            f"by {by}, not by this checkpoint's query."
+        )
+        message = (
+            f"{refusal} {spark_fix} Otherwise (another query's checkpoint), write to a new output path, or use "
+            f"on_foreign_query='append' to append after log batch {latest}."
+            if sparks
+            else f"{refusal} Fix: restart from the original checkpoint of that query, write to a new output path, "
+            f"or use ParquetSink(..., on_foreign_query='append') to append after log batch {latest}."
         )
     else:
         log = f"whose newest batch is {latest}" if latest >= 0 else "which is empty"
@@ -128,6 +150,11 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
             "new checkpoint, or use ParquetSink(..., on_foreign_query='append') to append anyway."
         )
     plan = RestartPlan(batch, replay, action, log_batch, message)
+    if sparks and action == "commit":  # on_foreign_query="append"
+        plan.warnings.append(
+            f"log batches up to {latest} were committed by Spark's own file sink, which records no query id, and "
+            f"the sink will commit batch {batch} again as log batch {log_batch}. {spark_fix}"
+        )
     if batch_id_only and latest >= 0:
         plan.warnings.append(
             "batch-id-only: the sink cannot tell this query from another one, so a new checkpoint on this "
@@ -163,11 +190,21 @@ def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
     done = "has committed nothing here" if own is None else (
         f"committed up to version {own.query_batch_id} (log batch {own.log_batch_id})"
     )
+    records = [b.record for b in output.batches.values() if b.record is not None]
+    if action == "skip" and version_record(records, app_id, version) is None:
+        assert own is not None  # skipped: the app committed a newer version
+        message = (
+            f"app {app_id} {done}, but never version {version}: rerunning it at version {version} is refused with "
+            "StaleVersionError, nothing committed (with ignore_changed_data=True it is skipped: its rows are never "
+            f"written). If the app's state was reset, write its data as version {own.query_batch_id + 1} or later, "
+            "or under a new app_id."
+        )
+        return RestartPlan(version, False, action, log_batch, message, [f"version {version} was never committed"])
     if action == "skip":
         message = (
             f"app {app_id} {done}: rerunning it at version {version} writes nothing (write_batch returns "
-            "committed=False). Its next version to write is "
-            f"{own.query_batch_id + 1 if own is not None else 0} or later."
+            "committed=False; other data than it committed then are refused with StaleVersionError). Its next "
+            f"version to write is {own.query_batch_id + 1 if own is not None else 0} or later."
         )
     else:
         message = (
@@ -210,6 +247,8 @@ def doctor(
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
     checked_version = None if app_id is None else check_app_version(app_id, version)
+    # as the writers refuse it: an output's log directory (or a file) is no output, and not an empty one
+    check_output_root(path, Storage(path, dict(storage_options or {})))
     output = read_output(path, storage_options=storage_options, must_exist=False)
     if app_id is not None and checked_version is not None:
         return Diagnosis(output, None, plan_app_write(output, app_id, checked_version))
