@@ -354,7 +354,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         f"query {q} up to its batch {r.query_batch_id} (log batch {r.log_batch_id})" for q, r in queries.items()
     )
     if ckpt.query_id is None:
-        checkpoint = "checkpoint: none yet (a new query)"
+        # named: a mistyped path looks like a new query's
+        checkpoint = f"checkpoint: none yet at {args.checkpoint} (a new query: Spark writes it when the query starts)"
     elif ckpt.offsets is None:
         checkpoint = f"checkpoint: query {ckpt.query_id}, no offsets yet (no batch planned)"
     else:
