@@ -55,6 +55,10 @@ def test_verify_vacuum_and_doctor_from_python(tmp_path):
     os.remove(next(Path(out).glob("part-*.parquet")))
     broken = verify(out)
     assert not broken.ok and len(broken.problems) == 1 and "is missing" in broken.problems[0]
+    (Path(out) / "_spark_metadata" / "1").write_text("v1\n{not json")  # no snapshot can be read
+    corrupt = verify(out)
+    assert not corrupt.ok and corrupt.latest_batch == 2, corrupt  # the log's files still go up to batch 2
+    assert any("not checked" in p for p in corrupt.problems)
 
 
 @pytest.mark.parametrize("age", ["soon", "7", 7, "0", 7.5, "-1d", "d"])
