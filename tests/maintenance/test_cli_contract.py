@@ -345,3 +345,15 @@ def test_compact_interval_is_refused_where_it_would_be_ignored(capsys, paths, co
     (docs/cli.md said every command takes it); now a usage error, exit 2, nothing done."""
     code, out, _ = _run(capsys, command, ["{good}", "--compact-interval", "5"], paths, as_json=True)
     assert code == 2 and "--compact-interval" in json.loads(out)["error"], out
+
+
+def test_the_options_spelling_leaves_paths_alone():
+    """A partition directory named like a parameter (``version=3``, ``partitions=a``) inside a path in a message is
+    part of the path: it was respelled as ``--version 3``, garbling the path the user must find."""
+    from parquet_sink.errors import respell
+
+    spelling = {"version": "--version", "older_than": "--older-than", "partitions": "--partition"}
+    assert respell("cannot read /data/out/version=3/part-0.parquet: older_than=1d is short", spelling) == (
+        "cannot read /data/out/version=3/part-0.parquet: --older-than 1d is short")
+    assert respell("s3://b/out/partitions=a/version/x.parquet is missing; version must be >= 0", spelling) == (
+        "s3://b/out/partitions=a/version/x.parquet is missing; --version must be >= 0")
