@@ -412,6 +412,8 @@ def test_doctor_explains_refusals(spark, outputs: Outputs, tmp_path: Path) -> No
 
     code, data = cli_json("doctor", outputs.ours, "--checkpoint", tmp_path / "never-started")
     assert (code, data["next_batch"], data["action"], data["checkpoint"]["query_id"]) == (1, 0, "foreign", None)
+    typo = cli("doctor", outputs.ours, "--checkpoint", tmp_path / "never-started")  # a mistyped path looks so too
+    assert f"checkpoint: none yet at {tmp_path / 'never-started'}" in typo.stdout
 
     empty = tmp_path / "reset-output"
     result = cli("doctor", empty, "--checkpoint", outputs.ours_ckpt)

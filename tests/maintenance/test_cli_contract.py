@@ -20,7 +20,7 @@ from parquet_sink import doctor, errors, read_committed, write_batch
 from parquet_sink.cli.main import build_parser, main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-COMMON = {"--storage-option", "--storage-options-file", "--compact-interval", "--json", "--verbose", "-v"}
+COMMON = {"--storage-option", "--storage-options-file", "--json", "--verbose", "-v"}
 
 
 @pytest.fixture(scope="module")
@@ -337,3 +337,23 @@ def test_the_remedy_for_an_empty_log_file_works_when_followed(capsys, tmp_path):
     assert len(json.loads(capsys.readouterr().out)["files"]) == 1  # the first attempt's file, no longer committed
     assert main(["verify", str(out)]) == 0
     assert sorted(read_committed(out)["id"].to_pylist()) == [0, 1, 10, 11, 20, 21]
+
+
+@pytest.mark.parametrize("command", ["vacuum", "delta-sync", "doctor"])
+def test_compact_interval_is_refused_where_it_would_be_ignored(capsys, paths, command):
+    """vacuum, delta-sync and doctor infer the log's compaction interval: --compact-interval was accepted and ignored
+    (docs/cli.md said every command takes it); now a usage error, exit 2, nothing done."""
+    code, out, _ = _run(capsys, command, ["{good}", "--compact-interval", "5"], paths, as_json=True)
+    assert code == 2 and "--compact-interval" in json.loads(out)["error"], out
+
+
+def test_the_options_spelling_leaves_paths_alone():
+    """A partition directory named like a parameter (``version=3``, ``partitions=a``) inside a path in a message is
+    part of the path: it was respelled as ``--version 3``, garbling the path the user must find."""
+    from parquet_sink.errors import respell
+
+    spelling = {"version": "--version", "older_than": "--older-than", "partitions": "--partition"}
+    assert respell("cannot read /data/out/version=3/part-0.parquet: older_than=1d is short", spelling) == (
+        "cannot read /data/out/version=3/part-0.parquet: --older-than 1d is short")
+    assert respell("s3://b/out/partitions=a/version/x.parquet is missing; version must be >= 0", spelling) == (
+        "s3://b/out/partitions=a/version/x.parquet is missing; --version must be >= 0")

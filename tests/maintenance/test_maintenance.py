@@ -55,6 +55,10 @@ def test_verify_vacuum_and_doctor_from_python(tmp_path):
     os.remove(next(Path(out).glob("part-*.parquet")))
     broken = verify(out)
     assert not broken.ok and len(broken.problems) == 1 and "is missing" in broken.problems[0]
+    (Path(out) / "_spark_metadata" / "1").write_text("v1\n{not json")  # no snapshot can be read
+    corrupt = verify(out)
+    assert not corrupt.ok and corrupt.latest_batch == 2, corrupt  # the log's files still go up to batch 2
+    assert any("not checked" in p for p in corrupt.problems)
 
 
 @pytest.mark.parametrize("age", ["soon", "7", 7, "0", 7.5, "-1d", "d"])
@@ -164,3 +168,33 @@ def test_maintenance_given_a_file_or_the_log_directory_names_the_output_to_give(
             assert cli_main(command) == 1
             assert hint in capsys.readouterr().err
     assert sorted(p for p in Path(out).rglob("*") if p.is_file()) == on_disk
+
+
+def test_vacuum_deletes_the_temporary_file_of_a_log_commit_killed_before_it_was_published(tmp_path, capsys):
+    """A writer SIGKILLed at ``commit_publish`` (its log file's temporary copy written, not published) leaves the
+    temporary file in ``_spark_metadata``, which only that writer's cleanup after a compaction deleted, never if it
+    did not run again: vacuum deletes it once older than the threshold (at least ORPHANED_COPY_AGE_MS: a younger one
+    may be a commit in flight), and the rerun commits the batch once."""
+    import signal
+
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"id": [0]}), app_id="app", version=0)
+    child = (
+        "import pyarrow as pa, sys; from parquet_sink import write_batch; "
+        "write_batch(sys.argv[1], pa.table({'id': [1]}), app_id='app', version=1)"
+    )
+    env = dict(os.environ, PARQUET_SINK_FAILPOINTS="commit_publish=kill")
+    killed = subprocess.run([sys.executable, "-c", child, str(out)], env=env, start_new_session=True, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    meta = out / "_spark_metadata"
+    (temp,) = [p for p in meta.iterdir() if p.name.endswith(".tmp")]
+    assert vacuum(str(out), "0s", allow_short_retention=True).plan.log_temps == []  # young: may be in flight
+    hour_ago = time.time() - 3600
+    os.utime(temp, (hour_ago, hour_ago))
+    assert [Path(i.path).name for i in vacuum(str(out), "1h", allow_short_retention=True, dry_run=True).plan.log_temps] == [temp.name]
+    assert temp.exists(), "a dry run deletes nothing"
+    assert cli_main(["vacuum", str(out), "--older-than", "1h", "--allow-short-retention"]) == 0
+    assert "deleted 1 temporary file(s) of log commits that never finished" in capsys.readouterr().out
+    assert not temp.exists()
+    assert write_batch(str(out), pa.table({"id": [1]}), app_id="app", version=1).committed
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1]

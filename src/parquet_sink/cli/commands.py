@@ -162,6 +162,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "dead_staging": [storage.display(d) for d in plan.dead_staging],
         "dead_leases": [storage.display(lease.path) for lease in plan.dead_leases],
         "orphaned_copies": [storage.display(i.path) for i in plan.orphaned_copies],
+        "log_temps": [storage.display(i.path) for i in plan.log_temps],
     }
     verb = "would delete" if args.dry_run else "deleted"
     lines = [f"{verb} {len(orphans)} orphan file(s), {format_size(total)}, older than {args.older_than}"]
@@ -178,6 +179,8 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
             f"{verb} {len(plan.orphaned_copies)} columnar cop(y/ies) of compact files Spark's log cleanup deleted, "
             f"{format_size(sum(i.size for i in plan.orphaned_copies))}"
         )
+    if plan.log_temps:
+        lines.append(f"{verb} {len(plan.log_temps)} temporary file(s) of log commits that never finished")
     if plan.young:
         lines.append(
             f"kept {len(plan.young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
@@ -351,7 +354,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         f"query {q} up to its batch {r.query_batch_id} (log batch {r.log_batch_id})" for q, r in queries.items()
     )
     if ckpt.query_id is None:
-        checkpoint = "checkpoint: none yet (a new query)"
+        # named: a mistyped path looks like a new query's
+        checkpoint = f"checkpoint: none yet at {args.checkpoint} (a new query: Spark writes it when the query starts)"
     elif ckpt.offsets is None:
         checkpoint = f"checkpoint: query {ckpt.query_id}, no offsets yet (no batch planned)"
     else:

@@ -118,13 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
         help='storage options as a JSON object in a file (e.g. {"account_name": "acct", "account_key": "..."}); '
         "keep it readable by you only",
     )
-    common.add_argument(
-        "--compact-interval",
-        metavar="N",
-        type=_interval,
-        help="the writer's log compaction interval, for an output whose log cannot tell it (normally inferred "
-        "from the log's files)",
-    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
 
@@ -136,18 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, summary: str) -> argparse.ArgumentParser:
+    def command(name: str, summary: str, reads_interval: bool = False) -> argparse.ArgumentParser:
+        """A sub-command; ``reads_interval``: it reads the log with ``--compact-interval`` (the others infer it)."""
         sub = commands.add_parser(name, parents=[common], help=summary, description=summary, epilog=OPTIONS_HELP)
         sub.add_argument("path", metavar="PATH", help="output directory (local path or fsspec URL)")
+        if reads_interval:
+            sub.add_argument(
+                "--compact-interval",
+                metavar="N",
+                type=_interval,
+                help="the writer's log compaction interval, for an output whose log cannot tell it (normally inferred "
+                "from the log's files)",
+            )
         # run: a function of .commands, imported when the command runs; command_parser: its options' spellings
         sub.set_defaults(run=f"_cmd_{name}", command_parser=sub)
         return sub
 
-    ls = command("ls", "list committed batches and the log's compaction state")
+    ls = command("ls", "list committed batches and the log's compaction state", reads_interval=True)
     ls.add_argument("--rows", action="store_true", help="count the rows the log does not record (batches of Spark's sink or older versions) from the Parquet footers")
-    show = command("show", "show the log entries of one batch")
+    show = command("show", "show the log entries of one batch", reads_interval=True)
     show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
-    command("verify", "check that committed files exist with their logged sizes and the log is intact")
+    command("verify", "check that committed files exist with their logged sizes and the log is intact", reads_interval=True)
     vacuum = command(
         "vacuum",
         "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
@@ -178,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         "optimize",
         "rewrite the committed small files of each partition into files near a target size, swapped in with one "
         "commit every reader sees atomically (safe while the stream runs)",
+        reads_interval=True,
     )
     optimize.add_argument(
         "--target-file-size",

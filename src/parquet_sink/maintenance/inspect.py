@@ -17,6 +17,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -227,6 +229,8 @@ def verify(
         if str(exc) not in problems:
             problems.append(str(exc))
         problems.append("the committed data files were not checked: no snapshot of the log could be read")
+        with contextlib.suppress(ParquetSinkError, OSError):  # the newest log file, as Spark lists it
+            latest = log.latest_batch_id()
     for f in progress(files, "verifying"):
         where = f"committed file {storage.display(f.path)} (batch {f.batch_id})"
         try:

@@ -64,6 +64,7 @@ class VacuumPlan:
     # files an optimize replaced less than older_than ago: the snapshot before it (time travel) still reads them
     replaced_kept: list[FileInfo] = field(default_factory=list)
     orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
+    log_temps: list[FileInfo] = field(default_factory=list)  # temporary files of log commits that never finished
     nested_kept: list[FileInfo] = field(default_factory=list)  # files of another output or table nested in this one
 
 
@@ -139,6 +140,7 @@ def find_orphans(
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
     plan.orphaned_copies = log.orphaned_copies(max(older_than_ms, ORPHANED_COPY_AGE_MS))
+    plan.log_temps = log.stale_temps(max(older_than_ms, ORPHANED_COPY_AGE_MS))  # younger: a commit in flight
     nested = nested_roots([i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)])
     for info in listed:
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
@@ -281,6 +283,9 @@ def vacuum(
     for info in plan.orphaned_copies:
         storage.delete(info.path)
         logger.info("deleted orphaned columnar copy %s", storage.display(info.path))
+    for info in plan.log_temps:
+        storage.delete(info.path)
+        logger.info("deleted the temporary file of an unfinished log commit %s", storage.display(info.path))
     for staging in plan.dead_staging:
         storage.remove_tree(staging)
     for lease in plan.dead_leases:
