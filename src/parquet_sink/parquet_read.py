@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -106,35 +106,45 @@ def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None, *,
     return zoned if next(leaves, None) is None else schema  # leaves that do not pair up: as pyarrow reads them
 
 
-def _int96_zoned(typ: pa.DataType, int96: Iterator[bool]) -> pa.DataType:
-    """``typ`` with each timestamp leaf that ``int96`` (one item per leaf, depth first) says is INT96 zoned UTC."""
+def map_leaves(typ: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
+    """``typ`` with each of its leaf types (every type but a struct, list or map) replaced by ``leaf(t)``, at any
+    depth, visited depth first (struct fields in order, a list's element, a map's key then its value: the order of a
+    Parquet file's leaf columns).
+
+    Example: ``map_leaves(pa.list_(pa.timestamp("ns")), lambda t: pa.timestamp("us") if pa.types.is_timestamp(t) else t)``
+    -> ``list<item: timestamp[us]>``.
+    """
     if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(_int96_zoned(f.type, int96)) for f in typ])
+        return pa.struct([f.with_type(map_leaves(f.type, leaf)) for f in typ])
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        element = typ.value_field.with_type(_int96_zoned(typ.value_type, int96))
+        element = typ.value_field.with_type(map_leaves(typ.value_type, leaf))
         return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
     if pa.types.is_map(typ):
-        key = typ.key_field.with_type(_int96_zoned(typ.key_type, int96))
-        return pa.map_(key, typ.item_field.with_type(_int96_zoned(typ.item_type, int96)), typ.keys_sorted)
-    is_int96 = next(int96, False)
-    return pa.timestamp(typ.unit, "UTC") if is_int96 and pa.types.is_timestamp(typ) else typ
+        key = typ.key_field.with_type(map_leaves(typ.key_type, leaf))
+        return pa.map_(key, typ.item_field.with_type(map_leaves(typ.item_type, leaf)), typ.keys_sorted)
+    return leaf(typ)
+
+
+def _int96_zoned(typ: pa.DataType, int96: Iterator[bool]) -> pa.DataType:
+    """``typ`` with each timestamp leaf that ``int96`` (one item per leaf, depth first) says is INT96 zoned UTC."""
+
+    def zoned(leaf: pa.DataType) -> pa.DataType:
+        is_int96 = next(int96, False)  # one item per leaf, whatever its type
+        return pa.timestamp(leaf.unit, "UTC") if is_int96 and pa.types.is_timestamp(leaf) else leaf
+
+    return map_leaves(typ, zoned)
 
 
 def _as_read(typ: pa.DataType, instants: bool) -> pa.DataType:
     """``typ`` with every timestamp in it (struct fields, list elements, map keys and values) in microseconds when
     it is coarser (Spark's precision), and zoned UTC when ``instants``."""
-    if pa.types.is_timestamp(typ):
-        unit = "us" if typ.unit in ("s", "ms") else typ.unit
-        return pa.timestamp(unit, "UTC" if instants else typ.tz)
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(_as_read(f.type, instants)) for f in typ])
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        element = typ.value_field.with_type(_as_read(typ.value_type, instants))
-        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
-    if pa.types.is_map(typ):
-        return pa.map_(typ.key_field.with_type(_as_read(typ.key_type, instants)),
-                       typ.item_field.with_type(_as_read(typ.item_type, instants)), typ.keys_sorted)
-    return typ
+
+    def read(leaf: pa.DataType) -> pa.DataType:
+        if not pa.types.is_timestamp(leaf):
+            return leaf
+        return pa.timestamp("us" if leaf.unit in ("s", "ms") else leaf.unit, "UTC" if instants else leaf.tz)
+
+    return map_leaves(typ, read)
 
 
 def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:
@@ -168,5 +178,6 @@ def parquet_format() -> ds.ParquetFileFormat:
 
 
 __all__ = [
-    "INT96_UNIT", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema", "unify_schemas",
+    "INT96_UNIT", "map_leaves", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema",
+    "unify_schemas",
 ]

@@ -46,6 +46,7 @@ from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, names_output
 from ..failpoints import failpoint
 from ..partitioning import check_time_zone
+from ..parquet_read import map_leaves
 from .conflicts import Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_flags, check_positive_int
@@ -92,21 +93,15 @@ def _stored_type(typ: pa.DataType) -> pa.DataType:
     against the ``string`` a Delta table declares), nanosecond timestamps as microseconds (Spark's precision: it
     reads no nanosecond column, at any depth) and ``date64`` as ``date32`` (Spark's date, and the type the footer
     reads back as; polars reads a ``date64`` column as a datetime)."""
-    if pa.types.is_string_view(typ) or pa.types.is_binary_view(typ):
-        return pa.large_string() if pa.types.is_string_view(typ) else pa.large_binary()
-    if pa.types.is_timestamp(typ) and typ.unit == "ns":
-        return pa.timestamp("us", typ.tz)
-    if pa.types.is_date64(typ):
-        return pa.date32()
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(_stored_type(f.type)) for f in typ])
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        element = typ.value_field.with_type(_stored_type(typ.value_type))
-        return pa.list_(element) if pa.types.is_list(typ) else pa.large_list(element)
-    if pa.types.is_map(typ):
-        return pa.map_(typ.key_field.with_type(_stored_type(typ.key_type)),
-                       typ.item_field.with_type(_stored_type(typ.item_type)))
-    return typ
+
+    def stored(leaf: pa.DataType) -> pa.DataType:
+        if pa.types.is_string_view(leaf) or pa.types.is_binary_view(leaf):
+            return pa.large_string() if pa.types.is_string_view(leaf) else pa.large_binary()
+        if pa.types.is_timestamp(leaf) and leaf.unit == "ns":
+            return pa.timestamp("us", leaf.tz)
+        return pa.date32() if pa.types.is_date64(leaf) else leaf
+
+    return map_leaves(typ, stored)
 
 
 def _as_table(data: Any, what: str, where: str) -> pa.Table:

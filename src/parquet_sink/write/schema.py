@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ParameterError, SchemaMismatchError
 from ..log.snapshot import full_paths, resolve_paths
-from ..parquet_read import read_schema
+from ..parquet_read import map_leaves, read_schema
 from ..partitioning import parse_partition_path
 from ..storage.filesystem import Storage
 
@@ -64,15 +64,7 @@ def _zone_hint(old: pa.DataType, new: pa.DataType) -> str:
 
 def _naive(typ: pa.DataType) -> pa.DataType:
     """``typ`` with every timestamp naive, at any depth."""
-    if pa.types.is_timestamp(typ):
-        return pa.timestamp(typ.unit)
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(_naive(f.type)) for f in typ])
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
-        return pa.list_(typ.value_field.with_type(_naive(typ.value_type)))
-    if pa.types.is_map(typ):
-        return pa.map_(typ.key_field.with_type(_naive(typ.key_type)), typ.item_field.with_type(_naive(typ.item_type)))
-    return typ
+    return map_leaves(typ, lambda leaf: pa.timestamp(leaf.unit) if pa.types.is_timestamp(leaf) else leaf)
 
 
 def schema_problems(
