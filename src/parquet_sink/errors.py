@@ -260,9 +260,10 @@ def respell(message: str, spelling: Mapping[str, str]) -> str:
         return spelling[name] if "_" in name or clause_start else name
 
     text = _CALLER_HINT.sub("", message)
-    # never inside a path: a partition directory may be named like a parameter (.../version=3/part-0.parquet)
-    text = re.sub(rf"(?<![\w.'\"/-])({names})=({value})?", assigned, text)
-    return re.sub(rf"(?<![\w.'\"=/-])({names})(?![\w'\"(=/-])", named, text)
+    # never inside a path or a URL: a partition directory may be named like a parameter (.../version=3/part-0.parquet,
+    # C:\\out\\version=3), so may a query's (...?version=3&older_than=1)
+    text = re.sub(rf"(?<![\w.'\"/\\?&-])({names})=({value})?", assigned, text)
+    return re.sub(rf"(?<![\w.'\"=/\\?&-])({names})(?![\w'\"(=/\\-])", named, text)
 
 
 def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:

@@ -357,3 +357,6 @@ def test_the_options_spelling_leaves_paths_alone():
         "cannot read /data/out/version=3/part-0.parquet: --older-than 1d is short")
     assert respell("s3://b/out/partitions=a/version/x.parquet is missing; version must be >= 0", spelling) == (
         "s3://b/out/partitions=a/version/x.parquet is missing; --version must be >= 0")
+    for path in ("abfs://c@a.dfs.core.windows.net/out?version=3&older_than=1d", "C:\\out\\version=3\\older_than"):
+        assert respell(f"cannot read {path}: version must be >= 0", spelling) == (
+            f"cannot read {path}: --version must be >= 0")

@@ -295,3 +295,32 @@ def test_naive_and_zoned_timestamps_keep_the_outputs_spark_type(spark, tmp_path_
     ours = read_committed(out)
     assert _leaf_instants(ours.column("ts").to_pylist()) == sorted(written)
     assert (_leaf_type(ours.schema.field("ts").type).tz is None) == (zones[0] is None)
+
+
+@pytest.mark.parametrize("place", ["top", "struct", "list"])
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_a_naive_batch_that_loses_a_race_to_instants_is_stored_as_instants(spark, tmp_path, monkeypatch, place, zone):
+    """Two writers start on an empty output, one with a naive batch, one zoned; the zoned one commits first. The
+    naive one, appended after it, would have been stored as those instants in UTC: losing the race, it was a
+    SchemaMismatchError instead (its files, written naive, did not fit the winner's). It is now written again as
+    instants and committed. Oracle: spark.read.parquet reads one TimestampType column with every instant."""
+    from parquet_sink.log.metadata_log import MetadataLog
+
+    out = str(tmp_path / "out")
+    moment = dt.datetime(2024, 3, 31, 1, 30, tzinfo=UTC)
+    first, second = [moment + dt.timedelta(hours=1)], [moment]
+    real_add, raced = MetadataLog.add, []
+
+    def add(self, batch_id, entries):
+        if not raced:  # the winner commits log batch 0 between the loser's write and its commit
+            raced.append(None)
+            raced[0] = write_batch(out, _timestamps(first, zone, place), app_id="winner", version=0)
+        return real_add(self, batch_id, entries)
+
+    monkeypatch.setattr(MetadataLog, "add", add)
+    result = write_batch(out, _timestamps(second, None, place), app_id="loser", version=0)
+    assert raced[0].log_batch_id == 0 and result.committed and result.log_batch_id == 1 and result.conflicts == 1
+    read = spark.read.parquet(out)
+    assert type(_leaf_type(read.schema["ts"].dataType)).__name__ == "TimestampType"
+    assert _leaf_instants([row.ts for row in read.collect()]) == sorted(first + second)
+    assert _leaf_instants(read_committed(out).column("ts").to_pylist()) == sorted(first + second)

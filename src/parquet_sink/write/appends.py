@@ -209,18 +209,25 @@ def _check_replay(
     )
 
 
+def _zoned_as(data: pa.Table, committed: pa.Schema) -> pa.Table:
+    """``data`` with its naive timestamps zoned UTC where the ``committed`` data schema's column holds instants
+    (:func:`~parquet_sink.write.schema.committed_zones`), at any depth."""
+    types = {f.name: f.type for f in committed}
+    for index, column in enumerate(data.schema):
+        if column.name in types and (typ := committed_zones(column.type, types[column.name])) != column.type:
+            data = data.set_column(index, column.with_type(typ), data.column(index).cast(typ))
+    return data
+
+
 def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> pa.Table:
     """``data`` (partition columns included) as it is written: SchemaMismatchError unless it fits the committed
     data (``table`` is the log snapshot; the newest committed file's footer gives its schema), its naive timestamps
-    zoned UTC where the committed column holds instants (:func:`~parquet_sink.write.schema.committed_zones`)."""
+    zoned UTC where the committed column holds instants (:func:`_zoned_as`)."""
     files = data_files(table)
     last = files.slice(files.num_rows - 1) if files.num_rows else None
     found = None if last is None else read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
     if found is not None:
-        committed = {f.name: f.type for f in found[0]}
-        for index, column in enumerate(data.schema):
-            if column.name in committed and (typ := committed_zones(column.type, committed[column.name])) != column.type:
-                data = data.set_column(index, column.with_type(typ), data.column(index).cast(typ))
+        data = _zoned_as(data, found[0])
     check_batch_schema(data.schema, partition_by, found, what, log.display(log.storage.root))
     return data
 
@@ -326,9 +333,13 @@ def write_batch(
             if statuses is None and table.num_rows:
                 table = _check_schema(log, snap.table, table, partition_by, what)
             elif statuses is not None:  # a race lost: what the winners changed may conflict with this commit
-                schema = pa.schema([f for f in table.schema if f.name not in partition_by]) if table.num_rows else None
+                winners = winning_commits(log.storage, snap.table, read, latest)
+                zoned = table  # instants a winner committed first: this batch's naive values are those, in UTC
+                for schema in [w.data_schema for w in winners if w.data_schema is not None] if table.num_rows else []:
+                    zoned = _zoned_as(zoned, schema)
+                schema = pa.schema([f for f in zoned.schema if f.name not in partition_by]) if table.num_rows else None
                 txn = Transaction(app_id, version, schema, partition_by)
-                conflict = check_commit(txn, winning_commits(log.storage, snap.table, read, latest))
+                conflict = check_commit(txn, winners)
                 if conflict is not None:
                     raise SchemaMismatchError(
                         f"{what} lost log batch {read + 1} of {log.display(log.storage.root)} to another writer whose "
@@ -336,6 +347,10 @@ def write_batch(
                         "(its data files are left for `parquet-sink vacuum`). Writers of one output must keep its "
                         "partition columns and add only nullable columns."
                     )
+                if zoned is not table:  # its files hold naive timestamps (TIMESTAMP_NTZ): written again, as instants
+                    assert lease is not None
+                    lease.end(staged=False)
+                    lease, statuses, table = None, None, zoned
             read = latest
             if statuses is None:
                 if latest < 0:
