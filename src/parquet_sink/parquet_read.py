@@ -103,7 +103,20 @@ def read_schema(source: Any, filesystem: pyarrow.fs.FileSystem | None = None, *,
         int96 = [stored.column(i).physical_type == "INT96" for i in range(len(stored))]
     leaves = iter(int96)
     zoned = pa.schema([f.with_type(_int96_zoned(f.type, leaves)) for f in schema], metadata=schema.metadata)
-    return zoned if next(leaves, None) is None else schema  # leaves that do not pair up: as pyarrow reads them
+    if next(leaves, None) is not None:  # leaves that do not pair up: as pyarrow reads them
+        return schema
+    naive = any(holds_naive_timestamp(f.type) for f in zoned)
+    return zoned.with_metadata({**(zoned.metadata or {}), INT96_ONLY: b"true"}) if any(int96) and not naive else zoned
+
+
+INT96_ONLY = b"parquet_sink.int96_only"  # read_schema(int96_zoned=True): every timestamp of the file is INT96
+
+
+def holds_naive_timestamp(typ: pa.DataType) -> bool:
+    """Whether ``typ`` holds a naive timestamp (Spark's TimestampNTZ), at any depth."""
+    found: list[bool] = []
+    map_leaves(typ, lambda leaf: found.append(pa.types.is_timestamp(leaf) and leaf.tz is None) or leaf)
+    return any(found)
 
 
 def map_leaves(typ: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
@@ -178,6 +191,7 @@ def parquet_format() -> ds.ParquetFileFormat:
 
 
 __all__ = [
-    "INT96_UNIT", "map_leaves", "open_parquet", "open_sized", "parquet_format", "read_footer", "read_schema",
+    "INT96_ONLY", "INT96_UNIT", "holds_naive_timestamp", "map_leaves", "open_parquet", "open_sized", "parquet_format",
+    "read_footer", "read_schema",
     "unify_schemas",
 ]

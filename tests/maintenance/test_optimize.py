@@ -602,8 +602,12 @@ def test_int96_files_next_to_micros_files_are_compacted(tmp_path) -> None:
         {b"org.apache.spark.version": b"3.5.0"}), spark_file, use_deprecated_int96_timestamps=True)
     assert log.add(0, [LogEntry(spark_file.as_uri(), spark_file.stat().st_size, False, int(time.time() * 1000))])
     utc = dt.timezone.utc
-    write_batch(out, pa.table({"id": [2], "t": pa.array([dt.datetime(2020, 1, 1, tzinfo=utc)], pa.timestamp("us", "UTC"))}),
-                app_id="app", version=0)
+    app_file = Path(out) / "part-00000-0001.c000.snappy.parquet"  # an app's (write_batch now writes INT96 here)
+    pq.write_table(pa.table({"id": [2], "t": pa.array([dt.datetime(2020, 1, 1, tzinfo=utc)], pa.timestamp("us", "UTC"))}),
+                   app_file)
+    assert log.add(1, [LogEntry(app_file.as_uri(), app_file.stat().st_size, False, int(time.time() * 1000))])
+    empty = pa.table({"id": pa.array([], pa.int64()), "t": pa.array([], pa.timestamp("us", "UTC"))})
+    write_batch(out, empty, app_id="app", version=0)  # the newest batch an app's: no Spark sink appends here
     before = read_committed(out).sort_by("id")
     assert before.schema.field("t").type == pa.timestamp("us", "UTC")
     result = optimize(out, target_file_size="1GB")

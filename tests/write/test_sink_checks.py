@@ -204,8 +204,14 @@ def test_the_outputs_spark_timestamp_type_holds_across_the_sink_and_write_batch(
 
     out = str(tmp_path / "out")
     ParquetSink(out, writer="spark")(spark.sql("select 0L as id, timestamp'2024-03-31 01:30:00' as ts"), 0)
+    ours_before = read_committed(out).schema.field("ts").type
     naive = pd.DataFrame({"id": [1], "ts": [pd.Timestamp("2024-03-31 02:30:00")]})  # the UTC wall clock
-    assert write_batch(out, naive, app_id="job", version=0).committed
+    written = write_batch(out, naive, app_id="job", version=0)
+    assert written.committed
+    # stored as the sink's Spark writer stores instants (INT96): read_committed takes a column's type from the
+    # first and the newest file, and reads INT96 naive, a TIMESTAMP adjusted to UTC zoned: the type stays
+    assert {pq.ParquetFile(f).schema.column(1).physical_type for f in written.files} == {"INT96"}
+    assert read_committed(out).schema.field("ts").type == ours_before
     read = spark.read.parquet(out)
     assert type(read.schema["ts"].dataType).__name__ == "TimestampType"
     assert sorted((r.id, r.ts) for r in read.collect()) == [

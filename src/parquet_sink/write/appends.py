@@ -46,7 +46,7 @@ from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, names_output
 from ..failpoints import failpoint
 from ..partitioning import check_time_zone
-from ..parquet_read import map_leaves
+from ..parquet_read import INT96_ONLY, holds_naive_timestamp, map_leaves
 from .conflicts import Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_flags, check_positive_int
@@ -219,17 +219,43 @@ def _zoned_as(data: pa.Table, committed: pa.Schema) -> pa.Table:
     return data
 
 
-def _check_schema(log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str) -> pa.Table:
-    """``data`` (partition columns included) as it is written: SchemaMismatchError unless it fits the committed
-    data (``table`` is the log snapshot; the newest committed file's footer gives its schema), its naive timestamps
-    zoned UTC where the committed column holds instants (:func:`_zoned_as`)."""
+def _check_schema(
+    log: MetadataLog, table: pa.Table, data: pa.Table, partition_by: tuple[str, ...], what: str
+) -> tuple[pa.Table, bool]:
+    """``data`` (partition columns included) as it is written, and whether its timestamps are stored as INT96:
+    SchemaMismatchError unless it fits the committed data (``table`` is the log snapshot; the newest committed file's
+    footer gives its schema), its naive timestamps zoned UTC where the committed column holds instants
+    (:func:`_zoned_as`), stored as INT96 where the newest file stores all its timestamps so (:func:`_int96`)."""
     files = data_files(table)
     last = files.slice(files.num_rows - 1) if files.num_rows else None
     found = None if last is None else read_committed_schema(log.storage, last.column("path"), last.column(BATCH_KEY))
     if found is not None:
         data = _zoned_as(data, found[0])
     check_batch_schema(data.schema, partition_by, found, what, log.display(log.storage.root))
-    return data
+    return data, found is not None and _int96(found[0], data, partition_by)
+
+
+def _int96(committed: pa.Schema, data: pa.Table, partition_by: tuple[str, ...]) -> bool:
+    """Whether ``data`` is stored with INT96 timestamps: the committed file (its ``committed`` schema, as
+    :func:`~parquet_sink.write.schema.read_committed_schema` reads it) stores every timestamp so (Spark's writer:
+    its instants), and every timestamp ``data`` writes is an instant. Its files then read as the output's other files
+    do (pyarrow and ``read_committed`` read INT96 naive, a TIMESTAMP adjusted to UTC zoned), whichever file a reader
+    takes a column's type from."""
+    if not (committed.metadata or {}).get(INT96_ONLY):
+        return False
+    written = [f for f in data.schema if f.name not in partition_by]
+    return not any(holds_naive_timestamp(f.type) for f in written)
+
+
+def _as_int96(data: pa.Table, partition_by: tuple[str, ...]) -> pa.Table:
+    """``data`` with the timestamps it writes into files naive (their UTC wall clock), as Spark's INT96 reads back:
+    the file's Arrow schema then says what its INT96 columns read as."""
+    naive = pa.schema([
+        f if f.name in partition_by else f.with_type(
+            map_leaves(f.type, lambda leaf: pa.timestamp(leaf.unit) if pa.types.is_timestamp(leaf) else leaf))
+        for f in data.schema
+    ], metadata=data.schema.metadata)
+    return data if naive.equals(data.schema) else data.cast(naive)
 
 
 @names_output  # every ParameterError, of the arguments or of the data, names the call and its output
@@ -304,6 +330,7 @@ def write_batch(
     check_partition_columns(table.schema, partition_by, what, log.display(log.storage.root))
     fingerprint = data_fingerprint(table)
     lease: InFlightBatch | None = None
+    int96 = False  # timestamps stored as INT96, as the output's newest file stores them (_check_schema)
     try:
         for attempt in range(_MAX_ATTEMPTS):
             snap = read_snapshot(log)
@@ -331,7 +358,7 @@ def write_batch(
                 )
                 break
             if statuses is None and table.num_rows:
-                table = _check_schema(log, snap.table, table, partition_by, what)
+                table, int96 = _check_schema(log, snap.table, table, partition_by, what)
             elif statuses is not None:  # a race lost: what the winners changed may conflict with this commit
                 winners = winning_commits(log.storage, snap.table, read, latest)
                 zoned = table  # instants a winner committed first: this batch's naive values are those, in UTC
@@ -351,6 +378,7 @@ def write_batch(
                     assert lease is not None
                     lease.end(staged=False)
                     lease, statuses, table = None, None, zoned
+                    int96 = any(_int96(w.data_schema, table, partition_by) for w in winners if w.data_schema is not None)
             read = latest
             if statuses is None:
                 if latest < 0:
@@ -361,8 +389,8 @@ def write_batch(
                     log.storage, log_batch, secrets.token_hex(8), app_id, version, until_committed=True
                 )
                 failpoint("before_write")
-                spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone)
-                statuses = write_rows(spec, [table])
+                spec = WriteSpec(log.storage, partition_by, compression, max_records_per_file, time_zone, int96)
+                statuses = write_rows(spec, [_as_int96(table, partition_by) if int96 else table])
                 if not statuses and not partition_by and not data_files(snap.table).num_rows:
                     statuses = write_schema_file(spec, table.schema)  # as the sink: readers get the schema
                 failpoint("before_commit")

@@ -94,7 +94,8 @@ class WriteSpec:
     """Everything a task needs to write its part of one batch (pickled to the executors).
 
     ``time_zone`` is the session's ``spark.sql.session.timeZone``: timestamp partition values are written
-    in it, as Spark's own writer does.
+    in it, as Spark's own writer does. ``int96``: timestamps stored as INT96 (naive UTC in the table), as Spark's
+    writer stores the instants of the output the files join, so that every file of it reads the same type.
     """
 
     storage: Storage
@@ -102,6 +103,7 @@ class WriteSpec:
     compression: str
     max_records_per_file: int | None
     time_zone: str = "UTC"
+    int96: bool = False
 
 
 class _FileWriter:
@@ -137,7 +139,9 @@ class _FileWriter:
     def _open(self, schema: pa.Schema) -> None:
         self.path = self.next_path()
         self.handle = self.spec.storage.open(self.path, "wb")
-        self.writer = pq.ParquetWriter(self.handle, schema, compression=self.spec.compression)
+        self.writer = pq.ParquetWriter(
+            self.handle, schema, compression=self.spec.compression, use_deprecated_int96_timestamps=self.spec.int96
+        )
         self.rows_in_file = 0
 
     def flush(self) -> None:
