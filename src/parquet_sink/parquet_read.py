@@ -114,9 +114,20 @@ INT96_ONLY = b"parquet_sink.int96_only"  # read_schema(int96_zoned=True): every 
 
 def holds_naive_timestamp(typ: pa.DataType) -> bool:
     """Whether ``typ`` holds a naive timestamp (Spark's TimestampNTZ), at any depth."""
-    found: list[bool] = []
-    map_leaves(typ, lambda leaf: found.append(pa.types.is_timestamp(leaf) and leaf.tz is None) or leaf)
-    return any(found)
+    found = False
+
+    def look(leaf: pa.DataType) -> pa.DataType:
+        nonlocal found
+        found = found or (pa.types.is_timestamp(leaf) and leaf.tz is None)
+        return leaf
+
+    map_leaves(typ, look)
+    return found
+
+
+def naive_timestamps(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with every timestamp naive (its UTC wall clock when it was zoned), at any depth."""
+    return map_leaves(typ, lambda leaf: pa.timestamp(leaf.unit) if pa.types.is_timestamp(leaf) else leaf)
 
 
 def map_leaves(typ: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
@@ -191,7 +202,7 @@ def parquet_format() -> ds.ParquetFileFormat:
 
 
 __all__ = [
-    "INT96_ONLY", "INT96_UNIT", "holds_naive_timestamp", "map_leaves", "open_parquet", "open_sized", "parquet_format",
+    "INT96_ONLY", "INT96_UNIT", "holds_naive_timestamp", "map_leaves", "naive_timestamps", "open_parquet", "open_sized", "parquet_format",
     "read_footer", "read_schema",
     "unify_schemas",
 ]

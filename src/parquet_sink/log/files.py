@@ -660,29 +660,23 @@ class LogFiles:
 
         Example: ``[i.path for i in MetadataLog("/data/events").orphaned_copies()]`` -> ``['/data/events/_spark_metadata/9.compact.columnar']``.
         """
-        older_than_ms = ORPHANED_COPY_AGE_MS if older_than_ms is None else older_than_ms
-        infos, listing = self._listed()
-        orphans = {path for batch_id, path in listing.sidecars.items() if batch_id not in listing}
-        orphans |= set(listing.superseded)
-        return _expired(infos, orphans, older_than_ms)
+        return self.leftovers(ORPHANED_COPY_AGE_MS if older_than_ms is None else older_than_ms)[0]
 
-    def stale_temps(self, older_than_ms: int) -> list[FileInfo]:
-        """The temporary files of log commits that never finished (a writer killed between writing a log file's
-        temporary copy and publishing it), last modified more than ``older_than_ms`` ago: what ``vacuum`` deletes.
-        A writer's own cleanup deletes them only after a compaction, and never if it does not run again.
+    def leftovers(self, older_than_ms: int) -> tuple[list[FileInfo], list[FileInfo]]:
+        """From one listing of the log directory, last modified more than ``older_than_ms`` ago: the
+        :meth:`orphaned_copies`, and the temporary files of log commits that never finished (a writer killed between
+        writing a log file's temporary copy and publishing it), which a writer's own cleanup deletes only after a
+        compaction, and never if it does not run again. What ``vacuum`` deletes.
 
-        Example: ``[i.path for i in MetadataLog("/data/events").stale_temps(3_600_000)]`` -> ``['/data/events/_spark_metadata/.7.1f0c....tmp']``.
+        Example: ``[i.path for i in MetadataLog("/data/events").leftovers(3_600_000)[1]]`` -> ``['/data/events/_spark_metadata/.7.1f0c....tmp']``.
         """
-        infos, listing = self._listed()
-        return _expired(infos, set(listing.temps), older_than_ms)
-
-    def _listed(self) -> tuple[list[FileInfo], Listing]:
-        """The log directory's files (with their sizes and times), and what they are."""
         infos = self.storage.ls(self.log_dir)
         listing = Listing()
         for info in infos:
             listing.add(info.path)
-        return infos, listing
+        orphans = {path for batch_id, path in listing.sidecars.items() if batch_id not in listing}
+        orphans |= set(listing.superseded)
+        return _expired(infos, orphans, older_than_ms), _expired(infos, set(listing.temps), older_than_ms)
 
     def delete_older(self, infos: list[FileInfo], candidates: set[str], older_than_ms: int) -> list[str]:
         """Delete those of ``candidates`` that ``infos`` (a listing of the log directory) says were last

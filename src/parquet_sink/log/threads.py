@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -25,6 +25,19 @@ R = TypeVar("R")
 
 _END = object()
 SMALL_BYTES = 1 << 20  # work on this many bytes runs on the caller's thread: a thread's start and hand-offs cost more
+
+
+def _small_part(items: Iterator[T], size: Callable[[T], int]) -> Generator[T, None, bool]:
+    """The first items of ``items`` (taken from it) until their ``size`` adds up to :data:`SMALL_BYTES`, for the
+    caller's thread; returns whether ``items`` ran out."""
+    taken = 0
+    while taken < SMALL_BYTES:
+        item = next(items, _END)
+        if item is _END:
+            return True
+        taken += size(item)  # type: ignore[arg-type]
+        yield item  # type: ignore[misc]
+    return False
 
 
 def mapped_ahead(
@@ -37,13 +50,9 @@ def mapped_ahead(
     With ``inline`` (an item's size in bytes), items are mapped on the caller's thread until their sizes add
     up to :data:`SMALL_BYTES` (a small log's compaction starts no thread)."""
     iterator = iter(items)
-    done = 0
-    while inline is not None and done < SMALL_BYTES:
-        item = next(iterator, _END)
-        if item is _END:
-            return
-        done += inline(item)  # type: ignore[arg-type]
-        yield function(item)  # type: ignore[arg-type]
+    if inline is not None:
+        for item in _small_part(iterator, inline):
+            yield function(item)
     first = next(iterator, _END)
     if first is _END:
         return
@@ -73,13 +82,8 @@ def ahead(items: Iterator[T], depth: int = 2, inline: bool = False) -> Iterator[
     consumer (a producer that computes while the consumer writes). With ``inline`` (items are bytes-like),
     produced on the consumer's thread until they add up to :data:`SMALL_BYTES` (a small log's compact file
     starts no thread)."""
-    produced = 0
-    while inline and produced < SMALL_BYTES:
-        item = next(items, _END)
-        if item is _END:
-            return
-        produced += len(item)  # type: ignore[arg-type]
-        yield item  # type: ignore[misc]
+    if inline and (yield from _small_part(items, len)):  # type: ignore[arg-type]
+        return
     with ThreadPoolExecutor(1, thread_name_prefix="log-ahead") as pool:
         pending: deque[Future[object]] = deque(pool.submit(next, items, _END) for _ in range(depth))
         try:

@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence

@@ -139,8 +139,8 @@ def find_orphans(
     replaced = _replaced_files(url, storage_options, swaps)
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
-    plan.orphaned_copies = log.orphaned_copies(max(older_than_ms, ORPHANED_COPY_AGE_MS))
-    plan.log_temps = log.stale_temps(max(older_than_ms, ORPHANED_COPY_AGE_MS))  # younger: a commit in flight
+    # a younger temporary file may be a commit in flight
+    plan.orphaned_copies, plan.log_temps = log.leftovers(max(older_than_ms, ORPHANED_COPY_AGE_MS))
     nested = nested_roots([i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)])
     for info in listed:
         relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path

@@ -46,7 +46,7 @@ from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, names_output
 from ..failpoints import failpoint
 from ..partitioning import check_time_zone
-from ..parquet_read import INT96_ONLY, holds_naive_timestamp, map_leaves
+from ..parquet_read import INT96_ONLY, holds_naive_timestamp, map_leaves, naive_timestamps
 from .conflicts import Transaction, check_commit, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_flags, check_positive_int
@@ -250,11 +250,10 @@ def _int96(committed: pa.Schema, data: pa.Table, partition_by: tuple[str, ...]) 
 def _as_int96(data: pa.Table, partition_by: tuple[str, ...]) -> pa.Table:
     """``data`` with the timestamps it writes into files naive (their UTC wall clock), as Spark's INT96 reads back:
     the file's Arrow schema then says what its INT96 columns read as."""
-    naive = pa.schema([
-        f if f.name in partition_by else f.with_type(
-            map_leaves(f.type, lambda leaf: pa.timestamp(leaf.unit) if pa.types.is_timestamp(leaf) else leaf))
-        for f in data.schema
-    ], metadata=data.schema.metadata)
+    naive = pa.schema(
+        [f if f.name in partition_by else f.with_type(naive_timestamps(f.type)) for f in data.schema],
+        metadata=data.schema.metadata,
+    )
     return data if naive.equals(data.schema) else data.cast(naive)
 
 

@@ -521,7 +521,7 @@ def write_files(df: DataFrame, spec: WriteSpec) -> list[Row]:
     from pyspark.sql import functions as F
 
     quoted = {c: f"`{c.replace('`', '``')}`" for c in df.columns}
-    stored = {f.name: stored_type(f.dataType) for f in df.schema if stored_type(f.dataType) != f.dataType}
+    stored = {f.name: typ for f in df.schema if (typ := stored_type(f.dataType)) != f.dataType}
     if spec.partition_by or stored:
         # Directory names are Spark's own cast to string in the session time zone, as its sink computes them
         # (FileFormatDataWriter's partitionPathExpression), so they match it on any JDK; the task groups the

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ParameterError, SchemaMismatchError
 from ..log.snapshot import full_paths, resolve_paths
-from ..parquet_read import map_leaves, read_schema
+from ..parquet_read import naive_timestamps, read_schema
 from ..partitioning import parse_partition_path
 from ..storage.filesystem import Storage
 
@@ -51,20 +51,15 @@ def _normalise(typ: pa.DataType) -> pa.DataType:
 
 def _zone_hint(old: pa.DataType, new: pa.DataType) -> str:
     """What to do when the types ``old`` and ``new`` differ only in whether timestamps are zoned; else nothing."""
-    if _normalise(_naive(old)) != _normalise(_naive(new)):
+    if _normalise(naive_timestamps(old)) != _normalise(naive_timestamps(new)):
         return ""
-    if _normalise(old) == _normalise(_naive(old)):
+    if _normalise(old) == _normalise(naive_timestamps(old)):
         return (
             " (the committed timestamps have no time zone, Spark's TIMESTAMP_NTZ, these have one: pass them as naive "
             "wall-clock times, e.g. pandas .dt.tz_localize(None) or a cast to timestamp('us'), in Spark a cast to "
             "timestamp_ntz)"
         )
     return " (the committed timestamps are instants, Spark's TIMESTAMP, these have no time zone: in Spark a cast to timestamp)"
-
-
-def _naive(typ: pa.DataType) -> pa.DataType:
-    """``typ`` with every timestamp naive, at any depth."""
-    return map_leaves(typ, lambda leaf: pa.timestamp(leaf.unit) if pa.types.is_timestamp(leaf) else leaf)
 
 
 def schema_problems(
@@ -144,14 +139,15 @@ _SPARK_UNREADABLE = {"FLOAT16": "float32", "TIME": "int64 or string", "UUID": "b
 _SPARK_MAX_PRECISION = 38
 
 
-def _parquet_holds(schema: pa.Schema) -> bool:
-    """Whether pyarrow's Parquet writer has a Parquet type for every column of ``schema`` (no union, run-end
-    encoded array or interval)."""
+def _parquet_schema(schema: pa.Schema) -> pq.ParquetSchema | None:
+    """The Parquet schema pyarrow's writer writes for ``schema`` (an empty file in memory: ~0.5 ms), or None when
+    it has no Parquet type for a column (a union, a run-end encoded array, an interval)."""
+    buffer = pa.BufferOutputStream()
     try:
-        pq.ParquetWriter(pa.BufferOutputStream(), schema).close()
+        pq.ParquetWriter(buffer, schema).close()
     except pa.ArrowNotImplementedError:
-        return False
-    return True
+        return None
+    return pq.read_metadata(pa.BufferReader(buffer.getvalue())).schema
 
 
 def check_storable(schema: pa.Schema, what: str, where: str) -> None:
@@ -164,17 +160,16 @@ def check_storable(schema: pa.Schema, what: str, where: str) -> None:
     Example: ``check_storable(pa.schema([("f", pa.float16())]), "version 3 of app 'a'", "/data/out")`` raises
     SchemaMismatchError ("... Spark cannot read column 'f' (FLOAT16): cast it to float32 ...").
     """
-    if not _parquet_holds(schema):
-        unheld = [f"{f.name!r} ({f.type})" for f in schema if not _parquet_holds(pa.schema([f]))]
+    stored = _parquet_schema(schema)
+    if stored is None:
+        unheld = [f"{f.name!r} ({f.type})" for f in schema if _parquet_schema(pa.schema([f])) is None]
         raise SchemaMismatchError(
             f"{what} to {where}: Parquet cannot hold column {', '.join(unheld)}: no Parquet type stores it. Cast it "
             "to one Parquet and Spark hold (a union to a struct, run-end encoded values to their plain type, an "
             "interval to a struct of integers or a string). Nothing was written."
         )
-    buffer = pa.BufferOutputStream()
-    pq.ParquetWriter(buffer, schema).close()
     problems = []
-    for column in pq.read_metadata(pa.BufferReader(buffer.getvalue())).schema:
+    for column in stored:
         logical = column.logical_type.type
         if logical in _SPARK_UNREADABLE:
             problems.append(f"column {column.path!r} ({logical}): cast it to {_SPARK_UNREADABLE[logical]}")
