@@ -267,34 +267,49 @@ def _leaf_type(typ):
         typ, "elementType") else typ
 
 
-@settings(max_examples=12, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(zones=st.lists(_ZONES, min_size=2, max_size=4), place=_PLACES)
-def test_naive_and_zoned_timestamps_keep_the_outputs_spark_type(spark, tmp_path_factory, zones, place):
+@settings(max_examples=16, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(zones=st.lists(_ZONES, min_size=2, max_size=4), place=_PLACES, spark_first=st.booleans())
+def test_naive_and_zoned_timestamps_keep_the_outputs_spark_type(spark, tmp_path_factory, zones, place, spark_first):
     """Spark reads a zoned timestamp as an instant (TIMESTAMP, as its INT96) and a naive one as TIMESTAMP_NTZ, and
     takes an output's type from one of its files: write_batch let naive and zoned batches into one output, which
     Spark then read as either type by the order of its files, and read_committed in another. The first batch decides:
     after instants, a naive batch's values are those instants in UTC (as read_committed reads Spark's INT96) and are
-    stored zoned; after naive ones, a zoned batch is a SchemaMismatchError naming the column, nothing committed.
-    Oracle: spark.read.parquet, one type for every row, the instants written."""
+    stored zoned, or as INT96 after a file of Spark's writer (``spark_first``: so that read_committed, which takes a
+    column's type from the first and the newest file, reads one type); after naive ones, a zoned batch is a
+    SchemaMismatchError naming the column, nothing committed. Oracle: spark.read.parquet, one type for every row, the
+    instants written."""
+    from parquet_sink.log.metadata_log import LogEntry, MetadataLog
+
     out = str(tmp_path_factory.mktemp("zones") / "out")
     moment = dt.datetime(2024, 3, 31, 1, 30, tzinfo=UTC)
     written: list[dt.datetime] = []
+    if spark_first:  # a batch of Spark's writer: its instants as INT96, committed without a record (Spark's sink)
+        moments = [moment - dt.timedelta(hours=1)]
+        spark_file = Path(out) / "part-00000-spark.c000.snappy.parquet"
+        spark_file.parent.mkdir(parents=True)
+        pq.write_table(_timestamps(moments, None, place).replace_schema_metadata({b"org.apache.spark.version": b"4.0.0"}),
+                       spark_file, use_deprecated_int96_timestamps=True)
+        assert MetadataLog(out).add(0, [LogEntry(spark_file.as_uri(), spark_file.stat().st_size, False, 1)])
+        written += moments
+    naive_kind = not spark_first and zones[0] is None
     for version, zone in enumerate(zones):
         moments = [moment + dt.timedelta(hours=version, microseconds=k) for k in range(2)]
         batch = _timestamps(moments, zone, place)
-        if zones[0] is None and zone is not None:
+        if naive_kind and zone is not None:
             with pytest.raises(errors.SchemaMismatchError, match="'ts'.*TIMESTAMP_NTZ.*naive"):
                 write_batch(out, batch, app_id="a", version=version)
             continue
         assert write_batch(out, batch, app_id="a", version=version).committed
         written += moments
     read = spark.read.parquet(out)
-    assert type(_leaf_type(read.schema["ts"].dataType)).__name__ == (
-        "TimestampNTZType" if zones[0] is None else "TimestampType")
+    assert type(_leaf_type(read.schema["ts"].dataType)).__name__ == ("TimestampNTZType" if naive_kind else "TimestampType")
     assert _leaf_instants([row.ts for row in read.collect()]) == sorted(written)
     ours = read_committed(out)
     assert _leaf_instants(ours.column("ts").to_pylist()) == sorted(written)
-    assert (_leaf_type(ours.schema.field("ts").type).tz is None) == (zones[0] is None)
+    assert (_leaf_type(ours.schema.field("ts").type).tz is None) == (naive_kind or spark_first)
+    if spark_first:  # every file as Spark's writer stores instants
+        physical = {pq.ParquetFile(f.path).schema.column(1).physical_type for f in committed_files(out)}
+        assert physical == {"INT96"}, physical
 
 
 @pytest.mark.parametrize("place", ["top", "struct", "list"])
