@@ -2,6 +2,8 @@
 # One entry point for a fresh machine: installs everything the project needs, then runs it.
 #   ./dev.sh demo    install, then run the crash-and-restart demo job
 #   ./dev.sh test    install, then run the test suite (extra args go to pytest)
+#   ./dev.sh compat  [line ...]  the compatibility subset on each line of the version matrix (.ci/matrix), each in
+#                    a venv of its own under .venvs/ (built when missing or when .ci/matrix or pyproject.toml changed)
 #   ./dev.sh bench   install, then run the benchmarks (writes benchmarks/RESULTS.md)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,10 +15,78 @@ setup() {
     .venv/bin/python -m pip install --quiet --upgrade pip
     # the published extras, plus the repository's own test and benchmark needs (PEP 735 groups)
     .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
+    node_modules
+    export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+}
+
+node_modules() {
     if [ ! -x node_modules/.bin/azurite-blob ]; then
         npm ci --no-audit --no-fund --silent
     fi
-    export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+}
+
+# The matrix's lines: "name|python|extras|marks|requirements", comments and blanks dropped.
+matrix_lines() {
+    grep -v '^\s*#' .ci/matrix | grep -v '^\s*$' | sed 's/\s*|\s*/|/g; s/^\s*//; s/\s*$//'
+}
+
+python_of() {  # an interpreter of Python $1 (on PATH, else pyenv's)
+    command -v "python$1" 2>/dev/null || ls -d "$HOME"/.pyenv/versions/"$1".*/bin/python 2>/dev/null | sort -V | tail -1
+}
+
+# Builds (or keeps) the venv of one matrix line: the package as a user installs it (its extras), the tests' needs
+# (the PEP 735 group), and the line's own versions. Its key: the line and pyproject.toml.
+compat_venv() {
+    local name="$1" python="$2" extras="$3" requirements="$4"
+    local venv=".venvs/$name" key
+    key="$(printf '%s|%s|%s|%s\n' "$name" "$python" "$extras" "$requirements" | cat - pyproject.toml | sha256sum | cut -c1-16)"
+    if [ -f "$venv/.key" ] && [ "$(cat "$venv/.key")" = "$key" ]; then
+        return 0
+    fi
+    local interpreter
+    interpreter="$(python_of "$python")"
+    [ -n "$interpreter" ] || { echo "compat: no Python $python on this machine" >&2; return 1; }
+    rm -rf "$venv"
+    "$interpreter" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    # shellcheck disable=SC2086 # the requirements are words
+    "$venv/bin/python" -m pip install --quiet -e ".[$extras]" --group tests $requirements
+    echo "$key" > "$venv/.key"
+}
+
+# Builds every line's venv (in parallel: downloads and unpacking), e.g. in the background while the suite runs.
+compat_venvs() {
+    local pids=() name python extras marks requirements
+    while IFS='|' read -r name python extras marks requirements; do
+        compat_venv "$name" "$python" "$extras" "$requirements" > ".venvs/$name.log" 2>&1 &
+        pids+=($!)
+    done < <(matrix_lines)
+    local status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    return "$status"
+}
+
+compat() {
+    mkdir -p .venvs
+    node_modules
+    local status=0 name python extras marks requirements
+    while IFS='|' read -r name python extras marks requirements; do
+        if [ "$#" -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
+        local started=$SECONDS
+        if ! compat_venv "$name" "$python" "$extras" "$requirements" >> ".venvs/$name.log" 2>&1; then
+            echo "compat $name: the venv did not build (.venvs/$name.log)" >&2; status=1; continue
+        fi
+        local venv="$PWD/.venvs/$name" versions
+        versions="$("$venv/bin/python" -c 'import sys, pyspark, pyarrow; print(f"Python {sys.version.split()[0]}, pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}")')"
+        echo "== compat $name: $versions"
+        if PYSPARK_PYTHON="$venv/bin/python" "$venv/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup \
+            -q -p no:cacheprovider -m "$marks" </dev/null; then
+            echo "== compat $name: passed in $((SECONDS - started)) s"
+        else
+            echo "== compat $name: FAILED in $((SECONDS - started)) s" >&2; status=1
+        fi
+    done < <(matrix_lines)
+    return "$status"
 }
 
 cmd="${1:-}"
@@ -25,6 +95,8 @@ case "$cmd" in
     demo) setup; exec .venv/bin/python -m examples.demo "$@" ;;
     # two pytest workers (2 cores): each has its own SparkSession; Connect tests share one worker
     test) setup; exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
+    compat) compat "$@" ;;
+    compat-venvs) mkdir -p .venvs; compat_venvs ;;
     bench) setup; exec .venv/bin/python -m benchmarks.run "$@" ;;
-    *) echo "usage: ./dev.sh demo|test|bench [args]" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh demo|test|compat [line ...]|compat-venvs|bench [args]" >&2; exit 2 ;;
 esac

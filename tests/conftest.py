@@ -57,11 +57,49 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if on_connect(item):
             item.add_marker(pytest.mark.xdist_group("connect"))
+            item.add_marker(pytest.mark.connect)
         if {"spark", "connect_spark"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
         if Path(str(item.fspath)).parent.name == "crash":
             item.add_marker(pytest.mark.crash)
+        if item.nodeid.startswith(COMPAT_TESTS):
+            item.add_marker(pytest.mark.compat)
     items.sort(key=lambda item: (on_connect(item), Path(item.nodeid.split("::")[0]).stem not in SLOW_MODULES))
+
+
+# The compatibility subset (``-m compat``): what differs between the Spark and pyarrow versions the package declares,
+# run by .ci/run on each older Spark line and on the lowest declared versions (dev.sh compat). The sink on both
+# writer paths and every backend, replays and restarts, a driver killed and restarted, Spark's own sink and reader
+# against ours both ways, a log compacted by us and read by Spark (and the reverse), the schema checks that call
+# PySpark's Arrow conversions, Spark Connect (4.x: pyspark carries its server), and the log/read core on pyarrow.
+COMPAT_TESTS = (
+    "tests/write/test_sink.py::test_partitioned_stream_spark_and_reader_agree",
+    "tests/write/test_sink.py::test_sink_on_every_backend",
+    "tests/write/test_sink.py::test_replayed_batch_is_skipped",
+    "tests/write/test_sink.py::test_fresh_checkpoint_on_old_output_is_refused_then_appends",
+    "tests/write/test_sink.py::test_stateful_update_mode_counts_and_sums",
+    "tests/write/test_sink.py::test_schema_change_refused_before_commit_and_evolution_allowed",
+    "tests/write/test_sink.py::test_max_records_per_file_and_codec",
+    "tests/write/test_sink.py::test_restarted_sink_accepts_its_own_timestamp_files",
+    "tests/write/test_sink.py::test_timestamp_and_date_columns_round_trip",
+    "tests/write/test_sink_checks.py::test_a_calendar_interval_is_refused_with_a_typed_error",
+    "tests/write/test_sink_checks.py::test_intervals_are_written_as_sparks_sink_writes_them_across_a_restart",
+    "tests/write/test_sink_checks.py::test_a_failure_inside_the_schema_conversion_is_not_the_users",
+    "tests/write/test_empty_output.py::test_all_empty_batches_read_as_spark_sinks_output",
+    "tests/write/test_differential.py::test_streams_match_spark_file_sink",
+    "tests/write/test_differential.py::test_regression_streams",
+    "tests/write/test_write_batch.py",
+    "tests/crash/test_crash.py::test_driver_killed_at_failpoint",
+    "tests/read/test_reader.py",
+    "tests/log/test_metadata_log.py::test_reads_spark_written_log_exactly",
+    "tests/log/test_metadata_log.py::test_spark_reads_log_we_wrote_and_ignores_unlisted_files",
+    "tests/log/test_log_sidecar.py",
+    "tests/log/test_writer_intervals.py::test_spark_reads_what_writers_with_other_intervals_wrote",
+    "tests/package/test_versions.py",
+    "tests/connect/test_connect.py::test_connect_partitioned_stream_readers_agree",
+    "tests/connect/test_connect.py::test_connect_fresh_checkpoint_on_old_output_refused_then_appended",
+    "tests/connect/test_connect.py::test_connect_driver_killed_in_commit_window",
+)
 
 
 SLOW_MODULES = {

@@ -89,3 +89,20 @@ def spark_home_for_local_cluster(tmp_path: Path) -> Path:
     for entry in Path(pyspark.__file__).parent.iterdir():
         (home / entry.name).symlink_to(entry)
     return home
+
+
+def to_arrow(df: DataFrame) -> "pyarrow.Table":  # noqa: F821
+    """``df.toArrow()`` (PySpark 4.0 on), or on PySpark 3.5 the same table from its Arrow collect."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    import pyarrow as pa
+
+    batches = df._collect_as_arrow()
+    return pa.Table.from_batches(batches) if batches else pa.Table.from_pylist([], schema=to_arrow_schema(df))
+
+
+def to_arrow_schema(df: DataFrame) -> "pyarrow.Schema":  # noqa: F821
+    """``df``'s Arrow schema as PySpark gives it (timestamps in UTC)."""
+    from parquet_sink.write.spark_versions import arrow_schema
+
+    return arrow_schema(df.schema)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from parquet_sink import LogEntry, MetadataLog, count_committed, read_committed, write_batch
 from parquet_sink.rebase import GREGORIAN_START_DAY, gregorian_days
 from parquet_sink.write.rewrite import optimize
+from tests.helpers.spark_util import to_arrow
 
 DAY_US = 86_400_000_000
 _SPARK_24 = {b"org.apache.spark.version": b"2.4.8"}
@@ -42,7 +43,7 @@ def _commit(out: str, tables: list[tuple[pa.Table, dict[bytes, bytes], bool]]) -
 
 
 def _spark_rows(spark, out: str) -> list[tuple]:
-    frame = spark.read.parquet(out).toArrow()
+    frame = to_arrow(spark.read.parquet(out))
     return sorted(zip(*(frame.column(c).to_pylist() for c in ("id", "d", "t"))))
 
 
@@ -107,7 +108,7 @@ def test_spark_4_legacy_files_read_as_spark_reads_them(spark, tmp_path) -> None:
             from parquet_sink import ParquetSink
 
             ParquetSink(out)(spark.sql(rows), 0)
-            theirs = spark.read.parquet(out).toArrow().sort_by("id")
+            theirs = to_arrow(spark.read.parquet(out)).sort_by("id")
             ours = read_committed(out).sort_by("id")
             for column in ("d", "n"):
                 assert ours.column(column).to_pylist() == theirs.column(column).to_pylist(), (kind, column)

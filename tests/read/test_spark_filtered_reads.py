@@ -26,7 +26,7 @@ from parquet_sink import ParquetSink, count_committed, read_committed
 from tests.helpers.filters import (
     FILTER_KINDS, FilterCase, assert_filters_agree, draw_batches, filters, fixed_or_fuzzed, sorted_rows,
 )
-from tests.helpers.spark_util import run_available_now
+from tests.helpers.spark_util import run_available_now, to_arrow
 from tests.helpers.strategies import ATOMIC, Kind, _decimal
 
 _KIND = {k.name: k for k in ATOMIC + FILTER_KINDS}
@@ -198,7 +198,7 @@ def check_spark_filters(spark, out: str, chosen: list[ds.Expression], columns: l
     (those Spark's LEGACY rebase wrote in the hybrid calendar too: read as Spark reads them)."""
     full = read_committed(out)
     assert count_committed(out) == full.num_rows
-    assert _canonical(full) == _canonical(spark.read.parquet(out).toArrow())
+    assert _canonical(full) == _canonical(to_arrow(spark.read.parquet(out)))
     assert_filters_agree(out, full, chosen, columns)
 
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from pyspark.sql import functions as F
 
 from parquet_sink import ParquetSink, Storage, committed_files, read_committed
-from tests.helpers.spark_util import run_available_now
+from tests.helpers.spark_util import run_available_now, to_arrow
 from tests.helpers.strategies import ATOMIC, MAX_TS, MIN_TS, StreamCase, stream_cases
 
 DEFAULT_EXAMPLES = 6
@@ -100,7 +100,7 @@ def _streamed(spark, root: str, schema, checkpoint: str) -> pa.Table:
     """Everything Spark's streaming file source reads from ``root`` (which it reads through the log)."""
     tables = []
     stream = spark.readStream.schema(schema).parquet(root)
-    run_available_now(stream, checkpoint, lambda df, _: tables.append(df.toArrow()))
+    run_available_now(stream, checkpoint, lambda df, _: tables.append(to_arrow(df)))
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
@@ -160,7 +160,7 @@ def _check_stream(spark, case: StreamCase, workdir: Path) -> None:
     committed_ids = sorted(read_committed(ours, columns=["id"]).column("id").to_pylist())
     assert committed_ids == input_ids, f"ParquetSink committed rows {committed_ids}, the input has {input_ids}"
     expected_df = spark.read.parquet(theirs)
-    expected = expected_df.toArrow()
+    expected = to_arrow(expected_df)
     assert sorted(expected.column("id").to_pylist()) == input_ids, "Spark's sink lost rows: the oracle is broken"
     expected_rows, expected_types = _rows(expected), _types(expected)
 
@@ -169,12 +169,12 @@ def _check_stream(spark, case: StreamCase, workdir: Path) -> None:
     # Spark's batch reader on our output: Spark's types and values.
     spark_on_ours = spark.read.parquet(ours)
     assert [(f.name, f.dataType) for f in spark_on_ours.schema] == [(f.name, f.dataType) for f in expected_df.schema]
-    assert _rows(spark_on_ours.toArrow()) == expected_rows
+    assert _rows(to_arrow(spark_on_ours)) == expected_rows
     # Our readers.
     table = read_committed(ours, time_zone=case.time_zone)
     assert _types(table) == expected_types
     assert _rows(table) == expected_rows
-    via_spark = read_committed(ours, spark=spark).toArrow()
+    via_spark = to_arrow(read_committed(ours, spark=spark))
     assert _types(via_spark) == expected_types
     assert _rows(via_spark) == expected_rows
     assert sum(f.size > 0 for f in committed_files(ours)) == len(committed_files(ours))

@@ -219,3 +219,36 @@ def test_the_outputs_spark_timestamp_type_holds_across_the_sink_and_write_batch(
     with pytest.raises(errors.SchemaMismatchError, match=r"'ts'.*instants.*cast to timestamp"):
         ParquetSink(out, writer="spark", on_foreign_query="append")(spark.sql("select 2L as id, timestamp_ntz'2024-03-31 03:30:00' as ts"), 1)
     assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1]
+
+
+def test_the_arrow_conversion_asks_for_utc_in_each_pyspark_signature() -> None:
+    """PySpark's Arrow conversions changed their keywords (3.5: none, UTC always; 4.0/4.1 ``timestamp_utc``; 4.2 on
+    ``timezone``, keyword-only): the sink asks each for UTC in its own words (on the older lines of the version
+    matrix the real PySpark of each signature writes batches with timestamps: tests/write/test_sink.py)."""
+    from parquet_sink.write.spark_versions import _utc
+
+    def v3_5(schema): ...
+    def v4_0(schema, error_on_duplicated_field_names_in_struct=False, timestamp_utc=True, prefers_large_types=False): ...
+    def v4_2(schema, *, error_on_duplicated_field_names_in_struct=False, timezone=None, prefers_large_types=False): ...
+
+    assert [_utc(f) for f in (v3_5, v4_0, v4_2)] == [{}, {"timestamp_utc": True}, {"timezone": "UTC"}]
+
+
+def test_a_failure_inside_the_schema_conversion_is_not_the_users(spark, tmp_path: Path, monkeypatch) -> None:
+    """A conversion of the batch's schema that fails for a reason other than PySpark refusing a column's type (here
+    a TypeError, as a PySpark without the keyword the sink passes raised) is this package's error, chained as it
+    is: never a user's SchemaMismatchError telling them to cast columns Parquet holds. Nothing is committed."""
+    import pyspark.sql.pandas.types as pandas_types
+
+    from parquet_sink.errors import SchemaMismatchError
+
+    def broken(*args, **kwargs):
+        raise TypeError("to_arrow_schema() got an unexpected keyword argument")
+
+    monkeypatch.setattr(pandas_types, "to_arrow_schema", broken)
+    monkeypatch.setattr(pandas_types, "to_arrow_type", broken)
+    out = str(tmp_path / "out")
+    with pytest.raises(TypeError, match="unexpected keyword") as failed:
+        ParquetSink(out)(spark.sql("select id, cast(id as string) as s from range(3)"), 0)
+    assert not isinstance(failed.value, SchemaMismatchError)
+    assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))

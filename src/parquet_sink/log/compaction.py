@@ -40,6 +40,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrow_versions import nonzero
 from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
 from .lines import joined, stamped_lines
@@ -230,13 +231,13 @@ class _SourcePlan:
         unknown batch (a compact file Spark wrote)."""
         expired_upto = -1
         has_record = pc.is_valid(table.column(COMMIT_ID_KEY))
-        rows = pc.indices_nonzero(has_record).to_pylist()
+        rows = nonzero(has_record)
         self.records += [(offset + row, record) for row, record in zip(rows, records_of(table))]
         own = pc.and_(has_record, table.column("isDir"))
-        self.standalone.update(offset + row for row in pc.indices_nonzero(own).to_pylist())
+        self.standalone.update(offset + row for row in nonzero(own))
         figured = pc.is_valid(table.column(COMMIT_TIME_KEY))
-        self.figured.update(offset + row for row in pc.indices_nonzero(figured).to_pylist())
-        markers = pc.indices_nonzero(pc.is_valid(table.column(EXPIRED_KEY))).to_pylist()
+        self.figured.update(offset + row for row in nonzero(figured))
+        markers = nonzero(pc.is_valid(table.column(EXPIRED_KEY)))
         dropped = {offset + row for row in markers}
         if markers:
             expired_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
@@ -245,7 +246,7 @@ class _SourcePlan:
             lone_figures = pc.and_(table.column("isDir"), pc.and_(figured, pc.invert(has_record)))
             entries = pc.or_(pc.invert(table.column("isDir")), lone_figures)
             old = pc.and_(pc.less(table.column("modificationTime"), cutoff), entries)
-            expired = pc.indices_nonzero(old).to_pylist()
+            expired = nonzero(old)
             dropped.update(offset + row for row in expired)
             if expired:
                 batches = table.column(BATCH_KEY).take(expired)
@@ -254,13 +255,13 @@ class _SourcePlan:
         if removed:
             listed = pc.is_in(table.column("path"), pa.array(list(removed), pa.string()))
             gone = pc.and_(pc.invert(table.column("isDir")), listed)
-            rows = pc.indices_nonzero(gone).to_pylist()
+            rows = nonzero(gone)
             if rows:
                 dropped.update(offset + row for row in rows)
                 batches = table.column(BATCH_KEY).take(rows)
                 newest = pc.max(batches).as_py()
                 expired_upto = max(expired_upto, source if newest is None or batches.null_count else newest)
-                self.replaced.update(offset + row for row in pc.indices_nonzero(pc.and_(gone, figured)).to_pylist())
+                self.replaced.update(offset + row for row in nonzero(pc.and_(gone, figured)))
         self.drop |= dropped
         return expired_upto, sorted(dropped)
 
@@ -810,7 +811,7 @@ class CompactibleLog(LogFiles):
         out differently, are re-serialised one by one."""
         out, rows = lines.out, {row - offset for row in changed}
         if lines.redo is not None and lines.redo.true_count:
-            rows.update(pc.indices_nonzero(lines.redo).to_pylist())
+            rows.update(nonzero(lines.redo))
         if rows:
             redone, mask = [], bytearray(len(lines.lines))
             for row in sorted(rows):

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
+from ..arrow_versions import nonzero
 from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, STATS_KEY
 
 try:  # the compiled line scanner (_layout.c); a build without a C compiler reads lines column-wise only
@@ -396,7 +397,7 @@ def parse_lines(data: bytes | memoryview, lines: int) -> tuple[pa.Table, pa.Bool
         return table, good if count == 7 else None
     skipped = set(others)
     csv_lines = [row for row in range(lines) if row not in skipped] if others else range(lines)
-    bad = sorted({*others, *(csv_lines[i] for i in pc.indices_nonzero(pc.invert(good)).to_pylist())})
+    bad = sorted({*others, *(csv_lines[i] for i in nonzero(pc.invert(good)))})
     if len(bad) * _MAX_OTHERS > lines:
         return None
     merged = _merged(table.filter(good), bad, split_lines(data))

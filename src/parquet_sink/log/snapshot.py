@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arrow_versions import nonzero
 from ..errors import MissingLogFileError, OutsideRootError, SnapshotError, SnapshotNotFoundError
 from .compaction import CompactibleLog
 from .files import Listing
@@ -239,7 +240,7 @@ def resolve_paths(
         outside = pa.nulls(len(chunk), pa.string())
         relative, unusual = _resolve_by_prefix(resolver, chunk, ids, relative, unusual)
         if pc.any(unusual).as_py():
-            rows = pc.indices_nonzero(unusual)
+            rows = pa.array(nonzero(unusual), pa.int64())
             resolved = [resolver.resolve(u, b) for u, b in zip(chunk.take(rows).to_pylist(), ids.take(rows).to_pylist())]
             relative = pc.replace_with_mask(relative, unusual, pa.array([r for _, r in resolved], pa.string()))
             elsewhere = [None if p == root_prefix + r else p for p, r in resolved]
@@ -265,7 +266,7 @@ def data_files(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     When few rows go (commit records), the result is zero-copy slices of ``table``."""
     table = table if columns is None else table.select(columns + [c for c in ("isDir", "size") if c not in columns])
     skip = pc.or_(table.column("isDir"), pc.less_equal(table.column("size"), 0))
-    skipped = pc.indices_nonzero(skip).to_pylist()
+    skipped = nonzero(skip)
     if len(skipped) > _MAX_SLICES:
         kept = table.filter(pc.invert(skip))
     else:

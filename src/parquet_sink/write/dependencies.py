@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 from ..errors import MissingDependencyError
+from .spark_versions import require_supported_pyspark
 
 _INSTALL_HINT = 'pip install "parquet-sink[spark]"'
 
@@ -28,6 +29,7 @@ def require_sink_dependencies() -> None:
         from pyspark.sql.pandas.utils import require_minimum_pandas_version, require_minimum_pyarrow_version
     except ImportError as exc:
         raise MissingDependencyError(f"ParquetSink needs pyspark ({exc}): {_INSTALL_HINT}") from exc
+    require_supported_pyspark()
     for require in (require_minimum_pandas_version, require_minimum_pyarrow_version):
         try:
             require()

@@ -150,6 +150,10 @@ def _usable(jvm: Any, name: str, consequence: str) -> Any:
     """The class ``name`` of the JAR if this Spark has everything it needs (its ``usable()``), else None (logged with
     ``consequence``)."""
     try:
+        # Loaded and linked first through a reflective call, where py4j reports a Java error as a Py4JJavaError: a
+        # class naming a type this Spark lacks (Spark 3.5 has no org.apache.spark.sql.classic) fails to link with a
+        # NoClassDefFoundError, which py4j's own class lookup (getattr below) lets kill the calling stream instead.
+        jvm.java.lang.Class.forName(name, True, jvm.java.lang.Thread.currentThread().getContextClassLoader())
         found = getattr(jvm, name)  # py4j loads it as the thread's class loader does (Spark's)
         if found.usable():  # links it first: a Spark without a class it names fails here
             return found

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..arrow_versions import nonzero
 from ..errors import ExecutorDependencyError, ParameterError
 from ..failpoints import failpoint
 from ..log.entry import STATS_KEY, LogEntry
@@ -322,7 +323,7 @@ def _run_starts(keys: pa.Table) -> list[int]:
             pc.fill_null(pc.not_equal(before, after), False), pc.xor(pc.is_null(before), pc.is_null(after))
         )
         changed = pc.or_(changed, differs)
-    return [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
+    return [0] + [i + 1 for i in nonzero(changed)]
 
 
 def _utc(value: pa.Scalar) -> pa.Scalar:

@@ -68,6 +68,7 @@ from .schema import check_batch_schema, check_partition_by, read_committed_schem
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
 from .spark_in_place import in_place_problem, write_in_place
 from .spark_staging import publish, refuse_nul_partition_values, write_staged
+from .spark_versions import arrow_schema, arrow_type, type_refusals, unparsable_columns
 from ..storage.filesystem import Storage
 from .parquet_files import WriteSpec, log_entry, parquet_codec, stored_type, write_files, write_schema_file
 
@@ -744,22 +745,24 @@ def _is_streaming(df: DataFrame) -> bool:
 def _arrow_schema(df: DataFrame) -> pa.Schema:
     """The batch's schema in Arrow types as its files hold them (timestamps in UTC: time zones are not compared;
     year-month intervals as their months: :func:`~parquet_sink.write.parquet_files.stored_type`)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(cast("StructType", stored_type(df.schema)), timezone="UTC")
+    return arrow_schema(cast("StructType", stored_type(df.schema)))
 
 
 def _unwritable_columns(df: DataFrame) -> dict[str, str]:
-    """The columns of ``df`` that have no Arrow type (Spark's ``CalendarIntervalType``, which no Parquet writer
-    holds), with their Spark types: asked once the batch's schema failed to convert."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
+    """The columns of ``df`` that PySpark refuses to give an Arrow type (Spark's ``CalendarIntervalType``, which no
+    Parquet writer holds), with their Spark types: asked once the batch's schema failed to convert. Only PySpark's
+    refusal of a type counts: any other error is no fault of a column's. PySpark 3.5 cannot even read such a type
+    into Python (``df.schema`` fails): the columns are then those whose JVM type it cannot parse."""
+    try:
+        fields = [(f.name, f.dataType) for f in df.schema]
+    except type_refusals():
+        return unparsable_columns(df)
     unwritable = {}
-    for f in df.schema:
+    for name, data_type in fields:
         try:
-            to_arrow_type(stored_type(f.dataType), timezone="UTC")
-        except Exception:  # noqa: BLE001 - PySpark's PySparkTypeError, or a type a newer PySpark adds
-            unwritable[f.name] = f.dataType.simpleString()
+            arrow_type(stored_type(data_type))
+        except type_refusals():
+            unwritable[name] = data_type.simpleString()
     return unwritable
 
 
