@@ -14,7 +14,8 @@ setup() {
     fi
     .venv/bin/python -m pip install --quiet --upgrade pip
     # the published extras, plus the repository's own test and benchmark needs (PEP 735 groups)
-    .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
+    # (one editable build at a time: the matrix's venvs build the same in-tree extension, ./dev.sh compat-venvs)
+    flock .build.lock .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
     node_modules
     export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 }
@@ -30,8 +31,13 @@ matrix_lines() {
     grep -v '^\s*#' .ci/matrix | grep -v '^\s*$' | sed 's/\s*|\s*/|/g; s/^\s*//; s/\s*$//'
 }
 
-python_of() {  # an interpreter of Python $1 (on PATH, else pyenv's)
-    command -v "python$1" 2>/dev/null || ls -d "$HOME"/.pyenv/versions/"$1".*/bin/python 2>/dev/null | sort -V | tail -1
+python_of() {  # an interpreter of Python $1 that runs (pyenv's, else on PATH: a pyenv shim may name one it lacks)
+    local candidate
+    for candidate in $(ls -d "$HOME"/.pyenv/versions/"$1".*/bin/python 2>/dev/null | sort -rV) "$(command -v "python$1")"; do
+        if [ -n "$candidate" ] && "$candidate" -c 'import venv' >/dev/null 2>&1; then
+            echo "$candidate"; return 0
+        fi
+    done
 }
 
 # Builds (or keeps) the venv of one matrix line: the package as a user installs it (its extras), the tests' needs
@@ -50,7 +56,7 @@ compat_venv() {
     "$interpreter" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     # shellcheck disable=SC2086 # the requirements are words
-    "$venv/bin/python" -m pip install --quiet -e ".[$extras]" --group tests $requirements
+    flock .build.lock "$venv/bin/python" -m pip install --quiet -e ".[$extras]" --group tests $requirements
     echo "$key" > "$venv/.key"
 }
 
@@ -80,7 +86,7 @@ compat() {
         versions="$("$venv/bin/python" -c 'import sys, pyspark, pyarrow; print(f"Python {sys.version.split()[0]}, pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}")')"
         echo "== compat $name: $versions"
         if PYSPARK_PYTHON="$venv/bin/python" "$venv/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup \
-            -q -p no:cacheprovider -m "$marks" </dev/null; then
+            -q -p no:cacheprovider --durations=10 -m "$marks" </dev/null; then
             echo "== compat $name: passed in $((SECONDS - started)) s"
         else
             echo "== compat $name: FAILED in $((SECONDS - started)) s" >&2; status=1

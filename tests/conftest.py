@@ -88,9 +88,16 @@ COMPAT_TESTS = (
     "tests/write/test_empty_output.py::test_all_empty_batches_read_as_spark_sinks_output",
     "tests/write/test_differential.py::test_streams_match_spark_file_sink",
     "tests/write/test_differential.py::test_regression_streams",
-    "tests/write/test_write_batch.py",
-    "tests/crash/test_crash.py::test_driver_killed_at_failpoint",
-    "tests/read/test_reader.py",
+    "tests/write/test_write_batch.py::test_write_batch_layout_matches_the_sink_and_spark_reads_it",
+    "tests/write/test_write_batch.py::test_pandas_polars_and_record_batches",
+    "tests/write/test_write_batch.py::test_sink_and_write_batch_share_one_record_format",
+    "tests/write/test_write_batch.py::test_a_chain_downstream_of_an_optimized_source_gets_every_row_once",
+    "tests/crash/test_crash.py::test_driver_killed_at_failpoint[spark-commit_publish]",
+    "tests/crash/test_crash.py::test_driver_killed_at_failpoint[arrow-commit_publish]",
+    "tests/read/test_reader.py::test_reads_sparks_own_sink_exactly_like_spark",
+    "tests/read/test_reader.py::test_spark_reader_takes_committed_paths_literally",
+    "tests/read/test_reader.py::test_as_of_and_batches_before_and_after_compaction_with_cleanup",
+    "tests/read/test_reader.py::test_reader_loop_during_commits_compactions_cleanups",
     "tests/log/test_metadata_log.py::test_reads_spark_written_log_exactly",
     "tests/log/test_metadata_log.py::test_spark_reads_log_we_wrote_and_ignores_unlisted_files",
     "tests/log/test_log_sidecar.py",
@@ -98,7 +105,6 @@ COMPAT_TESTS = (
     "tests/package/test_versions.py",
     "tests/connect/test_connect.py::test_connect_partitioned_stream_readers_agree",
     "tests/connect/test_connect.py::test_connect_fresh_checkpoint_on_old_output_refused_then_appended",
-    "tests/connect/test_connect.py::test_connect_driver_killed_in_commit_window",
 )
 
 

@@ -1,10 +1,11 @@
-"""What differs between the pyarrow versions the package supports (15 on, ``pyproject.toml``), in one place.
+"""What differs between the pyarrow versions the package supports (16 on, ``pyproject.toml``), in one place.
 
 - ``pyarrow.compute.indices_nonzero`` of a chunked array of no chunks (an empty table's column) crashes the process
   (a segmentation fault) before pyarrow 26: every caller asks :func:`nonzero` instead.
 
-The floor is 15: page checksums (``page_checksum_verification``), which the log's columnar copies rely on to fail
-on damage rather than decode wrong, came with it.
+The floor is 16: page checksums (``page_checksum_verification``), which the log's columnar copies rely on to fail
+on damage rather than decode wrong, came with 15, and pyarrow 15 crashes on ``true_count`` / ``false_count`` of a
+compute kernel's boolean result (the log's compaction counts them).
 
 Example::
 
