@@ -14,8 +14,7 @@ setup() {
     fi
     .venv/bin/python -m pip install --quiet --upgrade pip
     # the published extras, plus the repository's own test and benchmark needs (PEP 735 groups)
-    # (one editable build at a time: the matrix's venvs build the same in-tree extension, ./dev.sh compat-venvs)
-    flock .build.lock .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
+    .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
     node_modules
     export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 }
@@ -40,24 +39,38 @@ python_of() {  # an interpreter of Python $1 that runs (pyenv's, else on PATH: a
     done
 }
 
-# Builds (or keeps) the venv of one matrix line: the package as a user installs it (its extras), the tests' needs
-# (the PEP 735 group), and the line's own versions. Its key: the line and pyproject.toml.
-compat_venv() {
-    local name="$1" python="$2" extras="$3" requirements="$4"
-    local venv=".venvs/$name" key
-    key="$(printf '%s|%s|%s|%s\n' "$name" "$python" "$extras" "$requirements" | cat - pyproject.toml | sha256sum | cut -c1-16)"
-    if [ -f "$venv/.key" ] && [ "$(cat "$venv/.key")" = "$key" ]; then
-        return 0
-    fi
-    local interpreter
+# The package's wheel for Python $2 (line $1), built from a copy of the checkout (setuptools builds in the source tree: a copy
+# keeps parallel builds, and the suite running meanwhile, apart), as a user installs it: not editable.
+compat_wheel() {
+    local python="$2" interpreter copy wheels=".venvs/wheels/$1"
     interpreter="$(python_of "$python")"
     [ -n "$interpreter" ] || { echo "compat: no Python $python on this machine" >&2; return 1; }
-    rm -rf "$venv"
-    "$interpreter" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
-    # shellcheck disable=SC2086 # the requirements are words
-    flock .build.lock "$venv/bin/python" -m pip install --quiet -e ".[$extras]" --group tests $requirements
-    echo "$key" > "$venv/.key"
+    copy="$(mktemp -d)"
+    tar --exclude=./.git --exclude=./.venv --exclude=./.venvs --exclude=./node_modules --exclude=./build \
+        --exclude='*.egg-info' --exclude='*.so' --exclude=__pycache__ -cf - . | tar -xf - -C "$copy"
+    rm -rf "$wheels" && mkdir -p "$wheels"
+    "$interpreter" -m pip wheel --quiet --no-deps -w "$wheels" "$copy"
+    rm -rf "$copy"
+    ls "$PWD/$wheels"/parquet_sink-*.whl
+}
+
+# Builds (or keeps) the venv of one matrix line: the tests' needs (the PEP 735 group), the line's own versions, and
+# the package's extras' dependencies (kept while the line and pyproject.toml are unchanged); then the package itself
+# from a fresh wheel of the checkout, every time.
+compat_venv() {
+    local name="$1" python="$2" extras="$3" requirements="$4"
+    local venv=".venvs/$name" key wheel
+    wheel="$(compat_wheel "$name" "$python")" || return 1
+    key="$(printf '%s|%s|%s|%s\n' "$name" "$python" "$extras" "$requirements" | cat - pyproject.toml | sha256sum | cut -c1-16)"
+    if [ ! -f "$venv/.key" ] || [ "$(cat "$venv/.key")" != "$key" ]; then
+        rm -rf "$venv"
+        "$(python_of "$python")" -m venv "$venv"
+        "$venv/bin/python" -m pip install --quiet --upgrade pip
+        # shellcheck disable=SC2086 # the requirements are words
+        "$venv/bin/python" -m pip install --quiet "$wheel[$extras]" --group tests $requirements
+        echo "$key" > "$venv/.key"
+    fi
+    "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"
 }
 
 # Builds every line's venv (in parallel: downloads and unpacking), e.g. in the background while the suite runs.
@@ -85,6 +98,7 @@ compat() {
         local venv="$PWD/.venvs/$name" versions
         versions="$("$venv/bin/python" -c 'import sys, pyspark, pyarrow; print(f"Python {sys.version.split()[0]}, pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}")')"
         echo "== compat $name: $versions"
+        # the installed package, not the checkout's src/ (tests import it as users do)
         if PYSPARK_PYTHON="$venv/bin/python" "$venv/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup \
             -q -p no:cacheprovider --durations=10 -m "$marks" </dev/null; then
             echo "== compat $name: passed in $((SECONDS - started)) s"

@@ -101,7 +101,7 @@ def source(tmp_path_factory) -> Path:
     import shutil
 
     copy = tmp_path_factory.mktemp("source") / "parquet-sink"
-    skip = shutil.ignore_patterns(".git", ".venv", "node_modules", "build", "*.egg-info", "__pycache__", ".*cache", ".hypothesis")
+    skip = shutil.ignore_patterns(".git", ".venv", ".venvs", "node_modules", "build", "*.egg-info", "__pycache__", ".*cache", ".hypothesis")
     shutil.copytree(REPO, copy, ignore=skip, symlinks=True)
     return copy
 
@@ -148,7 +148,7 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path, w
     metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode()
     fields = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line and not line.startswith(" ")]
     assert ["Name", "parquet-sink"] in fields and ["Version", __version__] in fields
-    assert sorted(v for k, v in fields if k == "Provides-Extra") == ["azure", "connect", "delta", "s3", "spark"]
+    assert sorted(v for k, v in fields if k == "Provides-Extra") == ["azure", "connect", "delta", "s3", "spark", "spark35"]
     assert "Apache License" in zipfile.ZipFile(wheel).read(f"{dist}/licenses/LICENSE").decode()[:200]
 
     venv = tmp_path / "venv"
