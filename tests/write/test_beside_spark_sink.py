@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 
 from parquet_sink import MetadataLog, ParquetSink, doctor, errors, read_committed, write_batch
+from parquet_sink.log.compaction import CompactibleLog
 from parquet_sink.log.entry import committed_by_spark_sink, records_of
 from parquet_sink.log.snapshot import read_snapshot
 from parquet_sink.maintenance import optimize
@@ -79,6 +80,9 @@ def test_write_batch_beside_a_running_spark_sink_is_refused(spark, tmp_path: Pat
     _spark_sink(spark, src, ckpt, out)
     before = _data_files(out)
     backfill = pa.table({"id": pa.array(range(1000, 1003), pa.int64()), "k": ["b"] * 3})
+    predicted = doctor(str(out), app_id="backfill", version=0).plan  # doctor predicts it with the same decision
+    assert (predicted.action, predicted.ok) == ("spark", False) and "spark_sink_stopped=True" in predicted.message
+    assert doctor(str(out), app_id="backfill", version=0, spark_sink_stopped=True).plan.action == "commit"
     with pytest.raises(errors.SparkSinkBatchError) as refused:
         write_batch(str(out), backfill, app_id="backfill", version=0)
     message = str(refused.value)
@@ -201,3 +205,75 @@ def test_refusal_in_spark_s_commit_window_says_finish_with_spark_s_sink_and_that
     run_available_now(_stream(spark, src), str(ckpt), ParquetSink(str(out)))
     assert MetadataLog(str(out)).latest_batch_id() == 2
     _ids_once(spark, out, [*range(5), *range(100, 105), *range(200, 205)])
+
+
+def _spark_wins(monkeypatch, out: str, batch: int) -> None:
+    """Spark's own sink commits log batch ``batch`` (an empty micro-batch: ``v1``) right before the writer under test
+    creates that log file: a commit race it loses, on real storage (as tests/write/test_neighbours.py stages them)."""
+    real_add = CompactibleLog.add
+
+    def add(self, batch_id, entries, removed=frozenset()):
+        if batch_id == batch and not Path(out, "_spark_metadata", str(batch)).exists():
+            assert real_add(MetadataLog(out), batch, [])
+        return real_add(self, batch_id, entries, removed)
+
+    monkeypatch.setattr(CompactibleLog, "add", add)
+
+
+def test_optimize_losing_its_batch_to_spark_s_sink_refuses_and_swaps_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Between optimize's read and its commit, Spark's sink commits the batch it was about to take (its first empty
+    batch): the re-read refuses as the first read would, its new files deleted, nothing swapped."""
+    out = str(tmp_path / "out")
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version]}), app_id="app", version=version)
+    before = _data_files(Path(out))
+    _spark_wins(monkeypatch, out, 3)
+    with pytest.raises(errors.SparkSinkBatchError, match="newest log batch 3 .*Nothing was swapped"):
+        optimize(out)
+    assert MetadataLog(out).latest_batch_id() == 3 and _data_files(Path(out)) == before
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_write_batch_losing_its_batch_to_spark_s_sink_refuses(tmp_path: Path, monkeypatch) -> None:
+    """write_batch loses its log batch to Spark's sink: the re-read refuses to commit after it, nothing committed."""
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"id": [0]}), app_id="app", version=0)
+    _spark_wins(monkeypatch, out, 1)
+    with pytest.raises(errors.SparkSinkBatchError, match="newest log batch 1 .*Nothing was committed"):
+        write_batch(out, pa.table({"id": [1]}), app_id="app", version=1)
+    assert MetadataLog(out).latest_batch_id() == 1
+    assert read_committed(out).column("id").to_pylist() == [0]
+
+
+def test_sink_losing_its_batch_to_spark_s_sink_refuses(spark, tmp_path: Path, monkeypatch) -> None:
+    """The sink loses its log batch to Spark's sink: it does not move its commit after Spark's batch (which that
+    query would then skip), it refuses, nothing committed."""
+    out = str(tmp_path / "out")
+    sink = ParquetSink(out)
+    sink(spark.createDataFrame([(0, "a")], SCHEMA), 0)
+    _spark_wins(monkeypatch, out, 1)
+    with pytest.raises(errors.SparkSinkBatchError, match="newest log batch 1 .*Nothing was committed"):
+        sink(spark.createDataFrame([(1, "a")], SCHEMA), 1)
+    assert MetadataLog(out).latest_batch_id() == 1
+    assert read_committed(out).column("id").to_pylist() == [0]
+
+
+def test_decisions_after_a_batch_of_spark_s_sink() -> None:
+    """The pure decisions every writer and doctor take: only the query Spark's sink ran, taken over with its
+    checkpoint (its next batch id is the log's next batch), commits after Spark's newest batch without the override."""
+    from parquet_sink.read.chain import decide_write
+    from parquet_sink.write.sink import CommitRecord, decide_batch
+
+    ours = {"q": CommitRecord(2, "q", 2, "c")}
+    assert decide_batch(4, {}, "q", 5, spark_newest=True) == ("commit", 5)  # the migration, same checkpoint
+    assert decide_batch(4, {}, "q", 5, append=True, spark_newest=True) == ("commit", 5)
+    assert decide_batch(4, {}, "q", 0, append=True, spark_newest=True) == ("spark", None)
+    assert decide_batch(4, {}, "q", 0, append=True, spark_newest=True, spark_sink_stopped=True) == ("commit", 5)
+    assert decide_batch(4, {}, "q", 4, spark_newest=True) == ("foreign", None)  # the commit window: advice apart
+    assert decide_batch(4, ours, "q", 3, spark_newest=True) == ("spark", None)  # our query, Spark's sink beside it
+    assert decide_batch(4, ours, "q", 3, spark_newest=True, spark_sink_stopped=True) == ("commit", 5)
+    assert decide_batch(4, ours, "q", 2, spark_newest=True) == ("skip", 2)  # a replay is never refused
+    assert decide_write(4, {}, "app", 0, spark_newest=True) == ("spark", 4)
+    assert decide_write(4, {}, "app", 0, spark_newest=True, spark_sink_stopped=True) == ("commit", 5)
+    assert decide_write(4, {"app": CommitRecord(3, "app", 0, "c-f")}, "app", 0, spark_newest=True) == ("skip", 3)
+    assert spark_sink_window(4, 5, True) is None and spark_sink_window(4, 4, False) is None
