@@ -110,6 +110,12 @@ class CommitConflictError(ParquetSinkError):
     committed the batch; a writer without a query id cannot tell), or lost races too many times in a row."""
 
 
+class SparkSinkBatchError(CommitConflictError):
+    """The newest log batch was committed by Spark's own file sink (``writeStream.format("parquet")``), which skips
+    every batch id the log already holds: a batch of ours committed after it would make that query skip its next
+    batch, losing its rows. Nothing was written. ``spark_sink_stopped=True`` says its query never runs again."""
+
+
 class ForeignQueryError(ParquetSinkError):
     """The output's log holds batches of another streaming query (a new checkpoint on an old output)."""
 

@@ -174,7 +174,7 @@ class LogModel(RuleBasedStateMachine):
             with pytest.raises(StaleVersionError, match=f"version {version}"):
                 write_batch(self.url, self.table(max(rows, 1)), app_id=app, version=version,
                             partition_by=["k"] if self.partitioned else None, storage_options=self.options,
-                            compact_interval=self.interval)
+                            compact_interval=self.interval, spark_sink_stopped=True)
             return
         table = self.data[app, version] if replay else self.table(rows)
         batch = len(self.history)
@@ -191,7 +191,7 @@ class LogModel(RuleBasedStateMachine):
                 result = write_batch(self.url, table, app_id=app, version=version,
                                      partition_by=["k"] if self.partitioned else None,
                                      storage_options=self.options, compact_interval=self.interval,
-                                     max_records_per_file=2)
+                                     max_records_per_file=2, spark_sink_stopped=True)
             except failpoints.FailpointError:
                 assert fires, f"failpoint {crash} fired where the model says it is not on the path"
                 result = None
@@ -212,7 +212,9 @@ class LogModel(RuleBasedStateMachine):
     @rule(old=st.booleans(), retention=st.booleans())
     def raw_add(self, old: bool, retention: bool) -> None:
         """MetadataLog.add of one file without a commit record (as Spark's sink writes), logged ``old`` (30
-        days ago) or now; a compaction with ``retention`` ("7d") drops the old entries, its own included."""
+        days ago) or now; a compaction with ``retention`` ("7d") drops the old entries, its own included. No Spark
+        query runs here: the apps' write_batch calls say so (spark_sink_stopped=True), else they refuse to commit
+        after such a batch (issue 53)."""
         spec = WriteSpec(self.storage, ("k",) if self.partitioned else (), "snappy", None)
         statuses = write_rows(spec, [self.table(1)])
         now = int(time.time() * 1000)
@@ -242,7 +244,8 @@ class LogModel(RuleBasedStateMachine):
             results[app] = write_batch(self.url, tables[app], app_id=app,
                                        version=self.versions.get(app, -1) + 1,
                                        partition_by=["k"] if self.partitioned else None,
-                                       storage_options=self.options, compact_interval=self.interval)
+                                       storage_options=self.options, compact_interval=self.interval,
+                                       spark_sink_stopped=True)
 
         threads = [threading.Thread(target=run, args=(app,)) for app in APPS]
         for t in threads:

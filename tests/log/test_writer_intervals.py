@@ -36,7 +36,8 @@ def _names(out: str, options: dict | None = None) -> dict[int, list[str]]:
 
 def _append(out: str, app: str, version: int, ids: range, interval: int) -> int:
     table = pa.table({"id": pa.array(ids, pa.int64())})
-    result = write_batch(out, table, app_id=app, version=version, compact_interval=interval)
+    # after batches as Spark's sink writes them, whose query (there is none) is stopped for good
+    result = write_batch(out, table, app_id=app, version=version, compact_interval=interval, spark_sink_stopped=True)
     assert result.committed
     return result.log_batch_id
 

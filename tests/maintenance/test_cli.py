@@ -438,6 +438,12 @@ def test_doctor_on_a_spark_sink_that_crashed_before_its_checkpoint_commit(spark,
         assert "run the query once more with Spark's own sink" in data["message"]
         assert "on_foreign_query='append' would write those rows a second time" in data["message"]
         code, data = cli_json("doctor", outputs.spark_out, "--checkpoint", ckpt, "--on-foreign-query", "append")
+        # refused (SparkSinkBatchError): Spark's sink committed the newest batch (issue 53), with the same advice
+        assert (code, data["ok"], data["action"], data["log_batch"]) == (1, False, "spark", None)
+        assert "run the query once more with Spark's own sink" in data["message"]
+        assert "a second time" in data["message"]
+        code, data = cli_json("doctor", outputs.spark_out, "--checkpoint", ckpt, "--on-foreign-query", "append",
+                              "--spark-sink-stopped")
         assert (code, data["ok"], data["action"], data["log_batch"]) == (1, False, "commit", 7)
         assert "a second time" in data["warnings"][0]
 

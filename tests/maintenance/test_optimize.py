@@ -607,7 +607,8 @@ def test_int96_files_next_to_micros_files_are_compacted(tmp_path) -> None:
                    app_file)
     assert log.add(1, [LogEntry(app_file.as_uri(), app_file.stat().st_size, False, int(time.time() * 1000))])
     empty = pa.table({"id": pa.array([], pa.int64()), "t": pa.array([], pa.timestamp("us", "UTC"))})
-    write_batch(out, empty, app_id="app", version=0)  # the newest batch an app's: no Spark sink appends here
+    # the newest batch an app's: no Spark sink appends here (its query is stopped for good, which write_batch is told)
+    write_batch(out, empty, app_id="app", version=0, spark_sink_stopped=True)
     before = read_committed(out).sort_by("id")
     assert before.schema.field("t").type == pa.timestamp("us", "UTC")
     result = optimize(out, target_file_size="1GB")
@@ -656,7 +657,7 @@ def test_rows_preserved_for_drawn_timestamp_encodings_and_calendars(tmp_path_fac
             "t": pa.array([d * 86_400_000_000 + 1 for d in days], pa.int64()).cast(utc),
         })
         if _ENCODINGS[encoding] is None:
-            write_batch(out, table, app_id="app", version=batch)
+            write_batch(out, table, app_id="app", version=batch, spark_sink_stopped=True)  # no Spark query runs here
             continue
         path = Path(out) / f"part-{batch:05d}-{uuid.uuid4()}.c000.snappy.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)

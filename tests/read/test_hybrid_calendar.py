@@ -75,7 +75,7 @@ def test_files_of_spark_24_read_as_spark_reads_them(spark, tmp_path_factory, day
     _commit(out, files if legacy_first else files[::-1])
     # optimize refuses an output whose newest batch Spark's own sink committed: the newest is an app's
     write_batch(out, pa.table({"id": [1000], "d": [dt.date(2000, 1, 1)], "t": [dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)]},
-                              schema=stored.schema), app_id="newest", version=0)
+                              schema=stored.schema), app_id="newest", version=0, spark_sink_stopped=True)
     expected = _spark_rows(spark, out)
     assert _rows(read_committed(out)) == expected
     # the hybrid file's values moved by whole days before 1582-10-15 and not at all after (the oracle agrees)

@@ -150,15 +150,16 @@ def spark_sink_restarts(draw) -> tuple[Output, Checkpoint]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(spark_sink_restarts(), st.booleans())
-def test_doctor_never_calls_a_restart_safe_that_may_commit_sparks_batches_again(restart, append):
+@given(spark_sink_restarts(), st.booleans(), st.booleans())
+def test_doctor_never_calls_a_restart_safe_that_may_commit_sparks_batches_again(restart, append, stopped):
     """A restart whose first batch the log of Spark's own sink already holds may be that sink's own replay: a
     plan that commits it (on_foreign_query="append") is not safe, and no plan offers on_foreign_query="append"
     without saying it writes those rows a second time. Before, doctor called the append safe (exit 0) and offered
     it as the fix for a Spark sink that crashed between its log commit and its checkpoint commit: the rows of the
-    re-run batch were in the output twice."""
+    re-run batch were in the output twice. A batch after the log's next one commits after Spark's newest batch
+    (which that sink's query would then skip) only once its query is said to be stopped for good (issue 53)."""
     output, ckpt = restart
-    plan = plan_restart(ckpt, output, append=append)
+    plan = plan_restart(ckpt, output, append=append, spark_sink_stopped=stopped)
     held = plan.batch <= output.latest
     if held:
         assert not plan.ok
@@ -166,4 +167,6 @@ def test_doctor_never_calls_a_restart_safe_that_may_commit_sparks_batches_again(
         assert "run the query once more with Spark's own sink" in text and "a second time" in text
     else:  # a batch after the log's newest: Spark's sink never committed it
         assert plan.ok == (plan.action == "commit") and not plan.warnings
-        assert plan.ok == (plan.batch == output.latest + 1 or append)
+        assert plan.ok == (plan.batch == output.latest + 1 or (append and stopped))
+        if not plan.ok and append:
+            assert plan.action == "spark" and "spark_sink_stopped=True" in plan.message

@@ -297,9 +297,10 @@ def test_naive_and_zoned_timestamps_keep_the_outputs_spark_type(spark, tmp_path_
         batch = _timestamps(moments, zone, place)
         if naive_kind and zone is not None:
             with pytest.raises(errors.SchemaMismatchError, match="'ts'.*TIMESTAMP_NTZ.*naive"):
-                write_batch(out, batch, app_id="a", version=version)
+                write_batch(out, batch, app_id="a", version=version, spark_sink_stopped=True)
             continue
-        assert write_batch(out, batch, app_id="a", version=version).committed
+        # after a batch as Spark's sink commits it, whose query (there is none) is stopped for good
+        assert write_batch(out, batch, app_id="a", version=version, spark_sink_stopped=True).committed
         written += moments
     read = spark.read.parquet(out)
     assert type(_leaf_type(read.schema["ts"].dataType)).__name__ == ("TimestampNTZType" if naive_kind else "TimestampType")

@@ -231,7 +231,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         args.path, target_file_size=args.target_file_size, partitions=partitions or None, sort_by=args.sort_by,
         z_order=args.z_order,
         dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval or 10,
-        storage_options=storage_options(args), progress=progress,
+        storage_options=storage_options(args), progress=progress, spark_sink_stopped=args.spark_sink_stopped,
     )
     plan = result.plan
     storage = plan.storage
@@ -326,7 +326,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     diagnosis = doctor(
         args.path, checkpoint=args.checkpoint, app_id=args.app_id, version=args.app_version,
         storage_options=storage_options(args), on_foreign_query=args.on_foreign_query,
-        batch_id_only=args.batch_id_only,
+        batch_id_only=args.batch_id_only, spark_sink_stopped=args.spark_sink_stopped,
     )
     output, ckpt, plan = diagnosis.output, diagnosis.checkpoint, diagnosis.plan
     if ckpt is None:

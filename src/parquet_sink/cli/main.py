@@ -207,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     optimize.add_argument("--dry-run", action="store_true", help="say what would be rewritten, write nothing")
     optimize.add_argument("--compression", default="snappy", help="Parquet codec of the new files (default snappy)")
+    optimize.add_argument(
+        "--spark-sink-stopped",
+        action="store_true",
+        help="the query of Spark's own file sink that committed the newest log batch is stopped for good (without "
+        "it such an output is refused: that query would skip its next batches)",
+    )
     delta_sync = command(
         "delta-sync",
         "create or bring up to date the output's Delta Lake log (_delta_log), listing exactly the committed files",
@@ -243,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the sink runs with allow_batch_id_only=True and no checkpoint_location (Spark Connect): replays "
         "are told apart by batch id only",
+    )
+    doctor.add_argument(
+        "--spark-sink-stopped",
+        action="store_true",
+        help="the sink (or write_batch) runs with spark_sink_stopped=True: the query of Spark's own file sink that "
+        "committed the newest log batch is stopped for good",
     )
     return parser
 

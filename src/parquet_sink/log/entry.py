@@ -405,3 +405,22 @@ def attribute(records: Sequence[CommitRecord], batch_ids: Iterable[int]) -> dict
             offset = batch_id - before.log_batch_id
             result[batch_id] = CommitRecord(batch_id, before.query_id, before.query_batch_id + offset, "")
     return result
+
+
+def committed_by_spark_sink(records: Sequence[CommitRecord], batch_id: int | None) -> bool:
+    """Whether log batch ``batch_id`` was committed by Spark's own file sink: it carries no commit record of ours
+    (its own, or one inferred inside its run by :func:`attribute`, as a compact file keeps only the ends of each
+    run), whatever it holds. Every batch of ours carries one (a batch without files on an entry of its own), so a
+    batch without one is Spark's, files or none: a log file with only the version line (an empty micro-batch, or a
+    partitioned query's batch with no rows), or a compact file Spark wrote (it keeps no key of ours). False for None
+    (an empty log). ``records``: those of a log snapshot (:func:`records_of`), or each writer's newest (the newest
+    batch, when it is ours, is the newest record of its writer). Pure: every writer and ``doctor`` decide with it.
+
+    Example::
+
+        >>> committed_by_spark_sink([CommitRecord(0, "q", 0, "a"), CommitRecord(4, "q", 4, "b")], 5)
+        True
+        >>> committed_by_spark_sink([CommitRecord(0, "q", 0, "a"), CommitRecord(4, "q", 4, "b")], 2)
+        False
+    """
+    return batch_id is not None and batch_id >= 0 and batch_id not in attribute(records, [batch_id])

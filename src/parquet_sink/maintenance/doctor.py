@@ -22,9 +22,11 @@ from typing import Any, Literal
 
 from ..errors import ParameterError, names_output
 from ..log.compaction import check_flags
+from ..log.entry import committed_by_spark_sink
 from ..log.files import check_output_root
 from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
+from ..write.conflicts import spark_sink_refusal, spark_sink_window
 from ..write.sink import Action, checkpoint_query_id, decide_batch
 from .inspect import Output, read_output
 
@@ -76,12 +78,23 @@ class RestartPlan:
         return self.action in ("commit", "skip") and not self.warnings
 
 
-def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_id_only: bool = False) -> RestartPlan:
+def _spark_newest(output: Output) -> bool:
+    """Whether Spark's own file sink committed the output's newest log batch, as every writer decides it
+    (:func:`~parquet_sink.log.entry.committed_by_spark_sink`)."""
+    records = [b.record for b in output.batches.values() if b.record is not None]
+    return committed_by_spark_sink(records, output.latest)
+
+
+def plan_restart(
+    ckpt: Checkpoint, output: Output, append: bool = False, batch_id_only: bool = False,
+    spark_sink_stopped: bool = False,
+) -> RestartPlan:
     """Predict a restart: Spark re-runs its newest batch when the checkpoint has offsets but no commit for
     it, else starts the next one; the sink then decides as :func:`parquet_sink.write.sink.decide_batch` says,
     with the sink's identity rule: the query is the one in the checkpoint's ``metadata`` (a new query
     when there is none yet), or nobody with ``batch_id_only`` (the sink's ``allow_batch_id_only`` under
-    Spark Connect without ``checkpoint_location``), which is reported as a warning.
+    Spark Connect without ``checkpoint_location``), which is reported as a warning. ``spark_sink_stopped`` as the
+    sink's option.
 
     Example::
 
@@ -105,24 +118,27 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
     else:
         batch, replay = ckpt.offsets + 1, False
         start = f"Nothing to replay: batch {ckpt.offsets} is done in the checkpoint; the next batch is {batch}"
-    action, log_batch = decide_batch(latest, queries, query_id, batch, append)
-    # Only Spark's own sink wrote the log (it records no query id), and this checkpoint has run up to a batch the
-    # log holds: if it is the checkpoint Spark's sink wrote the output with, batches batch..latest are in it already
-    # (its sink commits before the checkpoint does), and committing them again doubles their rows.
-    sparks = ckpt.offsets is not None and not queries and 0 <= batch <= latest
-    spark_fix = (
-        f"If this is the checkpoint Spark's own sink (writeStream.format('parquet')) wrote the output with, log "
-        f"batch{'es' if batch < latest else ''} {batch if batch == latest else f'{batch}..{latest}'} already "
-        f"hold{'' if batch < latest else 's'} what Spark re-runs: run the query once more with Spark's own sink "
-        "(it skips the batches it committed) until the checkpoint commits batch "
-        f"{latest}, then restart it with ParquetSink; on_foreign_query='append' would write those rows a second time."
-    )
+    spark_newest = _spark_newest(output)
+    action, log_batch = decide_batch(latest, queries, query_id, batch, append, spark_newest, spark_sink_stopped)
+    # Spark's own sink committed the newest log batch (it records no query id), and this checkpoint has run up to a
+    # batch the log holds: if it is the checkpoint Spark's sink wrote the output with, batches batch..latest are in it
+    # already (its sink commits before the checkpoint does), and committing them again doubles their rows. The sink
+    # refuses with the same words.
+    spark_fix = None if ckpt.offsets is None else spark_sink_window(latest, batch, spark_newest)
+    sparks = spark_fix is not None
     if action == "commit":
         message = f"{start}, and the sink will commit it as log batch {log_batch}."
     elif action == "skip":
         message = (
             f"{start}, and the sink will skip it: already committed by this query as log batch {log_batch}. "
             f"Spark then marks it done and continues with batch {batch + 1}."
+        )
+    elif action == "spark" or (sparks and action == "foreign"):
+        error = "SparkSinkBatchError" if action == "spark" else "ForeignQueryError"
+        where = output.storage.display(output.storage.root)
+        refusal = str(spark_sink_refusal(where, latest, f"batch {batch}", "It writes nothing."))
+        message = f"{start}, but the sink will refuse it with {error}: " + (
+            f"log batch {latest}, the newest, was committed by Spark's own file sink. {spark_fix}" if sparks else refusal
         )
     elif action == "foreign":
         taken = min(batch, latest)  # the batch the sink names as taken
@@ -135,10 +151,7 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
             f"by {by}, not by this checkpoint's query."
         )
         message = (
-            f"{refusal} {spark_fix} Otherwise (another query's checkpoint), write to a new output path, or use "
-            f"on_foreign_query='append' to append after log batch {latest}."
-            if sparks
-            else f"{refusal} Fix: restart from the original checkpoint of that query, write to a new output path, "
+            f"{refusal} Fix: restart from the original checkpoint of that query, write to a new output path, "
             f"or use ParquetSink(..., on_foreign_query='append') to append after log batch {latest}."
         )
     else:
@@ -173,7 +186,7 @@ def plan_restart(ckpt: Checkpoint, output: Output, append: bool = False, batch_i
     return plan
 
 
-def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
+def plan_app_write(output: Output, app_id: str, version: int, spark_sink_stopped: bool = False) -> RestartPlan:
     """Predict ``write_batch(..., app_id=app_id, version=version)`` on the output, as
     :func:`parquet_sink.read.chain.decide_write` decides it: skip (the app committed this version or a newer
     one) or commit as the next log batch.
@@ -185,7 +198,7 @@ def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
     """
     latest = -1 if output.latest is None else output.latest
     commits = output.queries()
-    action, log_batch = decide_write(latest, commits, app_id, version)
+    action, log_batch = decide_write(latest, commits, app_id, version, _spark_newest(output), spark_sink_stopped)
     own = commits.get(app_id)
     done = "has committed nothing here" if own is None else (
         f"committed up to version {own.query_batch_id} (log batch {own.log_batch_id})"
@@ -200,6 +213,10 @@ def plan_app_write(output: Output, app_id: str, version: int) -> RestartPlan:
             "or under a new app_id."
         )
         return RestartPlan(version, False, action, log_batch, message, [f"version {version} was never committed"])
+    if action == "spark":
+        where = output.storage.display(output.storage.root)
+        refusal = spark_sink_refusal(where, latest, f"version {version} of app {app_id!r}", "It writes nothing.")
+        return RestartPlan(version, False, action, None, f"app {app_id} {done}: SparkSinkBatchError: {refusal}")
     if action == "skip":
         message = (
             f"app {app_id} {done}: rerunning it at version {version} writes nothing (write_batch returns "
@@ -233,17 +250,19 @@ def doctor(
     storage_options: Mapping[str, Any] | None = None,
     on_foreign_query: Literal["error", "append"] = "error",
     batch_id_only: bool = False,
+    spark_sink_stopped: bool = False,
 ) -> Diagnosis:
     """Predict a restart of the query whose checkpoint is ``checkpoint`` (``on_foreign_query`` and
     ``batch_id_only`` as the sink is configured: ``allow_batch_id_only`` without ``checkpoint_location``), or a
     rerun of ``write_batch(path, ..., app_id=app_id, version=version)``. Give one of the two. Reads only.
+    ``spark_sink_stopped``: as the sink's and ``write_batch``'s option.
 
     Example::
 
         >>> doctor("/data/daily", app_id="daily-job", version=41).plan.action
         'skip'
     """
-    check_flags(batch_id_only=batch_id_only)
+    check_flags(batch_id_only=batch_id_only, spark_sink_stopped=spark_sink_stopped)
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
     checked_version = None if app_id is None else check_app_version(app_id, version)
@@ -251,10 +270,13 @@ def doctor(
     check_output_root(path, Storage(path, dict(storage_options or {})))
     output = read_output(path, storage_options=storage_options, must_exist=False)
     if app_id is not None and checked_version is not None:
-        return Diagnosis(output, None, plan_app_write(output, app_id, checked_version))
+        return Diagnosis(output, None, plan_app_write(output, app_id, checked_version, spark_sink_stopped))
     assert checkpoint is not None
     ckpt = Checkpoint.read(checkpoint, storage_options)
-    plan = plan_restart(ckpt, output, append=on_foreign_query == "append", batch_id_only=batch_id_only)
+    plan = plan_restart(
+        ckpt, output, append=on_foreign_query == "append", batch_id_only=batch_id_only,
+        spark_sink_stopped=spark_sink_stopped,
+    )
     return Diagnosis(output, ckpt, plan)
 
 

@@ -67,12 +67,20 @@ def app_commits(records: Sequence[CommitRecord]) -> dict[str | None, CommitRecor
 
 
 def decide_write(
-    latest: int, commits: Mapping[str | None, CommitRecord], app_id: str, version: int
-) -> tuple[Literal["commit", "skip"], int]:
+    latest: int,
+    commits: Mapping[str | None, CommitRecord],
+    app_id: str,
+    version: int,
+    spark_newest: bool = False,
+    spark_sink_stopped: bool = False,
+) -> tuple[Literal["commit", "skip", "spark"], int]:
     """What :func:`parquet_sink.write_batch` does with ``(app_id, version)`` given the newest log batch
     ``latest`` (-1 when empty) and each app's newest commit: ``("skip", log batch holding the app's newest
     commit)`` when that commit's version is >= ``version`` (Delta's txnAppId/txnVersion rule), else
-    ``("commit", latest + 1)``. Pure, so ``parquet-sink doctor --app-id`` predicts with it.
+    ``("spark", latest)`` when Spark's own file sink committed the newest log batch (``spark_newest``:
+    :func:`~parquet_sink.log.entry.committed_by_spark_sink`) and its query is not stopped for good
+    (``spark_sink_stopped``): a commit after it would make that query skip its next batch (SparkSinkBatchError);
+    else ``("commit", latest + 1)``. Pure, so ``parquet-sink doctor --app-id`` predicts with it.
 
     Example::
 
@@ -80,10 +88,14 @@ def decide_write(
         ('skip', 4)
         >>> decide_write(4, {"job": CommitRecord(4, "job", 7, "c")}, "job", 8)
         ('commit', 5)
+        >>> decide_write(4, {}, "job", 0, spark_newest=True)
+        ('spark', 4)
     """
     own = commits.get(app_id)
     if own is not None and version <= own.query_batch_id:
         return "skip", own.log_batch_id
+    if spark_newest and not spark_sink_stopped:
+        return "spark", latest
     return "commit", latest + 1
 
 

@@ -47,7 +47,7 @@ from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, S
 from ..failpoints import failpoint
 from ..partitioning import check_time_zone
 from ..parquet_read import INT96_ONLY, holds_naive_timestamp, map_leaves, naive_timestamps
-from .conflicts import Transaction, check_commit, winning_commits
+from .conflicts import Transaction, check_commit, spark_sink_refusal, winning_commits
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_flags, check_positive_int
 from ..log.files import check_output_root
@@ -56,7 +56,7 @@ from ..log.metadata_log import MetadataLog
 from .schema import (
     check_batch_schema, check_partition_by, check_partition_columns, check_storable, committed_zones, read_committed_schema,
 )
-from ..log.entry import BATCH_KEY, CommitRecord, records_of
+from ..log.entry import BATCH_KEY, CommitRecord, committed_by_spark_sink, records_of
 from .parquet_files import FileStatus, WriteSpec, codec_extension, log_entry, write_rows, write_schema_file
 
 logger = logging.getLogger(__name__)
@@ -273,6 +273,7 @@ def write_batch(
     allow_existing_files: bool = False,
     ignore_changed_data: bool = False,
     delta_log: bool = False,
+    spark_sink_stopped: bool = False,
 ) -> WriteResult:
     """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
 
@@ -298,10 +299,14 @@ def write_batch(
             directory holds Parquet files but no committed batch).
         delta_log: after the commit (or a skip), bring the output's Delta log (``_delta_log``) in step with
             the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised.
+        spark_sink_stopped: the query of Spark's own file sink that committed the output's newest log batch is
+            stopped for good. Without it such an output is refused (SparkSinkBatchError, nothing written): that
+            query skips every batch id the log holds, so this commit would make it lose its next batch.
 
     Raises SchemaMismatchError (nothing written) when the data does not fit the committed schema, or has a
     column Spark cannot read or Parquet cannot hold (:func:`~parquet_sink.write.schema.check_storable`),
-    StaleVersionError (nothing written) as above, and CommitConflictError after many lost races in a row.
+    StaleVersionError (nothing written) as above, SparkSinkBatchError (nothing written) as ``spark_sink_stopped``
+    says, and CommitConflictError after many lost races in a row.
 
     Example::
 
@@ -312,7 +317,10 @@ def write_batch(
     """
     version = check_app_version(app_id, version)
     codec_extension(compression)  # validate early
-    check_flags(allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log)
+    check_flags(
+        allow_existing_files=allow_existing_files, ignore_changed_data=ignore_changed_data, delta_log=delta_log,
+        spark_sink_stopped=spark_sink_stopped,
+    )
     check_time_zone(time_zone)
     if max_records_per_file is not None:
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
@@ -339,7 +347,13 @@ def write_batch(
             own = commits.get(app_id)
             result = WriteResult(False, app_id, version, None, None if own is None else own.query_batch_id)
             result.conflicts = attempt
-            action, log_batch = decide_write(latest, commits, app_id, version)
+            spark_newest = committed_by_spark_sink(records, snap.latest)
+            action, log_batch = decide_write(latest, commits, app_id, version, spark_newest, spark_sink_stopped)
+            if action == "spark":
+                raise spark_sink_refusal(
+                    log.display(log.storage.root), latest, what, "Nothing was written." if statuses is None else
+                    "Nothing was committed (its data files are left for `parquet-sink vacuum`).",
+                )
             result.log_batch_id = log_batch
             if action == "skip":
                 assert result.committed_version is not None

@@ -21,6 +21,12 @@ Only real conflicts are refused:
 on drawn interleavings and reusable by any writer that commits beside others; :func:`winning_commits` reads
 what it needs from the log entries of the winning batches (one Parquet footer per winning batch with files).
 
+Spark's own file sink is a neighbour no commit may follow: it skips every batch id the log already holds, so a
+batch of ours committed after its newest one makes its query skip its next batch (rows lost, no error). Every
+writer (the sink, ``write_batch``, ``optimize``) and ``doctor`` decide that with
+:func:`~parquet_sink.log.entry.committed_by_spark_sink` and refuse with :func:`spark_sink_refusal`; the advice
+for a batch Spark's sink may be re-running is :func:`spark_sink_window`.
+
 Example::
 
     >>> txn = Transaction("q1", 7, pa.schema([("id", pa.int64())]), ())
@@ -38,6 +44,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import SparkSinkBatchError
 from ..log.entry import BATCH_KEY, CommitRecord, attribute, records_of
 from ..log.snapshot import data_files
 from ..storage.filesystem import Storage
@@ -126,3 +133,52 @@ def winning_commits(storage: Storage, table: pa.Table, after: int, latest: int) 
         schema, partitions = found if found is not None else (None, None)
         winners.append(WinningCommit(batch, records.get(batch), schema, partitions))
     return winners
+
+
+def spark_sink_refusal(where: str, latest: int, what: str, written: str = "Nothing was written.") -> SparkSinkBatchError:
+    """The refusal to commit ``what`` (a ``write_batch`` version, a streaming batch, an optimize) to the output
+    ``where`` whose newest log batch ``latest`` Spark's own file sink committed
+    (:func:`~parquet_sink.log.entry.committed_by_spark_sink`), unless its query is stopped for good
+    (``spark_sink_stopped=True``, the one override of every writer). ``written``: what the refusal left behind.
+
+    Example::
+
+        >>> str(spark_sink_refusal("/data/events", 4, "version 0 of app 'backfill'"))
+        "version 0 of app 'backfill' cannot be committed to /data/events: its newest log batch 4 was committed by ..."
+    """
+    return SparkSinkBatchError(
+        f"{what} cannot be committed to {where}: its newest log batch {latest} was committed by Spark's own file sink "
+        "(writeStream.format('parquet'); the batch carries no commit record of parquet-sink's), which skips every "
+        f"batch id the log already holds: a commit now would take log batch {latest + 1}, and that query would skip "
+        f"its batch {latest + 1}, losing its rows without an error. {written} While that query may run again with "
+        "format('parquet'), write to another output path (or move that query itself to ParquetSink with its "
+        "checkpoint: it then continues this log). If it is stopped for good, pass spark_sink_stopped=True."
+    )
+
+
+def spark_sink_window(latest: int, batch_id: int, spark_newest: bool) -> str | None:
+    """The advice when batch ``batch_id`` of a query may be Spark's own file sink's re-run of a batch it committed
+    to the log but not to its checkpoint (killed between its log commit and ``commits/<id>``: the log's newest batch
+    ``latest`` is Spark's, ``spark_newest``, and holds batch ids ``batch_id..latest``), else None. Committing that
+    batch (``on_foreign_query='append'``) would write its rows a second time; Spark's sink run once more skips the
+    batches its log holds and commits them to the checkpoint. The sink's refusal and ``doctor`` both say it. Pure.
+
+    Example::
+
+        >>> spark_sink_window(4, 4, True)
+        "If this is the checkpoint Spark's own sink (writeStream.format('parquet')) wrote the output with, ..."
+    """
+    if not spark_newest or not 0 <= batch_id <= latest:
+        return None
+    held = f"log batch {batch_id} already holds" if batch_id == latest else f"log batches {batch_id}..{latest} already hold"
+    return (
+        f"If this is the checkpoint Spark's own sink (writeStream.format('parquet')) wrote the output with, {held} "
+        "what Spark re-runs (it was stopped between its log commit and its checkpoint commit): finish that batch with "
+        "Spark's own sink first: run the query once more with Spark's own sink (it skips the batches it committed) "
+        f"until the checkpoint commits batch {latest}, then restart it with ParquetSink; on_foreign_query='append' "
+        "would write those rows a second time. Otherwise (another query's checkpoint): while the query of Spark's "
+        f"own sink may run again, a commit after its log batch {latest} would make it skip its next batch, losing its "
+        "rows, so write to a new output path; once that query is stopped for good (it never runs again with "
+        "format('parquet')), pass ParquetSink(..., on_foreign_query='append', spark_sink_stopped=True) to append "
+        f"after log batch {latest}."
+    )

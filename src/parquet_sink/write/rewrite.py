@@ -75,10 +75,13 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
-from ..errors import CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError, names_output
+from ..errors import (
+    CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError, SparkSinkBatchError,
+    names_output,
+)
 from ..failpoints import failpoint
 from ..log.compaction import check_flags
-from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, records_of
+from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, committed_by_spark_sink, records_of
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
@@ -94,6 +97,7 @@ from ..read.history import (
 from ..read.reader import CommittedFile, damaged_in_place, unreadable_file
 from ..rebase import proleptic_metadata, to_proleptic
 from ..storage.filesystem import Storage
+from .conflicts import spark_sink_refusal
 from .inflight import InFlightBatch
 from .parquet_files import codec_extension, parquet_codec
 
@@ -494,6 +498,7 @@ def optimize(
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[Sequence[Any], str], Iterable[Any]] = lambda items, label: items,
     delta_log: bool | None = None,
+    spark_sink_stopped: bool = False,
 ) -> OptimizeResult:
     """Rewrite the committed small files of the output at ``path`` into files near ``target_file_size`` (bytes,
     or a string such as ``"128MB"``), one partition directory at a time, and swap them in with one commit that
@@ -516,11 +521,15 @@ def optimize(
             the swap becomes an ``OPTIMIZE`` commit whose ``remove`` and ``add`` actions carry
             ``dataChange=false``, so Delta streaming readers skip it); None: when the output has a Delta log.
             Its failure is logged, never raised (the swap is committed; the next sync catches up).
+        spark_sink_stopped: the query of Spark's own file sink that committed the output's newest log batch is
+            stopped for good (see below), as the sink's and ``write_batch``'s option of that name.
 
     Returns an :class:`OptimizeResult`; ``committed`` is False when there was nothing to rewrite, on a dry run,
     or when another writer removed every input first. Raises NotAnOutputError for a path without a log,
-    CommitConflictError when the log's newest batch was written by Spark's own sink (an optimize's batches would
-    make that query skip its next batches: stop it for good first) or after many lost races in a row.
+    SparkSinkBatchError (a CommitConflictError) when the log's newest batch was committed by Spark's own sink
+    (:func:`~parquet_sink.log.entry.committed_by_spark_sink`, whatever the batch holds: an optimize's batches would
+    make that query skip its next batches) unless ``spark_sink_stopped``, nothing written, and CommitConflictError
+    after many lost races in a row.
 
     Example::
 
@@ -528,7 +537,7 @@ def optimize(
         3
     """
     started = time.monotonic()
-    check_flags(dry_run=dry_run)
+    check_flags(dry_run=dry_run, spark_sink_stopped=spark_sink_stopped)
     if delta_log is not None:  # None: as the output has a Delta log
         check_flags(delta_log=delta_log)
     target = parse_file_size(target_file_size)
@@ -558,7 +567,7 @@ def optimize(
     if dry_run or not plan.bins:
         result.seconds = time.monotonic() - started
         return result
-    _refuse_spark_sink(log, snap, where)
+    _refuse_spark_sink(snap, where, spark_sink_stopped)
     interval = log.interval_for(snap.listing)
     target_batch = _next_compaction(snap.latest, interval)
     # live until an optimize commits at its batch or later: a writer taking that batch first does not end it (the
@@ -589,7 +598,7 @@ def optimize(
             result.seconds = time.monotonic() - started
             return result
         failpoint("optimize_commit")
-        lease = _commit(log, result, written, interval, lease, snap, began_ms)
+        lease = _commit(log, result, written, interval, lease, snap, began_ms, spark_sink_stopped)
     finally:
         lease.end(staged=False)
     if result.committed and (has_delta_log(storage) if delta_log is None else delta_log):
@@ -605,19 +614,12 @@ def _next_compaction(latest: int | None, interval: int) -> int:
     return after + (interval - 1 - after % interval) % interval
 
 
-def _refuse_spark_sink(log: MetadataLog, snap: LogSnapshot, where: str) -> None:
-    """CommitConflictError when the newest log batch was committed by Spark's own sink (no commit record)."""
-    assert snap.latest is not None
-    recorded = {r.log_batch_id for r in records_of(snap.table)}
-    ids = snap.table.column(BATCH_KEY)
-    newest_data = pc.max(ids).as_py() if ids.null_count < len(ids) else None
-    if snap.latest not in recorded and (newest_data == snap.latest or newest_data is None):
-        raise CommitConflictError(
-            f"refusing to optimize {where}: its newest log batch {snap.latest} was committed by Spark's own file "
-            "sink, which skips every batch whose id the log already holds, so the batches an optimize commits would "
-            "silently drop that query's next batches. Stop that query for good (or move it to parquet-sink's sink), "
-            "then optimize."
-        )
+def _refuse_spark_sink(snap: LogSnapshot, where: str, stopped: bool, written: str = "Nothing was written.") -> None:
+    """SparkSinkBatchError when the newest log batch was committed by Spark's own sink
+    (:func:`~parquet_sink.log.entry.committed_by_spark_sink`) and its query is not ``stopped`` for good."""
+    if not stopped and committed_by_spark_sink(records_of(snap.table), snap.latest):
+        assert snap.latest is not None
+        raise spark_sink_refusal(where, snap.latest, "an optimize", written)
 
 
 def _commit(
@@ -628,10 +630,13 @@ def _commit(
     lease: InFlightBatch,
     planned: LogSnapshot,
     protects_from_ms: int,
+    spark_sink_stopped: bool = False,
 ) -> InFlightBatch:
     """Commit the swap of ``written`` (bin -> its new files) at the next compaction batch: empty batches up to it,
     then the compact file; re-read after every lost race, giving up the bins whose inputs are gone. ``planned``:
-    the snapshot the plan read, used as it is while no batch was committed since. When another writer took the
+    the snapshot the plan read, used as it is while no batch was committed since. A re-read whose newest batch Spark's
+    own sink committed refuses (SparkSinkBatchError, unless ``spark_sink_stopped``), the new files deleted. When
+    another writer took the
     compaction batch, the lease moves to the next one before the empty batches, still protecting the files
     written since ``protects_from_ms`` (the first lease's storage time), and the new files are checked to be
     there before the swap names them. Returns the lease it holds last."""
@@ -648,6 +653,11 @@ def _commit(
             # planned before the log had a compact file, ``interval`` was the default: a writer's first compact
             # file since tells the log's (and ``log.add`` goes by it)
             interval = log.interval_for(snap.listing)
+            if not spark_sink_stopped and committed_by_spark_sink(records_of(snap.table), snap.latest):
+                for path, _, _ in (file for files in written.values() for file in files):
+                    storage.delete(path)  # never committed: no reader can have them
+                padded = f" (after its empty batches {result.padding_batches})" if result.padding_batches else ""
+                _refuse_spark_sink(snap, where, False, f"Nothing was swapped{padded}.")
             live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
             for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
                 for path, _, _ in written.pop(bin_):  # never committed: no reader can have them
@@ -777,7 +787,7 @@ class BackgroundOptimizer:
     def __init__(
         self, path: str, storage_options: Mapping[str, Any] | None, *, every: int,
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE, compression: str = "snappy",
-        compact_interval: int = 10, delta_log: bool = False,
+        compact_interval: int = 10, delta_log: bool = False, spark_sink_stopped: bool = False,
     ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ParameterError(f"optimize_every must be an integer >= 1 (batches), got {every!r}")
@@ -785,7 +795,7 @@ class BackgroundOptimizer:
         self._options = {
             "target_file_size": parse_file_size(target_file_size), "compression": compression,
             "compact_interval": compact_interval, "storage_options": dict(storage_options or {}),
-            "delta_log": delta_log,
+            "delta_log": delta_log, "spark_sink_stopped": spark_sink_stopped,
         }
         self.last: OptimizeResult | None = None
         self.error: ParquetSinkError | None = None
@@ -820,9 +830,10 @@ class BackgroundOptimizer:
             self.error = None
             logger.info("%s: %d files replaced by %d (log batch %s)", what, self.last.files_removed,
                         self.last.files_added, self.last.log_batch_id)
-        except CommitConflictError as exc:
-            logger.info("%s lost its commit races; the next one compacts: %s", what, exc)
         except ParquetSinkError as exc:
+            if isinstance(exc, CommitConflictError) and not isinstance(exc, SparkSinkBatchError):
+                logger.info("%s lost its commit races; the next one compacts: %s", what, exc)
+                return
             self.error = exc
             logger.warning("%s failed (%s: %s); the stream's batches are committed", what, type(exc).__name__, exc)
         except Exception as exc:  # a thread's failure must not vanish: typed, kept and logged

@@ -49,13 +49,16 @@ from ..errors import (
     QueryIdentityError,
     SchemaMismatchError,
     SinkUsageError,
+    SparkSinkBatchError,
     TemporaryCheckpointWarning,
     call_text,
     original_error,
     parameters_of,
 )
 from ..failpoints import failpoint
-from .conflicts import Conflict, Transaction, check_commit, winning_commits
+from .conflicts import (
+    Conflict, Transaction, check_commit, spark_sink_refusal, spark_sink_window, winning_commits,
+)
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from .jvm import per_context
 from .manifest_write import COMMIT_PROTOCOL, DEFAULT_COMMIT_PROTOCOL, unloadable_commit_protocol
@@ -65,7 +68,7 @@ from ..log.compaction import LogOptions, check_flags, check_positive_int
 from ..log.files import check_output_root
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
-from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, records_of
+from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, committed_by_spark_sink, records_of
 from .spark_in_place import in_place_problem, write_in_place
 from .spark_staging import publish, refuse_nul_partition_values, write_staged
 from .spark_versions import arrow_schema, arrow_type, type_refusals, unparsable_columns
@@ -161,6 +164,12 @@ class ParquetSink:
             output's small files into files near ``target_file_size`` (bytes or ``"128MB"``) on a driver thread,
             off the batch's critical path (:class:`~parquet_sink.write.rewrite.BackgroundOptimizer`, reachable as
             ``sink.optimizer``: its ``last`` result, its ``error``, ``wait()``); it never fails the query.
+        spark_sink_stopped: the query of Spark's own file sink (``writeStream.format("parquet")``) that committed
+            the output's newest log batch is stopped for good. Without it a batch that would commit after such a
+            batch (``on_foreign_query="append"``, or a query continuing beside that sink) is refused with
+            :class:`SparkSinkBatchError`, nothing written: that query skips every batch id the log holds, so it
+            would lose its next batch. The query Spark's sink ran, moved to this sink with its checkpoint, needs no
+            flag (its next batch id is the log's next batch). Also for ``optimize_every``'s optimize.
         check_storage: check at construction that the store answers (StorageError within seconds otherwise).
             Pass False where this process cannot reach the store but the query's driver can (a Spark Connect
             client on another network): the driver then checks at the first batch.
@@ -201,12 +210,13 @@ class ParquetSink:
         check_storage: bool = True,
         optimize_every: int | None = None,
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
+        spark_sink_stopped: bool = False,
     ) -> None:
         require_sink_dependencies()
         call = call_text("ParquetSink", path)
         with parameters_of(call):  # the checks name the argument; this names the output
             check_flags(allow_batch_id_only=allow_batch_id_only, allow_existing_files=allow_existing_files,
-                        delta_log=delta_log, check_storage=check_storage)
+                        delta_log=delta_log, check_storage=check_storage, spark_sink_stopped=spark_sink_stopped)
             partition_by = check_partition_by(partition_by)  # once: an iterator is read once
             parse_file_size(target_file_size)  # checked whether or not optimize_every asks for it yet
             if delta_log:
@@ -242,9 +252,11 @@ class ParquetSink:
         self.writer = writer
         self.allow_existing_files = allow_existing_files
         self.delta_log = delta_log
+        self.spark_sink_stopped = spark_sink_stopped
         self.optimizer = None if optimize_every is None else BackgroundOptimizer(
             self.path, self.storage_options, every=optimize_every, target_file_size=target_file_size,
             compression=self.compression, compact_interval=compact_interval, delta_log=delta_log,
+            spark_sink_stopped=spark_sink_stopped,
         )
         self._recent: collections.deque[BatchProgress] = collections.deque(maxlen=RECENT_PROGRESS)
         self._state: _OutputState | None = None
@@ -527,6 +539,13 @@ class ParquetSink:
                 return record, lost
             read = record.log_batch_id - 1
             state, new = self._catch_up()
+            if not self.spark_sink_stopped and committed_by_spark_sink(list(state.queries.values()), state.latest):
+                self._state = None
+                raise spark_sink_refusal(
+                    log.display(log.log_dir), state.latest, f"batch {txn.query_batch_id} of query {txn.query_id}",
+                    "Nothing was committed (its data files are left for `parquet-sink vacuum`; Spark retries the "
+                    "batch when the query restarts).",
+                )
             conflict = check_commit(txn, winning_commits(log.storage, new, read, state.latest))
             if conflict is not None:
                 self._state = None  # re-read from scratch next time
@@ -659,9 +678,22 @@ class ParquetSink:
         self, state: _OutputState, query_id: str | None, batch_id: int, df: DataFrame | None = None
     ) -> int | None:
         """The log batch id to commit to, or None when this query already committed ``batch_id``."""
+        spark_newest = committed_by_spark_sink(list(state.queries.values()), state.latest)
         action, log_batch = decide_batch(
-            state.latest, state.queries, query_id, batch_id, self.on_foreign_query == "append"
+            state.latest, state.queries, query_id, batch_id, self.on_foreign_query == "append", spark_newest,
+            self.spark_sink_stopped,
         )
+        window = spark_sink_window(state.latest, batch_id, spark_newest)
+        where = f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}"
+        if window is not None and action in ("spark", "foreign"):  # as doctor says it: anything else doubles the batch
+            raise (SparkSinkBatchError if action == "spark" else ForeignQueryError)(
+                f"{where}: its newest batch {state.latest} was committed by Spark's own file sink, which records no "
+                f"query id. Nothing was written. {window}"
+            )
+        if action == "spark":
+            raise spark_sink_refusal(
+                self.log.display(self.log.log_dir), state.latest, f"batch {batch_id} of query {query_id}"
+            )
         if action == "foreign":
             owner = self._owner(min(batch_id, state.latest))
             temporary = None if df is None else self._temporary_checkpoint(df, query_id)
@@ -677,12 +709,14 @@ class ParquetSink:
                 if owner is not None and owner.is_app
                 else "This is a new checkpoint on an old output"
             )
+            stopped = ", spark_sink_stopped=True" if spark_newest else ""  # else refused: SparkSinkBatchError
             raise ForeignQueryError(
-                f"batch {batch_id} of query {query_id} cannot go into {self.log.display(self.log.log_dir)}: its "
+                f"{where}: its "
                 f"batches up to {state.latest} were committed by {committed_by}. {what}; skipping would silently "
                 "lose this query's data. Resume the original checkpoint, write to a new output path, or pass "
-                "ParquetSink(..., on_foreign_query='append') to append after the latest batch "
-                f"({state.latest}).{cause}"
+                f"ParquetSink(..., on_foreign_query='append'{stopped}) to append after the latest batch "
+                f"({state.latest}{', whose writer, Spark’s own file sink, must be stopped for good' if stopped else ''})."
+                f"{cause}"
             )
         if action == "reset":
             own = state.queries.get(query_id)
@@ -789,7 +823,7 @@ def await_termination(query: Any, timeout: float | None = None) -> bool | None:
         raise typed from exc
 
 
-Action = Literal["commit", "skip", "foreign", "reset"]
+Action = Literal["commit", "skip", "foreign", "reset", "spark"]
 
 
 def decide_batch(
@@ -798,19 +832,25 @@ def decide_batch(
     query_id: str | None,
     batch_id: int,
     append: bool = False,
+    spark_newest: bool = False,
+    spark_sink_stopped: bool = False,
 ) -> tuple[Action, int | None]:
     """What the sink does with batch ``batch_id`` of query ``query_id``, given the newest log batch
     ``latest`` (-1 when empty) and the last commit record of each query: ``("commit", log batch)``,
     ``("skip", log batch holding it)``, ``("foreign", None)`` (ForeignQueryError: the log belongs to
-    another query) or ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log).
-    ``append`` is ``on_foreign_query="append"``. Pure, so ``parquet-sink doctor`` predicts with it.
+    another query), ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log) or ``("spark",
+    None)`` (SparkSinkBatchError: Spark's own file sink committed the newest log batch, ``spark_newest``
+    (:func:`~parquet_sink.log.entry.committed_by_spark_sink`), and a commit after it would make that query skip
+    its next batch; ``spark_sink_stopped`` says that query never runs again). ``append`` is
+    ``on_foreign_query="append"``. Pure, so ``parquet-sink doctor`` predicts with it.
 
     A query that has committed before continues at the next log batch with its next batch id, whatever other
     writers (``write_batch`` apps, other queries) appended after its last commit, as a Delta streaming sink
     does; its batch ids and log batch ids then differ, and the commit record maps one to the other. A batch id
     past its next one is ``"reset"``. A query's first batch takes the log batch of its batch id (an output that
-    only Spark's own sink wrote can be taken over by the same checkpoint), and refuses a log other queries
-    already wrote (``"foreign"``: a new checkpoint on an old output).
+    only Spark's own sink wrote can be taken over by the same checkpoint: the one commit after Spark's newest batch
+    that is not ``"spark"``), and refuses a log other queries already wrote (``"foreign"``: a new checkpoint on an
+    old output).
 
     Example::
 
@@ -820,15 +860,30 @@ def decide_batch(
         ('foreign', None)
         >>> decide_batch(6, {"q1": CommitRecord(4, "q1", 4, "c")}, "q1", 5)   # an app appended 5 and 6
         ('commit', 7)
+        >>> decide_batch(4, {}, "q1", 5, spark_newest=True)   # Spark's sink's query, moved here with its checkpoint
+        ('commit', 5)
+        >>> decide_batch(4, {}, "q1", 0, append=True, spark_newest=True)   # Spark's sink would skip its batch 5
+        ('spark', None)
     """
     own = queries.get(query_id)
     if own is not None and batch_id <= own.query_batch_id:
         return "skip", own.log_batch_id
+    action, log_batch = _decide_commit(latest, own, bool(queries), query_id, batch_id, append)
+    taken_over = own is None and not queries and batch_id == latest + 1
+    if action == "commit" and spark_newest and not spark_sink_stopped and not taken_over:
+        return "spark", None
+    return action, log_batch
+
+
+def _decide_commit(
+    latest: int, own: CommitRecord | None, others: bool, query_id: str | None, batch_id: int, append: bool
+) -> tuple[Action, int | None]:
+    """:func:`decide_batch` for a batch this query has not committed, Spark's own sink's batches apart."""
     if append and latest >= 0:
         return "commit", latest + 1
     if own is not None and query_id is not None:
         return ("commit", latest + 1) if batch_id == own.query_batch_id + 1 else ("reset", None)
-    if batch_id <= latest or (own is None and queries and latest >= 0):
+    if batch_id <= latest or (own is None and others and latest >= 0):
         return "foreign", None
     if batch_id > latest + 1:
         return "reset", None
