@@ -64,6 +64,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.crash)
         if item.nodeid.startswith(COMPAT_TESTS):
             item.add_marker(pytest.mark.compat)
+        if item.nodeid.startswith(FLOOR_TESTS):
+            item.add_marker(pytest.mark.floors)
     items.sort(key=lambda item: (on_connect(item), Path(item.nodeid.split("::")[0]).stem not in SLOW_MODULES))
 
 
@@ -105,6 +107,17 @@ COMPAT_TESTS = (
     "tests/package/test_versions.py",
     "tests/connect/test_connect.py::test_connect_partitioned_stream_readers_agree",
     "tests/connect/test_connect.py::test_connect_fresh_checkpoint_on_old_output_refused_then_appended",
+)
+
+# Added on the floors line (the lowest declared pyarrow, deltalake, adlfs, s3fs, fsspec, numpy, pandas): the tests of
+# what calls those libraries' APIs most, without Spark (the floors found here: pyarrow 25, deltalake 1.6.3, adlfs 2026.2).
+FLOOR_TESTS = (
+    "tests/delta/",
+    "tests/maintenance/test_optimize",
+    "tests/log/test_log_sidecar.py",
+    "tests/log/test_compaction_golden.py",
+    "tests/read/test_filtered_reads.py",
+    "tests/storage/test_object_stores.py",
 )
 
 

@@ -47,7 +47,7 @@ class DeltaModel(RuleBasedStateMachine):
     def write(self, keys: list[str | None], delta: bool) -> None:
         table = self._table(keys)
         result = write_batch(self.out, table, app_id="app", version=self.version, partition_by=["k"],
-                             compact_interval=INTERVAL, delta_log=delta)
+                             compact_interval=INTERVAL, delta_log=delta, spark_sink_stopped=True)  # its Spark batches: a stopped query
         assert result.committed
         self.started = True
         self.version += 1
@@ -64,7 +64,7 @@ class DeltaModel(RuleBasedStateMachine):
         try:
             with pytest.raises(failpoints.FailpointError):
                 write_batch(self.out, self._table(keys), app_id="app", version=self.version, partition_by=["k"],
-                            compact_interval=INTERVAL, delta_log=True)
+                            compact_interval=INTERVAL, delta_log=True, spark_sink_stopped=True)
         finally:
             failpoints._ACTIVE.pop("before_commit", None)
 

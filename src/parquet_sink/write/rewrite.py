@@ -369,7 +369,7 @@ def _concatenated(tables: list[pa.Table]) -> pa.Table:
     an INT96 timestamp, read naive, next to a TIMESTAMP_MICROS one, read zoned, as instants in UTC; milliseconds as
     microseconds), a column a table lacks null there. Before, an INT96 file next to a TIMESTAMP_MICROS one failed
     every optimize of their bin with pyarrow's ArrowTypeError. Types nothing unifies still raise pyarrow's error."""
-    if len(tables) > 1 and len({t.schema for t in tables}) > 1:
+    if any(not t.schema.equals(tables[0].schema) for t in tables[1:]):  # (a Schema with metadata is unhashable < pyarrow 22)
         unified = unify_schemas([t.schema for t in tables])
         tables = [t.cast(pa.schema([unified.field(name) for name in t.column_names], metadata=t.schema.metadata))
                   for t in tables]
