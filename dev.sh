@@ -43,6 +43,12 @@ python_of() {  # an interpreter of Python $1 that runs (pyenv's, else on PATH: a
 # keeps parallel builds, and the suite running meanwhile, apart), as a user installs it: not editable.
 compat_wheel() {
     local python="$2" interpreter copy wheels=".venvs/wheels/$1"
+    local built
+    built="$(ls "$PWD/$wheels"/parquet_sink-*.whl 2>/dev/null | head -1)"
+    if [ -n "$built" ] && [ -z "$(find src setup.py pyproject.toml MANIFEST.in -newer "$built" -not -path '*/__pycache__*' \
+            -not -path '*.egg-info*' -not -name '*.so' -print -quit)" ]; then
+        echo "$built"; return 0  # nothing it is built from changed since
+    fi
     interpreter="$(python_of "$python")"
     [ -n "$interpreter" ] || { echo "compat: no Python $python on this machine" >&2; return 1; }
     copy="$(mktemp -d)"
@@ -73,15 +79,13 @@ compat_venv() {
     "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"
 }
 
-# Builds every line's venv (in parallel: downloads and unpacking), e.g. in the background while the suite runs.
+# Builds every line's venv, one after another (.ci/run runs this in the background at the lowest priority while the
+# suite runs: one build at a time takes what the suite leaves idle, five at once slowed it by a tenth).
 compat_venvs() {
-    local pids=() name python extras marks requirements
+    local status=0 name python extras marks requirements
     while IFS='|' read -r name python extras marks requirements; do
-        compat_venv "$name" "$python" "$extras" "$requirements" > ".venvs/$name.log" 2>&1 &
-        pids+=($!)
+        compat_venv "$name" "$python" "$extras" "$requirements" > ".venvs/$name.log" 2>&1 || status=1
     done < <(matrix_lines)
-    local status=0
-    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
     return "$status"
 }
 

@@ -71,9 +71,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # The compatibility subset (``-m compat``): what differs between the Spark and pyarrow versions the package declares,
 # run by .ci/run on each older Spark line and on the lowest declared versions (dev.sh compat). The sink on both
-# writer paths and every backend, replays and restarts, a driver killed and restarted, Spark's own sink and reader
-# against ours both ways, a log compacted by us and read by Spark (and the reverse), the schema checks that call
-# PySpark's Arrow conversions, Spark Connect (4.x: pyspark carries its server), and the log/read core on pyarrow.
+# writer paths and every backend, replays and restarts, a driver killed in the commit window and restarted (Spark's
+# writer path: the one that differs by Spark version), Spark's own sink and reader against ours both ways (the
+# differential's regression streams; its drawn streams run on the newest only, for the matrix's time), a log
+# compacted by us and read by Spark (and the reverse), the schema checks that call PySpark's Arrow conversions,
+# Spark Connect (4.x: pyspark carries its server), and the log/read core on pyarrow.
 COMPAT_TESTS = (
     "tests/write/test_sink.py::test_partitioned_stream_spark_and_reader_agree",
     "tests/write/test_sink.py::test_sink_on_every_backend",
@@ -88,14 +90,12 @@ COMPAT_TESTS = (
     "tests/write/test_sink_checks.py::test_intervals_are_written_as_sparks_sink_writes_them_across_a_restart",
     "tests/write/test_sink_checks.py::test_a_failure_inside_the_schema_conversion_is_not_the_users",
     "tests/write/test_empty_output.py::test_all_empty_batches_read_as_spark_sinks_output",
-    "tests/write/test_differential.py::test_streams_match_spark_file_sink",
     "tests/write/test_differential.py::test_regression_streams",
     "tests/write/test_write_batch.py::test_write_batch_layout_matches_the_sink_and_spark_reads_it",
     "tests/write/test_write_batch.py::test_pandas_polars_and_record_batches",
     "tests/write/test_write_batch.py::test_sink_and_write_batch_share_one_record_format",
     "tests/write/test_write_batch.py::test_a_chain_downstream_of_an_optimized_source_gets_every_row_once",
     "tests/crash/test_crash.py::test_driver_killed_at_failpoint[spark-commit_publish]",
-    "tests/crash/test_crash.py::test_driver_killed_at_failpoint[arrow-commit_publish]",
     "tests/read/test_reader.py::test_reads_sparks_own_sink_exactly_like_spark",
     "tests/read/test_reader.py::test_spark_reader_takes_committed_paths_literally",
     "tests/read/test_reader.py::test_as_of_and_batches_before_and_after_compaction_with_cleanup",
