@@ -102,8 +102,9 @@ compat() {
         local venv="$PWD/.venvs/$name" versions
         versions="$("$venv/bin/python" -c 'import sys, pyspark, pyarrow; print(f"Python {sys.version.split()[0]}, pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}")')"
         echo "== compat $name: $versions"
-        # the installed package, not the checkout's src/ (tests import it as users do)
-        if PYSPARK_PYTHON="$venv/bin/python" "$venv/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup \
+        # the installed package, not the checkout's src/ (tests import it as users do); no Spark class archive (its
+        # dump costs a driver's run, which a subset this short never earns back: tests/helpers/jvm_archive.py)
+        if PYSPARK_PYTHON="$venv/bin/python" TESTS_SPARK_CLASS_ARCHIVE=none "$venv/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup \
             -q -p no:cacheprovider --durations=10 -m "$marks" </dev/null; then
             echo "== compat $name: passed in $((SECONDS - started)) s"
         else
