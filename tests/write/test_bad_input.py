@@ -623,3 +623,37 @@ def test_a_commit_protocol_class_that_does_not_exist_is_a_typed_error(spark, tmp
     session.conf.unset(COMMIT_PROTOCOL)
     sink(session.sql("select id from range(3, 5)"), 1)
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_partition_directory_of_an_output_is_refused_by_writers_and_named_by_readers(tmp_path: Path, capsys, depth: int) -> None:
+    """``<out>/day=.../`` holds committed data of ``<out>``: write_batch and ParquetSink refuse it when built, as they
+    refuse ``_spark_metadata`` (they asked to delete its files before: the output's committed data), naming the
+    output, ``filter=`` and ``partition_by=``; read_committed, history, ``ls`` and sync_delta_log name the output
+    too. The advice followed literally reads that partition's rows. At any depth of partition directories."""
+    import pyarrow.dataset as ds
+
+    from parquet_sink import history
+    from parquet_sink.errors import NotAnOutputError, ParameterError
+
+    out = tmp_path / "out"
+    table = pa.table({"id": [1, 2, 3], "day": ["mon", "mon", "tue"], "h": ["x", "y", "x"]})  # (read back as strings)
+    write_batch(str(out), table, app_id="a", version=0, partition_by=["day", "h"][:depth])
+    part = out / "day=mon" if depth == 1 else out / "day=mon" / "h=x"
+    before = sorted(p.name for p in part.rglob("*"))
+    for build in (lambda: write_batch(str(part), table.select(["id"]), app_id="b", version=0), lambda: ParquetSink(str(part))):
+        with pytest.raises(ParameterError) as refused:
+            build()
+        message = str(refused.value)
+        for said in ("partition directory inside the output", str(out), "filter=", "partition_by=", "Nothing was written"):
+            assert said in message, (said, message)
+    for read in (lambda: read_committed(str(part)), lambda: history(str(part)), lambda: sync_delta_log(str(part))):
+        with pytest.raises(NotAnOutputError) as named:
+            read()
+        assert f"inside the output {out}" in str(named.value) and "filter=" in str(named.value), str(named.value)
+    assert main(["ls", str(part)]) != 0
+    printed = capsys.readouterr()
+    assert f"inside the output {out}" in printed.out + printed.err
+    assert sorted(p.name for p in part.rglob("*")) == before and not (part / "_spark_metadata").exists()
+    wanted = (ds.field("day") == "mon") if depth == 1 else (ds.field("day") == "mon") & (ds.field("h") == "x")
+    assert sorted(read_committed(str(out), filter=wanted).column("id").to_pylist()) == ([1, 2] if depth == 1 else [1])

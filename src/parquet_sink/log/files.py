@@ -112,11 +112,41 @@ def require_output(storage: Storage) -> None:
         hint = f" ({where} is a log directory: give its parent, the output)" if in_log else ""
         if not in_log and _is_file(storage, anywhere=True):
             hint = f" ({where} is a file: give the output directory that holds it)"
+        inside = "" if in_log else inside_output_hint(storage)
+        if inside:
+            hint = f" ({inside})"
         raise NotAnOutputError(
             f"{where} has no {METADATA_DIR} log, so committed data cannot be told apart "
             "from files of failed batches: it is not the output of a streaming file sink (ParquetSink, write_batch "
             f"or Spark's writeStream.format('parquet')). Check the path{hint}."
         )
+
+
+def enclosing_output(storage: Storage) -> str | None:
+    """The output ``storage``'s root lies inside as one of its partition directories (``<out>/day=2026-11-20``, at
+    any depth: an ancestor reached through ``name=value`` directories holds a ``_spark_metadata`` log), as the user
+    writes it; None otherwise. Those files are committed data of that output: a path that is not a partition
+    directory costs no request. Writers refuse such a path and readers name the output (and ``filter=``).
+
+    Example: ``enclosing_output(Storage("/data/events/day=2026-11-20"))`` -> ``'/data/events'``.
+    """
+    path = storage.root.rstrip("/")
+    while "=" in posixpath.basename(path):
+        path = posixpath.dirname(path)
+        if path and storage.exists(posixpath.join(path, METADATA_DIR)):
+            return storage.display(path)
+    return None
+
+
+def inside_output_hint(storage: Storage) -> str:
+    """What to give instead of a partition directory of an output (:func:`enclosing_output`), or ``""``."""
+    output = enclosing_output(storage)
+    if output is None:
+        return ""
+    where = storage.display(storage.root)
+    return (f"{where} is a partition directory inside the output {output} (its files are that output's committed "
+            f"data): give {output}, with filter= to read only this partition (e.g. read_committed({output!r}, "
+            "filter=...)), or partition_by= to write into it")
 
 
 def _is_file(storage: Storage, anywhere: bool = False) -> bool:
@@ -130,8 +160,9 @@ def _is_file(storage: Storage, anywhere: bool = False) -> bool:
 
 def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str | None = None, anywhere: bool = False) -> None:
     """ParameterError, before a writer writes anything, when ``path`` is empty (it would write into the working
-    directory), is a file, or names a directory an output's writers own (its log, its Delta log, the hidden area of
-    writes in flight) rather than an output: another output would be nested inside it, which readers of it never see.
+    directory), is a file, names a directory an output's writers own (its log, its Delta log, the hidden area of
+    writes in flight) rather than an output, or is a partition directory of an output (:func:`enclosing_output`):
+    another output would be nested inside it, which readers of it never see.
     ``anywhere``: look for a file on object stores too (where a write would nest the output under the object's key),
     which costs a request or two: for a new output. ``what`` (the call, :func:`~parquet_sink.errors.call_text`)
     starts the message; without it a :func:`~parquet_sink.errors.names_output` caller names itself.
@@ -150,6 +181,9 @@ def check_output_root(path: str | os.PathLike[str], storage: Storage, what: str 
     if _is_file(storage, anywhere):
         raise ParameterError(f"{call}{os.fspath(path)!r} is a file, not an output directory: give the directory "
                              "to write the output in. Nothing was written.")
+    inside = inside_output_hint(storage)
+    if inside:
+        raise ParameterError(f"{call}{inside}. Nothing was written.")
 
 
 def nested_roots(relative_paths: Iterable[str]) -> set[str]:
