@@ -5,6 +5,7 @@
 #   ./dev.sh compat  [line ...]  the compatibility subset on each line of the version matrix (.ci/matrix), each in
 #                    a venv of its own under .venvs/ (built when missing or when .ci/matrix or pyproject.toml changed)
 #   ./dev.sh bench   install, then run the benchmarks (writes benchmarks/RESULTS.md)
+#   ./dev.sh setup   install only
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -120,8 +121,9 @@ case "$cmd" in
     demo) setup; exec .venv/bin/python -m examples.demo "$@" ;;
     # two pytest workers (2 cores): each has its own SparkSession; Connect tests share one worker
     test) setup; exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
+    setup) setup ;;
     compat) compat "$@" ;;
     compat-venvs) mkdir -p .venvs; compat_venvs ;;
     bench) setup; exec .venv/bin/python -m benchmarks.run "$@" ;;
-    *) echo "usage: ./dev.sh demo|test|compat [line ...]|compat-venvs|bench [args]" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh demo|test|setup|compat [line ...]|compat-venvs|bench [args]" >&2; exit 2 ;;
 esac
