@@ -105,7 +105,6 @@ COMPAT_TESTS = (
     "tests/log/test_log_sidecar.py",
     "tests/log/test_writer_intervals.py::test_spark_reads_what_writers_with_other_intervals_wrote",
     "tests/package/test_versions.py",
-    "tests/connect/test_connect.py::test_connect_partitioned_stream_readers_agree",
     "tests/connect/test_connect.py::test_connect_fresh_checkpoint_on_old_output_refused_then_appended",
 )
 

@@ -71,7 +71,7 @@ from .schema import check_batch_schema, check_partition_by, read_committed_schem
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, committed_by_spark_sink, records_of
 from .spark_in_place import in_place_problem, write_in_place
 from .spark_staging import publish, refuse_nul_partition_values, write_staged
-from .spark_versions import arrow_schema, arrow_type, type_refusals, unparsable_columns
+from .spark_versions import arrow_schema, arrow_type, parse_refusals, type_refusals, unparsable_columns
 from ..storage.filesystem import Storage
 from .parquet_files import WriteSpec, log_entry, parquet_codec, stored_type, write_files, write_schema_file
 
@@ -789,7 +789,7 @@ def _unwritable_columns(df: DataFrame) -> dict[str, str]:
     into Python (``df.schema`` fails): the columns are then those whose JVM type it cannot parse."""
     try:
         fields = [(f.name, f.dataType) for f in df.schema]
-    except type_refusals():
+    except parse_refusals():
         return unparsable_columns(df)
     unwritable = {}
     for name, data_type in fields:

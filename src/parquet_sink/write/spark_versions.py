@@ -60,6 +60,13 @@ def type_refusals() -> tuple[type[BaseException], ...]:
     return (PySparkTypeError, PySparkValueError)
 
 
+def parse_refusals() -> tuple[type[BaseException], ...]:
+    """The errors by which PySpark refuses to read a Spark type into Python: :func:`type_refusals`, and PySpark
+    3.5.0's ``AssertionError`` (it fails its own check of the ``CANNOT_PARSE_DATATYPE`` message's parameters while
+    raising that error; 3.5.9 raises the error). Asked only once the batch's schema already failed to convert."""
+    return (*type_refusals(), AssertionError)
+
+
 def unparsable_columns(df: Any) -> dict[str, str]:
     """The columns of the classic DataFrame ``df`` whose Spark type PySpark cannot read into Python (PySpark 3.5 has
     no ``CalendarIntervalType``), with their Spark types, read from the JVM; {} where there is no JVM to ask."""
@@ -72,7 +79,7 @@ def unparsable_columns(df: Any) -> dict[str, str]:
     for field in jdf.schema().fields():
         try:
             _parse_datatype_json_string(field.dataType().json())
-        except type_refusals():
+        except parse_refusals():
             unparsable[field.name()] = field.dataType().simpleString()
     return unparsable
 
