@@ -3,11 +3,14 @@
 #   ./dev.sh demo    install, then run the crash-and-restart demo job
 #   ./dev.sh test    install, then run the test suite (extra args go to pytest)
 #   ./dev.sh compat  [line ...]  the compatibility subset on each line of the version matrix (.ci/matrix), each in
-#                    a venv of its own under .venvs/ (built when missing or when .ci/matrix or pyproject.toml changed)
+#                    a venv of its own under $PARQUET_SINK_VENVS (default ~/.cache/parquet-sink/venvs: kept between
+#                    runs and clones where the machine keeps them; built when missing or when its line or
+#                    pyproject.toml changed); the package's wheels and the logs under .venvs/
 #   ./dev.sh bench   install, then run the benchmarks (writes benchmarks/RESULTS.md)
 #   ./dev.sh setup   install only
 set -euo pipefail
 cd "$(dirname "$0")"
+VENVS="${PARQUET_SINK_VENVS:-$HOME/.cache/parquet-sink/venvs}"
 
 setup() {
     if [ ! -x .venv/bin/python ]; then
@@ -66,7 +69,7 @@ compat_wheel() {
 # from a fresh wheel of the checkout, every time.
 compat_venv() {
     local name="$1" python="$2" extras="$3" requirements="$4"
-    local venv=".venvs/$name" key wheel
+    local venv="$VENVS/$name" key wheel
     wheel="$(compat_wheel "$name" "$python")" || return 1
     key="$(printf '%s|%s|%s|%s\n' "$name" "$python" "$extras" "$requirements" | cat - pyproject.toml | sha256sum | cut -c1-16)"
     if [ ! -f "$venv/.key" ] || [ "$(cat "$venv/.key")" != "$key" ]; then
@@ -91,7 +94,7 @@ compat_venvs() {
 }
 
 compat() {
-    mkdir -p .venvs
+    mkdir -p .venvs "$VENVS"
     node_modules
     local status=0 name python extras marks requirements
     while IFS='|' read -r name python extras marks requirements; do
@@ -100,7 +103,7 @@ compat() {
         if ! compat_venv "$name" "$python" "$extras" "$requirements" >> ".venvs/$name.log" 2>&1; then
             echo "compat $name: the venv did not build (.venvs/$name.log)" >&2; status=1; continue
         fi
-        local venv="$PWD/.venvs/$name" versions
+        local venv="$VENVS/$name" versions
         versions="$("$venv/bin/python" -c 'import sys, pyspark, pyarrow; print(f"Python {sys.version.split()[0]}, pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}")')"
         echo "== compat $name: $versions"
         # the installed package, not the checkout's src/ (tests import it as users do); no Spark class archive (its
@@ -123,7 +126,7 @@ case "$cmd" in
     test) setup; exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup "$@" ;;
     setup) setup ;;
     compat) compat "$@" ;;
-    compat-venvs) mkdir -p .venvs; compat_venvs ;;
+    compat-venvs) mkdir -p .venvs "$VENVS"; compat_venvs ;;
     bench) setup; exec .venv/bin/python -m benchmarks.run "$@" ;;
     *) echo "usage: ./dev.sh demo|test|setup|compat [line ...]|compat-venvs|bench [args]" >&2; exit 2 ;;
 esac
