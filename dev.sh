@@ -83,13 +83,15 @@ compat_venv() {
     "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"
 }
 
-# Builds every line's venv, one after another (.ci/run runs this in the background at the lowest priority while the
-# suite runs: one build at a time takes what the suite leaves idle, five at once slowed it by a tenth).
+# Builds every line's venv, in parallel (downloads and unpacking; each line's wheel and venv are its own).
 compat_venvs() {
-    local status=0 name python extras marks requirements
+    local pids=() name python extras marks requirements
     while IFS='|' read -r name python extras marks requirements; do
-        compat_venv "$name" "$python" "$extras" "$requirements" > ".venvs/$name.log" 2>&1 || status=1
+        compat_venv "$name" "$python" "$extras" "$requirements" > ".venvs/$name.log" 2>&1 &
+        pids+=($!)
     done < <(matrix_lines)
+    local status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
     return "$status"
 }
 
