@@ -46,6 +46,7 @@ _LAZY = {  # public name -> the module that defines it
     "DeltaSyncResult": "delta.sync",
     "sync_delta_log": "delta.sync",
     "doctor": "maintenance.doctor",
+    "optimize": "maintenance.optimize",
     "vacuum": "maintenance.vacuum",
     "verify": "maintenance.inspect",
 }
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from .log.metadata_log import MetadataLog
     from .maintenance.doctor import doctor
     from .maintenance.inspect import verify
+    from .maintenance.optimize import optimize
     from .maintenance.vacuum import vacuum
     from .read.history import history
     from .read.chain import SourceBatch, committed_version, iter_batches

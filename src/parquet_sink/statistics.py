@@ -190,6 +190,75 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
     return found
 
 
+def _float_leaves(array: pa.Array, path: str) -> Iterator[tuple[str, pa.Array]]:
+    """The float leaves of ``array`` (at dotted Parquet column path ``path``): (path, values)."""
+    typ = array.type
+    if pa.types.is_dictionary(typ):
+        array, typ = array.dictionary_decode(), typ.value_type
+    if pa.types.is_struct(typ):
+        for index, child in enumerate(typ):
+            yield from _float_leaves(array.field(index), f"{path}.{child.name}")
+    elif pa.types.is_map(typ):
+        yield from _float_leaves(array.keys, f"{path}.key_value.key")
+        yield from _float_leaves(array.items, f"{path}.key_value.value")
+    elif isinstance(typ, pa.ListType | pa.LargeListType | pa.FixedSizeListType):
+        yield from _float_leaves(array.flatten(), f"{path}.list.element")
+    elif pa.types.is_floating(typ) and not pa.types.is_float16(typ):
+        yield path, array
+
+
+@dataclass(frozen=True)
+class FooterRule:
+    """How a writer of our files writes float columns so that no reader can skip a row group wrongly by its footer.
+    pyarrow (like every parquet-cpp writer) leaves NaN out of a float column's min/max (max 1.0 for [NaN, 1.0])
+    without saying so, and Spark's Parquet filter pushdown (parquet-mr's ``StatisticsFilter``) trusts them although
+    in Spark SQL NaN is greater than every number (``x > 5`` skipped the NaN row), as does pyarrow's own dataset
+    (``x != 1.0``); so a float leaf holding NaN gets no statistics (``no_statistics``), as parquet-mr writes none.
+    parquet-mr's ``DictionaryFilter`` tests ``x = -0.0`` by ``Double.equals``, which tells the zeros apart where
+    Spark SQL does not (it skipped a row group of 0.0): a float leaf holding a zero is not dictionary-encoded
+    (``no_dictionary``: the filter reads no dictionary; the statistics bound a zero by -0.0 and 0.0). Both sets
+    hold dotted Parquet column paths. Such a leaf then has no bounds in the log either (readers open the file)."""
+
+    no_statistics: frozenset[str] = frozenset()
+    no_dictionary: frozenset[str] = frozenset()
+
+    def covers(self, other: FooterRule) -> bool:
+        """Whether a file written under this rule may also take rows that need ``other``."""
+        return other.no_statistics <= self.no_statistics and other.no_dictionary <= self.no_dictionary
+
+    def writer_options(self, schema: pa.Schema) -> dict[str, Any]:
+        """pyarrow's ``ParquetWriter`` keywords for a file of ``schema`` under this rule (none: its defaults).
+
+        Example: ``FooterRule(frozenset({"x"})).writer_options(schema)`` -> ``{'write_statistics': ['n'], ...}``.
+        """
+        if not self.no_statistics and not self.no_dictionary:
+            return {}
+        sink = pa.BufferOutputStream()  # the Parquet column paths of every leaf, as pyarrow's writer names them
+        pq.write_table(schema.empty_table(), sink)
+        parquet = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
+        paths = [parquet.column(i).path for i in range(len(parquet))]
+        return {
+            "write_statistics": [p for p in paths if p not in self.no_statistics] if self.no_statistics else True,
+            "use_dictionary": [p for p in paths if p not in self.no_dictionary] if self.no_dictionary else True,
+        }
+
+
+def footer_rule(table: pa.Table) -> FooterRule:
+    """The :class:`FooterRule` of the rows of ``table``.
+
+    Example: ``footer_rule(pa.table({"x": [float("nan"), 0.0]}))`` -> ``FooterRule(frozenset({'x'}), frozenset({'x'}))``.
+    """
+    nan, zero = set(), set()
+    for index, field in enumerate(table.schema):
+        for chunk in table.column(index).chunks:
+            for path, values in _float_leaves(chunk, field.name):
+                if pc.any(pc.is_nan(values)).as_py():
+                    nan.add(path)
+                if pc.any(pc.equal(values, 0.0)).as_py():
+                    zero.add(path)
+    return FooterRule(frozenset(nan), frozenset(zero))
+
+
 def _leaf_array(table: pa.Table, path: LeafPath) -> pa.Array:
     """The values of the leaf at ``path`` (through structs, their nulls applied) of ``table``."""
     array = table.column(path[0]).combine_chunks()
@@ -233,5 +302,5 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
 
 __all__ = [
     "LEGACY_KEYS", "SPARK_VERSION_KEY", "LeafPath", "LeafStatistics", "data_statistics", "file_statistics",
-    "hybrid_calendar", "hybrid_keys", "stored_hybrid",
+    "FooterRule", "footer_rule", "hybrid_calendar", "hybrid_keys", "stored_hybrid",
 ]

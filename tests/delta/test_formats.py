@@ -376,3 +376,33 @@ def test_columns_whose_footer_has_no_bounds_get_them_from_their_data(tmp_path, m
     assert dataset.to_table(filter=ds.field("u") == long).column("id").to_pylist() == [0, 0]
     at = pa.scalar(moment, pa.timestamp("us", "UTC"))
     assert dataset.to_table(filter=ds.field("at") == at).column("id").to_pylist() == [0, 0]
+
+
+_NAN, _INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("typ", [pa.float64(), pa.float32()], ids=str)
+def test_float_bounds_at_nan_zero_and_infinity_are_delta_rs_bounds(tmp_path, typ):
+    """Delta's float statistics as delta-rs's write_deltalake writes them for the same values (NaN left out of the
+    bounds, a zero as -0.0 / 0.0): every bound we give is delta-rs's, and both are ours wherever delta-rs gives
+    both (an infinity leaves both out). Our data files meanwhile carry no footer bounds for a column holding NaN (issue
+    54: Spark's pushdown and pyarrow's dataset trusted them), so these come from the data."""
+    cases = [[_NAN, 1.0], [_NAN], [_NAN, None], [-0.0], [0.0], [-0.0, 0.0], [_INF, 1.0], [-_INF, _NAN],
+             [1.0, -1.0, _NAN, None], [None]]
+    for index, values in enumerate(cases):
+        table = pa.table({"x": pa.array(values, typ)})
+        ours, theirs = tmp_path / f"ours{index}", tmp_path / f"theirs{index}"
+        write_batch(str(ours), table, app_id="a", version=0)
+        sync_delta_log(str(ours))
+        deltalake.write_deltalake(str(theirs), table)
+        (mine,), (their,) = (json.loads(add["stats"]) for add in _adds(ours).values()), (
+            json.loads(add["stats"]) for add in _adds(theirs).values())
+        assert mine["nullCount"] == their["nullCount"], values
+        for key in ("minValues", "maxValues"):
+            if "x" in mine[key]:
+                assert repr(mine[key]["x"]) == repr(their[key]["x"]), (values, key)
+        if None not in (their["minValues"].get("x"), their["maxValues"].get("x")):
+            assert "x" in mine["minValues"] and "x" in mine["maxValues"], values  # (one infinity drops both)
+        footer = pq.read_metadata(next(ours.glob("*.parquet"))).row_group(0).column(0).statistics
+        has_nan = any(v is not None and v != v for v in values)
+        assert not (footer is not None and footer.has_min_max and has_nan), values

@@ -277,3 +277,4 @@ def test_decisions_after_a_batch_of_spark_s_sink() -> None:
     assert decide_write(4, {}, "app", 0, spark_newest=True, spark_sink_stopped=True) == ("commit", 5)
     assert decide_write(4, {"app": CommitRecord(3, "app", 0, "c-f")}, "app", 0, spark_newest=True) == ("skip", 3)
     assert spark_sink_window(4, 5, True) is None and spark_sink_window(4, 4, False) is None
+

@@ -349,6 +349,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         "ok": plan.ok,
         "message": plan.message,
         "warnings": plan.warnings,
+        "spark_sink": diagnosis.spark_sink,
     }
     committers = "; ".join(
         f"query {q} up to its batch {r.query_batch_id} (log batch {r.log_batch_id})" for q, r in queries.items()
@@ -367,6 +368,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         committers = committers or "Spark's own file sink (no query ids)"
         log = f"output log: newest batch {output.latest}, committed by {committers}"
     lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
+    if diagnosis.spark_sink is not None:
+        lines.append(f"instead of ParquetSink: {diagnosis.spark_sink}")
     emit(args, data, "\n".join(lines))
     return 0 if plan.ok else 1
 

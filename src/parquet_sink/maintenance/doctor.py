@@ -22,11 +22,11 @@ from typing import Any, Literal
 
 from ..errors import ParameterError, names_output
 from ..log.compaction import check_flags
-from ..log.entry import committed_by_spark_sink
+from ..log.entry import attribute, committed_by_spark_sink
 from ..log.files import check_output_root
 from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
-from ..write.conflicts import spark_sink_refusal, spark_sink_window
+from ..write.conflicts import spark_sink_refusal, spark_sink_resume, spark_sink_window
 from ..write.sink import Action, checkpoint_query_id, decide_batch
 from .inspect import Output, read_output
 
@@ -231,13 +231,34 @@ def plan_app_write(output: Output, app_id: str, version: int, spark_sink_stopped
     return RestartPlan(version, False, action, log_batch, message)
 
 
+def spark_sink_plan(ckpt: Checkpoint, output: Output, batch: int) -> str | None:
+    """What Spark's own file sink would do with the checkpoint's next batch ``batch`` instead of ``ParquetSink``
+    (:func:`~parquet_sink.write.conflicts.spark_sink_resume`), on an output Spark's own sink wrote (a batch without
+    a commit record of ours); None on others. The log batches from ``batch`` on that already hold that very batch
+    are Spark's own (its commit window) or this checkpoint's query's with the same batch id.
+
+    Example: ``spark_sink_plan(Checkpoint("q1", 3, 3), read_output("/data/events"), 4)`` -> ``"Spark's own file sink ..."``.
+    """
+    if all(b.record is not None for b in output.batches.values()):
+        return None
+    latest = -1 if output.latest is None else output.latest
+    records = [b.record for b in output.batches.values() if b.record is not None]
+    ours = attribute(records, range(batch, latest + 1))
+    held = {b for b in range(batch, latest + 1)
+            if b not in ours or (ours[b].query_id == ckpt.query_id and ours[b].query_batch_id == b)}
+    return spark_sink_resume(latest, batch, held)
+
+
 @dataclass
 class Diagnosis:
-    """:func:`doctor`'s answer: the output's log as read, the checkpoint (None for a ``write_batch`` app) and the plan."""
+    """:func:`doctor`'s answer: the output's log as read, the checkpoint (None for a ``write_batch`` app) and the
+    plan; for a checkpoint on an output Spark's own file sink wrote, ``spark_sink`` says what that sink would do with it
+    instead (going back from ``ParquetSink``: :func:`spark_sink_plan`)."""
 
     output: Output
     checkpoint: Checkpoint | None
     plan: RestartPlan
+    spark_sink: str | None = None
 
 
 @names_output
@@ -277,7 +298,7 @@ def doctor(
         ckpt, output, append=on_foreign_query == "append", batch_id_only=batch_id_only,
         spark_sink_stopped=spark_sink_stopped,
     )
-    return Diagnosis(output, ckpt, plan)
+    return Diagnosis(output, ckpt, plan, spark_sink_plan(ckpt, output, plan.batch))
 
 
-__all__ = ["Checkpoint", "Diagnosis", "RestartPlan", "doctor", "plan_app_write", "plan_restart"]
+__all__ = ["Checkpoint", "Diagnosis", "RestartPlan", "doctor", "plan_app_write", "plan_restart", "spark_sink_plan"]

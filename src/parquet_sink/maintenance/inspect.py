@@ -32,11 +32,12 @@ from ..log.compaction import check_compact_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
-from ..log.snapshot import data_files, read_log_files
+from ..log.snapshot import data_files, read_log_files, read_snapshot
 from ..parquet_read import read_footer
 from ..partitioning import is_data_file
 from ..read.reader import CommittedFile, snapshot
 from ..storage.filesystem import FileInfo, Storage
+from ..write.conflicts import spark_sink_behind
 
 logger = logging.getLogger(__name__)
 
@@ -242,10 +243,15 @@ def verify(
     warnings: list[str] = []
     if latest is not None and not files and not problems:
         warnings += _nothing_committed(storage, latest)
+    with contextlib.suppress(ParquetSinkError, OSError):  # a log that cannot be read is a problem above already
+        snap_log = read_snapshot(log, compact_interval)
+        behind = spark_sink_behind(records_of(snap_log.table), min(snap_log.listing, default=0), snap_log.latest)
+        warnings += [behind] if behind else []
     if latest is not None and has_delta_log(storage):
         try:
-            delta_problems, warnings = compare_logs(path, storage_options=storage_options)
+            delta_problems, delta_warnings = compare_logs(path, storage_options=storage_options)
             problems += delta_problems
+            warnings += delta_warnings
         except DeltaDependencyError as exc:
             warnings.append(f"the Delta log was not compared with the log: {exc}")
         except ParquetSinkError as exc:

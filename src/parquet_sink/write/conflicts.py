@@ -25,7 +25,10 @@ Spark's own file sink is a neighbour no commit may follow: it skips every batch 
 batch of ours committed after its newest one makes its query skip its next batch (rows lost, no error). Every
 writer (the sink, ``write_batch``, ``optimize``) and ``doctor`` decide that with
 :func:`~parquet_sink.log.entry.committed_by_spark_sink` and refuse with :func:`spark_sink_refusal`; the advice
-for a batch Spark's sink may be re-running is :func:`spark_sink_window`.
+for a batch Spark's sink may be re-running is :func:`spark_sink_window`. Going back from ``ParquetSink`` to
+Spark's own sink with the same checkpoint is safe only while nothing of ours committed a batch after the query's:
+:func:`spark_sink_resume` says what that sink would do (``doctor``), :func:`spark_sink_behind` flags an output whose
+log ran ahead of Spark's sink's newest batch (``verify``).
 
 Example::
 
@@ -37,7 +40,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +50,7 @@ import pyarrow.compute as pc
 from ..errors import SparkSinkBatchError
 from ..log.entry import BATCH_KEY, CommitRecord, attribute, records_of
 from ..log.snapshot import data_files
+from ..read.history import OPTIMIZE_APP_ID
 from ..storage.filesystem import Storage
 from .schema import read_committed_schema, schema_problems
 
@@ -181,4 +185,76 @@ def spark_sink_window(latest: int, batch_id: int, spark_newest: bool) -> str | N
         "rows, so write to a new output path; once that query is stopped for good (it never runs again with "
         "format('parquet')), pass ParquetSink(..., on_foreign_query='append', spark_sink_stopped=True) to append "
         f"after log batch {latest}."
+    )
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def spark_sink_resume(latest: int, batch: int, held: Collection[int]) -> str:
+    """What Spark's own file sink (``writeStream.format('parquet')``) would do with batch ``batch`` of a query
+    resumed on this output with its checkpoint, the log's newest batch being ``latest``: it skips every batch id
+    the log holds, so batches ``batch..latest`` are skipped and marked done; ``held``: those of them whose log batch
+    already holds that very batch (Spark's sink's own commit, or this query's, not yet in the checkpoint); the
+    others' rows are lost without an error. Pure: ``doctor`` says it for every checkpoint.
+
+    Example::
+
+        >>> spark_sink_resume(9, 3, {3})
+        "Spark's own file sink (writeStream.format('parquet')) with this checkpoint would skip its batches 3..9 ..."
+    """
+    if batch > latest:
+        return (
+            f"Spark's own file sink (writeStream.format('parquet')) with this checkpoint would commit its batch {batch} "
+            f"after the log's newest batch {latest}: going back to it loses nothing now, but once anything of "
+            "parquet-sink commits a batch here first (write_batch, optimize, another query), it would skip batches."
+        )
+    lost = [b for b in range(batch, latest + 1) if b not in held]
+    if not lost:
+        return (
+            f"Spark's own file sink (writeStream.format('parquet')) with this checkpoint would skip its batches "
+            f"{_span(batch, latest)}, which the log already holds as those very batches (committed before the checkpoint "
+            "recorded them): nothing lost."
+        )
+    return (
+        f"Spark's own file sink (writeStream.format('parquet')) with this checkpoint would skip its batches "
+        f"{_span(batch, latest)} (it skips every batch id the log already holds) although log batch(es) "
+        f"{', '.join(map(str, lost[:5]))}{', ...' if len(lost) > 5 else ''} hold other data (parquet-sink's write_batch, "
+        "optimize, or another query): those batches' rows would be lost without an error. Going back to Spark's own "
+        "sink is one-way once parquet-sink committed a batch after the query's: stay on ParquetSink with this "
+        "checkpoint, or give the query of Spark's own sink a new output path (and a new checkpoint)."
+    )
+
+
+def _continues(record: CommitRecord) -> bool:
+    """Whether ``record`` may be a query of Spark's own sink gone on under ParquetSink with its checkpoint: a
+    streaming query's batch committed as the log batch of the same id."""
+    return not record.is_app and record.query_id != OPTIMIZE_APP_ID and record.query_batch_id == record.log_batch_id
+
+
+def spark_sink_behind(records: Sequence[CommitRecord], first: int, latest: int | None) -> str | None:
+    """A warning when Spark's own file sink committed a log batch (no commit record of ours, as
+    :func:`~parquet_sink.log.entry.committed_by_spark_sink` decides) and parquet-sink's writers committed batches after its
+    newest one: a query of Spark's own sink resumed on the output would skip its batches up to ``latest``. Not when
+    every batch after it is one query's, each as the log batch of its own batch id: the migration (that query,
+    resumed with its checkpoint, goes on after them). ``first``:
+    the oldest log batch the snapshot reads (a compact file's). None otherwise. Pure: ``verify`` reports it.
+
+    Example: ``spark_sink_behind([CommitRecord(3, "q", 3, "a")], 0, 3)`` -> ``'log batches 3..3 were committed ...'``.
+    """
+    if latest is None or not records:
+        return None
+    ours = attribute(records, range(first, latest + 1))
+    newest = next((b for b in range(latest, first - 1, -1) if b not in ours), None)
+    if newest is None or newest == latest:
+        return None
+    after = [ours[b] for b in range(newest + 1, latest + 1)]
+    if len({r.query_id for r in after}) == 1 and all(_continues(r) for r in after):
+        return None  # the migration: that very query (its checkpoint) went on as log batch = its batch id
+    return (
+        f"log batches {_span(newest + 1, latest)} were committed by parquet-sink after log batch {newest} of Spark's own "
+        "file sink: a query of Spark's own sink (writeStream.format('parquet')) resumed on this output would skip its "
+        f"batches up to {latest}, losing their rows. Keep that query on ParquetSink (with its checkpoint it continues "
+        "this log), or give it a new output path; `doctor --checkpoint` tells for a given checkpoint."
     )

@@ -42,6 +42,7 @@ from ..failpoints import failpoint
 from ..log.entry import STATS_KEY, LogEntry
 from ..log.file_stats import encode_stats
 from ..partitioning import partition_dir, partition_value_str
+from ..statistics import FooterRule, footer_rule
 from ..storage.filesystem import FileInfo, Storage
 from .jvm import without_row_copy
 
@@ -119,13 +120,17 @@ class _FileWriter:
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
         self.closer = closer  # closes the files of every writer of the task
+        self.rule = FooterRule()  # the open file's
 
     def write(self, table: pa.Table) -> None:
         limit = self.spec.max_records_per_file
         offset = 0
+        rule = footer_rule(table)
+        if self.writer is not None and not self.rule.covers(rule):
+            self.close()  # e.g. a NaN where the open file keeps float statistics: the rows go into a file of their own
         while offset < table.num_rows:
             if self.writer is None:
-                self._open(table.schema)
+                self._open(table.schema, rule)
             room = table.num_rows - offset if not limit else min(limit - self.rows_in_file, table.num_rows - offset)
             piece = table.slice(offset, room)
             self.pending.extend(piece.to_batches())
@@ -137,13 +142,14 @@ class _FileWriter:
             if limit and self.rows_in_file >= limit:
                 self.close()
 
-    def _open(self, schema: pa.Schema) -> None:
+    def _open(self, schema: pa.Schema, rule: FooterRule = FooterRule()) -> None:
         self.path = self.next_path()
         self.handle = self.spec.storage.open(self.path, "wb")
         self.writer = pq.ParquetWriter(
-            self.handle, schema, compression=self.spec.compression, use_deprecated_int96_timestamps=self.spec.int96
+            self.handle, schema, compression=self.spec.compression, use_deprecated_int96_timestamps=self.spec.int96,
+            **rule.writer_options(schema),
         )
-        self.rows_in_file = 0
+        self.rows_in_file, self.rule = 0, rule
 
     def flush(self) -> None:
         if self.pending and self.writer is not None:
