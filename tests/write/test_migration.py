@@ -42,7 +42,7 @@ def test_the_migration_guide_and_going_back(spark, tmp_path: Path, capsys) -> No
     assert rows[0]["rows"] is None and rows[1]["rows"] == 2, rows  # Spark's batch: rows unknown ("-")
 
     # going back now loses nothing: nothing of ours committed after the query's batch
-    assert "loses nothing now" in doctor(str(out), checkpoint=str(ckpt)).spark_sink
+    assert "loses nothing now" in doctor(str(out), checkpoint=str(ckpt)).spark_sink.message
     code, verified = _cli(capsys, "verify", str(out))
     assert code == 0 and "warning" not in verified, verified
 

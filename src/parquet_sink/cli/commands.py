@@ -349,7 +349,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         "ok": plan.ok,
         "message": plan.message,
         "warnings": plan.warnings,
-        "spark_sink": diagnosis.spark_sink,
+        "spark_sink": None if diagnosis.spark_sink is None else {
+            "next_batch": diagnosis.spark_sink.batch, "lost": list(diagnosis.spark_sink.lost),
+            "message": diagnosis.spark_sink.message,
+        },
     }
     committers = "; ".join(
         f"query {q} up to its batch {r.query_batch_id} (log batch {r.log_batch_id})" for q, r in queries.items()
@@ -369,7 +372,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         log = f"output log: newest batch {output.latest}, committed by {committers}"
     lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
     if diagnosis.spark_sink is not None:
-        lines.append(f"instead of ParquetSink: {diagnosis.spark_sink}")
+        lines.append(f"instead of ParquetSink: {diagnosis.spark_sink.message}")
     emit(args, data, "\n".join(lines))
     return 0 if plan.ok else 1
 

@@ -26,7 +26,7 @@ from ..log.entry import attribute, committed_by_spark_sink
 from ..log.files import check_output_root
 from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
-from ..write.conflicts import spark_sink_refusal, spark_sink_resume, spark_sink_window
+from ..write.conflicts import SparkSinkResume, spark_sink_refusal, spark_sink_resume, spark_sink_window
 from ..write.sink import Action, checkpoint_query_id, decide_batch
 from .inspect import Output, read_output
 
@@ -231,13 +231,13 @@ def plan_app_write(output: Output, app_id: str, version: int, spark_sink_stopped
     return RestartPlan(version, False, action, log_batch, message)
 
 
-def spark_sink_plan(ckpt: Checkpoint, output: Output, batch: int) -> str | None:
+def spark_sink_plan(ckpt: Checkpoint, output: Output, batch: int) -> SparkSinkResume | None:
     """What Spark's own file sink would do with the checkpoint's next batch ``batch`` instead of ``ParquetSink``
     (:func:`~parquet_sink.write.conflicts.spark_sink_resume`), on an output Spark's own sink wrote (a batch without
     a commit record of ours); None on others. The log batches from ``batch`` on that already hold that very batch
     are Spark's own (its commit window) or this checkpoint's query's with the same batch id.
 
-    Example: ``spark_sink_plan(Checkpoint("q1", 3, 3), read_output("/data/events"), 4)`` -> ``"Spark's own file sink ..."``.
+    Example: ``spark_sink_plan(Checkpoint("q1", 3, 3), read_output("/data/events"), 4).lost`` -> ``(4, 5)``.
     """
     if all(b.record is not None for b in output.batches.values()):
         return None
@@ -258,7 +258,7 @@ class Diagnosis:
     output: Output
     checkpoint: Checkpoint | None
     plan: RestartPlan
-    spark_sink: str | None = None
+    spark_sink: SparkSinkResume | None = None
 
 
 @names_output

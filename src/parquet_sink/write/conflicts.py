@@ -192,39 +192,50 @@ def _span(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}..{last}"
 
 
-def spark_sink_resume(latest: int, batch: int, held: Collection[int]) -> str:
+@dataclass(frozen=True)
+class SparkSinkResume:
     """What Spark's own file sink (``writeStream.format('parquet')``) would do with batch ``batch`` of a query
-    resumed on this output with its checkpoint, the log's newest batch being ``latest``: it skips every batch id
-    the log holds, so batches ``batch..latest`` are skipped and marked done; ``held``: those of them whose log batch
-    already holds that very batch (Spark's sink's own commit, or this query's, not yet in the checkpoint); the
-    others' rows are lost without an error. Pure: ``doctor`` says it for every checkpoint.
+    resumed on an output whose newest log batch is ``latest``: it skips every batch id the log holds, so its
+    batches ``batch..latest`` are skipped and marked done; ``lost``: those of them whose log batch holds other
+    data (their rows would be in no reader). ``message`` says it in words (``doctor``)."""
 
-    Example::
+    batch: int
+    latest: int
+    lost: tuple[int, ...]
 
-        >>> spark_sink_resume(9, 3, {3})
-        "Spark's own file sink (writeStream.format('parquet')) with this checkpoint would skip its batches 3..9 ..."
+    @property
+    def message(self) -> str:
+        sink = "Spark's own file sink (writeStream.format('parquet')) with this checkpoint"
+        if self.batch > self.latest:
+            return (
+                f"{sink} would commit its batch {self.batch} after the log's newest batch {self.latest}: going back to "
+                "it loses nothing now, but once anything of parquet-sink commits a batch here first (write_batch, "
+                "optimize, another query), it would skip batches."
+            )
+        skipped = _span(self.batch, self.latest)
+        if not self.lost:
+            return (
+                f"{sink} would skip its batches {skipped}, which the log already holds as those very batches "
+                "(committed before the checkpoint recorded them): nothing lost."
+            )
+        return (
+            f"{sink} would skip its batches {skipped} (it skips every batch id the log already holds) although log "
+            f"batch(es) {', '.join(map(str, self.lost[:5]))}{', ...' if len(self.lost) > 5 else ''} hold other data "
+            "(parquet-sink's write_batch, optimize, or another query): those batches' rows would be lost without an "
+            "error. Going back to Spark's own sink is one-way once parquet-sink committed a batch after the query's: "
+            "stay on ParquetSink with this checkpoint, or give the query of Spark's own sink a new output path (and a "
+            "new checkpoint)."
+        )
+
+
+def spark_sink_resume(latest: int, batch: int, held: Collection[int]) -> SparkSinkResume:
+    """:class:`SparkSinkResume` of batch ``batch`` on a log whose newest batch is ``latest``; ``held``: the log
+    batches from ``batch`` on that already hold that very batch (Spark's sink's own commit, or this query's, not
+    yet in the checkpoint). Pure: ``doctor`` says it for every checkpoint on an output Spark's sink wrote.
+
+    Example: ``spark_sink_resume(9, 3, {3}).lost`` -> ``(4, 5, 6, 7, 8, 9)``.
     """
-    if batch > latest:
-        return (
-            f"Spark's own file sink (writeStream.format('parquet')) with this checkpoint would commit its batch {batch} "
-            f"after the log's newest batch {latest}: going back to it loses nothing now, but once anything of "
-            "parquet-sink commits a batch here first (write_batch, optimize, another query), it would skip batches."
-        )
-    lost = [b for b in range(batch, latest + 1) if b not in held]
-    if not lost:
-        return (
-            f"Spark's own file sink (writeStream.format('parquet')) with this checkpoint would skip its batches "
-            f"{_span(batch, latest)}, which the log already holds as those very batches (committed before the checkpoint "
-            "recorded them): nothing lost."
-        )
-    return (
-        f"Spark's own file sink (writeStream.format('parquet')) with this checkpoint would skip its batches "
-        f"{_span(batch, latest)} (it skips every batch id the log already holds) although log batch(es) "
-        f"{', '.join(map(str, lost[:5]))}{', ...' if len(lost) > 5 else ''} hold other data (parquet-sink's write_batch, "
-        "optimize, or another query): those batches' rows would be lost without an error. Going back to Spark's own "
-        "sink is one-way once parquet-sink committed a batch after the query's: stay on ParquetSink with this "
-        "checkpoint, or give the query of Spark's own sink a new output path (and a new checkpoint)."
-    )
+    return SparkSinkResume(batch, latest, tuple(b for b in range(batch, latest + 1) if b not in held))
 
 
 def _continues(record: CommitRecord) -> bool:
