@@ -125,6 +125,11 @@ def test_sink_appending_beside_a_running_spark_sink_is_refused(spark, tmp_path: 
     _spark_sink(spark, src, ckpt, out)
     _ids_once(spark, out, [*range(5), *range(100, 105)])
 
+    # without on_foreign_query: ForeignQueryError, whose advice (once that query is stopped for good) is run literally
+    foreign = _our_sink_refusal(spark, ours_src, ours_ckpt, ParquetSink(str(out)))
+    assert isinstance(foreign, errors.ForeignQueryError), foreign
+    advice = "ParquetSink(..., on_foreign_query='append', spark_sink_stopped=True)"
+    assert advice in str(foreign) and "stopped for good" in str(foreign), str(foreign)
     sink = ParquetSink(str(out), on_foreign_query="append", spark_sink_stopped=True)
     run_available_now(_stream(spark, ours_src), str(ours_ckpt), sink)
     _ids_once(spark, out, [*range(5), *range(100, 105), *range(500, 503)])
@@ -142,6 +147,8 @@ def test_optimize_refuses_when_spark_s_newest_batch_holds_no_file(spark, tmp_pat
     with pytest.raises(errors.SparkSinkBatchError) as refused:
         optimize(str(out))
     assert str(out) in str(refused.value) and "newest log batch 2" in str(refused.value)
+    with pytest.raises(errors.SparkSinkBatchError):
+        optimize(str(out), dry_run=True)  # the dry run says what the run would do
     assert MetadataLog(str(out)).latest_batch_id() == 2
 
     _add_input(src, 3, [4, 5])

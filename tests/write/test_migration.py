@@ -40,6 +40,7 @@ def test_the_migration_guide_and_going_back(spark, tmp_path: Path, capsys) -> No
     assert code == 0
     rows = {b["batch"]: b for b in json.loads(listed)["batches"]}
     assert rows[0]["rows"] is None and rows[1]["rows"] == 2, rows  # Spark's batch: rows unknown ("-")
+    assert json.loads(listed)["warnings"] == []  # the migration itself: going back loses nothing
 
     # going back now loses nothing: nothing of ours committed after the query's batch
     assert "loses nothing now" in doctor(str(out), checkpoint=str(ckpt)).spark_sink.message
@@ -53,8 +54,10 @@ def test_the_migration_guide_and_going_back(spark, tmp_path: Path, capsys) -> No
     assert "would skip its batches 2 (it skips every batch id the log already holds) although log batch(es) 2 hold " \
         "other data" in said and "rows would be lost" in said and "stay on ParquetSink" in said, said
     code, verified = _cli(capsys, "verify", str(out))
-    assert code == 0 and "warning: log batches 1..2 were committed by parquet-sink after log batch 0 of Spark's own " \
-        "file sink" in verified, verified
+    warning = "warning: log batches 1..2 were committed by parquet-sink after log batch 0 of Spark's own file sink"
+    assert code == 0 and warning in verified, verified
+    code, listed = _cli(capsys, "ls", str(out))
+    assert code == 0 and warning in listed, listed
 
     _add_input(src, 2, [20, 21])
     _add_input(src, 3, [30, 31])

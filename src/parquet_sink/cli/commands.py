@@ -42,6 +42,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         "oldest_batch": min(output.batches, default=None),
         "oldest_log_file": min(output.listing, default=None),
         "batches": batches,
+        "warnings": [w for w in [output.spark_sink_behind()] if w],
     }
     headers = ["batch", "files", "rows", "bytes", "committed (UTC)", "query / app", "version"]
     table = format_table(
@@ -60,6 +61,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest batch "
             f"in log: {data['oldest_batch']}; oldest log file: {data['oldest_log_file']}"
         )
+    summary += "".join(f"\nwarning: {w}" for w in data["warnings"])
     emit(args, data, f"{table}\n{summary}" if batches else summary)
     return 0
 

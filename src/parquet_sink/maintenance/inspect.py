@@ -92,6 +92,15 @@ class Output:
         """
         return {b.record.query_id: b.record for b in self.batches.values() if b.record is not None}
 
+    def spark_sink_behind(self) -> str | None:
+        """The warning when the log ran ahead of Spark's own sink's newest batch through anything but the query it
+        moved to ParquetSink (:func:`~parquet_sink.write.conflicts.spark_sink_behind`), else None.
+
+        Example: ``read_output("/data/events").spark_sink_behind()`` -> ``'log batches 1..2 were committed ...'``.
+        """
+        records = [b.record for b in self.batches.values() if b.record is not None]
+        return spark_sink_behind(records, min(self.batches, default=0), self.latest)
+
 
 def read_output(
     url: str | os.PathLike[str],

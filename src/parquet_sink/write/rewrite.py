@@ -566,10 +566,11 @@ def optimize(
     plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order))
     result = OptimizeResult(plan, dry_run)
     where = storage.display(storage.root)
+    if plan.bins:  # a dry run is refused as the run would be
+        _refuse_spark_sink(snap, where, spark_sink_stopped)
     if dry_run or not plan.bins:
         result.seconds = time.monotonic() - started
         return result
-    _refuse_spark_sink(snap, where, spark_sink_stopped)
     interval = log.interval_for(snap.listing)
     target_batch = _next_compaction(snap.latest, interval)
     # live until an optimize commits at its batch or later: a writer taking that batch first does not end it (the

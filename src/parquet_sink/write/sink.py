@@ -703,19 +703,20 @@ class ParquetSink:
                 "this output, pass on_foreign_query='append' once."
                 if temporary else ""
             )
-            committed_by = owner.writer if owner else "another writer (e.g. Spark’s own file sink)"
+            committed_by = owner.writer if owner else "another writer (e.g. Spark's own file sink)"
             what = (
                 "This query's first batch meets an output other writers already append to"
                 if owner is not None and owner.is_app
                 else "This is a new checkpoint on an old output"
             )
             stopped = ", spark_sink_stopped=True" if spark_newest else ""  # else refused: SparkSinkBatchError
+            whose = ", whose writer, Spark's own file sink, must be stopped for good" if spark_newest else ""
             raise ForeignQueryError(
                 f"{where}: its "
                 f"batches up to {state.latest} were committed by {committed_by}. {what}; skipping would silently "
                 "lose this query's data. Resume the original checkpoint, write to a new output path, or pass "
                 f"ParquetSink(..., on_foreign_query='append'{stopped}) to append after the latest batch "
-                f"({state.latest}{', whose writer, Spark’s own file sink, must be stopped for good' if stopped else ''})."
+                f"({state.latest}{whose})."
                 f"{cause}"
             )
         if action == "reset":
