@@ -49,6 +49,7 @@ _LAZY = {  # public name -> the module that defines it
     "optimize": "maintenance.optimize",
     "vacuum": "maintenance.vacuum",
     "verify": "maintenance.inspect",
+    "SinkOutput": "table.sink_output",
 }
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         CommittedFile, CommittedFiles, committed_dataset, committed_files, count_committed, read_committed, snapshot,
     )
     from .storage.filesystem import Storage
+    from .table.sink_output import SinkOutput
     from .write.appends import WriteResult, write_batch
     from .write.sink import BatchProgress, ParquetSink, await_termination
 

@@ -1,4 +1,4 @@
-"""The subpackages stay in layers: storage < log < read < delta < write < maintenance < cli, each importing
+"""The subpackages stay in layers: storage < log < read < delta < write < maintenance < table < cli, each importing
 only from its own layer and the ones below (top-level modules such as ``errors`` and ``statistics`` serve all),
 at module level or inside a function alike."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-LAYERS = ["storage", "log", "read", "delta", "write", "maintenance", "cli"]
+LAYERS = ["storage", "log", "read", "delta", "write", "maintenance", "table", "cli"]
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "parquet_sink"
 
 

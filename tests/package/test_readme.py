@@ -29,6 +29,9 @@ def test_readme_python_examples_run(tmp_path):
         code = block.replace('"/data/events"', repr(str(events))).replace('"/data/daily"', repr(str(daily)))
         scope: dict = {}
         exec(compile(code, str(README), "exec"), scope)  # noqa: S102 - the README's own examples
+        if "recent" in scope:  # the SinkOutput block
+            assert sorted(scope["recent"].column("id").to_pylist()) == list(range(6, 12))
+            assert scope["events"].latest_batch() == 5 and scope["plan"].files_removed == 6
         if "tbl" in scope:
             assert sorted(scope["tbl"].column("id").to_pylist()) == list(range(12)), "the orphan is never read"
             assert sorted(scope["new"].column("id").to_pylist()) == list(range(6, 12))

@@ -488,7 +488,7 @@ def _write_rows(table: pa.Table, handle: Any, codec: str, int96: bool) -> None:
 
 @names_output
 def optimize(
-    path: str,
+    path: str | os.PathLike[str],
     *,
     target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
     partitions: Mapping[str, str | None] | None = None,
@@ -539,6 +539,7 @@ def optimize(
         3
     """
     started = time.monotonic()
+    path = os.fspath(path)
     check_flags(dry_run=dry_run, spark_sink_stopped=spark_sink_stopped)
     if delta_log is not None:  # None: as the output has a Delta log
         check_flags(delta_log=delta_log)
