@@ -8,11 +8,12 @@ Spark hands an error raised in ``foreachBatch`` to ``query.awaitTermination()`` 
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
@@ -272,15 +273,69 @@ def respell(message: str, spelling: Mapping[str, str]) -> str:
     return re.sub(rf"(?<![\w.'\"=/\\?&-])({names})(?![\w'\"(=/\\-])", named, text)
 
 
+class KeywordError(ParameterError, TypeError):
+    """A keyword argument the callable does not take (a ``TypeError``, as Python's own), naming the nearest one it
+    does: Spark's spelling (``partitionBy``) as ours (``partition_by``), or a near miss."""
+
+
+def nearest_keyword(name: str, known: Collection[str]) -> str | None:
+    """The keyword of ``known`` that ``name`` most likely meant: its snake_case (``checkpointLocation`` ->
+    ``checkpoint_location``), else the closest by spelling; None when none is close.
+
+    Example: ``nearest_keyword("deltaLog", ["delta_log", "path"])`` -> ``'delta_log'``.
+    """
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+    if snake in known:
+        return snake
+    close = difflib.get_close_matches(snake, list(known), n=1) or difflib.get_close_matches(name, list(known), n=1)
+    return close[0] if close else None
+
+
+def keyword_checker(function: Callable[..., Any], title: str) -> Callable[[Mapping[str, Any]], None]:
+    """A check of a call's keyword arguments against ``function``'s parameters (none when it takes ``**kwargs``:
+    it checks its own), raising :class:`KeywordError` for one it lacks, titled ``title`` (none: a named call's
+    :func:`parameters_of` names it)."""
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return lambda kwargs: None
+    known = [p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+
+    def check(kwargs: Mapping[str, Any]) -> None:
+        for name in kwargs:
+            if name not in known:
+                near = nearest_keyword(name, known)
+                said = f"unknown keyword argument {name!r}{f' (did you mean {near!r}?)' if near else ''}"
+                raise KeywordError(f"{title}{': ' if title else ''}{said}; it takes {', '.join(known)}")
+
+    return check
+
+
+def checks_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """Decorator of a public class's ``__init__`` whose first argument is an output's path: a keyword it does not
+    take is a :class:`KeywordError` naming the call and the nearest keyword (``ParquetSink('/data/out'): unknown
+    keyword argument 'partitionBy' (did you mean 'partition_by'?)``), not Python's bare ``TypeError``."""
+    check = keyword_checker(init, "")
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        path = args[0] if args else kwargs.get("path", "")
+        with parameters_of(call_text(type(self).__name__, path)):
+            check(kwargs)
+        init(self, *args, **kwargs)
+
+    return checked
+
+
 def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorator of a public function whose first argument is an output's path: a :class:`ParameterError` it raises
-    names the call (:func:`parameters_of`), ``vacuum('/data/out'): older_than='5' is not a duration ...``. A
-    generator function names it in each step of its iteration."""
+    names the call (:func:`parameters_of`), ``vacuum('/data/out'): older_than='5' is not a duration ...``, and a
+    keyword it does not take is a :class:`KeywordError` naming the nearest it does (``partitionBy``: did you mean
+    ``partition_by``). A generator function names it in each step of its iteration."""
     name = function.__name__
+    check = keyword_checker(function, "")
 
     if inspect.isgeneratorfunction(function):
 
-        @functools.wraps(function)
         def steps(path: Any, *args: Any, **kwargs: Any) -> Any:
             inner = function(path, *args, **kwargs)
             while True:
@@ -291,11 +346,18 @@ def names_output(function: Callable[_P, _R]) -> Callable[_P, _R]:
                         return stop.value
                 yield item
 
-        return steps  # type: ignore[return-value]
+        @functools.wraps(function)
+        def checked(path: Any, *args: Any, **kwargs: Any) -> Any:
+            with parameters_of(call_text(name, path)):
+                check(kwargs)  # at the call, not at the first step
+            return steps(path, *args, **kwargs)
+
+        return checked  # type: ignore[return-value]
 
     @functools.wraps(function)
     def named(path: Any, *args: Any, **kwargs: Any) -> Any:
         with parameters_of(call_text(name, path)):
+            check(kwargs)
             return function(path, *args, **kwargs)
 
     return named  # type: ignore[return-value]

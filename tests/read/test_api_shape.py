@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import parquet_sink
 from parquet_sink import committed_files, history, read_committed, snapshot, write_batch
+from parquet_sink import errors
 from parquet_sink.errors import ParameterError
 from parquet_sink.maintenance import read_output
 
@@ -167,3 +168,40 @@ def test_an_unknown_keyword_names_the_function_called(out):
         with pytest.raises(ParameterError, match=match):
             call()
     assert count_committed(out, as_of_batch=1) == 2  # the options they do take still reach snapshot
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def test_spark_users_keywords_are_named_back_in_ours(tmp_path):
+    """Issue 56, item 2: ``ParquetSink(out, partitionBy=[...])`` and every public callable's keywords in Spark's
+    camelCase are a typed KeywordError (a TypeError, as Python's own) naming the call and our keyword, before
+    anything is read or written."""
+    out = str(tmp_path / "out")
+    callables = [getattr(parquet_sink, name) for name in parquet_sink.__all__]
+    callables = [c for c in callables if inspect.isfunction(c) or c in (parquet_sink.ParquetSink, parquet_sink.SinkOutput)]
+    checked = 0
+    for target in callables:
+        signature = inspect.signature(target.__init__ if inspect.isclass(target) else target)
+        names = [p.name for p in signature.parameters.values() if "_" in p.name and p.kind is p.KEYWORD_ONLY]
+        first = next(iter(signature.parameters.values()))
+        if not names or first.name not in ("path", "self"):
+            continue
+        camel = _camel(names[0])
+        with pytest.raises(errors.KeywordError) as refused:
+            target(out, **{camel: None})
+        assert isinstance(refused.value, TypeError)
+        assert f"unknown keyword argument {camel!r} (did you mean {names[0]!r}?)" in str(refused.value), str(refused.value)
+        assert repr(out) in str(refused.value)
+        checked += 1
+    assert checked >= 12 and not (tmp_path / "out").exists()
+
+
+def test_a_cli_option_spelled_as_python_names_the_command_and_the_option(capsys):
+    from parquet_sink.cli.main import main
+
+    assert main(["vacuum", "/nowhere", "--older_than", "1d"]) == 2
+    said = capsys.readouterr().err
+    assert "usage: parquet-sink vacuum" in said and "--older_than: did you mean --older-than?" in said, said

@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import logging
@@ -297,6 +298,23 @@ def _joined_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _unrecognized(command: argparse.ArgumentParser, extras: list[str]) -> UsageError:
+    """The usage error of arguments the command does not take, with its usage and the nearest option it has
+    (``--older_than``: did you mean ``--older-than``?)."""
+    options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for extra in extras:
+        name = extra.split("=", 1)[0]
+        if not name.startswith("-"):
+            continue
+        spelled = "--" + name.lstrip("-").replace("_", "-").lower()
+        close = [spelled] if spelled in options else difflib.get_close_matches(spelled, options, n=1)
+        if close:
+            hints.append(f"{name}: did you mean {close[0]}?")
+    message = f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+    return UsageError(message, command.prog, command.format_usage())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code: 0 ok, 1 problems found or the operation failed, 2 a usage
     or input error (see the module docstring). With ``--json`` an error is a JSON object on stdout.
@@ -310,7 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = _joined_values(list(sys.argv[1:] if argv is None else argv))
     as_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
+        args, extras = build_parser().parse_known_args(argv)
+        if extras:
+            raise _unrecognized(args.command_parser, extras)
     except UsageError as exc:
         return _fail(as_json, exc, 2, exc.prog, exc.usage)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

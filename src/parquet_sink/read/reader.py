@@ -15,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,8 @@ import pyarrow.fs
 from ..errors import (
     call_text,
     names_output,
-    DamagedDataFileError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
+    nearest_keyword,
+    DamagedDataFileError, KeywordError, MissingDataFileError, MissingLogFileError, ParameterError, ParquetSinkError,
     SchemaMismatchError, SnapshotExpiredError,
 )
 from ..log.snapshot import (
@@ -246,10 +246,10 @@ def _check_options(
     unknown = [name for name in options if name not in SnapshotOptions.__annotations__]
     if unknown:
         known = [*own, *SnapshotOptions.__annotations__]
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        raise ParameterError(
+        near = nearest_keyword(unknown[0], known)
+        raise KeywordError(
             f"{call_text(function, path)}: unknown keyword argument {unknown[0]!r}"
-            f"{f' (did you mean {close[0]!r}?)' if close else ''}; it takes {', '.join(known)}"
+            f"{f' (did you mean {near!r}?)' if near else ''}; it takes {', '.join(known)}"
         )
 
 

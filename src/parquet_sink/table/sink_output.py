@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Unpack, overload
 import pyarrow as pa
 
 from ..delta.sync import DeltaSyncResult, sync_delta_log
-from ..errors import ParameterError
+from ..errors import ParameterError, checks_keywords
 from ..log.metadata_log import MetadataLog
 from ..maintenance.doctor import Diagnosis, doctor
 from ..maintenance.inspect import VerifyReport, verify
@@ -60,6 +60,7 @@ class SinkOutput:
     Example: ``SinkOutput("/data/events").count()`` -> ``1000``.
     """
 
+    @checks_keywords
     def __init__(self, path: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> None:
         self.path = os.fspath(path)
         self.storage_options: dict[str, Any] = dict(storage_options or {})

@@ -39,6 +39,7 @@ from ..delta.sync import require_deltalake, sync_after_commit
 from .rewrite import DEFAULT_TARGET_FILE_SIZE, BackgroundOptimizer, parse_file_size
 from .dependencies import require_sink_dependencies
 from ..errors import (
+    checks_keywords,
     CommitConflictError,
     ForeignQueryError,
     LogError,
@@ -189,6 +190,7 @@ class ParquetSink:
         >>> sink = ParquetSink("/data/events", checkpoint_location="/data/_checkpoints/events")
     """
 
+    @checks_keywords
     def __init__(
         self,
         path: str | os.PathLike[str],
