@@ -198,3 +198,20 @@ def test_vacuum_deletes_the_temporary_file_of_a_log_commit_killed_before_it_was_
     assert not temp.exists()
     assert write_batch(str(out), pa.table({"id": [1]}), app_id="app", version=1).committed
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == [0, 1]
+
+
+def test_doctor_given_a_directory_that_is_no_checkpoint_says_so(tmp_path: Path, capsys) -> None:
+    """Issue 56, item 4: the output itself (or any directory holding other things) given as the checkpoint is a
+    usage error naming it, not "checkpoint: none yet" (a new query's); a missing or empty directory is a new query's."""
+    out = str(tmp_path / "out")
+    write_batch(out, pa.table({"id": [1]}), app_id="a", version=0)
+    with pytest.raises(ParameterError, match="is an output .* not a Spark streaming checkpoint"):
+        doctor(out, checkpoint=out)
+    (tmp_path / "typo").mkdir()
+    (tmp_path / "typo" / "notes.txt").write_text("x")
+    assert cli_main(["doctor", out, "--checkpoint", str(tmp_path / "typo")]) == 2
+    assert "typo holds no Spark streaming checkpoint (no metadata, offsets/ or commits/; it holds notes.txt)" in \
+        capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    for new in (tmp_path / "missing", tmp_path / "empty"):
+        assert doctor(out, checkpoint=str(new)).checkpoint.query_id is None  # a new query's

@@ -50,12 +50,31 @@ class Checkpoint:
             Checkpoint(query_id='6abb5a0d-...', offsets=6, commits=5)
         """
         storage = Storage(url, dict(storage_options or {}))
+        _require_checkpoint(storage)
 
         def newest(directory: str) -> int | None:
             names = (info.path.rsplit("/", 1)[-1] for info in storage.ls(storage.join(directory)))
             return max((int(n) for n in names if n.isdigit() and n.isascii()), default=None)
 
         return cls(checkpoint_query_id(url, dict(storage_options or {})), newest("offsets"), newest("commits"))
+
+
+def _require_checkpoint(storage: Storage) -> None:
+    """ParameterError when the checkpoint location is an existing directory that holds no checkpoint (neither
+    Spark's ``metadata``, ``offsets/`` nor ``commits/``, but other things: the output itself, a typo): a missing or
+    empty one is a new query's."""
+    try:
+        names = {info.path.rstrip("/").rsplit("/", 1)[-1] for info in storage.ls(storage.root)}
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not names or names & {"metadata", "offsets", "commits"}:
+        return
+    where = storage.display(storage.root)
+    what = "is an output (it holds _spark_metadata), not a" if "_spark_metadata" in names else "holds no"
+    raise ParameterError(
+        f"checkpoint {where} {what} Spark streaming checkpoint (no metadata, offsets/ or commits/; it holds "
+        f"{', '.join(sorted(names)[:5])}): give the query's checkpointLocation (a new query's may be missing or empty)"
+    )
 
 
 @dataclass
