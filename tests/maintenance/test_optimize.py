@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import os
 import subprocess
 import sys
@@ -17,19 +18,24 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parquet_sink import MetadataLog, ParquetSink, committed_files, history, read_committed, write_batch
+from parquet_sink import (
+    MetadataLog, ParquetSink, committed_files, count_committed, history, read_committed, snapshot, write_batch,
+)
 from parquet_sink.errors import (
     CommitConflictError, LogError, MissingDataFileError, ParameterError, SnapshotExpiredError,
 )
 from parquet_sink.log.entry import CommitRecord, LogEntry
+from parquet_sink.log.file_stats import encode_stats
 from parquet_sink.maintenance import optimize, vacuum
 from parquet_sink.maintenance.optimize import parse_file_size
 from parquet_sink.read.history import OPTIMIZE_APP_ID
+from parquet_sink.write.rewrite import BackgroundOptimizer
 
 DAYS = ["a b", "c:d", None, "x"]
 
@@ -62,6 +68,31 @@ def _rows(table: pa.Table) -> list[tuple]:
     for row in table.select(columns).to_pylist():
         out.append(tuple("NaN" if isinstance(v, float) and v != v else v for v in row.values()))
     return sorted(out, key=lambda r: r[columns.index("id")])
+
+
+def _logged_stats(out: str) -> dict[str, dict | None]:
+    """Each committed file's ``stats`` as its log entry records them (parsed; None for none), by path."""
+    files = snapshot(out, statistics=True).files
+    return {path: None if stats is None else json.loads(stats)
+            for path, stats in zip(files.paths().to_pylist(), files.table.column("stats").to_pylist())}
+
+
+def _assert_statistics_of_every_file(out: str) -> None:
+    """Every committed file's log entry has the statistics every writer of ours gives it (``encode_stats`` of its
+    footer), and they are right: its row count, and each integer and string column's null count and min/max as
+    pyarrow computes them over the file's rows."""
+    for path, stats in _logged_stats(out).items():
+        assert stats is not None, f"{path}: no statistics in the log"
+        assert stats == json.loads(encode_stats(pq.read_metadata(path)))
+        table = pq.ParquetFile(path).read()
+        assert stats["numRecords"] == table.num_rows
+        for name, column in zip(table.column_names, table.columns):
+            if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
+                continue
+            assert stats["nullCount"][name] == column.null_count
+            if column.null_count < len(column):
+                bounds = pc.min_max(column)
+                assert (stats["minValues"][name], stats["maxValues"][name]) == (bounds["min"].as_py(), bounds["max"].as_py())
 
 
 def _spark_rows(spark, out: str) -> tuple[list[tuple], str]:
@@ -116,6 +147,7 @@ def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
     result = optimize(out)
 
     assert result.committed and result.files_added == 2
+    _assert_statistics_of_every_file(out)  # INT96, binary, a struct, dates of year 999: as the writers record them
     spark_after, schema_after = _spark_rows(spark, out)
     assert schema_after == schema_before and spark_after == spark_before
     assert _rows(read_committed(out)) == ours_before
@@ -178,6 +210,37 @@ def test_a_second_optimize_finds_nothing_to_rewrite(out: str) -> None:
     again = optimize(out)
     assert not again.committed and again.plan.bins == []
     assert MetadataLog(out).latest_batch_id() == latest  # no empty batch, no rewrite
+
+
+def _corrupt_all_but_the_ends(out: str) -> None:
+    """Overwrite every committed data file but the first and the last (the readers' schema comes from their
+    footers) with bytes that are not Parquet: a read or count that opens one of them fails."""
+    for f in list(committed_files(out))[1:-1]:
+        Path(f.path).write_bytes(b"not parquet")
+
+
+@pytest.mark.parametrize("how", ["z_order", "optimize_every"])
+def test_the_new_files_carry_the_statistics_every_writer_gives(out: str, how: str) -> None:
+    """Issue 54, item 2: the files an optimize writes (here a z-order, and the compaction the sink's background
+    optimize runs; the drawn test below covers the others) are committed with their statistics, as the sink's and
+    ``write_batch``'s are: right row counts and bounds, so a count opens no data file and a filtered read or count
+    opens none the bounds rule out. Before, their log entries had no ``stats``: every count and filtered read after
+    an optimize opened every file."""
+    expected = _write_versions(out, range(4), rows=20)
+    if how == "optimize_every":  # what ParquetSink(optimize_every=N) runs after every N-th batch
+        optimizer = BackgroundOptimizer(out, None, every=1)
+        assert optimizer.after_batch(0) and optimizer.wait(60) and optimizer.error is None
+        result = optimizer.last
+    else:  # cut into files of a few rows each
+        result = optimize(out, z_order=["id", "ts"], target_file_size=2000)
+    assert result is not None and result.committed and result.files_removed == 16
+    assert len(committed_files(out)) == result.files_added >= 4
+    _assert_statistics_of_every_file(out)
+    _corrupt_all_but_the_ends(out)
+    assert count_committed(out) == expected.num_rows
+    assert count_committed(out, filter=ds.field("id") >= 0) == expected.num_rows  # every file matches whole
+    outside = ds.field("id") > 10**6
+    assert count_committed(out, filter=outside) == 0 and read_committed(out, filter=outside).num_rows == 0
 
 
 def test_partitions_and_sort_by(out: str) -> None:
@@ -310,8 +373,8 @@ def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
     values=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=5),
 )
 def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, target, values) -> None:
-    """Whatever the file sizes and the target, the rows read after equal the rows before, and no partition ends up
-    with more files than before."""
+    """Whatever the file sizes and the target, the rows read after equal the rows before, every file committed has
+    its right statistics (the count needs no data file), and no partition ends up with more files than before."""
     out = str(tmp_path_factory.mktemp("drawn") / "out")
     expected = []
     for v, n in enumerate(sizes):
@@ -327,6 +390,9 @@ def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, tar
     assert _rows(read_committed(out)) == _rows(pa.concat_tables(expected))
     assert len(committed_files(out)) <= before
     assert MetadataLog(out).check() == []
+    _assert_statistics_of_every_file(out)
+    _corrupt_all_but_the_ends(out)
+    assert count_committed(out) == sum(sizes)
 
 
 def test_optimize_on_every_store(backend) -> None:

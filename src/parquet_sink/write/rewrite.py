@@ -34,7 +34,9 @@ How the swap stays atomic for every reader:
 
 Rows are preserved exactly: each bin's files are read with pyarrow (their columns only: partition values stay in
 the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``), and written as one
-Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata;
+Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata, each
+committed with its footer's statistics (:mod:`parquet_sink.log.file_stats`, as every writer's: filtered reads and
+counts go by them);
 dates and timestamps an input holds in Spark's hybrid Julian calendar (LEGACY rebase mode, Spark before 3.0) are
 rebased as Spark reads them and written without that calendar's markers (:mod:`parquet_sink.rebase`), so every
 reader reads the rewritten file as Spark read its inputs.
@@ -51,6 +53,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import functools
 import inspect
@@ -81,7 +84,8 @@ from ..errors import (
 )
 from ..failpoints import failpoint
 from ..log.compaction import check_flags
-from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, committed_by_spark_sink, records_of
+from ..log.entry import BATCH_KEY, CommitRecord, committed_by_spark_sink, records_of
+from ..log.file_stats import encode_stats
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
@@ -99,7 +103,7 @@ from ..rebase import proleptic_metadata, to_proleptic
 from ..storage.filesystem import Storage
 from .conflicts import spark_sink_refusal
 from .inflight import InFlightBatch
-from .parquet_files import codec_extension, parquet_codec
+from .parquet_files import FileStatus, codec_extension, log_entry, parquet_codec
 
 logger = logging.getLogger(__name__)
 
@@ -456,10 +460,10 @@ def _order(table: pa.Table, bin_: Bin, storage: Storage, sort_by: Sequence[str],
 def _write_bin(
     storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str], z_order: Sequence[str], target: int,
     threads: int,
-) -> list[tuple[str, int, int]]:
-    """Write one bin's rows as Parquet files in its partition directory; [(path, size, rows)]. One file, but for a
-    z-order: its rows are cut into files of about ``target`` bytes each (as many as the inputs' bytes fill), so
-    each file covers a narrow range of every z-order column."""
+) -> list[FileStatus]:
+    """Write one bin's rows as Parquet files in its partition directory; their statuses, with the statistics of
+    their footers (as every writer's). One file, but for a z-order: its rows are cut into files of about ``target``
+    bytes each (as many as the inputs' bytes fill), so each file covers a narrow range of every z-order column."""
     table, int96 = _read_bin(storage, bin_, threads)
     table = _order(table, bin_, storage, sort_by, z_order)
     pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target))) if z_order else 1
@@ -469,19 +473,24 @@ def _write_bin(
         name = f"part-{len(written):05d}-{uuid.uuid4()}.c000{codec_extension(compression)}.parquet"
         path = storage.join(bin_.directory, name) if bin_.directory else storage.join(name)
         with storage.translating("writing", path), storage.open(path, "wb") as handle:
-            _write_rows(table.slice(start, stop - start), handle, parquet_codec(compression), int96)
-        written.append(path)
-    storage.sync_files(written)
-    return [(path, storage.info(path).size, stop - start) for path, start, stop in zip(written, bounds, bounds[1:])]
+            footer = _write_rows(table.slice(start, stop - start), handle, parquet_codec(compression), int96)
+        written.append((path, footer))
+    storage.sync_files([path for path, _ in written])
+    statuses = []
+    for path, footer in written:
+        info = storage.info(path)
+        statuses.append(FileStatus(path, info.size, info.mtime_ms, footer.num_rows, encode_stats(footer)))
+    return statuses
 
 
-def _write_rows(table: pa.Table, handle: Any, codec: str, int96: bool) -> None:
+def _write_rows(table: pa.Table, handle: Any, codec: str, int96: bool) -> pq.FileMetaData:
     """``table`` as one Parquet file, each row group's rows made contiguous first: a table of thousands of small
     files' chunks is written five times slower chunk by chunk than combined (0.16 s vs 0.03 s for 2,500 chunks
-    of 100 rows), and combining one row group at a time bounds the copy."""
+    of 100 rows), and combining one row group at a time bounds the copy. Returns the file's footer."""
     with pq.ParquetWriter(handle, table.schema, compression=codec, use_deprecated_int96_timestamps=int96) as writer:
         for start in range(0, max(table.num_rows, 1), _ROW_GROUP_ROWS):
             writer.write_table(table.slice(start, _ROW_GROUP_ROWS).combine_chunks(), row_group_size=_ROW_GROUP_ROWS)
+    return writer.writer.metadata
 
 
 @names_output
@@ -511,8 +520,8 @@ def optimize(
         sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip).
         z_order: data columns to cluster each partition's rows by along a Z-order curve (:func:`z_order_indices`,
             as delta-rs's ``z_order()``): every file of a partition is rewritten, its rows cut into files of about
-            ``target_file_size``, so min/max statistics (Parquet footers, the Delta log) skip files for a filter on
-            any of them. Not with ``sort_by``.
+            ``target_file_size``, so min/max statistics (Parquet footers, the log's, the Delta log's) skip files for
+            a filter on any of them. Not with ``sort_by``.
         dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
         compression: the Parquet codec of the new files (as the sink's).
         compact_interval: the log's compaction interval when no compact file tells it yet.
@@ -578,7 +587,7 @@ def optimize(
         began_ms = storage.info(lease.lease_path).mtime_ms
     except FileNotFoundError:  # already deleted by a vacuum (another optimize committed at its batch): this clock
         pass
-    written: dict[Bin, list[tuple[str, int, int]]] = {}
+    written: dict[Bin, list[FileStatus]] = {}
     try:
         failpoint("optimize_write")
         readers = (os.cpu_count() or 2) if storage.is_local else _READ_THREADS
@@ -625,7 +634,7 @@ def _refuse_spark_sink(snap: LogSnapshot, where: str, stopped: bool, written: st
 def _commit(
     log: MetadataLog,
     result: OptimizeResult,
-    written: dict[Bin, list[tuple[str, int, int]]],
+    written: dict[Bin, list[FileStatus]],
     interval: int,
     lease: InFlightBatch,
     planned: LogSnapshot,
@@ -654,14 +663,14 @@ def _commit(
             # file since tells the log's (and ``log.add`` goes by it)
             interval = log.interval_for(snap.listing)
             if not spark_sink_stopped and committed_by_spark_sink(records_of(snap.table), snap.latest):
-                for path, _, _ in (file for files in written.values() for file in files):
-                    storage.delete(path)  # never committed: no reader can have them
+                for file in [f for files in written.values() for f in files]:
+                    storage.delete(file.path)  # never committed: no reader can have them
                 padded = f" (after its empty batches {result.padding_batches})" if result.padding_batches else ""
                 _refuse_spark_sink(snap, where, False, f"Nothing was swapped{padded}.")
             live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
             for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
-                for path, _, _ in written.pop(bin_):  # never committed: no reader can have them
-                    storage.delete(path)
+                for file in written.pop(bin_):  # never committed: no reader can have them
+                    storage.delete(file.path)
                 result.abandoned.append(bin_)
                 logger.info(
                     "%s: another writer removed an input of a bin in %s first: its rewrite is dropped",
@@ -698,14 +707,15 @@ def _commit(
         )
         record = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch, fingerprint)
         new = [file for b in bins for file in written[b]]
-        data = [LogEntry(storage.to_uri(path), size, False, int(time.time() * 1000)) for path, size, _ in new]
+        stamp = int(time.time() * 1000)  # the swap's time, not each file's write time
+        data = [log_entry(storage, dataclasses.replace(file, modification_time=stamp)) for file in new]
         entries = record.log_entries(storage, now, data, 0)
         if log.add(batch, entries, removed=frozenset(f.logged for f in removed)):
             failpoint("optimize_after_commit")
             result.committed, result.log_batch_id = True, batch
-            result.files = [path for path, _, _ in new]
-            result.bytes_added = sum(size for _, size, _ in new)
-            result.rows = sum(rows for _, _, rows in new)
+            result.files = [file.path for file in new]
+            result.bytes_added = sum(file.size for file in new)
+            result.rows = sum(file.num_rows for file in new)
             logger.info(
                 "%s: optimize committed as log batch %d: %d files (%d bytes) replaced by %d (%d bytes), %d empty "
                 "batches before it, %d lost races", where, batch, len(removed), sum(f.size for f in removed),
@@ -749,15 +759,15 @@ def _give_up_vanished(
 
 
 def _drop_missing(
-    storage: Storage, written: dict[Bin, list[tuple[str, int, int]]], result: OptimizeResult, where: str
+    storage: Storage, written: dict[Bin, list[FileStatus]], result: OptimizeResult, where: str
 ) -> bool:
     """Give up the bins of ``written`` a new file of which is gone (deleted by a vacuum that did not see a live
     lease: never name a missing file in the log), deleting the rest of their files; whether any bin is left."""
-    gone = set(storage.missing([path for files in written.values() for path, _, _ in files]))
-    for bin_ in [b for b, files in written.items() if any(path in gone for path, _, _ in files)]:
-        for path, _, _ in written.pop(bin_):
-            if path not in gone:
-                storage.delete(path)
+    gone = set(storage.missing([file.path for files in written.values() for file in files]))
+    for bin_ in [b for b, files in written.items() if any(file.path in gone for file in files)]:
+        for file in written.pop(bin_):
+            if file.path not in gone:
+                storage.delete(file.path)
         result.abandoned.append(bin_)
         logger.warning(
             "%s: a file the optimize wrote in %s vanished before its commit (a vacuum, or a manual clean-up): "
