@@ -10,10 +10,12 @@ import datetime as dt
 import decimal
 import json
 import os
+import random
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -212,11 +214,12 @@ def test_a_second_optimize_finds_nothing_to_rewrite(out: str) -> None:
     assert MetadataLog(out).latest_batch_id() == latest  # no empty batch, no rewrite
 
 
-def _corrupt_all_but_the_ends(out: str) -> None:
-    """Overwrite every committed data file but the first and the last (the readers' schema comes from their
-    footers) with bytes that are not Parquet: a read or count that opens one of them fails."""
+def _corrupt_all_but_the_ends(out: str, keep: Sequence[str] = ()) -> None:
+    """Overwrite every committed data file but the first, the last (the readers' schema comes from their footers)
+    and those in ``keep`` with bytes that are not Parquet: a read or count that opens one of them fails."""
     for f in list(committed_files(out))[1:-1]:
-        Path(f.path).write_bytes(b"not parquet")
+        if f.path not in keep:
+            Path(f.path).write_bytes(b"not parquet")
 
 
 @pytest.mark.parametrize("how", ["z_order", "optimize_every"])
@@ -368,13 +371,16 @@ def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
 
 @settings(max_examples=15, deadline=None)
 @given(
-    sizes=st.lists(st.integers(1, 20), min_size=2, max_size=8),
+    sizes=st.lists(st.integers(1, 20), min_size=1, max_size=8),
     target=st.integers(500, 6000),
     values=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=5),
+    order=st.sampled_from([{}, {"sort_by": ["x"]}, {"z_order": ["x", "id"]}]),
 )
-def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, target, values) -> None:
-    """Whatever the file sizes and the target, the rows read after equal the rows before, every file committed has
-    its right statistics (the count needs no data file), and no partition ends up with more files than before."""
+def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, target, values, order) -> None:
+    """Whatever the file sizes, the target and the order asked for (none, ``sort_by``, ``z_order``: partitions of
+    one file, files larger than the target), the rows read after equal the rows before, every file committed has
+    its right statistics (the count needs no data file), and a compaction leaves no partition with more files than
+    before."""
     out = str(tmp_path_factory.mktemp("drawn") / "out")
     expected = []
     for v, n in enumerate(sizes):
@@ -386,9 +392,9 @@ def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, tar
         write_batch(out, table, app_id="a", version=v, partition_by=["k"])
         expected.append(table)
     before = len(committed_files(out))
-    optimize(out, target_file_size=target)
+    optimize(out, target_file_size=target, **order)
     assert _rows(read_committed(out)) == _rows(pa.concat_tables(expected))
-    assert len(committed_files(out)) <= before
+    assert len(committed_files(out)) <= before or order
     assert MetadataLog(out).check() == []
     _assert_statistics_of_every_file(out)
     _corrupt_all_but_the_ends(out)
@@ -476,8 +482,6 @@ def _overlapping(bounds: list[tuple], value) -> int:
 def test_z_order_preserves_rows_and_lets_statistics_skip_files_on_each_column(tmp_path_factory, types, seed) -> None:
     """Rows preserved; for a point filter on each z-order column, fewer files' footer min/max bounds overlap the
     value than when the same rows are cut into as many files in arrival order (each spans nearly everything)."""
-    import random
-
     rng = random.Random(seed)
     names = [f"c{i}" for i in range(len(types))]
     out = str(tmp_path_factory.mktemp("zorder") / "out")
@@ -527,6 +531,50 @@ def test_z_order_refusals(out: str) -> None:
         write_batch(lists, pa.table({"id": [v], "tags": [[v, 1]]}), app_id="l", version=v)
     with pytest.raises(ParameterError, match="'tags' of the files in .*-lists is list<.*>, which has no order"):
         optimize(lists, z_order=["id", "tags"])
+
+
+def _large_and_small_partition(out: str, rows: int = 4000) -> pa.Table:
+    """An output of two partitions of one file each: ``k=a`` holds ``rows`` random rows, ``k=b`` three."""
+    rng = random.Random(54)
+    table = pa.table({
+        "id": pa.array(range(rows), pa.int64()),
+        "x": pa.array([rng.randrange(10**6) for _ in range(rows)], pa.int64()),
+        "y": pa.array([f"s{rng.randrange(10**6):07d}" for _ in range(rows)], pa.string()),
+        "k": ["a"] * rows,
+    })
+    small = pa.table({"id": pa.array([rows, rows + 1, rows + 2], pa.int64()), "x": pa.array([5, 1, 3], pa.int64()),
+                      "y": ["c", "b", "a"], "k": ["b"] * 3})
+    write_batch(out, table, app_id="big", version=0, partition_by=["k"])
+    write_batch(out, small, app_id="big", version=1, partition_by=["k"])
+    return pa.concat_tables([table, small])
+
+
+@pytest.mark.parametrize("order", ["z_order", "sort_by"])
+def test_an_ordered_optimize_cuts_a_partition_of_one_large_file(out: str, order: str) -> None:
+    """Issue 54, item 3: a partition of one file larger than the target, z-ordered or sorted, is cut into files near
+    the target (as delta-rs's ``z_order()`` cuts it), each covering a narrow range of ``x``: a filtered read opens
+    only the files whose logged bounds hold the value (the others are corrupted here, so opening one fails). Before,
+    the planner left every one-file partition alone and nothing could skip. A plain compaction still leaves a lone
+    file; ``sort_by`` leaves a lone small file (``k=b``), ``z_order`` rewrites every file of each partition."""
+    expected = _large_and_small_partition(out)
+    big, small = sorted(committed_files(out), key=lambda f: f.relative_path)
+    target = big.size // 8 + 1
+    assert not optimize(out, target_file_size=target).committed  # compaction: one file alone is left
+    result = optimize(out, target_file_size=target, **{order: ["x", "y"] if order == "z_order" else ["x"]})
+    assert result.committed and result.files_removed == (2 if order == "z_order" else 1)
+    cut = [p for p in result.files if "/k=a/" in p]
+    assert len(cut) == 8 and sum(f.size for f in committed_files(out) if f.path in cut) < 2 * big.size
+    assert (small.path in {f.path for f in committed_files(out)}) == (order == "sort_by")
+    assert _rows(read_committed(out)) == _rows(expected)
+    _assert_statistics_of_every_file(out)
+    stats = _logged_stats(out)
+    probe = expected.column("x")[17].as_py()
+    holding = [p for p in cut if stats[p]["minValues"]["x"] <= probe <= stats[p]["maxValues"]["x"]]
+    assert 1 <= len(holding) <= (4 if order == "z_order" else 2), holding
+    _corrupt_all_but_the_ends(out, keep=holding)
+    where = ds.field("x") == probe
+    assert _rows(read_committed(out, filter=where)) == _rows(expected.filter(where))
+    assert count_committed(out, filter=where) == expected.filter(where).num_rows
 
 
 def test_schema_evolution_across_the_files_of_one_bin(out: str) -> None:

@@ -33,10 +33,10 @@ How the swap stays atomic for every reader:
   ``vacuum`` keeps the removed files while a snapshot committed within its ``older_than`` references them.
 
 Rows are preserved exactly: each bin's files are read with pyarrow (their columns only: partition values stay in
-the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``), and written as one
-Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata, each
-committed with its footer's statistics (:mod:`parquet_sink.log.file_stats`, as every writer's: filtered reads and
-counts go by them);
+the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``) or clustered
+(``z_order``), and written as one Parquet file (a bin larger than the target: ordered rows cut into files near it)
+with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata, each committed with
+its footer's statistics (:mod:`parquet_sink.log.file_stats`, as every writer's: filtered reads and counts go by them);
 dates and timestamps an input holds in Spark's hybrid Julian calendar (LEGACY rebase mode, Spark before 3.0) are
 rebased as Spark reads them and written without that calendar's markers (:mod:`parquet_sink.rebase`), so every
 reader reads the rewritten file as Spark read its inputs.
@@ -176,8 +176,9 @@ class Bin:
 
 @dataclass
 class OptimizePlan:
-    """What an optimize rewrites, from the log's snapshot at ``latest_batch_id``: the bins (two or more small
-    files of one partition each), and how many committed files it looked at."""
+    """What an optimize rewrites, from the log's snapshot at ``latest_batch_id``: the bins (files of one partition
+    each: two or more small ones, or one that an ordered rewrite cuts or clusters, see :func:`plan_optimize`), and
+    how many committed files it looked at."""
 
     storage: Storage
     latest_batch_id: int | None
@@ -253,13 +254,17 @@ def plan_optimize(
     target_file_size: int,
     partitions: Mapping[str, str | None] | None = None,
     whole: bool = False,
+    cut: bool = False,
 ) -> OptimizePlan:
     """The bins of an optimize of snapshot ``snap``: in each partition directory (only those whose values equal
     ``partitions``, given as Spark writes them in directory names, unescaped), its committed files smaller than
     ``target_file_size``, oldest batch first, packed greedily into bins of at most that size; bins of one file are
-    left out. ``whole`` (a z-order, which clusters a partition's rows across its files): every file of a partition,
-    whatever its size, in one bin. Files the log lists twice or that lie outside the root are left as they are.
-    Pure but for reading.
+    left out. ``cut`` (a rewrite in an order asked for, ``sort_by``): a file larger than ``target_file_size`` is a
+    bin of its own too, which the rewrite cuts into files near that size, each holding a narrow range of the order
+    (min/max statistics then skip files, not only row groups). ``whole`` (a z-order, which clusters a partition's
+    rows across its files): every file of a partition, whatever its size, in one bin, a lone file too (as delta-rs's
+    ``z_order()`` rewrites every file of each partition). Files the log lists twice or that lie outside the root are
+    left as they are. Pure but for reading.
 
     Example: ``[len(b.inputs) for b in plan_optimize(log, read_snapshot(log), 1 << 20).bins]`` -> ``[60, 60, 60]``.
     """
@@ -284,7 +289,9 @@ def plan_optimize(
         directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if directory not in directories:
             directories[directory] = _directory_values(directory)
-        if counts[path] > 1 or size >= limit or partitions and not _directory_matches(directories[directory], partitions):
+        if counts[path] > 1 or partitions and not _directory_matches(directories[directory], partitions):
+            continue
+        if size >= limit and not (cut and size > limit):  # compaction leaves a file of the target size or more
             continue
         by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
     columns = {name for values in directories.values() for name in values}
@@ -294,6 +301,10 @@ def plan_optimize(
             f"partitions names {unknown}, but the output's partition columns "
             f"are {sorted(columns) or 'none'}. Nothing was rewritten."
         )
+
+    def rewritten(files: list[InputFile], size: int) -> bool:  # a lone file only when z-ordered or to be cut
+        return len(files) > 1 or whole or cut and size > target_file_size
+
     bins: list[Bin] = []
     for directory in sorted(by_directory):
         files = sorted(by_directory[directory], key=lambda f: (-1 if f.batch_id is None else f.batch_id, f.path))
@@ -301,12 +312,12 @@ def plan_optimize(
         size = 0
         for info in files:
             if current and size + info.size > limit:
-                if len(current) > 1:
+                if rewritten(current, size):
                     bins.append(Bin(directory, tuple(current)))
                 current, size = [], 0
             current.append(info)
             size += info.size
-        if len(current) > 1:
+        if current and rewritten(current, size):
             bins.append(Bin(directory, tuple(current)))
     return OptimizePlan(
         storage, snap.latest, target_file_size, bins, table.num_rows, pc.sum(table.column("size")).as_py() or 0
@@ -462,11 +473,12 @@ def _write_bin(
     threads: int,
 ) -> list[FileStatus]:
     """Write one bin's rows as Parquet files in its partition directory; their statuses, with the statistics of
-    their footers (as every writer's). One file, but for a z-order: its rows are cut into files of about ``target``
-    bytes each (as many as the inputs' bytes fill), so each file covers a narrow range of every z-order column."""
+    their footers (as every writer's). One file, unless the bin holds more than ``target`` bytes (a z-order's
+    partition, a file to cut for ``sort_by``): then its ordered rows are cut into files of about ``target`` bytes
+    each (as many as the inputs' bytes fill), so each file covers a narrow range of the order."""
     table, int96 = _read_bin(storage, bin_, threads)
     table = _order(table, bin_, storage, sort_by, z_order)
-    pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target))) if z_order else 1
+    pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target)))
     bounds = [table.num_rows * i // pieces for i in range(pieces + 1)]
     written = []
     for start, stop in zip(bounds, bounds[1:]):
@@ -517,11 +529,13 @@ def optimize(
     Args:
         partitions: only partition directories whose values equal these (``{"day": "2024-01-01"}``, values as
             Spark writes them in directory names, unescaped; ``None`` for the null partition).
-        sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip).
+        sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip); a
+            file larger than ``target_file_size`` is rewritten too, alone, its sorted rows cut into files near that
+            size (min/max statistics then skip files too).
         z_order: data columns to cluster each partition's rows by along a Z-order curve (:func:`z_order_indices`,
-            as delta-rs's ``z_order()``): every file of a partition is rewritten, its rows cut into files of about
-            ``target_file_size``, so min/max statistics (Parquet footers, the log's, the Delta log's) skip files for
-            a filter on any of them. Not with ``sort_by``.
+            as delta-rs's ``z_order()``): every file of a partition is rewritten (a lone one too), its rows cut
+            into files of about ``target_file_size``, so min/max statistics (Parquet footers, the log's, the Delta
+            log's) skip files for a filter on any of them. Not with ``sort_by``.
         dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
         compression: the Parquet codec of the new files (as the sink's).
         compact_interval: the log's compaction interval when no compact file tells it yet.
@@ -570,7 +584,7 @@ def optimize(
     snap = read_snapshot(log)
     if snap.latest is None:
         require_output(storage)
-    plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order))
+    plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order), cut=bool(sort_by))
     result = OptimizeResult(plan, dry_run)
     where = storage.display(storage.root)
     if dry_run or not plan.bins:
