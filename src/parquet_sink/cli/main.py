@@ -199,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     optimize.add_argument(
         "--sort-by", metavar="COL", action="append", default=[],
-        help="sort each rewritten file by this data column, repeatable (a file larger than the target is cut into "
-        "sorted files near it)",
+        help="sort each rewritten file by this data column, repeatable (a file more than twice the target is cut "
+        "into sorted files near it)",
     )
     optimize.add_argument(
         "--z-order", metavar="COL", action="append", default=[],

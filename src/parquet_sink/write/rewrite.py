@@ -123,6 +123,8 @@ _RUN_FILES = 256  # ... of at least this many files each
 _BIN_THREADS = 4  # bins rewritten at once
 _BIN_MEMORY = 1 << 30  # ... while their inputs (about target_file_size each) fit in this
 _SWAP_ATTEMPTS = 10  # commit races lost at the compaction batch before giving up
+_CUT_ABOVE = 2  # a sort_by cuts a file larger than this many targets: the files a cut or a bin wrote come out a
+# little over the target when they compress worse than their inputs, and with 1 the next sort_by would cut them again
 
 
 def parse_file_size(value: int | str) -> int:
@@ -259,12 +261,12 @@ def plan_optimize(
     """The bins of an optimize of snapshot ``snap``: in each partition directory (only those whose values equal
     ``partitions``, given as Spark writes them in directory names, unescaped), its committed files smaller than
     ``target_file_size``, oldest batch first, packed greedily into bins of at most that size; bins of one file are
-    left out. ``cut`` (a rewrite in an order asked for, ``sort_by``): a file larger than ``target_file_size`` is a
-    bin of its own too, which the rewrite cuts into files near that size, each holding a narrow range of the order
-    (min/max statistics then skip files, not only row groups). ``whole`` (a z-order, which clusters a partition's
-    rows across its files): every file of a partition, whatever its size, in one bin, a lone file too (as delta-rs's
-    ``z_order()`` rewrites every file of each partition). Files the log lists twice or that lie outside the root are
-    left as they are. Pure but for reading.
+    left out. ``cut`` (a rewrite in an order asked for, ``sort_by``): a file larger than :data:`_CUT_ABOVE` times
+    ``target_file_size`` is a bin of its own too, which the rewrite cuts into files near that size, each holding a
+    narrow range of the order (min/max statistics then skip files, not only row groups). ``whole`` (a z-order,
+    which clusters a partition's rows across its files): every file of a partition, whatever its size, in one bin, a
+    lone file too (as delta-rs's ``z_order()`` rewrites every file of each partition). Files the log lists twice or
+    that lie outside the root are left as they are. Pure but for reading.
 
     Example: ``[len(b.inputs) for b in plan_optimize(log, read_snapshot(log), 1 << 20).bins]`` -> ``[60, 60, 60]``.
     """
@@ -291,7 +293,7 @@ def plan_optimize(
             directories[directory] = _directory_values(directory)
         if counts[path] > 1 or partitions and not _directory_matches(directories[directory], partitions):
             continue
-        if size >= limit and not (cut and size > limit):  # compaction leaves a file of the target size or more
+        if size >= limit and not (cut and size > _CUT_ABOVE * limit):  # compaction leaves a file this large
             continue
         by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
     columns = {name for values in directories.values() for name in values}
@@ -303,7 +305,7 @@ def plan_optimize(
         )
 
     def rewritten(files: list[InputFile], size: int) -> bool:  # a lone file only when z-ordered or to be cut
-        return len(files) > 1 or whole or cut and size > target_file_size
+        return len(files) > 1 or whole or cut and size > _CUT_ABOVE * target_file_size
 
     bins: list[Bin] = []
     for directory in sorted(by_directory):
@@ -474,7 +476,7 @@ def _write_bin(
 ) -> list[FileStatus]:
     """Write one bin's rows as Parquet files in its partition directory; their statuses, with the statistics of
     their footers (as every writer's). One file, unless the bin holds more than ``target`` bytes (a z-order's
-    partition, a file to cut for ``sort_by``): then its ordered rows are cut into files of about ``target`` bytes
+    partition, a large file to cut for ``sort_by``): then its ordered rows are cut into files of about ``target`` bytes
     each (as many as the inputs' bytes fill), so each file covers a narrow range of the order."""
     table, int96 = _read_bin(storage, bin_, threads)
     table = _order(table, bin_, storage, sort_by, z_order)
@@ -530,8 +532,8 @@ def optimize(
         partitions: only partition directories whose values equal these (``{"day": "2024-01-01"}``, values as
             Spark writes them in directory names, unescaped; ``None`` for the null partition).
         sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip); a
-            file larger than ``target_file_size`` is rewritten too, alone, its sorted rows cut into files near that
-            size (min/max statistics then skip files too).
+            file more than twice ``target_file_size`` is rewritten too, alone, its sorted rows cut into files near
+            that size (min/max statistics then skip files too).
         z_order: data columns to cluster each partition's rows by along a Z-order curve (:func:`z_order_indices`,
             as delta-rs's ``z_order()``): every file of a partition is rewritten (a lone one too), its rows cut
             into files of about ``target_file_size``, so min/max statistics (Parquet footers, the log's, the Delta
