@@ -8,28 +8,36 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import os
+import random
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parquet_sink import MetadataLog, ParquetSink, committed_files, history, read_committed, write_batch
+from parquet_sink import (
+    MetadataLog, ParquetSink, committed_files, count_committed, history, read_committed, snapshot, write_batch,
+)
 from parquet_sink.errors import (
     CommitConflictError, LogError, MissingDataFileError, ParameterError, SnapshotExpiredError,
 )
 from parquet_sink.log.entry import CommitRecord, LogEntry
+from parquet_sink.log.file_stats import encode_stats
 from parquet_sink.maintenance import optimize, vacuum
 from parquet_sink.maintenance.optimize import parse_file_size
 from parquet_sink.read.history import OPTIMIZE_APP_ID
+from parquet_sink.write.rewrite import BackgroundOptimizer
 
 DAYS = ["a b", "c:d", None, "x"]
 
@@ -62,6 +70,31 @@ def _rows(table: pa.Table) -> list[tuple]:
     for row in table.select(columns).to_pylist():
         out.append(tuple("NaN" if isinstance(v, float) and v != v else v for v in row.values()))
     return sorted(out, key=lambda r: r[columns.index("id")])
+
+
+def _logged_stats(out: str) -> dict[str, dict | None]:
+    """Each committed file's ``stats`` as its log entry records them (parsed; None for none), by path."""
+    files = snapshot(out, statistics=True).files
+    return {path: None if stats is None else json.loads(stats)
+            for path, stats in zip(files.paths().to_pylist(), files.table.column("stats").to_pylist())}
+
+
+def _assert_statistics_of_every_file(out: str) -> None:
+    """Every committed file's log entry has the statistics every writer of ours gives it (``encode_stats`` of its
+    footer), and they are right: its row count, and each integer and string column's null count and min/max as
+    pyarrow computes them over the file's rows."""
+    for path, stats in _logged_stats(out).items():
+        assert stats is not None, f"{path}: no statistics in the log"
+        assert stats == json.loads(encode_stats(pq.read_metadata(path)))
+        table = pq.ParquetFile(path).read()
+        assert stats["numRecords"] == table.num_rows
+        for name, column in zip(table.column_names, table.columns):
+            if not table.num_rows or not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
+                continue  # a file of no rows has no row group to take counts from
+            assert stats["nullCount"][name] == column.null_count
+            if column.null_count < len(column):
+                bounds = pc.min_max(column)
+                assert (stats["minValues"][name], stats["maxValues"][name]) == (bounds["min"].as_py(), bounds["max"].as_py())
 
 
 def _spark_rows(spark, out: str) -> tuple[list[tuple], str]:
@@ -116,6 +149,7 @@ def test_spark_writer_files_keep_their_types(spark, out: str) -> None:
     result = optimize(out)
 
     assert result.committed and result.files_added == 2
+    _assert_statistics_of_every_file(out)  # INT96, binary, a struct, dates of year 999: as the writers record them
     spark_after, schema_after = _spark_rows(spark, out)
     assert schema_after == schema_before and spark_after == spark_before
     assert _rows(read_committed(out)) == ours_before
@@ -178,6 +212,38 @@ def test_a_second_optimize_finds_nothing_to_rewrite(out: str) -> None:
     again = optimize(out)
     assert not again.committed and again.plan.bins == []
     assert MetadataLog(out).latest_batch_id() == latest  # no empty batch, no rewrite
+
+
+def _corrupt_all_but_the_ends(out: str, keep: Sequence[str] = ()) -> None:
+    """Overwrite every committed data file but the first, the last (the readers' schema comes from their footers)
+    and those in ``keep`` with bytes that are not Parquet: a read or count that opens one of them fails."""
+    for f in list(committed_files(out))[1:-1]:
+        if f.path not in keep:
+            Path(f.path).write_bytes(b"not parquet")
+
+
+@pytest.mark.parametrize("how", ["z_order", "optimize_every"])
+def test_the_new_files_carry_the_statistics_every_writer_gives(out: str, how: str) -> None:
+    """Issue 54, item 2: the files an optimize writes (here a z-order, and the compaction the sink's background
+    optimize runs; the drawn test below covers the others) are committed with their statistics, as the sink's and
+    ``write_batch``'s are: right row counts and bounds, so a count opens no data file and a filtered read or count
+    opens none the bounds rule out. Before, their log entries had no ``stats``: every count and filtered read after
+    an optimize opened every file."""
+    expected = _write_versions(out, range(4), rows=20)
+    if how == "optimize_every":  # what ParquetSink(optimize_every=N) runs after every N-th batch
+        optimizer = BackgroundOptimizer(out, None, every=1)
+        assert optimizer.after_batch(0) and optimizer.wait(60) and optimizer.error is None
+        result = optimizer.last
+    else:  # cut into files of a few rows each
+        result = optimize(out, z_order=["id", "ts"], target_file_size=2000)
+    assert result is not None and result.committed and result.files_removed == 16
+    assert len(committed_files(out)) == result.files_added >= 4
+    _assert_statistics_of_every_file(out)
+    _corrupt_all_but_the_ends(out)
+    assert count_committed(out) == expected.num_rows
+    assert count_committed(out, filter=ds.field("id") >= 0) == expected.num_rows  # every file matches whole
+    outside = ds.field("id") > 10**6
+    assert count_committed(out, filter=outside) == 0 and read_committed(out, filter=outside).num_rows == 0
 
 
 def test_partitions_and_sort_by(out: str) -> None:
@@ -305,13 +371,16 @@ def test_delta_log_after_a_sync_removes_and_adds(out: str) -> None:
 
 @settings(max_examples=15, deadline=None)
 @given(
-    sizes=st.lists(st.integers(1, 20), min_size=2, max_size=8),
+    sizes=st.lists(st.integers(1, 20), min_size=1, max_size=8),
     target=st.integers(500, 6000),
     values=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=5),
+    order=st.sampled_from([{}, {"sort_by": ["x"]}, {"z_order": ["x", "id"]}]),
 )
-def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, target, values) -> None:
-    """Whatever the file sizes and the target, the rows read after equal the rows before, and no partition ends up
-    with more files than before."""
+def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, target, values, order) -> None:
+    """Whatever the file sizes, the target and the order asked for (none, ``sort_by``, ``z_order``: partitions of
+    one file, files larger than the target), the rows read after equal the rows before, every file committed has
+    its right statistics (the count needs no data file), and a compaction leaves no partition with more files than
+    before."""
     out = str(tmp_path_factory.mktemp("drawn") / "out")
     expected = []
     for v, n in enumerate(sizes):
@@ -323,10 +392,13 @@ def test_rows_preserved_for_drawn_files_and_targets(tmp_path_factory, sizes, tar
         write_batch(out, table, app_id="a", version=v, partition_by=["k"])
         expected.append(table)
     before = len(committed_files(out))
-    optimize(out, target_file_size=target)
+    optimize(out, target_file_size=target, **order)
     assert _rows(read_committed(out)) == _rows(pa.concat_tables(expected))
-    assert len(committed_files(out)) <= before
+    assert len(committed_files(out)) <= before or order
     assert MetadataLog(out).check() == []
+    _assert_statistics_of_every_file(out)
+    _corrupt_all_but_the_ends(out)
+    assert count_committed(out) == sum(sizes)
 
 
 def test_optimize_on_every_store(backend) -> None:
@@ -410,8 +482,6 @@ def _overlapping(bounds: list[tuple], value) -> int:
 def test_z_order_preserves_rows_and_lets_statistics_skip_files_on_each_column(tmp_path_factory, types, seed) -> None:
     """Rows preserved; for a point filter on each z-order column, fewer files' footer min/max bounds overlap the
     value than when the same rows are cut into as many files in arrival order (each spans nearly everything)."""
-    import random
-
     rng = random.Random(seed)
     names = [f"c{i}" for i in range(len(types))]
     out = str(tmp_path_factory.mktemp("zorder") / "out")
@@ -461,6 +531,52 @@ def test_z_order_refusals(out: str) -> None:
         write_batch(lists, pa.table({"id": [v], "tags": [[v, 1]]}), app_id="l", version=v)
     with pytest.raises(ParameterError, match="'tags' of the files in .*-lists is list<.*>, which has no order"):
         optimize(lists, z_order=["id", "tags"])
+
+
+def _large_and_small_partition(out: str, rows: int = 4000) -> pa.Table:
+    """An output of two partitions of one file each: ``k=a`` holds ``rows`` random rows, ``k=b`` three."""
+    rng = random.Random(54)
+    table = pa.table({
+        "id": pa.array(range(rows), pa.int64()),
+        "x": pa.array([rng.randrange(10**6) for _ in range(rows)], pa.int64()),
+        "y": pa.array([f"s{rng.randrange(10**6):07d}" for _ in range(rows)], pa.string()),
+        "k": ["a"] * rows,
+    })
+    small = pa.table({"id": pa.array([rows, rows + 1, rows + 2], pa.int64()), "x": pa.array([5, 1, 3], pa.int64()),
+                      "y": ["c", "b", "a"], "k": ["b"] * 3})
+    write_batch(out, table, app_id="big", version=0, partition_by=["k"])
+    write_batch(out, small, app_id="big", version=1, partition_by=["k"])
+    return pa.concat_tables([table, small])
+
+
+@pytest.mark.parametrize("order", ["z_order", "sort_by"])
+def test_an_ordered_optimize_cuts_a_partition_of_one_large_file(out: str, order: str) -> None:
+    """Issue 54, item 3: a partition of one file of 8 targets, z-ordered or sorted, is cut into files near the target
+    (as delta-rs's ``z_order()`` cuts it), each covering a narrow range of ``x``: a filtered read opens
+    only the files whose logged bounds hold the value (the others are corrupted here, so opening one fails). Before,
+    the planner left every one-file partition alone and nothing could skip. A plain compaction still leaves a lone
+    file; ``sort_by`` leaves a lone small file (``k=b``), ``z_order`` rewrites every file of each partition."""
+    expected = _large_and_small_partition(out)
+    big, small = sorted(committed_files(out), key=lambda f: f.relative_path)
+    target = big.size // 8 + 1
+    assert not optimize(out, target_file_size=target).committed  # compaction: one file alone is left
+    result = optimize(out, target_file_size=target, **{order: ["x", "y"] if order == "z_order" else ["x"]})
+    assert result.committed and result.files_removed == (2 if order == "z_order" else 1)
+    cut = [p for p in result.files if "/k=a/" in p]
+    assert len(cut) == 8 and sum(f.size for f in committed_files(out) if f.path in cut) < 2 * big.size
+    assert (small.path in {f.path for f in committed_files(out)}) == (order == "sort_by")
+    assert _rows(read_committed(out)) == _rows(expected)
+    _assert_statistics_of_every_file(out)
+    if order == "sort_by":  # the cut's files, a little over the target, are not cut again (z_order always rewrites)
+        assert not optimize(out, target_file_size=target, sort_by=["x"]).committed
+    stats = _logged_stats(out)
+    probe = expected.column("x")[17].as_py()
+    holding = [p for p in cut if stats[p]["minValues"]["x"] <= probe <= stats[p]["maxValues"]["x"]]
+    assert 1 <= len(holding) <= (4 if order == "z_order" else 2), holding
+    _corrupt_all_but_the_ends(out, keep=holding)
+    where = ds.field("x") == probe
+    assert _rows(read_committed(out, filter=where)) == _rows(expected.filter(where))
+    assert count_committed(out, filter=where) == expected.filter(where).num_rows
 
 
 def test_schema_evolution_across_the_files_of_one_bin(out: str) -> None:

@@ -13,14 +13,16 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import read_committed, sync_delta_log, write_batch
+from parquet_sink import committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink.delta.sync import compare_logs
 from parquet_sink.maintenance import optimize
 from tests.delta.readers import assert_delta_matches
-from tests.maintenance.test_optimize import _rows, _version
+from tests.maintenance.test_optimize import _large_and_small_partition, _rows, _version
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -173,3 +175,29 @@ def test_a_swap_whose_snapshot_before_is_gone_is_mirrored_as_a_data_change(out: 
     expected = pa.concat_tables(_version(v) for v in range(13))
     assert _rows(table.to_pyarrow_table()) == _rows(expected)
     assert compare_logs(out)[0] == []
+
+
+def test_a_z_order_of_one_large_file_reaches_delta_readers_with_statistics(out: str) -> None:
+    """Issue 54, items 2 and 3 through the Delta mirror: the z-order that cuts a partition of one large file commits
+    an OPTIMIZE whose add actions carry each new file's row count and bounds (what pyarrow computes over the file),
+    and delta-rs's filtered read prunes by them: the files whose bounds leave the value out are corrupted here, and
+    the read still returns exactly the matching rows. Before, the lone file was left and no file could be skipped."""
+    expected = _large_and_small_partition(out)
+    sync_delta_log(out)
+    big = max(committed_files(out), key=lambda f: f.size)
+    result = optimize(out, z_order=["x", "y"], target_file_size=big.size // 8 + 1)
+    assert result.committed and result.delta is not None and result.delta.optimizes == 1
+    table = deltalake.DeltaTable(out)
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert len(adds) == result.files_added == 9
+    probe = expected.column("x")[17].as_py()
+    for add in adds:
+        rows = pq.read_table(Path(out, unquote(add["path"]))).select(["x", "y"])
+        assert add["num_records"] == rows.num_rows
+        assert (add["min.x"], add["max.x"]) == (pc.min(rows["x"]).as_py(), pc.max(rows["x"]).as_py())
+        assert (add["min.y"], add["max.y"]) == (pc.min(rows["y"]).as_py(), pc.max(rows["y"]).as_py())
+        if not add["min.x"] <= probe <= add["max.x"]:
+            Path(out, unquote(add["path"])).write_bytes(b"not parquet")
+    where = ds.field("x") == probe
+    assert _rows(table.to_pyarrow_table(filters=where)) == _rows(expected.filter(where))

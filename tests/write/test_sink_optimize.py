@@ -18,6 +18,7 @@ from parquet_sink import MetadataLog, ParquetSink, history, read_committed
 from parquet_sink.errors import OptimizeError, ParameterError
 from parquet_sink.write.rewrite import BackgroundOptimizer
 from tests.helpers.spark_util import run_available_now, write_input_files
+from tests.maintenance.test_optimize import _assert_statistics_of_every_file
 
 SCHEMA = "id long, cat string"
 
@@ -57,6 +58,7 @@ def test_a_stream_with_optimize_every_compacts_and_every_reader_reads_every_row_
     assert sorted(r[0] for r in spark.read.parquet(out).select("id").collect()) == expected
     assert sorted(_streamed_ids(spark, out, str(tmp_path / "read-ckpt"))) == expected
     assert MetadataLog(out).check() == []
+    _assert_statistics_of_every_file(out)  # the optimize's files too (issue 54, item 2)
     live = len(read_committed(out, columns=["id"]).column("id"))
     assert live == len(expected)
 

@@ -199,12 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only partition directories with this value (as written in the directory name, unescaped), repeatable",
     )
     optimize.add_argument(
-        "--sort-by", metavar="COL", action="append", default=[], help="sort each rewritten file by this data column, repeatable"
+        "--sort-by", metavar="COL", action="append", default=[],
+        help="sort each rewritten file by this data column, repeatable (a file more than twice the target is cut "
+        "into sorted files near it)",
     )
     optimize.add_argument(
         "--z-order", metavar="COL", action="append", default=[],
         help="cluster each partition's rows along a Z-order curve over these data columns (repeatable; every file of "
-        "a partition is rewritten); not with --sort-by",
+        "a partition is rewritten, a lone one too); not with --sort-by",
     )
     optimize.add_argument("--dry-run", action="store_true", help="say what would be rewritten, write nothing")
     optimize.add_argument("--compression", default="snappy", help="Parquet codec of the new files (default snappy)")

@@ -33,8 +33,10 @@ How the swap stays atomic for every reader:
   ``vacuum`` keeps the removed files while a snapshot committed within its ``older_than`` references them.
 
 Rows are preserved exactly: each bin's files are read with pyarrow (their columns only: partition values stay in
-the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``), and written as one
-Parquet file with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata;
+the directory), unified as ``read_committed`` unifies schemas, optionally sorted (``sort_by``) or clustered
+(``z_order``), and written as one Parquet file (a bin larger than the target: ordered rows cut into files near it)
+with the inputs' timestamp encoding (INT96 when Spark's writer wrote them) and footer metadata, each committed with
+its footer's statistics (:mod:`parquet_sink.log.file_stats`, as every writer's: filtered reads and counts go by them);
 dates and timestamps an input holds in Spark's hybrid Julian calendar (LEGACY rebase mode, Spark before 3.0) are
 rebased as Spark reads them and written without that calendar's markers (:mod:`parquet_sink.rebase`), so every
 reader reads the rewritten file as Spark read its inputs.
@@ -51,6 +53,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import functools
 import inspect
@@ -81,7 +84,8 @@ from ..errors import (
 )
 from ..failpoints import failpoint
 from ..log.compaction import check_flags
-from ..log.entry import BATCH_KEY, CommitRecord, LogEntry, committed_by_spark_sink, records_of
+from ..log.entry import BATCH_KEY, CommitRecord, committed_by_spark_sink, records_of
+from ..log.file_stats import encode_stats
 from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
@@ -100,7 +104,7 @@ from ..statistics import footer_rule
 from ..storage.filesystem import Storage
 from .conflicts import spark_sink_refusal
 from .inflight import InFlightBatch
-from .parquet_files import codec_extension, parquet_codec
+from .parquet_files import FileStatus, codec_extension, log_entry, parquet_codec
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +124,8 @@ _RUN_FILES = 256  # ... of at least this many files each
 _BIN_THREADS = 4  # bins rewritten at once
 _BIN_MEMORY = 1 << 30  # ... while their inputs (about target_file_size each) fit in this
 _SWAP_ATTEMPTS = 10  # commit races lost at the compaction batch before giving up
+_CUT_ABOVE = 2  # a sort_by cuts a file larger than this many targets: the files a cut or a bin wrote come out a
+# little over the target when they compress worse than their inputs, and with 1 the next sort_by would cut them again
 
 
 def parse_file_size(value: int | str) -> int:
@@ -173,8 +179,9 @@ class Bin:
 
 @dataclass
 class OptimizePlan:
-    """What an optimize rewrites, from the log's snapshot at ``latest_batch_id``: the bins (two or more small
-    files of one partition each), and how many committed files it looked at."""
+    """What an optimize rewrites, from the log's snapshot at ``latest_batch_id``: the bins (files of one partition
+    each: two or more small ones, or one that an ordered rewrite cuts or clusters, see :func:`plan_optimize`), and
+    how many committed files it looked at."""
 
     storage: Storage
     latest_batch_id: int | None
@@ -250,13 +257,17 @@ def plan_optimize(
     target_file_size: int,
     partitions: Mapping[str, str | None] | None = None,
     whole: bool = False,
+    cut: bool = False,
 ) -> OptimizePlan:
     """The bins of an optimize of snapshot ``snap``: in each partition directory (only those whose values equal
     ``partitions``, given as Spark writes them in directory names, unescaped), its committed files smaller than
     ``target_file_size``, oldest batch first, packed greedily into bins of at most that size; bins of one file are
-    left out. ``whole`` (a z-order, which clusters a partition's rows across its files): every file of a partition,
-    whatever its size, in one bin. Files the log lists twice or that lie outside the root are left as they are.
-    Pure but for reading.
+    left out. ``cut`` (a rewrite in an order asked for, ``sort_by``): a file larger than :data:`_CUT_ABOVE` times
+    ``target_file_size`` is a bin of its own too, which the rewrite cuts into files near that size, each holding a
+    narrow range of the order (min/max statistics then skip files, not only row groups). ``whole`` (a z-order,
+    which clusters a partition's rows across its files): every file of a partition, whatever its size, in one bin, a
+    lone file too (as delta-rs's ``z_order()`` rewrites every file of each partition). Files the log lists twice or
+    that lie outside the root are left as they are. Pure but for reading.
 
     Example: ``[len(b.inputs) for b in plan_optimize(log, read_snapshot(log), 1 << 20).bins]`` -> ``[60, 60, 60]``.
     """
@@ -281,7 +292,9 @@ def plan_optimize(
         directory = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if directory not in directories:
             directories[directory] = _directory_values(directory)
-        if counts[path] > 1 or size >= limit or partitions and not _directory_matches(directories[directory], partitions):
+        if counts[path] > 1 or partitions and not _directory_matches(directories[directory], partitions):
+            continue
+        if size >= limit and not (cut and size > _CUT_ABOVE * limit):  # compaction leaves a file this large
             continue
         by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
     columns = {name for values in directories.values() for name in values}
@@ -291,6 +304,10 @@ def plan_optimize(
             f"partitions names {unknown}, but the output's partition columns "
             f"are {sorted(columns) or 'none'}. Nothing was rewritten."
         )
+
+    def rewritten(files: list[InputFile], size: int) -> bool:  # a lone file only when z-ordered or to be cut
+        return len(files) > 1 or whole or cut and size > _CUT_ABOVE * target_file_size
+
     bins: list[Bin] = []
     for directory in sorted(by_directory):
         files = sorted(by_directory[directory], key=lambda f: (-1 if f.batch_id is None else f.batch_id, f.path))
@@ -298,12 +315,12 @@ def plan_optimize(
         size = 0
         for info in files:
             if current and size + info.size > limit:
-                if len(current) > 1:
+                if rewritten(current, size):
                     bins.append(Bin(directory, tuple(current)))
                 current, size = [], 0
             current.append(info)
             size += info.size
-        if len(current) > 1:
+        if current and rewritten(current, size):
             bins.append(Bin(directory, tuple(current)))
     return OptimizePlan(
         storage, snap.latest, target_file_size, bins, table.num_rows, pc.sum(table.column("size")).as_py() or 0
@@ -457,33 +474,39 @@ def _order(table: pa.Table, bin_: Bin, storage: Storage, sort_by: Sequence[str],
 def _write_bin(
     storage: Storage, bin_: Bin, compression: str, sort_by: Sequence[str], z_order: Sequence[str], target: int,
     threads: int,
-) -> list[tuple[str, int, int]]:
-    """Write one bin's rows as Parquet files in its partition directory; [(path, size, rows)]. One file, but for a
-    z-order: its rows are cut into files of about ``target`` bytes each (as many as the inputs' bytes fill), so
-    each file covers a narrow range of every z-order column."""
+) -> list[FileStatus]:
+    """Write one bin's rows as Parquet files in its partition directory; their statuses, with the statistics of
+    their footers (as every writer's). One file, unless the bin holds more than ``target`` bytes (a z-order's
+    partition, a large file to cut for ``sort_by``): then its ordered rows are cut into files of about ``target`` bytes
+    each (as many as the inputs' bytes fill), so each file covers a narrow range of the order."""
     table, int96 = _read_bin(storage, bin_, threads)
     table = _order(table, bin_, storage, sort_by, z_order)
-    pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target))) if z_order else 1
+    pieces = max(1, min(table.num_rows, math.ceil(bin_.bytes / target)))
     bounds = [table.num_rows * i // pieces for i in range(pieces + 1)]
     written = []
     for start, stop in zip(bounds, bounds[1:]):
         name = f"part-{len(written):05d}-{uuid.uuid4()}.c000{codec_extension(compression)}.parquet"
         path = storage.join(bin_.directory, name) if bin_.directory else storage.join(name)
         with storage.translating("writing", path), storage.open(path, "wb") as handle:
-            _write_rows(table.slice(start, stop - start), handle, parquet_codec(compression), int96)
-        written.append(path)
-    storage.sync_files(written)
-    return [(path, storage.info(path).size, stop - start) for path, start, stop in zip(written, bounds, bounds[1:])]
+            footer = _write_rows(table.slice(start, stop - start), handle, parquet_codec(compression), int96)
+        written.append((path, footer))
+    storage.sync_files([path for path, _ in written])
+    statuses = []
+    for path, footer in written:
+        info = storage.info(path)
+        statuses.append(FileStatus(path, info.size, info.mtime_ms, footer.num_rows, encode_stats(footer)))
+    return statuses
 
 
-def _write_rows(table: pa.Table, handle: Any, codec: str, int96: bool) -> None:
+def _write_rows(table: pa.Table, handle: Any, codec: str, int96: bool) -> pq.FileMetaData:
     """``table`` as one Parquet file, each row group's rows made contiguous first: a table of thousands of small
     files' chunks is written five times slower chunk by chunk than combined (0.16 s vs 0.03 s for 2,500 chunks
-    of 100 rows), and combining one row group at a time bounds the copy."""
+    of 100 rows), and combining one row group at a time bounds the copy. Returns the file's footer."""
     with pq.ParquetWriter(handle, table.schema, compression=codec, use_deprecated_int96_timestamps=int96,
                           **footer_rule(table).writer_options(table.schema)) as writer:
         for start in range(0, max(table.num_rows, 1), _ROW_GROUP_ROWS):
             writer.write_table(table.slice(start, _ROW_GROUP_ROWS).combine_chunks(), row_group_size=_ROW_GROUP_ROWS)
+    return writer.writer.metadata
 
 
 @names_output
@@ -510,11 +533,13 @@ def optimize(
     Args:
         partitions: only partition directories whose values equal these (``{"day": "2024-01-01"}``, values as
             Spark writes them in directory names, unescaped; ``None`` for the null partition).
-        sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip).
+        sort_by: data columns to sort each rewritten file by (min/max statistics of its row groups then skip); a
+            file more than twice ``target_file_size`` is rewritten too, alone, its sorted rows cut into files near
+            that size (min/max statistics then skip files too).
         z_order: data columns to cluster each partition's rows by along a Z-order curve (:func:`z_order_indices`,
-            as delta-rs's ``z_order()``): every file of a partition is rewritten, its rows cut into files of about
-            ``target_file_size``, so min/max statistics (Parquet footers, the Delta log) skip files for a filter on
-            any of them. Not with ``sort_by``.
+            as delta-rs's ``z_order()``): every file of a partition is rewritten (a lone one too), its rows cut
+            into files of about ``target_file_size``, so min/max statistics (Parquet footers, the log's, the Delta
+            log's) skip files for a filter on any of them. Not with ``sort_by``.
         dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
         compression: the Parquet codec of the new files (as the sink's).
         compact_interval: the log's compaction interval when no compact file tells it yet.
@@ -564,7 +589,7 @@ def optimize(
     snap = read_snapshot(log)
     if snap.latest is None:
         require_output(storage)
-    plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order))
+    plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order), cut=bool(sort_by))
     result = OptimizeResult(plan, dry_run)
     where = storage.display(storage.root)
     if plan.bins:  # a dry run is refused as the run would be
@@ -582,7 +607,7 @@ def optimize(
         began_ms = storage.info(lease.lease_path).mtime_ms
     except FileNotFoundError:  # already deleted by a vacuum (another optimize committed at its batch): this clock
         pass
-    written: dict[Bin, list[tuple[str, int, int]]] = {}
+    written: dict[Bin, list[FileStatus]] = {}
     try:
         failpoint("optimize_write")
         readers = (os.cpu_count() or 2) if storage.is_local else _READ_THREADS
@@ -629,7 +654,7 @@ def _refuse_spark_sink(snap: LogSnapshot, where: str, stopped: bool, written: st
 def _commit(
     log: MetadataLog,
     result: OptimizeResult,
-    written: dict[Bin, list[tuple[str, int, int]]],
+    written: dict[Bin, list[FileStatus]],
     interval: int,
     lease: InFlightBatch,
     planned: LogSnapshot,
@@ -658,14 +683,14 @@ def _commit(
             # file since tells the log's (and ``log.add`` goes by it)
             interval = log.interval_for(snap.listing)
             if not spark_sink_stopped and committed_by_spark_sink(records_of(snap.table), snap.latest):
-                for path, _, _ in (file for files in written.values() for file in files):
-                    storage.delete(path)  # never committed: no reader can have them
+                for file in [f for files in written.values() for f in files]:
+                    storage.delete(file.path)  # never committed: no reader can have them
                 padded = f" (after its empty batches {result.padding_batches})" if result.padding_batches else ""
                 _refuse_spark_sink(snap, where, False, f"Nothing was swapped{padded}.")
             live = set(data_files(snap.table, ["path"]).column("path").to_pylist())
             for bin_ in [b for b in written if not all(f.logged in live for f in b.inputs)]:
-                for path, _, _ in written.pop(bin_):  # never committed: no reader can have them
-                    storage.delete(path)
+                for file in written.pop(bin_):  # never committed: no reader can have them
+                    storage.delete(file.path)
                 result.abandoned.append(bin_)
                 logger.info(
                     "%s: another writer removed an input of a bin in %s first: its rewrite is dropped",
@@ -702,14 +727,15 @@ def _commit(
         )
         record = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch, fingerprint)
         new = [file for b in bins for file in written[b]]
-        data = [LogEntry(storage.to_uri(path), size, False, int(time.time() * 1000)) for path, size, _ in new]
+        stamp = int(time.time() * 1000)  # the swap's time, not each file's write time
+        data = [log_entry(storage, dataclasses.replace(file, modification_time=stamp)) for file in new]
         entries = record.log_entries(storage, now, data, 0)
         if log.add(batch, entries, removed=frozenset(f.logged for f in removed)):
             failpoint("optimize_after_commit")
             result.committed, result.log_batch_id = True, batch
-            result.files = [path for path, _, _ in new]
-            result.bytes_added = sum(size for _, size, _ in new)
-            result.rows = sum(rows for _, _, rows in new)
+            result.files = [file.path for file in new]
+            result.bytes_added = sum(file.size for file in new)
+            result.rows = sum(file.num_rows for file in new)
             logger.info(
                 "%s: optimize committed as log batch %d: %d files (%d bytes) replaced by %d (%d bytes), %d empty "
                 "batches before it, %d lost races", where, batch, len(removed), sum(f.size for f in removed),
@@ -753,15 +779,15 @@ def _give_up_vanished(
 
 
 def _drop_missing(
-    storage: Storage, written: dict[Bin, list[tuple[str, int, int]]], result: OptimizeResult, where: str
+    storage: Storage, written: dict[Bin, list[FileStatus]], result: OptimizeResult, where: str
 ) -> bool:
     """Give up the bins of ``written`` a new file of which is gone (deleted by a vacuum that did not see a live
     lease: never name a missing file in the log), deleting the rest of their files; whether any bin is left."""
-    gone = set(storage.missing([path for files in written.values() for path, _, _ in files]))
-    for bin_ in [b for b, files in written.items() if any(path in gone for path, _, _ in files)]:
-        for path, _, _ in written.pop(bin_):
-            if path not in gone:
-                storage.delete(path)
+    gone = set(storage.missing([file.path for files in written.values() for file in files]))
+    for bin_ in [b for b, files in written.items() if any(file.path in gone for file in files)]:
+        for file in written.pop(bin_):
+            if file.path not in gone:
+                storage.delete(file.path)
         result.abandoned.append(bin_)
         logger.warning(
             "%s: a file the optimize wrote in %s vanished before its commit (a vacuum, or a manual clean-up): "
