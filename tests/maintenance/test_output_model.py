@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from parquet_sink import (
-    committed_files, count_committed, history, optimize, read_committed, sync_delta_log, vacuum, verify, write_batch,
+    committed_files, count_committed, history, optimize, read_committed, snapshot, sync_delta_log, vacuum, verify,
+    write_batch,
 )
 from tests.helpers.filters import FilterCase, assert_filters_agree, filters
 from tests.helpers.strategies import Kind
@@ -113,6 +114,8 @@ class OutputModel(RuleBasedStateMachine):
         expected = sorted(r["id"] for r in self.rows)
         assert sorted(read_committed(self.out, columns=["id"]).column("id").to_pylist()) == expected
         assert count_committed(self.out) == len(expected)
+        stats = snapshot(self.out, statistics=True).files.table.column("stats")
+        assert stats.null_count == 0, "every writer of ours, optimize too, logs each file's statistics"
         report = verify(self.out)
         assert report.ok, report.problems
         latest = max(self.snapshots)
