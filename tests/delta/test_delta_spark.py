@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from parquet_sink import ParquetSink, sync_delta_log
+from parquet_sink import ParquetSink, read_committed, sync_delta_log
 from parquet_sink.delta import APP_ID
+from parquet_sink.delta.errors import DeltaRangeError
 from parquet_sink.maintenance import verify
 from tests.delta.readers import assert_delta_matches, data_commits, delta_files
 from tests.helpers.spark_util import run_available_now, write_input_files
@@ -79,3 +80,23 @@ def test_spark_file_sink_output_then_sync(spark, tmp_path):
     # Spark's reader keeps reading _spark_metadata, not _delta_log (hidden), nor the stray file
     _spark_equals_committed(spark, out, expected)
     assert spark.read.parquet(out).count() == 24
+
+
+def test_sink_refuses_a_timestamp_no_delta_log_can_hold_before_its_commit(spark, tmp_path):
+    """Issue 54, item 8: a delta_log=True sink committed a batch holding a timestamp in year 10000 (Spark holds
+    it, Delta cannot): every later sync failed and Delta readers silently stayed at the batch before. Now the batch
+    is refused before its commit (DeltaRangeError), its files deleted, and once the value is fixed every reader
+    reads every committed row: read_committed, Spark, delta-rs. Spark's writer path: INT96 timestamps, whose
+    footers carry no bounds, so the check reads the column (write_batch's pyarrow files: test_formats.py)."""
+    out = str(tmp_path / "out")
+    sink = ParquetSink(out, writer="spark", delta_log=True)
+    batch = "select id, timestamp_seconds(id * {scale}) as at from range({start}, {end})"
+    sink(spark.sql(batch.format(scale=1, start=0, end=3)), 0)
+    before = sorted(str(p) for p in Path(out).rglob("*") if "_delta_log" not in p.parts)
+    with pytest.raises(DeltaRangeError, match=r"column 'at' holds a value outside 0001-01-01\.\.9999-12-31"):
+        sink(spark.sql(batch.format(scale=253402300800 // 4, start=3, end=5)), 1)  # id 4: 10000-01-01
+    assert sorted(str(p) for p in Path(out).rglob("*") if "_delta_log" not in p.parts) == before
+    sink(spark.sql(batch.format(scale=1, start=3, end=5)), 1)
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(5))
+    assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(5))
+    assert sorted(deltalake.DeltaTable(out).to_pyarrow_table().column("id").to_pylist()) == list(range(5))

@@ -22,6 +22,7 @@ import pytest
 
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink.delta import DeltaLogError
+from parquet_sink.delta.errors import DeltaRangeError
 from parquet_sink.errors import DamagedDataFileError, MissingDataFileError, SchemaMismatchError
 from parquet_sink.log.entry import LogEntry
 from parquet_sink.statistics import LeafStatistics, file_statistics
@@ -212,8 +213,10 @@ REFUSED = {
     "date year 10000": pa.array([2932897], pa.date32()),
 }
 
-# write_batch refuses these itself (Spark cannot read them) or stores them as a Delta type (date64 as date32)
-OTHER_WRITERS_ONLY = {"time64", "time32", "float16", "date64", "list<time64>", "struct<list<float16>>"}
+# write_batch refuses these itself (Spark cannot read them) or stores them as a Delta type (date64 as date32), or,
+# for an output that keeps a Delta log, refuses them before its commit (dates and timestamps outside 0001..9999)
+OUT_OF_RANGE = {"year 10000", "year 0", "date year 10000"}
+OTHER_WRITERS_ONLY = {"time64", "time32", "float16", "date64", "list<time64>", "struct<list<float16>>", *OUT_OF_RANGE}
 
 
 def _refused_batch(kind: str) -> pa.Table:
@@ -228,7 +231,7 @@ def _refused_batch(kind: str) -> pa.Table:
 @pytest.mark.parametrize("first", [True, False], ids=["first-batch", "later-batch"])
 def test_types_delta_lacks_are_refused_before_the_delta_log(tmp_path, caplog, kind, first):
     """A column of a type Delta lacks (at any depth), names equal but for case, a date or timestamp outside
-    0001..9999: the batch commits to _spark_metadata (through write_batch, or, for types write_batch refuses or
+    0001..9999: the batch commits to _spark_metadata (through write_batch, or, for what write_batch refuses or
     converts itself, as another writer's file), the sync refuses it with a DeltaLogError naming the column, logged
     by the writer, and _delta_log stays as it was (absent for a first batch)."""
     root = tmp_path / "out"
@@ -250,6 +253,39 @@ def test_types_delta_lacks_are_refused_before_the_delta_log(tmp_path, caplog, ki
     assert read_committed(str(root)).num_rows == bad.num_rows + (0 if first else 1)
     if not first:
         assert deltalake.DeltaTable(str(root)).to_pyarrow_table().num_rows == 1
+
+
+def _epoch_of(typ: pa.DataType) -> pa.Array:
+    """One in-range value (the epoch) of ``typ``, a date or timestamp or a struct of one."""
+    if pa.types.is_struct(typ):
+        return pa.StructArray.from_arrays([_epoch_of(f.type) for f in typ], fields=list(typ))
+    return pa.array([0], pa.int32() if pa.types.is_date(typ) else pa.int64()).cast(typ)
+
+
+OUT_OF_RANGE_WRITES = {
+    **{kind: REFUSED[kind] for kind in sorted(OUT_OF_RANGE)},
+    "struct<year 10000>": pa.StructArray.from_arrays([REFUSED["year 10000"]], names=["t"]),
+}
+
+
+@pytest.mark.parametrize("delta_log", [True, False], ids=["delta_log", "existing-delta-log"])
+@pytest.mark.parametrize("kind", OUT_OF_RANGE_WRITES)
+def test_write_batch_refuses_a_date_no_delta_log_can_hold_before_its_commit(tmp_path, kind, delta_log):
+    """Issue 54, item 8: write_batch on an output that keeps a Delta log (delta_log=True, or a _delta_log there)
+    committed a date or timestamp outside 0001..9999 to _spark_metadata; every later sync then failed and Delta
+    readers stayed at the batch before, silently. Now the batch is refused (DeltaRangeError naming the column)
+    before its commit and its files deleted; the next batch commits and Delta readers read every committed row."""
+    root = tmp_path / "out"
+    bad = OUT_OF_RANGE_WRITES[kind]
+    write_batch(str(root), pa.table({"id": [0], "c": _epoch_of(bad.type)}), app_id="a", version=0, delta_log=True)
+    before = sorted(str(p) for p in root.rglob("*") if "_delta_log" not in p.parts)
+    with pytest.raises(DeltaRangeError, match=r"column 'c(\.t)?' holds a value outside 0001-01-01\.\.9999-12-31") as raised:
+        write_batch(str(root), pa.table({"id": [1], "c": bad}), app_id="a", version=1, delta_log=delta_log)
+    assert "Nothing was committed and the batch's files were deleted" in str(raised.value)
+    assert sorted(str(p) for p in root.rglob("*") if "_delta_log" not in p.parts) == before
+    write_batch(str(root), pa.table({"id": [2], "c": _epoch_of(bad.type)}), app_id="a", version=1, delta_log=True)
+    assert sorted(read_committed(str(root)).column("id").to_pylist()) == [0, 2]
+    assert sorted(deltalake.DeltaTable(str(root)).to_pyarrow_table().column("id").to_pylist()) == [0, 2]
 
 
 def test_top_level_names_equal_but_for_case_are_refused_before_anything_is_written(tmp_path):

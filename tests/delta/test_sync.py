@@ -379,3 +379,39 @@ def test_on_object_stores(request, tmp_path, store):
     # polars' own reader asks S3 for a space in a directory name percent-encoded (a polars limit, docs/delta.md)
     assert sorted(pl.read_delta(delta_url, storage_options=delta_options, use_pyarrow=True)["id"].to_list()) == want
     assert verify(url, storage_options=options).ok
+
+
+def _damage(commit: Path, how: str) -> None:
+    raw = commit.read_bytes()
+    lines = raw.split(b"\n")
+    damaged = {
+        "cut mid-line": raw[: len(raw) // 2],
+        "cut before the txn": b"\n".join(lines[:-2]) + b"\n",  # a line boundary: every line left is JSON
+        "emptied": b"",
+        "overwritten": b"\x00" * len(raw),
+    }[how]
+    commit.write_bytes(damaged)
+
+
+@pytest.mark.parametrize("same_process", [True, False], ids=["same-process", "new-process"])
+@pytest.mark.parametrize("how", ["cut mid-line", "cut before the txn", "emptied", "overwritten"])
+def test_a_damaged_newest_delta_commit_is_named_with_its_remedy(out, how, same_process):
+    """Issue 54, item 8: the newest Delta commit file truncated or overwritten (a disk, a copy, a hand edit):
+    the sync reported "in step" (or a failure whose remedy, delta-sync, failed again) and every later batch went
+    on, while Delta readers failed or missed its files. Now every sync names the damaged file and the remedy,
+    --recreate, which followed literally gives Delta readers every committed row again."""
+    for version in range(3):
+        write_batch(out, _table(version, rows=2), app_id="a", version=version, delta_log=True)
+    newest = sorted(Path(out, "_delta_log").glob("*.json"))[-1]
+    _damage(newest, how)
+    if not same_process:
+        sync._STATES.clear()  # as a new process finds it: no Delta state cached
+    write_batch(out, _table(3, rows=2), app_id="a", version=3)
+    with pytest.raises(DeltaLogError, match=re.escape(str(newest)) + r", the commit of Delta version \d+, is damaged") as raised:
+        sync_delta_log(out)
+    assert f"parquet-sink delta-sync --recreate {out}" in str(raised.value)
+    assert sync_delta_log(out, recreate=True).committed
+    expected = sorted(read_committed(out).column("id").to_pylist())
+    assert len(expected) == 8
+    assert sorted(deltalake.DeltaTable(out).to_pyarrow_table().column("id").to_pylist()) == expected
+    assert sorted(pl.read_delta(out)["id"].to_list()) == expected

@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from ..partitioning import java_double_str
 from ..statistics import LeafPath, LeafStatistics, data_statistics, file_statistics
-from .errors import DeltaLogError
+from .errors import DeltaLogError, DeltaRangeError
 
 # Delta on Spark keeps string statistics to a 32-character prefix (dataSkippingStringPrefixLength): the
 # prefix is a lower bound (min); a cut max is no upper bound, so it gets its last character raised (_string_max).
@@ -227,13 +227,32 @@ def _string_max(value: str) -> str | None:
     return None
 
 
-def out_of_range(column: str, what: str) -> DeltaLogError:
-    return DeltaLogError(
+def out_of_range(column: str, what: str) -> DeltaRangeError:
+    return DeltaRangeError(
         f"{what}: column {column!r} holds a value outside 0001-01-01..9999-12-31, the range of Delta dates and "
         "timestamps, which Delta readers cannot read. Nothing was committed to _delta_log; the data and "
         "_spark_metadata are not affected. Write such values as null or within that range (or write this output "
-        "without delta_log): the file keeps the Delta log from following this output."
+        "without delta_log): the file keeps the Delta log from following this output.",
+        column,
     )
+
+
+def dated_fields(fields: pa.StructType | pa.Schema) -> list[pa.Field]:
+    """The date and timestamp columns of ``fields``, and the structs holding such fields at any depth (pruned
+    to them): the columns whose values :func:`file_stats` checks against Delta's range (lists and maps carry no
+    Delta statistics).
+
+    Example: ``dated_fields(pa.schema([("n", pa.int64()), ("t", pa.date32())]))`` -> ``[pa.field("t", pa.date32())]``.
+    """
+    found = []
+    for f in fields:
+        if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type):
+            found.append(f)
+        elif pa.types.is_struct(f.type):
+            nested = dated_fields(f.type)
+            if nested:
+                found.append(f.with_type(pa.struct(nested)))
+    return found
 
 
 def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) -> Any:
@@ -347,13 +366,34 @@ def file_stats(parquet: pq.ParquetFile, schema: pa.Schema, what: str = "a commit
             f"committed to _delta_log; the data and _spark_metadata are not affected. Write such columns with a "
             "Delta type (or write this output without delta_log): the file keeps the Delta log from following."
         )
+    return _json(_statistics(parquet, schema, what))
+
+
+def check_dates(parquet: pq.ParquetFile, schema: pa.Schema, what: str) -> None:
+    """DeltaRangeError naming the column and ``what`` when a date or timestamp column of ``schema`` (or a struct's
+    field) holds a value outside Delta's range in the file ``parquet``, found as :func:`file_stats` finds it:
+    from the footer's bounds, from those columns' data where the footer has none (INT96).
+
+    Example: ``check_dates(pq.ParquetFile("part-0.parquet"), pa.schema([("t", pa.timestamp("us"))]), "batch 3")``.
+    """
+    dated = dated_fields(schema)
+    if dated:
+        _statistics(parquet, pa.schema(dated), what)
+
+
+def _statistics(parquet: pq.ParquetFile, schema: pa.Schema, what: str) -> dict[str, Any]:
+    """:func:`file_stats` before its JSON encoding."""
+    metadata = parquet.metadata
     out: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     leaves = file_statistics(metadata)
     leaves.update(data_statistics(parquet, _unbounded(schema, leaves, (), metadata.num_rows)))
     _fill(schema, leaves, (), out, what)
-    return _json(out)
+    return out
+
+
 
 
 __all__ = [
-    "DELTA_MAX_US", "DELTA_MIN_US", "STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats", "out_of_range",
+    "DELTA_MAX_US", "DELTA_MIN_US", "STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats",
+    "check_dates", "dated_fields", "out_of_range",
 ]

@@ -77,14 +77,15 @@ from ..read.reader import (
     unreadable_file,
 )
 from ..storage.filesystem import Storage
-from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
-from .errors import DeltaLogError
+from .actions import check_dates, dated_fields, delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
+from .errors import DeltaLogError, DeltaRangeError
 
 logger = logging.getLogger(__name__)
 
 APP_ID = "parquet-sink/_spark_metadata"  # the txn app id whose version is the last log batch mirrored
 MARKER = "parquetSinkLogBatchId"  # commitInfo key of every version this module commits
 CHECKED = "parquetSinkCheckedVersion"  # commitInfo key: every version up to this one was found to be ours
+ENGINE = "parquet-sink"  # commitInfo engineInfo of the commit files this module writes itself
 TIME_ZONE_PROPERTY = "parquetSink.timeZone"  # table property: the session time zone of timestamp partitions
 DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 LOG_RETENTION = "delta.logRetentionDuration"
@@ -212,7 +213,9 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
         actions = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
     except (deltalake.exceptions.DeltaError, OSError) as exc:
         require_output(storage)  # a path that is no output (a file, a typo): NotAnOutputError says so
+        _check_newest_commit(storage)  # delta-rs failed on a damaged commit: name it and the remedy
         raise delta_failure(storage, "reading", exc) from exc
+    _check_newest_commit(storage)  # delta-rs may read past a damaged last line, or stop before a damaged commit
     files = dict(zip(map(unquote, actions.column("path").to_pylist()), actions.column("size_bytes").to_pylist()))
     metadata = table.metadata()
     return DeltaState(
@@ -249,9 +252,43 @@ def _stamp(storage: Storage, version: int) -> tuple[int, int]:
     return info.size, info.mtime_ms
 
 
-def _actions_of(commit: bytes) -> list[dict[str, Any]]:
-    """The actions of a commit file, one JSON object a line."""
-    return [json.loads(line) for line in commit.splitlines() if line.strip()]
+def _actions_of(storage: Storage, version: int, commit: bytes) -> list[dict[str, Any]]:
+    """The actions of the commit file of ``version``, one JSON object a line; DeltaLogError naming the file and
+    the remedy when it is damaged: empty, a line that is not one action, or a commit this module wrote (its
+    ``engineInfo``) cut short (each ends with its ``txn`` and a newline). Commit files are created whole
+    (put-if-absent, as delta-rs creates its own): a damaged one was truncated or overwritten since, and a sync
+    that went on from it would call the Delta log in step while Delta readers fail or miss files."""
+    try:
+        actions = [json.loads(line) for line in commit.splitlines() if line.strip()]
+    except ValueError:  # not JSON, or not UTF-8
+        actions = []
+    whole = bool(actions) and all(isinstance(a, dict) and len(a) == 1 for a in actions)
+    info = next((a["commitInfo"] for a in actions if isinstance(a, dict) and "commitInfo" in a), None) if whole else None
+    if whole and isinstance(info, dict) and info.get("engineInfo") == ENGINE:
+        last = actions[-1].get("txn")
+        whole = commit.endswith(b"\n") and isinstance(last, dict) and last.get("appId") == APP_ID
+    if not whole:
+        where = storage.display(storage.root)
+        raise DeltaLogError(
+            f"{storage.display(_commit_file(storage, version))}, the commit of Delta version {version}, is damaged "
+            f"({len(commit)} bytes that are not a whole Delta commit: truncated or overwritten after it was "
+            "written), so Delta readers fail on it or miss files it adds, and the sync cannot tell which log "
+            f"batch the Delta log mirrors. Nothing was committed. {_recreate_remedy(where)}"
+        )
+    return actions
+
+
+def _check_newest_commit(storage: Storage) -> None:
+    """DeltaLogError (:func:`_actions_of`) when the newest commit file of the Delta log is damaged: what every
+    sync and Delta reader reads last, and what a reader that skips what it cannot parse would leave out."""
+    versions = [int(name[:20]) for name in map(posixpath.basename, storage.ls_names(storage.join(DELTA_DIR)))
+                if _COMMIT_FILE.match(name)]
+    if versions:
+        try:
+            body = storage.read_bytes(_commit_file(storage, max(versions)))
+        except FileNotFoundError:  # cleaned up since the listing: a newer one exists
+            return
+        _actions_of(storage, max(versions), body)
 
 
 def _apply(state: DeltaState, actions: list[dict[str, Any]], version: int) -> None:
@@ -288,7 +325,7 @@ def _forward(storage: Storage, state: DeltaState) -> None:
             commit = storage.read_bytes(_commit_file(storage, state.version + 1))
         except FileNotFoundError:
             return
-        _apply(state, _actions_of(commit), state.version + 1)
+        _apply(state, _actions_of(storage, state.version + 1, commit), state.version + 1)
 
 
 def _remember(storage: Storage, state: DeltaState) -> None:
@@ -633,7 +670,7 @@ def _commit_lines(
     info = {
         "timestamp": now_ms, "operation": "WRITE",
         "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_columns, ensure_ascii=False)},
-        "readVersion": state.version, "engineInfo": "parquet-sink", "isBlindAppend": False, **(quiet.info or {}),
+        "readVersion": state.version, "engineInfo": ENGINE, "isBlindAppend": False, **(quiet.info or {}),
         MARKER: str(log_batch_id), CHECKED: str(state.version),
     }
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
@@ -1146,6 +1183,40 @@ def has_delta_log(storage: Storage) -> bool:
     return storage.exists(storage.join(DELTA_DIR))
 
 
+def refuse_out_of_range(
+    storage: Storage, files: Iterable[tuple[str, int]], schema: pa.Schema, what: str, delta_log: bool
+) -> None:
+    """Before a writer commits a batch's ``files`` (path, size), whose data columns are ``schema``, to an output
+    that keeps a Delta log (``delta_log``: the writer keeps one; else a ``_delta_log`` exists): DeltaRangeError
+    when a file holds a date or timestamp outside 0001-01-01..9999-12-31, which no Delta log can hold (every
+    later sync would refuse the file and Delta readers would stay at the batch before, for good). The batch's
+    files are deleted first: nothing of it is committed or left. Costs nothing for a batch without a date or
+    timestamp column; else the footers (and the data of such columns without footer bounds: INT96), as the sync
+    after the commit reads them (:func:`~parquet_sink.delta.actions.check_dates`).
+
+    Example: ``refuse_out_of_range(storage, [(path, size)], schema, "write_batch of version 3 of app 'a'", True)``.
+    """
+    files = list(files)
+    if not dated_fields(schema) or not (delta_log or has_delta_log(storage)):
+        return
+    try:
+        for path, size in files:
+            with open_sized(storage, path, size) as parquet:
+                check_dates(parquet, schema, storage.display(path))
+    except DeltaRangeError as exc:
+        for path, _ in files:
+            storage.delete(path)
+        where = storage.display(storage.root)
+        raise DeltaRangeError(
+            f"{what}: column {exc.column!r} holds a value outside 0001-01-01..9999-12-31 (the range of Delta dates "
+            f"and timestamps), and {where} keeps a Delta log ({DELTA_DIR}), which can never list such a file: "
+            "every later sync would fail and Delta readers would stay at the batch before. Nothing was committed "
+            "and the batch's files were deleted. Write such values as null or within that range (filter or clamp "
+            "them before the writer), or write them to an output without a Delta log.",
+            exc.column,
+        ) from exc
+
+
 __all__ = [
     "APP_ID",
     "CHECKED",
@@ -1162,6 +1233,7 @@ __all__ = [
     "foreign_commits",
     "has_delta_log",
     "read_delta_state",
+    "refuse_out_of_range",
     "referenced_files",
     "require_deltalake",
     "sync_after_commit",

@@ -40,7 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..delta.sync import require_deltalake, sync_after_commit
+from ..delta.sync import refuse_out_of_range, require_deltalake, sync_after_commit
 from ..read.chain import app_commits, check_app_version, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, names_output
@@ -406,6 +406,10 @@ def write_batch(
                 statuses = write_rows(spec, [_as_int96(table, partition_by) if int96 else table])
                 if not statuses and not partition_by and not data_files(snap.table).num_rows:
                     statuses = write_schema_file(spec, table.schema)  # as the sink: readers get the schema
+                data_schema = pa.schema([f for f in table.schema if f.name not in partition_by])
+                refuse_out_of_range(
+                    log.storage, [(s.path, s.size) for s in statuses], data_schema, f"write_batch of {what}", delta_log
+                )
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
             data = [log_entry(log.storage, s) for s in statuses]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
 
-from ..delta.sync import require_deltalake, sync_after_commit
+from ..delta.sync import refuse_out_of_range, require_deltalake, sync_after_commit
 from .rewrite import DEFAULT_TARGET_FILE_SIZE, BackgroundOptimizer, parse_file_size
 from .dependencies import require_sink_dependencies
 from ..errors import (
@@ -419,6 +419,9 @@ class ParquetSink:
             if not statuses and schema_file and path != "staged":
                 statuses = write_schema_file(WriteSpec(storage, (), self.compression, None), _arrow_schema(df))
             progress.write_seconds = time.monotonic() - started
+            refuse_out_of_range(
+                storage, [(s.path, s.size) for s in statuses], data_schema, f"{self}, batch {batch_id}", self.delta_log
+            )
             failpoint("before_commit")
 
             started = time.monotonic()
