@@ -1,5 +1,5 @@
 """Writers asked for different compact intervals on one output: every batch is named by the interval the
-log's first writer recorded (``_exactly_once/compact_interval``), never ``N`` by one writer and ``N.compact``
+log's first writer recorded (``_exactly_once/.compact_interval``), never ``N`` by one writer and ``N.compact``
 by another.
 
 Before two compact files show the interval, each writer used to go by its own: with ``write_batch(...,

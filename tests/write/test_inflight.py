@@ -22,7 +22,8 @@ import parquet_sink.write.sink as sink_module
 from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed, write_batch
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.errors import ExistingDataError, MissingDataFileError
-from parquet_sink.write.inflight import HIDDEN_DIR, InFlightBatch, refuse_existing_data
+from parquet_sink.maintenance import vacuum as vacuum_plan
+from parquet_sink.write.inflight import HIDDEN_DIR, InFlightBatch, leases, refuse_existing_data
 from parquet_sink.storage.filesystem import Storage
 from tests.helpers.crash_util import parquet_on_disk, vacuum
 
@@ -200,3 +201,26 @@ def test_spark_path_fsyncs_published_files_and_directories_before_the_commit(spa
     needed = set(files) | {os.path.dirname(f) for f in files} | {str(out)}
     missed = sorted(p for p in needed if os.stat(p).st_ino not in at_commit[0])
     assert not missed, f"not fsynced before the commit: {missed}"
+
+
+def test_hidden_area_names_of_older_releases_are_still_read(tmp_path):
+    """The hidden area's names are hidden themselves now (``.compact_interval``, ``leases/.<batch>-<id>``,
+    ``staging/.<id>``: Spark globs list what they match; tests/read/test_directory_readers.py). What an older
+    release named without the dot is still read: its interval record holds, its live lease protects its staging
+    directory, and vacuum removes only a staging directory no lease keeps."""
+    out = tmp_path / "out"
+    write_batch(str(out), pa.table({"id": [1]}), app_id="a", version=0, compact_interval=3)
+    hidden = out / HIDDEN_DIR
+    (hidden / ".compact_interval").rename(hidden / "compact_interval")
+    storage = Storage(str(out))
+    live = InFlightBatch.begin(storage, 1, "old", "b", 0, until_committed=True)
+    Path(live.lease_path).rename(hidden / "leases" / "1-old")
+    (hidden / "staging" / "old" / "k=a").mkdir(parents=True)
+    (hidden / "staging" / "dead").mkdir()
+    assert [(lease.log_batch_id, lease.staging) for lease in leases(storage)] == [(1, str(hidden / "staging" / "old"))]
+    plan = vacuum_plan(str(out), "0s", allow_short_retention=True, dry_run=True).plan
+    assert plan.dead_staging == [str(hidden / "staging" / "dead")]
+    for version in range(1, 4):  # a writer asked for another interval names batches by the recorded one
+        write_batch(str(out), pa.table({"id": [version + 1]}), app_id="a", version=version, compact_interval=10)
+    assert (out / "_spark_metadata" / "2.compact").exists() and not (hidden / ".compact_interval").exists()
+    assert sorted(read_committed(str(out)).column("id").to_pylist()) == [1, 2, 3, 4]

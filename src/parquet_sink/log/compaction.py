@@ -44,7 +44,7 @@ from ..arrow_versions import nonzero
 from ..errors import LogError, MissingLogFileError, ParameterError
 from ..failpoints import failpoint
 from .lines import joined, stamped_lines
-from .files import COMPACT_SUFFIX, INTERVAL_RECORD, Block, Listing, LogFiles, is_compact_path, stamp_batch_id
+from .files import COMPACT_SUFFIX, INTERVAL_RECORD, Block, Listing, LogFiles, is_compact_path, read_record, stamp_batch_id
 from .sidecar import Checksum, Sidecar, SidecarWriter, log_memory_pool, sidecar_path
 from .threads import ahead, mapped_ahead
 from .entry import (
@@ -454,7 +454,7 @@ class CompactibleLog(LogFiles):
         goes by the record instead, as Spark's writers go by the compact files once there are two."""
         if self._recorded is None:
             try:
-                text = self.storage.read_bytes(self.storage.join(INTERVAL_RECORD))
+                text = read_record(self.storage, INTERVAL_RECORD)
             except FileNotFoundError:
                 return None  # not recorded yet: ask again
             value = text.decode("ascii", "replace").strip()

@@ -58,8 +58,9 @@ METADATA_DIR = "_spark_metadata"
 # package's rename, kept so outputs written before it read the same
 HIDDEN_DIR = "_exactly_once"
 # in the hidden area: the compact interval every writer of the log names batches by, as digits (written once, by
-# the log's first writer: CompactibleLog.recorded_interval)
-INTERVAL_RECORD = f"{HIDDEN_DIR}/compact_interval"
+# the log's first writer: CompactibleLog.recorded_interval). A hidden name (read_record), as every file in the area:
+# Spark lists what a glob such as out/*/* matches whatever its name, and reads each file in it not hidden as data
+INTERVAL_RECORD = f"{HIDDEN_DIR}/.compact_interval"
 DELTA_DIR = "_delta_log"  # the Delta log a sync keeps beside the log (parquet_sink.delta.sync)
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
@@ -88,6 +89,19 @@ def parse_batch_name(name: str) -> tuple[int, bool] | None:
     if not digits.isdigit() or not digits.isascii():
         return None
     return int(digits), compact
+
+
+def read_record(storage: Storage, record: str) -> bytes:
+    """The bytes of a record of the hidden area (:data:`INTERVAL_RECORD`), or of the one an older release wrote
+    under the name without the leading dot; FileNotFoundError when there is neither.
+
+    Example: ``read_record(Storage("/data/events"), INTERVAL_RECORD)`` -> ``b"10"``.
+    """
+    directory, _, name = record.rpartition("/")
+    try:
+        return storage.read_bytes(storage.join(record))
+    except FileNotFoundError:
+        return storage.read_bytes(storage.join(f"{directory}/{name.removeprefix('.')}"))
 
 
 def output_started(storage: Storage) -> bool:

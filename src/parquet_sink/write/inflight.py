@@ -4,8 +4,14 @@ files from ``vacuum`` until its commit.
 Layout (one hidden directory, ignored by Spark's readers, pyarrow datasets, :func:`read_committed` and
 ``vacuum``'s data-file rules because its name starts with ``_``)::
 
-    <root>/_exactly_once/leases/<log batch>-<commit id>      a batch in flight (JSON: query, batch, times)
-    <root>/_exactly_once/staging/<commit id>/...             Spark writer path: where Spark writes the batch
+    <root>/_exactly_once/leases/.<log batch>-<commit id>     a batch in flight (JSON: query, batch, times)
+    <root>/_exactly_once/staging/.<commit id>/...            Spark writer path: where Spark writes the batch
+
+The leases and staging directories are hidden names themselves (Spark's rule: a leading ``.``), so that a Spark
+glob over the output (``spark.read.option("basePath", out).parquet(out + "/*/*")``), whose matches Spark lists
+whatever their names, finds nothing of them at two levels below the root (docs/design.md, *Hidden names*).
+Leases and staging directories an older release named without the dot are still found, and their staging
+directory is the one without the dot.
 
 The sink creates the lease before the batch's Spark job and deletes it after the commit (and the staging
 directory with it). ``vacuum`` lists the data files first, then the leases, then the log: a file it listed
@@ -21,7 +27,7 @@ Example::
 
     >>> batch = InFlightBatch.begin(storage, log_batch_id=3, commit_id="ab12", query_id="q", batch_id=3)
     >>> batch.staging                                   # where the Spark writer path writes
-    '/data/out/_exactly_once/staging/ab12'
+    '/data/out/_exactly_once/staging/.ab12'
     >>> batch.end(staged=True)                          # after the commit
 """
 
@@ -43,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 LEASES = "leases"
 STAGING = "staging"
+HIDDEN = "."  # the prefix of a lease's and a staging directory's name (an older release wrote none)
 _APP_KEY = "writeBatch"  # in a lease's body: live until its query or app commits (named when only write_batch did)
 _PROTECTS_KEY = "protectsFromMs"  # in a moved lease's body: the storage time of the lease it replaced
 CLOCK_SLACK_MS = 2000  # file mtimes vs a lease's mtime: same store clock, coarse timestamps on some
@@ -69,7 +76,9 @@ class Lease:
 
     @property
     def staging(self) -> str:
-        return self.path.rsplit("/", 2)[0] + f"/{STAGING}/{self.commit_id}"
+        """Its batch's staging directory, named as the lease is (hidden, or without the dot: an older release's)."""
+        hidden = HIDDEN if self.path.rsplit("/", 1)[-1].startswith(HIDDEN) else ""
+        return self.path.rsplit("/", 2)[0] + f"/{STAGING}/{hidden}{self.commit_id}"
 
 
 @dataclass(frozen=True)
@@ -109,11 +118,11 @@ class InFlightBatch:
 
     @property
     def lease_path(self) -> str:
-        return self.storage.join(HIDDEN_DIR, LEASES, f"{self.log_batch_id}-{self.commit_id}")
+        return self.storage.join(HIDDEN_DIR, LEASES, f"{HIDDEN}{self.log_batch_id}-{self.commit_id}")
 
     @property
     def staging(self) -> str:
-        return self.storage.join(HIDDEN_DIR, STAGING, self.commit_id)
+        return self.storage.join(HIDDEN_DIR, STAGING, f"{HIDDEN}{self.commit_id}")
 
     def end(self, staged: bool) -> None:
         """After the commit (or a failed write): drop the staging directory if ``staged``, then the lease."""
@@ -129,7 +138,7 @@ def leases(storage: Storage) -> list[Lease]:
     """
     found = []
     for info in storage.ls(storage.join(HIDDEN_DIR, LEASES)):
-        batch, _, commit_id = info.path.rsplit("/", 1)[-1].partition("-")
+        batch, _, commit_id = info.path.rsplit("/", 1)[-1].removeprefix(HIDDEN).partition("-")
         if batch.isdigit() and commit_id and not info.is_dir:
             try:
                 app, protects_from = _parse_body(storage.read_bytes(info.path))
@@ -160,7 +169,7 @@ def _parse_body(body: bytes) -> tuple[tuple[str, int] | None, int | None]:
 def staging_dirs(storage: Storage) -> list[FileInfo]:
     """Every staging directory (of live or dead attempts).
 
-    Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/ab12']``.
+    Example: ``[d.path for d in staging_dirs(Storage("/data/out"))]`` -> ``['/data/out/_exactly_once/staging/.ab12']``.
     """
     return [i for i in storage.ls(storage.join(HIDDEN_DIR, STAGING)) if i.is_dir]
 
