@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from parquet_sink import ParquetSink, read_committed, sync_delta_log
-from parquet_sink.delta import APP_ID
-from parquet_sink.delta.errors import DeltaRangeError
+from parquet_sink.delta import APP_ID, DeltaRangeError
 from parquet_sink.maintenance import verify
 from tests.delta.readers import assert_delta_matches, data_commits, delta_files
 from tests.helpers.spark_util import run_available_now, write_input_files

@@ -21,8 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
-from parquet_sink.delta import DeltaLogError
-from parquet_sink.delta.errors import DeltaRangeError
+from parquet_sink.delta import DeltaLogError, DeltaRangeError
 from parquet_sink.errors import DamagedDataFileError, MissingDataFileError, SchemaMismatchError
 from parquet_sink.log.entry import LogEntry
 from parquet_sink.statistics import LeafStatistics, file_statistics

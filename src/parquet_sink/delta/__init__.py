@@ -17,6 +17,7 @@ Example::
     3
 """
 
+from .errors import DeltaRangeError
 from .sync import (
     APP_ID,
     DELTA_DIR,
@@ -36,6 +37,7 @@ __all__ = [
     "DELTA_DIR",
     "DeltaDependencyError",
     "DeltaLogError",
+    "DeltaRangeError",
     "DeltaSyncResult",
     "compare_logs",
     "has_delta_log",

@@ -1191,8 +1191,9 @@ def refuse_out_of_range(
     when a file holds a date or timestamp outside 0001-01-01..9999-12-31, which no Delta log can hold (every
     later sync would refuse the file and Delta readers would stay at the batch before, for good). The batch's
     files are deleted first: nothing of it is committed or left. Costs nothing for a batch without a date or
-    timestamp column; else the footers (and the data of such columns without footer bounds: INT96), as the sync
-    after the commit reads them (:func:`~parquet_sink.delta.actions.check_dates`).
+    timestamp column; else one existence check of ``_delta_log`` (without ``delta_log``) and the footers (and the
+    data of such columns without footer bounds: INT96), as the sync after the commit reads them
+    (:func:`~parquet_sink.delta.actions.check_dates`).
 
     Example: ``refuse_out_of_range(storage, [(path, size)], schema, "write_batch of version 3 of app 'a'", True)``.
     """

@@ -298,7 +298,9 @@ def write_batch(
         allow_existing_files: as :class:`~parquet_sink.ParquetSink` (else ExistingDataError when the
             directory holds Parquet files but no committed batch).
         delta_log: after the commit (or a skip), bring the output's Delta log (``_delta_log``) in step with
-            the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised.
+            the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised. Data no Delta
+            log can hold (a date or timestamp outside 0001..9999) is refused before the commit on an output that
+            keeps one, with or without this flag (DeltaRangeError, nothing committed, the files deleted).
         spark_sink_stopped: the query of Spark's own file sink that committed the output's newest log batch is
             stopped for good. Without it such an output is refused (SparkSinkBatchError, nothing written): that
             query skips every batch id the log holds, so this commit would make it lose its next batch.

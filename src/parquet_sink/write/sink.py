@@ -160,7 +160,9 @@ class ParquetSink:
         delta_log: after each batch's commit (and on a replay), bring the output's Delta log (``_delta_log``)
             in step with the log on the driver (:func:`~parquet_sink.sync_delta_log`), so every Delta reader
             reads exactly the committed files; a failure of that commit is logged, never raised, and the next
-            batch catches up. Needs ``pip install "parquet-sink[delta]"``.
+            batch catches up. Needs ``pip install "parquet-sink[delta]"``. A batch no Delta log can hold (a date
+            or timestamp outside 0001..9999) is refused before its commit on an output that keeps one, with or
+            without this flag (:class:`~parquet_sink.delta.DeltaRangeError`, its files deleted).
         optimize_every, target_file_size: after every ``optimize_every``-th batch of the stream, compact the
             output's small files into files near ``target_file_size`` (bytes or ``"128MB"``) on a driver thread,
             off the batch's critical path (:class:`~parquet_sink.write.rewrite.BackgroundOptimizer`, reachable as
