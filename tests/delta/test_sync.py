@@ -393,8 +393,8 @@ def _damage(commit: Path, how: str) -> None:
     commit.write_bytes(damaged)
 
 
-@pytest.mark.parametrize("same_process", [True, False], ids=["same-process", "new-process"])
-@pytest.mark.parametrize("how", ["cut mid-line", "cut before the txn", "emptied", "overwritten"])
+@pytest.mark.parametrize(("how", "same_process"), [("cut mid-line", False), ("cut before the txn", True),
+                                                   ("emptied", False), ("overwritten", True)])
 def test_a_damaged_newest_delta_commit_is_named_with_its_remedy(out, how, same_process):
     """Issue 54, item 8: the newest Delta commit file truncated or overwritten (a disk, a copy, a hand edit):
     the sync reported "in step" (or a failure whose remedy, delta-sync, failed again) and every later batch went
