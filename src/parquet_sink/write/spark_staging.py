@@ -3,8 +3,9 @@ directory, then each file is published under the output root by an atomic, no-ov
 
 Used where the store renames atomically and cheaply (:attr:`Storage.renames_atomically`, local disk).
 Spark writes exactly what its streaming file sink would (same encoder, codec, ``maxRecordsPerFile``
-and ``k=v/`` directory names for every type), into ``_exactly_once/staging/<commit id>/`` (hidden from
-every reader). On classic PySpark the batch is written as Spark's sink writes it, with its
+and ``k=v/`` directory names for every type), into ``_exactly_once/staging/.<commit id>/`` (hidden from
+the log's readers, pyarrow datasets and Spark's globs two levels deep; a ``**/*.parquet`` glob finds what a killed
+batch leaves there: docs/design.md, *Readers that list the directory*). On classic PySpark the batch is written as Spark's sink writes it, with its
 ``ManifestFileCommitProtocol`` (:mod:`parquet_sink.write.manifest_write`): tasks write their files in place in
 staging, the accepted attempts' commit messages list them, their write statistics count the rows. On Spark
 Connect ``df.write`` runs the Hadoop output committer with algorithm 1: a task commit renames the attempt's
