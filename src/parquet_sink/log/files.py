@@ -60,6 +60,9 @@ HIDDEN_DIR = "_exactly_once"
 # in the hidden area: the compact interval every writer of the log names batches by, as digits (written once, by
 # the log's first writer: CompactibleLog.recorded_interval)
 INTERVAL_RECORD = f"{HIDDEN_DIR}/compact_interval"
+# in the hidden area: the log's other settings every writer applies (retention, batches to retain, cleanup delay), as
+# JSON, written once beside the interval (CompactibleLog.recorded_settings)
+SETTINGS_RECORD = f"{HIDDEN_DIR}/log_settings"
 DELTA_DIR = "_delta_log"  # the Delta log a sync keeps beside the log (parquet_sink.delta.sync)
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves
