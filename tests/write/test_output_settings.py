@@ -25,10 +25,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parquet_sink import ParquetSink, committed_files, committed_version, read_committed, write_batch
+from parquet_sink import MetadataLog, ParquetSink, committed_files, committed_version, read_committed, write_batch
 from parquet_sink.errors import OutputSettingsError, ParameterError
+from parquet_sink.log.entry import CommitRecord
 from parquet_sink.log.files import SETTINGS_RECORD
 from parquet_sink.maintenance import optimize
+from parquet_sink.read.history import OPTIMIZE_APP_ID
+from parquet_sink.write.sink import decide_batch
 
 SESSION_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
 SESSION_CODEC = "spark.sql.parquet.compression.codec"
@@ -48,64 +51,68 @@ def _ids(out: str, **options) -> list[int]:
     return sorted(read_committed(out, columns=["id"], **options).column("id").to_pylist())
 
 
-def _empty() -> pa.Table:
-    return pa.table({"id": pa.array([], pa.int64())})
-
-
 def test_the_sinks_optimize_keeps_the_log_files_its_min_batches_to_retain_keeps(spark, tmp_path: Path) -> None:
     """``min_batches_to_retain=1000``: the background optimize's commits clean the log up by it, as the sink's
-    own do, so the log files of batch 0 stay and time travel to batch 1 reads what it read before the optimize."""
+    own do, so the log file of batch 0 stays and time travel to batch 1 reads what it read before the optimize."""
     out = str(tmp_path / "out")
-    sink = ParquetSink(out, compact_interval=5, min_batches_to_retain=1000, optimize_every=3,
-                       checkpoint_location=_checkpoint(tmp_path))
+    sink = ParquetSink(out, min_batches_to_retain=1000, optimize_every=3, checkpoint_location=_checkpoint(tmp_path))
     sink(spark.createDataFrame([(0,)], "id long"), 0)
     sink(spark.createDataFrame([(1,)], "id long"), 1)
-    for version in range(110):  # another app's empty commits: the log grows past Spark's default of 100 batches
-        write_batch(out, _empty(), app_id="other", version=version)
+    log = MetadataLog(out)  # another writer's empty commits, as an app's: past Spark's default of 100 batches
+    for batch in range(2, 105):
+        record = CommitRecord.new(batch, "other", batch)
+        assert log.add(batch, record.log_entries(log.storage, int(time.time() * 1000), []))
     assert _ids(out, as_of_batch=1) == [0, 1]
     old = time.time() - 3600  # older than every cleanup delay
     for path in (Path(out) / "_spark_metadata").iterdir():
         os.utime(path, (old, old))
-    sink(spark.createDataFrame([(2,)], "id long"), 2)  # its 3rd batch: the optimize runs
+    sink(spark.createDataFrame([(2,)], "id long"), 2)  # its 3rd batch (log batch 105): the optimize runs
     assert sink.optimizer.wait(120) and sink.optimizer.error is None
-    assert sink.optimizer.last is not None and sink.optimizer.last.committed
+    assert sink.optimizer.last is not None and sink.optimizer.last.log_batch_id == 109
     assert (Path(out) / "_spark_metadata" / "0").exists()
     assert _ids(out, as_of_batch=1) == [0, 1]
     assert _ids(out) == [0, 1, 2]
 
 
 def test_the_sinks_optimize_never_makes_rows_outlive_its_retention(spark, tmp_path: Path) -> None:
-    """``retention="1h"``: files logged two hours ago (expired, awaiting the next compaction) rewritten by the
-    background optimize stay expired: its swap applies the retention and its new file carries their time, so their
-    rows are gone, where the optimize used to stamp the new file with its own time (rows lived a retention more)."""
+    """``retention="1h"``: files logged two hours ago (expired, awaiting the next compaction) that the background
+    optimize rewrites stay expired: its swap applies the retention and its new file carries their time, so their
+    rows are gone (the optimize used to stamp the new file with its own time: rows lived a retention more)."""
     out = str(tmp_path / "out")
-    sink = ParquetSink(out, partition_by=["p"], compact_interval=5, retention="1h", optimize_every=3,
+    sink = ParquetSink(out, compact_interval=5, retention="1h", optimize_every=3, target_file_size=2000,
                        checkpoint_location=_checkpoint(tmp_path))
-    sink(spark.createDataFrame([(0, "a")], "id long, p string"), 0)
-    sink(spark.createDataFrame([(1, "a")], "id long, p string"), 1)
+    sink(spark.createDataFrame([(0,)], "id long"), 0)
+    sink(spark.createDataFrame([(1,)], "id long"), 1)
     old = int(time.time() * 1000) - 2 * HOUR_MS
     for name in ("0", "1"):  # as if written two hours ago: their log lines say when
         path = Path(out) / "_spark_metadata" / name
         path.write_text(re.sub(r'"modificationTime":\d+', f'"modificationTime":{old}', path.read_text()))
-    sink(spark.createDataFrame([(2, "b")], "id long, p string"), 2)  # its 3rd batch: the optimize runs
+    # its 3rd batch, a file above the target size (left as it is): the optimize rewrites batches 0 and 1
+    sink(spark.range(2, 1002).coalesce(1), 2)
     assert sink.optimizer.wait(120) and sink.optimizer.error is None
-    assert sink.optimizer.last is not None and sink.optimizer.last.committed
-    assert _ids(out) == [2]
-    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == [2]
+    assert sink.optimizer.last is not None and sink.optimizer.last.files_removed == 2
+    assert _ids(out) == list(range(2, 1002))
+    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == list(range(2, 1002))
 
 
 def test_a_batch_id_only_sink_continues_after_its_optimize(spark, tmp_path: Path) -> None:
     """``allow_batch_id_only=True`` (no query id): the optimize's batches add no row and replay none, so the next
-    batch commits after them (it used to fail with ForeignQueryError), and a replay is still skipped."""
+    batch commits after them (it used to fail with ForeignQueryError), its batch ids and log batch ids apart from
+    then on, and a replay is still skipped."""
     out = str(tmp_path / "out")
     sink = ParquetSink(out, compact_interval=5, optimize_every=2, allow_batch_id_only=True)
-    for batch in range(4):
+    for batch in range(3):
         sink(spark.createDataFrame([(batch,)], "id long"), batch)
         assert sink.optimizer.wait(120) and sink.optimizer.error is None
-    assert sink.optimizer.last is not None and sink.optimizer.last.committed
-    sink(spark.createDataFrame([(99,)], "id long"), 3)  # a replay: skipped
-    assert _ids(out) == [0, 1, 2, 3]
-    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == [0, 1, 2, 3]
+    assert sink.optimizer.last is not None and sink.optimizer.last.log_batch_id == 4
+    assert sink.last_progress is not None and sink.last_progress.log_batch_id == 5
+    sink(spark.createDataFrame([(99,)], "id long"), 2)  # a replay: skipped
+    assert _ids(out) == [0, 1, 2]
+    # the batch after it (log batch 6, no optimize since), and one after a neighbour's commit (refused), decided
+    own = CommitRecord(5, None, 2, "c")
+    assert decide_batch(5, {None: own, OPTIMIZE_APP_ID: CommitRecord(4, OPTIMIZE_APP_ID, 4, "o")}, None, 3) == ("commit", 6)
+    neighbour = {None: own, OPTIMIZE_APP_ID: CommitRecord(7, OPTIMIZE_APP_ID, 7, "o"), "app": CommitRecord(6, "app", 0, "a")}
+    assert decide_batch(7, neighbour, None, 3) == ("foreign", None)
 
 
 def test_a_contradicting_argument_is_refused_and_the_remedy_changes_the_settings(tmp_path: Path) -> None:
@@ -159,7 +166,7 @@ def _options(intervals, durations, counts):
     })
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=_options([2, 10], ["10m", "0s"], [1, 100]), second=_options([2, 10], ["10m", "0s"], [1, 100]),
        later=st.sampled_from(["write_batch", "optimize"]))
 def test_every_writer_applies_the_recorded_settings_and_refuses_only_a_contradiction(
@@ -205,23 +212,21 @@ def test_every_writer_applies_the_recorded_settings_and_refuses_only_a_contradic
 
 
 def test_the_sink_follows_the_sessions_compact_interval_and_codec(spark, tmp_path: Path) -> None:
-    """A session with ``compactInterval=3`` and the zstd codec: the sink given neither writes ``2.compact`` and zstd
-    files, as Spark's own sink does, so Spark's reader in that very session reads the output; ``compression=``
-    given wins; a session codec the sink cannot write is refused before anything is written."""
-    out, given, refused = (str(tmp_path / name) for name in ("out", "given", "refused"))
-    spark.conf.set(SESSION_INTERVAL, "3")
+    """A session with ``compactInterval=2`` and the zstd codec: the sink given neither writes ``1.compact`` and zstd
+    files, as Spark's own sink does, so Spark's reader in that very session reads the output (``compression=``
+    given wins: tests/write/test_sink.py); a session codec the sink cannot write is refused before anything is
+    written."""
+    out, refused = str(tmp_path / "out"), str(tmp_path / "refused")
+    spark.conf.set(SESSION_INTERVAL, "2")
     spark.conf.set(SESSION_CODEC, "zstd")
     try:
         sink = ParquetSink(out)
-        for batch in range(3):
+        for batch in range(2):
             sink(spark.createDataFrame([(batch,)], "id long"), batch)
-        assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == [0, 1, 2]
-        assert (Path(out) / "_spark_metadata" / "2.compact").exists()
+        assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == [0, 1]
+        assert (Path(out) / "_spark_metadata" / "1.compact").exists()
         codecs = {pq.ParquetFile(f.path).metadata.row_group(0).column(0).compression for f in committed_files(out)}
         assert codecs == {"ZSTD"}
-        ParquetSink(given, compression="gzip")(spark.createDataFrame([(0,)], "id long"), 0)
-        codecs = {pq.ParquetFile(f.path).metadata.row_group(0).column(0).compression for f in committed_files(given)}
-        assert codecs == {"GZIP"}
         spark.conf.set(SESSION_CODEC, "lzo")
         with pytest.raises(ParameterError, match=f"{SESSION_CODEC} is 'lzo'"):
             ParquetSink(refused)(spark.createDataFrame([(0,)], "id long"), 0)

@@ -903,10 +903,12 @@ def decide_batch(
 
 
 def optimized_since(latest: int, queries: Mapping[str | None, CommitRecord], own: CommitRecord) -> bool:
-    """Whether the log batches after ``own`` (a writer's last commit) up to ``latest`` are an optimize's: its record
-    is the newest batch's and no other writer's record is newer than ``own``. An optimize adds no row and replays
-    no batch, so a sink without a query id (which cannot tell another writer's batch from a replay of its own)
-    continues after it."""
+    """Whether the log batches after ``own`` (a writer's last commit) up to ``latest``, if any, are an optimize's:
+    its record is the newest batch's and no other writer's record is newer than ``own``. An optimize adds no row and
+    replays no batch, so a sink without a query id (which cannot tell another writer's batch from a replay of its
+    own) continues after it, its batch ids and log batch ids apart from then on."""
+    if own.log_batch_id == latest:
+        return True
     optimized = queries.get(OPTIMIZE_APP_ID)
     return optimized is not None and optimized.log_batch_id == latest and all(
         record.log_batch_id < own.log_batch_id
