@@ -133,7 +133,7 @@ class LogModel(RuleBasedStateMachine):
     def table(self, n: int) -> pa.Table:
         ids = list(range(self.next_id, self.next_id + n))
         self.next_id += n
-        return pa.table({"id": pa.array(ids, pa.int64()), "k": [f"v{i % 2}/{i % 3}" for i in ids]})
+        return pa.table({"id": pa.array(ids, pa.int64()), "k": pa.array([f"v{i % 2}/{i % 3}" for i in ids], pa.string())})
 
     def relative(self, path: str) -> str:
         return path[len(self.storage.root) + 1:] if path.startswith(self.storage.root + "/") else path
@@ -221,8 +221,8 @@ class LogModel(RuleBasedStateMachine):
     @rule(old=st.booleans())
     def raw_add(self, old: bool) -> None:
         """MetadataLog.add of one file without a commit record (as Spark's sink writes), logged ``old`` (30
-        days ago) or now; a compaction under the output's retention ("7d", recorded with it: this writer is given
-        none) drops the old entries, its own included. No Spark
+        days ago) or now; a compaction under the output's retention ("7d", recorded with it, which every writer
+        applies) drops the old entries, its own included. No Spark
         query runs here: the apps' write_batch calls say so (spark_sink_stopped=True), else they refuse to commit
         after such a batch (issue 53)."""
         spec = WriteSpec(self.storage, ("k",) if self.partitioned else (), "snappy", None)
@@ -231,7 +231,8 @@ class LogModel(RuleBasedStateMachine):
         mtime = now - 30 * DAY_MS if old else now
         entries = [LogEntry(self.storage.to_uri(s.path), s.size, False, mtime) for s in statuses]
         batch = len(self.history)
-        log = MetadataLog(self.url, storage_options=self.options, compact_interval=self.interval, cleanup=False)
+        log = MetadataLog(self.url, storage_options=self.options, compact_interval=self.interval,
+                          retention=self.retention, cleanup=False)
         assert log.add(batch, entries)
         files = {self.relative(s.path): [self.next_id - 1] for s in statuses}
         if old:
