@@ -117,6 +117,11 @@ class SparkSinkBatchError(CommitConflictError):
     batch, losing its rows. Nothing was written. ``spark_sink_stopped=True`` says its query never runs again."""
 
 
+class OutputSettingsError(ParquetSinkError, ValueError):
+    """An argument contradicts a setting recorded with the output (its compact interval, retention, batches to retain
+    or cleanup delay), which every writer and maintenance command applies; raised before anything is committed."""
+
+
 class ForeignQueryError(ParquetSinkError):
     """The output's log holds batches of another streaming query (a new checkpoint on an old output)."""
 

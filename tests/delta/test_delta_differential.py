@@ -60,7 +60,7 @@ def _write(case: DeltaCase, out: str) -> None:
         table = pa.Table.from_pylist(batch_rows, schema=case.schema_at(step))
         if kind == "write":
             write_batch(out, table, app_id=who, version=versions[who], partition_by=case.partitions,
-                        compact_interval=2, time_zone=case.time_zone, delta_log=True,
+                        compact_interval=2, retention="7d", time_zone=case.time_zone, delta_log=True,
                         spark_sink_stopped=True)  # the case's Spark-written batches: a query stopped for good
             versions[who] += 1
             if Path(out, "_delta_log").exists():

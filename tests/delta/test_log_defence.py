@@ -136,7 +136,7 @@ def test_a_partition_column_keeps_the_tables_type_when_retention_drops_its_strin
     def batch(values: list[str]) -> pa.Table:
         return pa.table({"id": list(range(len(values))), "k": values})
 
-    log = MetadataLog(out, compact_interval=3)
+    log = MetadataLog(out, compact_interval=3, retention="7d")  # the output's: no compaction yet, nothing dropped
     spark_style_batch(log, batch(["x"]), ("k",), old=True)  # makes k a string column
     spark_style_batch(log, batch(["1", "2"]), ("k",), old=False)
     sync_delta_log(out)

@@ -113,8 +113,8 @@ def _raw_batch(out: str, batch: int, old: bool, retention: str | None) -> None:
 
 
 def test_retention_drops_become_remove_actions_and_vacuum_keeps_them(out):
-    _raw_batch(out, 0, old=True, retention=None)
-    _raw_batch(out, 1, old=False, retention=None)
+    _raw_batch(out, 0, old=True, retention="7d")  # no compaction yet: nothing dropped
+    _raw_batch(out, 1, old=False, retention="7d")
     first = sync_delta_log(out)
     assert (first.created, first.added) == (True, len(committed_files(out)))
     old_files = {f.relative_path for f in committed_files(out) if f.batch_id == 0}

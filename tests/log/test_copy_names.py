@@ -20,12 +20,15 @@ from parquet_sink import MetadataLog, committed_files, read_committed, vacuum, w
 LOG = "_spark_metadata"
 
 
-def _output(root: Path, versions: int = 7, interval: int = 3, partition_by: tuple[str, ...] = ()) -> int:
+def _output(
+    root: Path, versions: int = 7, interval: int = 3, partition_by: tuple[str, ...] = (), min_batches_to_retain: int = 100
+) -> int:
     """An output of ``versions`` write_batch commits (version v: v + 1 rows), compacting every ``interval``;
     returns its row count."""
     for v in range(versions):
         table = pa.table({"id": list(range(10 * v, 10 * v + v + 1)), "k": ["ab"[v % 2]] * (v + 1)})
-        write_batch(str(root), table, app_id="app", version=v, compact_interval=interval, partition_by=partition_by)
+        write_batch(str(root), table, app_id="app", version=v, compact_interval=interval, partition_by=partition_by,
+                    min_batches_to_retain=min_batches_to_retain)
     return sum(v + 1 for v in range(versions))
 
 
@@ -95,7 +98,7 @@ def test_a_copy_under_the_new_name_supersedes_the_old_and_vacuum_deletes_both_ki
 
 
 def test_writer_cleanup_deletes_superseded_old_copies(tmp_path):
-    _output(tmp_path, versions=6)
+    _output(tmp_path, versions=6, min_batches_to_retain=1)  # the output's settings, which every writer applies
     old5 = _old_named(tmp_path, 5)
     MetadataLog(str(tmp_path), cleanup=False).write_columnar_copy(5)
     _age(old5, 20)

@@ -1,5 +1,6 @@
 """A model of the log: a Hypothesis state machine drives ``write_batch`` and ``MetadataLog`` (no Spark) through
-appends of two writers, replays, compaction at any interval, retention, cleanup, racing writers, crashes at
+appends of two writers, replays, compaction at any interval, retention (the output's, recorded with it: a writer
+given other settings is refused), cleanup, racing writers, crashes at
 the failpoints of the write and commit path (raised in-process; the next call is the restart) against a
 plain in-memory model of what is committed. After every step every reader agrees with the model:
 ``read_committed``, ``committed_files`` with ``as_of_batch`` and ``batches``, and ``parquet-sink verify``;
@@ -33,7 +34,7 @@ from parquet_sink import LogEntry, MetadataLog, committed_files, read_committed,
 from parquet_sink import failpoints
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.cli.options import OPTIONS_ENV
-from parquet_sink.errors import MissingLogFileError, SnapshotExpiredError, StaleVersionError
+from parquet_sink.errors import MissingLogFileError, OutputSettingsError, SnapshotExpiredError, StaleVersionError
 from parquet_sink.log import files as log_files
 from parquet_sink.log.files import is_compact_path
 from parquet_sink.storage.filesystem import Storage
@@ -118,6 +119,7 @@ class LogModel(RuleBasedStateMachine):
         self.cleaned = False  # log files were deleted: older snapshots may be gone
         self.retained_upto = -1  # newest compaction batch that applied retention
         self.old: set[str] = set()  # files logged 30 days ago (retention drops them)
+        self.retention: str | None = None  # the output's retention, which every writer's compaction applies
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -131,7 +133,7 @@ class LogModel(RuleBasedStateMachine):
     def table(self, n: int) -> pa.Table:
         ids = list(range(self.next_id, self.next_id + n))
         self.next_id += n
-        return pa.table({"id": pa.array(ids, pa.int64()), "k": [f"v{i % 2}/{i % 3}" for i in ids]})
+        return pa.table({"id": pa.array(ids, pa.int64()), "k": pa.array([f"v{i % 2}/{i % 3}" for i in ids], pa.string())})
 
     def relative(self, path: str) -> str:
         return path[len(self.storage.root) + 1:] if path.startswith(self.storage.root + "/") else path
@@ -141,12 +143,18 @@ class LogModel(RuleBasedStateMachine):
         path = self.storage.join(relative)
         return pq.read_table(path, columns=["id"], filesystem=self.storage.arrow_filesystem()).column("id").to_pylist()
 
-    def commit(self, files: dict[str, list[int]], dropped: frozenset[str] = frozenset()) -> None:
-        """The model's commit of the next log batch adding ``files`` (retention dropping ``dropped``)."""
+    def commit(self, files: dict[str, list[int]]) -> None:
+        """The model's commit of the next log batch adding ``files``; at a compaction batch the output's retention
+        drops the old entries, whichever writer compacts."""
         batch = len(self.history)
         for path, ids in files.items():
             self.added[path] = batch
             self.rows[path] = ids
+        dropped = frozenset()
+        if self.retention and self.is_compaction(batch):
+            dropped = frozenset(self.old & (self.live() | set(files)))
+            if dropped:
+                self.retained_upto = batch
         self.history.append((self.live() | frozenset(files)) - dropped)
         if self.is_compaction(batch):
             self.compacts.add(batch)
@@ -156,10 +164,11 @@ class LogModel(RuleBasedStateMachine):
 
     # -- rules -------------------------------------------------------------------------------------
 
-    @initialize(interval=st.integers(1, 5), partitioned=st.booleans())
-    def setup(self, interval: int, partitioned: bool) -> None:
+    @initialize(interval=st.integers(1, 5), partitioned=st.booleans(), retention=st.booleans())
+    def setup(self, interval: int, partitioned: bool, retention: bool) -> None:
         self.interval = self.current = interval
         self.partitioned = partitioned
+        self.retention = "7d" if retention else None
 
     @rule(app=st.sampled_from(APPS), rows=st.integers(0, 3), step=st.integers(0, 2),
           crash=st.none() | st.sampled_from(CRASHES), changed=st.booleans())
@@ -174,7 +183,7 @@ class LogModel(RuleBasedStateMachine):
             with pytest.raises(StaleVersionError, match=f"version {version}"):
                 write_batch(self.url, self.table(max(rows, 1)), app_id=app, version=version,
                             partition_by=["k"] if self.partitioned else None, storage_options=self.options,
-                            compact_interval=self.interval, spark_sink_stopped=True)
+                            compact_interval=self.interval, retention=self.retention, spark_sink_stopped=True)
             return
         table = self.data[app, version] if replay else self.table(rows)
         batch = len(self.history)
@@ -191,7 +200,7 @@ class LogModel(RuleBasedStateMachine):
                 result = write_batch(self.url, table, app_id=app, version=version,
                                      partition_by=["k"] if self.partitioned else None,
                                      storage_options=self.options, compact_interval=self.interval,
-                                     max_records_per_file=2, spark_sink_stopped=True)
+                                     retention=self.retention, max_records_per_file=2, spark_sink_stopped=True)
             except failpoints.FailpointError:
                 assert fires, f"failpoint {crash} fired where the model says it is not on the path"
                 result = None
@@ -209,10 +218,11 @@ class LogModel(RuleBasedStateMachine):
             self.versions[app] = version
             self.data[app, version] = table
 
-    @rule(old=st.booleans(), retention=st.booleans())
-    def raw_add(self, old: bool, retention: bool) -> None:
+    @rule(old=st.booleans())
+    def raw_add(self, old: bool) -> None:
         """MetadataLog.add of one file without a commit record (as Spark's sink writes), logged ``old`` (30
-        days ago) or now; a compaction with ``retention`` ("7d") drops the old entries, its own included. No Spark
+        days ago) or now; a compaction under the output's retention ("7d", recorded with it, which every writer
+        applies) drops the old entries, its own included. No Spark
         query runs here: the apps' write_batch calls say so (spark_sink_stopped=True), else they refuse to commit
         after such a batch (issue 53)."""
         spec = WriteSpec(self.storage, ("k",) if self.partitioned else (), "snappy", None)
@@ -222,17 +232,12 @@ class LogModel(RuleBasedStateMachine):
         entries = [LogEntry(self.storage.to_uri(s.path), s.size, False, mtime) for s in statuses]
         batch = len(self.history)
         log = MetadataLog(self.url, storage_options=self.options, compact_interval=self.interval,
-                          retention="7d" if retention else None, cleanup=False)
+                          retention=self.retention, cleanup=False)
         assert log.add(batch, entries)
         files = {self.relative(s.path): [self.next_id - 1] for s in statuses}
         if old:
             self.old |= set(files)
-        dropped = frozenset()
-        if retention and self.is_compaction(batch):
-            dropped = frozenset(self.old & (self.live() | set(files)))
-            if dropped:
-                self.retained_upto = batch
-        self.commit(files, dropped)
+        self.commit(files)
 
     @rule()
     def race(self) -> None:
@@ -245,7 +250,7 @@ class LogModel(RuleBasedStateMachine):
                                        version=self.versions.get(app, -1) + 1,
                                        partition_by=["k"] if self.partitioned else None,
                                        storage_options=self.options, compact_interval=self.interval,
-                                       spark_sink_stopped=True)
+                                       retention=self.retention, spark_sink_stopped=True)
 
         threads = [threading.Thread(target=run, args=(app,)) for app in APPS]
         for t in threads:
@@ -258,6 +263,21 @@ class LogModel(RuleBasedStateMachine):
             self.commit({self.relative(p): self.ids_in(self.relative(p)) for p in result.files})
             self.versions[app] = result.version
             self.data[app, result.version] = tables[app]
+
+    @precondition(lambda self: self.history)
+    @rule(setting=st.sampled_from(["compact_interval", "retention", "min_batches_to_retain", "cleanup_delay"]))
+    def contradicting_writer(self, setting: str) -> None:
+        """A writer given a setting other than the one recorded with the output is refused before it writes:
+        nothing committed, no file left (issue 54)."""
+        value = {"compact_interval": self.interval + 1, "retention": "1d", "min_batches_to_retain": 7,
+                 "cleanup_delay": "1h"}[setting]
+        app = APPS[0]
+        before = {i.path for i in self.storage.find(self.url)}
+        with pytest.raises(OutputSettingsError, match=f"{setting}="):
+            write_batch(self.url, self.table(1), app_id=app, version=self.versions.get(app, -1) + 1,
+                        partition_by=["k"] if self.partitioned else None, storage_options=self.options,
+                        spark_sink_stopped=True, **{setting: value})
+        assert {i.path for i in self.storage.find(self.url)} == before
 
     @precondition(lambda self: self.history)
     @rule(retain=st.integers(1, 4))

@@ -252,7 +252,9 @@ def test_cleanup_spark_rule_delay_and_two_compacts(tmp_path):
     # nothing older than the delay: 12 log files, and the columnar copy of each compact file
     assert sorted(n for n in names if n.endswith(".columnar")) == [f"{b}.compact.columnar" for b in (11, 2, 5, 8)]
     assert len(names) == 16
-    log = MetadataLog(root, compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
+    aged = time.time() - 2 * 3600  # now older than the delay (the output's, which every writer of it applies)
+    for name in names:
+        os.utime(tmp_path / "_spark_metadata" / name, (aged, aged))
     assert log.add(12, [_entry(root, "f12")])
     names = os.listdir(tmp_path / "_spark_metadata")
     remaining = sorted(parse_batch_name(n) for n in names if not n.endswith(".columnar"))

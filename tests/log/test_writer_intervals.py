@@ -1,6 +1,7 @@
 """Writers asked for different compact intervals on one output: every batch is named by the interval the
 log's first writer recorded (``_exactly_once/.compact_interval``), never ``N`` by one writer and ``N.compact``
-by another.
+by another; a writer asked for another interval is refused (``OutputSettingsError``, issue 54), one asked for
+none goes by the output's.
 
 Before two compact files show the interval, each writer used to go by its own: with ``write_batch(...,
 compact_interval=3)`` then ``compact_interval=10`` (or a stream beside an optimize), batch 2 was a delta for one
@@ -14,10 +15,12 @@ import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink import LogEntry, MetadataLog, read_committed, write_batch
+from parquet_sink.errors import OutputSettingsError
 from parquet_sink.log.compaction import CompactibleLog, LogOptions
 from parquet_sink.log.files import INTERVAL_RECORD, parse_batch_name
 from parquet_sink.storage.filesystem import Storage
@@ -34,7 +37,7 @@ def _names(out: str, options: dict | None = None) -> dict[int, list[str]]:
     return forms
 
 
-def _append(out: str, app: str, version: int, ids: range, interval: int) -> int:
+def _append(out: str, app: str, version: int, ids: range, interval: int | None) -> int:
     table = pa.table({"id": pa.array(ids, pa.int64())})
     # after batches as Spark's sink writes them, whose query (there is none) is stopped for good
     result = write_batch(out, table, app_id=app, version=version, compact_interval=interval, spark_sink_stopped=True)
@@ -54,22 +57,31 @@ def _check(out: str, interval: int, expected: list[int], options: dict | None = 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    intervals=st.tuples(st.integers(1, 5), st.integers(1, 12)),
+    intervals=st.tuples(st.integers(1, 5), st.none() | st.integers(1, 12)),
     writers=st.lists(st.sampled_from([0, 1]), min_size=1, max_size=14),
 )
 # a writer asked for 1 reading a log recorded with 4 after 3.compact expected 4.compact, not the delta 4 (MissingLogFileError)
 @example(intervals=(4, 1), writers=[0, 0, 0, 0, 1, 1])
+@example(intervals=(4, None), writers=[0, 0, 0, 0, 1, 1])
 def test_writers_with_other_intervals_name_batches_by_the_first_writers(tmp_path_factory, intervals, writers):
+    """Writer 1 asked for another interval than the recorded one is refused, nothing committed; asked for none it
+    names batches by the output's."""
     out = str(tmp_path_factory.mktemp("intervals") / "out")
     versions = [0, 0]
     expected: list[int] = []
-    for n, who in enumerate(writers):
+    recorded = intervals[writers[0]] or 10
+    for who in writers:
+        n = len(expected) // 3
         ids = range(n * 3, n * 3 + 3)
+        if expected and intervals[who] not in (None, recorded):
+            with pytest.raises(OutputSettingsError, match=f"compact_interval={intervals[who]}"):
+                _append(out, f"app-{who}", versions[who], ids, intervals[who])
+            continue
         batch = _append(out, f"app-{who}", versions[who], ids, intervals[who])
         assert batch == n
         versions[who] += 1
         expected += ids
-    _check(out, intervals[writers[0]], expected)
+    _check(out, recorded, expected)
 
 
 def test_the_first_writer_records_the_interval(out):
@@ -78,15 +90,17 @@ def test_the_first_writer_records_the_interval(out):
     assert Storage(out).read_bytes(marker) == b"4"
     log = CompactibleLog(Storage(out), LogOptions(compact_interval=10))
     assert log.recorded_interval() == 4
-    assert log.interval_for(log.list_names()) == 4  # a writer asked for 10 goes by the log's
-    _append(out, "b", 0, range(3, 6), 10)
+    assert log.interval_for(log.list_names()) == 4  # a log asked for 10 names batches by the log's ...
+    with pytest.raises(OutputSettingsError, match="compact_interval=10 contradicts"):
+        _append(out, "b", 0, range(3, 6), 10)  # ... and a writer asked for it is refused
+    _append(out, "b", 0, range(3, 6), None)
     assert Storage(out).read_bytes(marker) == b"4"  # written once
 
 
 def test_spark_reads_what_writers_with_other_intervals_wrote(out, spark):
     _append(out, "a", 0, range(0, 3), 3)
     for version in range(4):
-        _append(out, "b", version, range(3 + 3 * version, 6 + 3 * version), 10)
+        _append(out, "b", version, range(3 + 3 * version, 6 + 3 * version), None)
     assert _names(out) == {0: ["0"], 1: ["1"], 2: ["2.compact"], 3: ["3"], 4: ["4"]}
     assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == list(range(15))
 
@@ -104,13 +118,14 @@ def test_a_log_without_records_goes_by_the_writers_own_interval_until_one_is_rec
     log = CompactibleLog(storage)
     assert log.recorded_interval() is None
     _append(out, "a", 0, range(0, 3), 4)  # batch 2: a delta under 4
-    _append(out, "b", 0, range(3, 6), 2)  # batch 3: goes by the record (4): compact
+    _append(out, "b", 0, range(3, 6), None)  # batch 3: goes by the record (4): compact
     assert _names(out) == {0: ["0"], 1: ["1"], 2: ["2"], 3: ["3.compact"]}
     assert sorted(read_committed(out).column("id").to_pylist()) == [-2, -1, *range(6)]
 
 
 def test_racing_writers_with_other_intervals_commit_every_batch_once(tmp_path):
-    """Two threads appending at once, one asked for interval 2, one for 7: one form per batch, every row once."""
+    """Two threads appending at once, one asked for interval 2, one for none (the output's): one form per batch,
+    every row once."""
     for attempt in range(3):
         out = str(tmp_path / f"out-{attempt}")
         _append(out, "seed", 0, range(0, 1), 2)
@@ -122,7 +137,7 @@ def test_racing_writers_with_other_intervals_commit_every_batch_once(tmp_path):
                 _append(out, app, version, range(start, start + 10), interval)
                 done.extend(range(start, start + 10))
 
-        threads = [threading.Thread(target=run, args=("a", 2, 1000)), threading.Thread(target=run, args=("b", 7, 5000))]
+        threads = [threading.Thread(target=run, args=("a", 2, 1000)), threading.Thread(target=run, args=("b", None, 5000))]
         for t in threads:
             t.start()
         for t in threads:
@@ -140,7 +155,7 @@ def test_a_writer_that_inferred_another_interval_goes_by_a_record_made_since(out
     storage.delete(storage.join(INTERVAL_RECORD))
     for name in ("0", "1", "2.compact", "2.compact.columnar"):
         storage.delete(storage.join("_spark_metadata", name))
-    other = MetadataLog(out, compact_interval=10, cleanup=False)
+    other = MetadataLog(out, default_interval=10, cleanup=False)
     assert other.interval_for(MetadataLog(out, cleanup=False).list_names()) == 6  # Spark's deriveCompactInterval
     assert MetadataLog(out, compact_interval=3, cleanup=False).add(6, [])
     assert storage.read_bytes(storage.join(INTERVAL_RECORD)) == b"3"
@@ -165,9 +180,10 @@ def test_a_record_that_is_not_an_interval_is_ignored_with_a_warning(out, caplog)
 
 def test_first_writers_racing_on_each_store_agree_on_one_interval(backend):
     """Two first writers of a new output at once, asked for 1 and 4 (batch 0 is ``0.compact`` for one and ``0``
-    for the other): one record, the winner's, and every batch in its form on local disk, Azurite and moto."""
+    for the other): one record, the winner's; the other is refused (OutputSettingsError) with nothing committed,
+    and every batch is in its form on local disk, Azurite and moto."""
     url, options = backend.url, backend.storage_options
-    errors: list[BaseException] = []
+    errors: dict[str, BaseException] = {}
 
     def run(app: str, interval: int, base: int) -> None:
         try:
@@ -175,16 +191,17 @@ def test_first_writers_racing_on_each_store_agree_on_one_interval(backend):
                 table = pa.table({"id": pa.array([base + version], pa.int64())})
                 write_batch(url, table, app_id=app, version=version, compact_interval=interval, storage_options=options)
         except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+            errors[app] = exc
 
     threads = [threading.Thread(target=run, args=("a", 1, 0)), threading.Thread(target=run, args=("b", 4, 10))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
     storage = Storage(url, options)
     interval = int(storage.read_bytes(storage.join(INTERVAL_RECORD)))
     assert interval in (1, 4)
-    assert sorted(_names(url, options)) == list(range(6))
-    _check(url, interval, [0, 1, 2, 10, 11, 12], options)
+    loser = "b" if interval == 1 else "a"
+    assert list(errors) == [loser] and isinstance(errors[loser], OutputSettingsError), errors
+    assert sorted(_names(url, options)) == list(range(3))
+    _check(url, interval, [0, 1, 2] if loser == "b" else [10, 11, 12], options)

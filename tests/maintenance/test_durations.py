@@ -93,8 +93,8 @@ def test_every_entry_point_refuses_a_duration_no_instant_can_hold(tmp_path, valu
         on_output = "(" in name and not name.startswith("LogOptions")
         with pytest.raises(ParameterError, match=f"^{_CALL if on_output else ''}{re.escape(parameter)}={re.escape(repr(value))}: a duration must be at most"):
             call(value)
-    log = MetadataLog(str(tmp_path / "out"), compact_interval=2, retention=dt.timedelta.max)  # the longest: works
-    assert log.add(1, []) and log.latest_batch_id() == 1
+    log = MetadataLog(str(tmp_path / "new"), compact_interval=2, retention=dt.timedelta.max)  # the longest: works
+    assert log.add(0, []) and log.add(1, []) and log.latest_batch_id() == 1
 
 
 @pytest.mark.parametrize("value", ["7", 7, "7.5d"], ids=repr)
@@ -136,10 +136,10 @@ def test_verify_warns_when_retention_left_no_committed_file(tmp_path):
     intact) but warns, so no one vacuums the data away as orphans."""
     root = str(tmp_path)
     for version in range(2):
-        write_batch(root, pa.table({"id": [version]}), app_id="a", version=version, compact_interval=3)
+        write_batch(root, pa.table({"id": [version]}), app_id="a", version=version, compact_interval=3, retention="1ms")
     assert verify(root).warnings == []
     time.sleep(0.01)
-    MetadataLog(root, compact_interval=3, retention="1ms").add(2, [])  # compacts with the short retention
+    MetadataLog(root).add(2, [])  # compacts with the output's short retention
     assert read_committed(root).num_rows == 0
     report = verify(root)
     assert report.ok and report.latest_batch == 2 and report.files == 0

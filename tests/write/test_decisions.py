@@ -11,20 +11,22 @@ from parquet_sink.log.entry import CommitRecord
 from parquet_sink.maintenance.doctor import Checkpoint, plan_restart
 from parquet_sink.maintenance.inspect import Batch, Output
 from parquet_sink.read.chain import decide_write
+from parquet_sink.read.history import OPTIMIZE_APP_ID
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.sink import decide_batch
 
 QUERIES = ["q0", "q1", "q2", None]  # None: a writer without a query id (Spark's own sink, batch-id-only)
+WRITERS = [*QUERIES, OPTIMIZE_APP_ID]  # and optimize's batches (no row added, no batch replayed)
 
 
 @st.composite
 def histories(draw) -> tuple[int, dict[str | None, CommitRecord]]:
-    """A log written by up to three queries taking turns (each query's batch ids count up from 0 as it commits;
-    a query may start on a non-empty log, as with on_foreign_query="append"): its newest batch and the newest
-    commit record of each query."""
+    """A log written by up to three queries and optimizes taking turns (each query's batch ids count up from 0 as
+    it commits; a query may start on a non-empty log, as with on_foreign_query="append"): its newest batch and the
+    newest commit record of each writer."""
     newest: dict[str | None, CommitRecord] = {}
     latest = -1
-    for query in draw(st.lists(st.sampled_from(QUERIES), max_size=12)):
+    for query in draw(st.lists(st.sampled_from(WRITERS), max_size=12)):
         latest += 1
         own = newest.get(query)
         newest[query] = CommitRecord(latest, query, 0 if own is None else own.query_batch_id + 1, "c")
@@ -37,6 +39,10 @@ def test_decide_batch_never_commits_twice_nor_out_of_order(history, query, batch
     latest, queries = history
     action, log_batch = decide_batch(latest, queries, query, batch, append)
     own = queries.get(query)
+    since = [r for r in queries.values() if own is not None and r.log_batch_id > own.log_batch_id]
+    after_optimize = own is not None and all(r.query_id == OPTIMIZE_APP_ID for r in since)
+    if query is None and after_optimize and batch == own.query_batch_id + 1:
+        assert action == "commit", "an optimize's batches never stop a query without id (they replay none)"
     if own is not None and batch <= own.query_batch_id:
         assert (action, log_batch) == ("skip", own.log_batch_id), "a replay of a committed batch is skipped"
     elif action == "commit":
@@ -45,7 +51,9 @@ def test_decide_batch_never_commits_twice_nor_out_of_order(history, query, batch
         if continuing and not append:  # other writers may have appended since: the next batch id, any log batch
             assert batch == own.query_batch_id + 1, "a query commits its batches in order, none skipped"
         else:
-            assert append or batch == latest + 1, "a query's first batch id is its log batch id"
+            assert append or batch == latest + 1 or (after_optimize and batch == own.query_batch_id + 1), (
+                "a query's first batch id is its log batch id; one without id goes on only after an optimize's"
+            )
         assert append or own is not None or latest < 0, "a new query on a used log never commits silently"
     else:
         assert log_batch is None and action in ("foreign", "reset")

@@ -232,7 +232,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     result = optimize(
         args.path, target_file_size=args.target_file_size, partitions=partitions or None, sort_by=args.sort_by,
         z_order=args.z_order,
-        dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval or 10,
+        dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval,
         storage_options=storage_options(args), progress=progress, spark_sink_stopped=args.spark_sink_stopped,
     )
     plan = result.plan

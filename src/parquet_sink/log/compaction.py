@@ -30,6 +30,7 @@ import bisect
 import dataclasses
 import datetime as _dt
 import functools
+import json
 import logging
 import re
 import time
@@ -41,10 +42,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..arrow_versions import nonzero
-from ..errors import LogError, MissingLogFileError, ParameterError
+from ..errors import LogError, MissingLogFileError, OutputSettingsError, ParameterError
 from ..failpoints import failpoint
 from .lines import joined, stamped_lines
-from .files import COMPACT_SUFFIX, INTERVAL_RECORD, Block, Listing, LogFiles, is_compact_path, read_record, stamp_batch_id
+from .files import COMPACT_SUFFIX, INTERVAL_RECORD, SETTINGS_RECORD, Block, Listing, LogFiles, is_compact_path, read_record, stamp_batch_id
 from .sidecar import Checksum, Sidecar, SidecarWriter, log_memory_pool, sidecar_path
 from .threads import ahead, mapped_ahead
 from .entry import (
@@ -141,33 +142,134 @@ def check_compact_interval(value: int | None) -> None:
         check_positive_int("compact_interval", value, "the writer's log compaction interval (Spark's default is 10)")
 
 
+_DEFAULT_MIN_BATCHES_TO_RETAIN = 100  # Spark's spark.sql.streaming.minBatchesToRetain
+_DEFAULT_CLEANUP_DELAY_MS = 600_000  # Spark's spark.sql.streaming.fileSink.log.cleanupDelay (10 min)
+DEFAULT_COMPACT_INTERVAL = 10  # Spark's spark.sql.streaming.fileSink.log.compactInterval
+
+
 @dataclass(frozen=True)
 class LogOptions:
-    """The log's parameters, with Spark's names and defaults, checked once here (ValueError naming the first
-    out of range) for every owner of a log: :class:`~parquet_sink.log.metadata_log.MetadataLog`,
-    ``ParquetSink`` and ``write_batch`` take them as keyword arguments and build one of these.
+    """The log's parameters as a writer or maintenance command was given them, with Spark's names, checked once here
+    (ValueError naming the first out of range) for every owner of a log: :class:`~parquet_sink.log.metadata_log.
+    MetadataLog`, ``ParquetSink``, ``write_batch`` and ``optimize`` take them as keyword arguments and build one of
+    these. None means not given: the output's recorded setting applies (:meth:`CompactibleLog.check_settings`),
+    else Spark's default (``default_interval``, the session's for the sink, for the compact interval). What a log
+    applies is :class:`LogSettings`.
 
     Example: ``LogOptions(retention="7d").retention_ms == 604_800_000``.
     """
 
-    compact_interval: int = 10
+    compact_interval: int | None = None
     retention: str | _dt.timedelta | None = None
-    min_batches_to_retain: int = 100
-    cleanup_delay: str | _dt.timedelta = "10m"
+    min_batches_to_retain: int | None = None
+    cleanup_delay: str | _dt.timedelta | None = None
+    default_interval: int = DEFAULT_COMPACT_INTERVAL
     retention_ms: int | None = field(init=False)
-    cleanup_delay_ms: int = field(init=False)
+    cleanup_delay_ms: int | None = field(init=False)
 
     def __post_init__(self) -> None:
-        check_positive_int("compact_interval", self.compact_interval, "Spark's default is 10")
-        check_positive_int(
-            "min_batches_to_retain", self.min_batches_to_retain,
-            "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
-        )
+        if self.compact_interval is not None:
+            check_positive_int("compact_interval", self.compact_interval, "Spark's default is 10")
+        check_positive_int("default_interval", self.default_interval, "Spark's default is 10")
+        if self.min_batches_to_retain is not None:
+            check_positive_int(
+                "min_batches_to_retain", self.min_batches_to_retain,
+                "with fewer, cleanup would delete the log files of committed batches (Spark's default is 100)",
+            )
         retention_ms = None if self.retention is None else parse_duration_ms(self.retention, "retention")
         if retention_ms == 0:
             raise ParameterError("retention must be longer than 0 (entries would vanish when compacting); None keeps all")
         object.__setattr__(self, "retention_ms", retention_ms)
-        object.__setattr__(self, "cleanup_delay_ms", parse_duration_ms(self.cleanup_delay, "cleanup_delay"))
+        delay = None if self.cleanup_delay is None else parse_duration_ms(self.cleanup_delay, "cleanup_delay")
+        object.__setattr__(self, "cleanup_delay_ms", delay)
+
+    @property
+    def interval(self) -> int:
+        """The compact interval a new log gets: the one given, else ``default_interval``."""
+        return self.compact_interval or self.default_interval
+
+    def given(self) -> dict[str, object]:
+        """The options given (not None) as their arguments were written, for messages."""
+        names = ("compact_interval", "retention", "min_batches_to_retain", "cleanup_delay")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """The settings a log applies besides its compact interval, recorded with the output by its first writer
+    (:data:`~.files.SETTINGS_RECORD`, JSON) so that every writer and maintenance command applies the same:
+    Spark's ``retention`` (None: entries never expire), ``minBatchesToRetain`` and the cleanup delay.
+
+    Example: ``LogSettings.of(LogOptions(retention="7d")).retention_ms == 604_800_000``.
+    """
+
+    retention_ms: int | None = None
+    min_batches_to_retain: int = _DEFAULT_MIN_BATCHES_TO_RETAIN
+    cleanup_delay_ms: int = _DEFAULT_CLEANUP_DELAY_MS
+
+    @classmethod
+    def of(cls, options: LogOptions) -> LogSettings:
+        """The settings ``options`` give, Spark's defaults for those not given."""
+        return cls(
+            options.retention_ms,
+            options.min_batches_to_retain or _DEFAULT_MIN_BATCHES_TO_RETAIN,
+            _DEFAULT_CLEANUP_DELAY_MS if options.cleanup_delay_ms is None else options.cleanup_delay_ms,
+        )
+
+    def to_json(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LogSettings | None:
+        """The settings a record holds; None when it holds none (damaged: ignored with a warning by the caller)."""
+        try:
+            data = json.loads(raw)
+            settings = cls(data["retention_ms"], data["min_batches_to_retain"], data["cleanup_delay_ms"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        ints = [settings.min_batches_to_retain, settings.cleanup_delay_ms + 1, settings.retention_ms or 1]
+        return settings if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in ints) else None
+
+    def describe(self, interval: int | None) -> str:
+        """The settings (with the compact ``interval``, None: not told yet) in the arguments' terms."""
+        retention = "none" if self.retention_ms is None else repr(duration_text(self.retention_ms))
+        shown = "" if interval is None else f"compact_interval={interval}, "
+        return (
+            f"{shown}retention={retention}, min_batches_to_retain={self.min_batches_to_retain}, "
+            f"cleanup_delay={duration_text(self.cleanup_delay_ms)!r}"
+        )
+
+
+def duration_text(ms: int) -> str:
+    """``ms`` in the largest unit that divides it, as durations are given: ``duration_text(604_800_000) == "7d"``."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def settings_conflicts(
+    options: LogOptions, interval: int | None, recorded: LogSettings | None
+) -> list[str]:
+    """The options given in ``options`` that contradict what the output goes by, as ``"name=value"``: the compact
+    interval ``interval`` (the recorded one, else the one its compact files show; None while it tells none) and the
+    ``recorded`` settings (None: none recorded yet, so nothing contradicts them). Durations compare by their length
+    (``"7d"`` is ``"168h"``). Pure, so ``doctor`` could predict the refusal.
+
+    Example: ``settings_conflicts(LogOptions(compact_interval=3), 10, None) == ["compact_interval=3"]``.
+    """
+    given = options.given()
+    found = []
+    if options.compact_interval is not None and interval is not None and options.compact_interval != interval:
+        found.append("compact_interval")
+    if recorded is not None:
+        if options.retention is not None and options.retention_ms != recorded.retention_ms:
+            found.append("retention")
+        if options.min_batches_to_retain is not None and options.min_batches_to_retain != recorded.min_batches_to_retain:
+            found.append("min_batches_to_retain")
+        if options.cleanup_delay is not None and options.cleanup_delay_ms != recorded.cleanup_delay_ms:
+            found.append("cleanup_delay")
+    return [f"{name}={given[name]!r}" for name in found]
 
 
 def derive_compact_interval(default_interval: int, latest_compact_batch_id: int) -> int:
@@ -404,13 +506,59 @@ class CompactibleLog(LogFiles):
     def __init__(self, storage: Storage, options: LogOptions = LogOptions(), *, cleanup: bool = True) -> None:
         super().__init__(storage)
         self.options = options
-        self.retention_ms, self.cleanup_delay_ms = options.retention_ms, options.cleanup_delay_ms
-        self.default_compact_interval = options.compact_interval
-        self.min_batches_to_retain = options.min_batches_to_retain
+        self.default_compact_interval = options.interval
         self.cleanup_enabled = cleanup
         self._interval: int | None = None
         self._recorded: int | None = None  # the recorded interval once read (0: the record is not an interval)
+        self._settings: LogSettings | None = None  # the recorded settings once read
         self._listing: Listing | None = None
+
+    @property
+    def settings(self) -> LogSettings:
+        """What this log applies when it compacts and cleans up: the output's recorded settings once read
+        (:meth:`check_settings`, and every commit: :meth:`add`), else the options given, with Spark's defaults (a
+        direct :meth:`cleanup` of a log that has not read them)."""
+        return self._settings or LogSettings.of(self.options)
+
+    def recorded_settings(self) -> LogSettings | None:
+        """The settings the output's first writer recorded (:data:`~.files.SETTINGS_RECORD`), None without a record
+        (an output of Spark's sink or of an older release; a damaged record is ignored with a warning). Read once."""
+        if self._settings is None:
+            try:
+                raw = self.storage.read_bytes(self.storage.join(SETTINGS_RECORD))
+            except FileNotFoundError:
+                return None
+            self._settings = LogSettings.from_json(raw)
+            if self._settings is None:
+                logger.warning("%s: %s holds %r, not the log's settings: ignored", self, SETTINGS_RECORD, raw[:80])
+        return self._settings
+
+    def check_settings(self, listing: Listing | None = None) -> LogSettings:
+        """The settings this log applies, after checking that no option given contradicts those the output goes by
+        (:func:`settings_conflicts`): OutputSettingsError naming the output, what is recorded and what to do. A
+        writer asks before it writes anything; :meth:`add` asks again once the settings are recorded (a first
+        writer racing this one may have recorded others)."""
+        listing = listing if listing is not None else self.list_names()
+        recorded = self.recorded_settings()
+        interval = self.recorded_interval() or self.listing_interval(listing)
+        conflicts = settings_conflicts(self.options, interval, recorded)
+        if conflicts:
+            record = self.storage.display(self.storage.join(SETTINGS_RECORD if recorded else INTERVAL_RECORD))
+            interval_only = all(c.startswith("compact_interval=") for c in conflicts)
+            remedy = (
+                "" if interval_only else
+                " To change the output's retention, min_batches_to_retain or cleanup_delay: stop every writer of it, "
+                f"delete {record} and start one writer with the new settings (its first commit records them)."
+            )
+            raise OutputSettingsError(
+                f"{self.storage.display(self.storage.root)}: {', '.join(conflicts)} contradicts the settings recorded "
+                f"with the output ({recorded.describe(interval) if recorded else f'compact_interval={interval}'}; "
+                f"{record}), which every writer and maintenance "
+                "command applies. Nothing was committed. Omit the argument to apply the output's setting. A log's "
+                "compact interval never changes (Spark's readers infer it from its compact files): write to a new "
+                f"output for another one.{remedy}"
+            )
+        return self.settings
 
     # -- interval and chain ----------------------------------------------------------------------
 
@@ -463,16 +611,20 @@ class CompactibleLog(LogFiles):
                 logger.warning("%s: %s holds %r, not an interval: ignored", self, INTERVAL_RECORD, value[:40])
         return self._recorded or None
 
-    def _record_interval(self, listing: Listing) -> None:
-        """Record the interval this writer names batches by (the log's, when its files tell one), unless one is
-        recorded: an exclusive create, so racing first writers agree on the winner's."""
-        if self._recorded is not None:
-            return  # read before: this writer goes by it
-        if self.recorded_interval() is None:
-            interval = self.interval_for(listing)
-            self.storage.put_if_absent(self.storage.join(INTERVAL_RECORD), str(interval).encode(), commit=False)
-            self.recorded_interval()
-        self._interval = None  # decided again with the record there (this writer's or another's)
+    def _record_settings(self, listing: Listing) -> None:
+        """Record the interval this writer names batches by (the log's, when its files tell one) and the settings it
+        applies (:class:`LogSettings`), each unless one is recorded: exclusive creates, so racing first writers
+        agree on the winner's; then :meth:`check_settings` against them."""
+        if self._recorded is None:
+            if self.recorded_interval() is None:
+                interval = self.interval_for(listing)
+                self.storage.put_if_absent(self.storage.join(INTERVAL_RECORD), str(interval).encode(), commit=False)
+                self.recorded_interval()
+            self._interval = None  # decided again with the record there (this writer's or another's)
+        if self._settings is None and self.recorded_settings() is None:
+            self.storage.put_if_absent(self.storage.join(SETTINGS_RECORD), self.settings.to_json(), commit=False)
+            self.recorded_settings()
+        self.check_settings(listing)
 
     @property
     def compact_interval(self) -> int:
@@ -545,7 +697,7 @@ class CompactibleLog(LogFiles):
                 f"{latest + 1} (log batches form an unbroken chain). Commit batches in order."
             )
         stamped = [e if e.batch_id == batch_id else dataclasses.replace(e, batch_id=batch_id) for e in entries]
-        self._record_interval(listing)
+        self._record_settings(listing)
         interval = self.interval_for(listing)
         path = self.batch_path(batch_id, interval)
         if removed and not self.is_compaction_batch(batch_id, interval):
@@ -752,7 +904,8 @@ class CompactibleLog(LogFiles):
         _StaleSidecar, before the file is published, when a columnar copy the plan came from does not match
         its compact file's bytes."""
         now = int(time.time() * 1000)
-        cutoff = None if self.retention_ms is None else now - self.retention_ms
+        retention_ms = self.settings.retention_ms
+        cutoff = None if retention_ms is None else now - retention_ms
         plans: list[_SourcePlan] = []
         yield b"v1"
         expired_upto = yield from self._pass_one(sources, sidecars, cutoff, copy, plans, removed)
@@ -847,7 +1000,8 @@ class CompactibleLog(LogFiles):
         """
         listing = listing if listing is not None else super().list_names()
         interval = self.interval_for(listing)
-        min_batch_id = current_batch_id + 1 - self.min_batches_to_retain
+        settings = self.settings
+        min_batch_id = current_batch_id + 1 - settings.min_batches_to_retain
         if interval > min_batch_id:
             return []
         threshold = min_batch_id - (min_batch_id % interval) - 1
@@ -856,7 +1010,7 @@ class CompactibleLog(LogFiles):
         candidates |= set(listing.superseded)
         if not candidates:
             return []
-        deleted = self.delete_older(self.storage.ls(self.log_dir), candidates, self.cleanup_delay_ms)
+        deleted = self.delete_older(self.storage.ls(self.log_dir), candidates, settings.cleanup_delay_ms)
         if deleted:
             logger.info("%s: deleted %d expired log files below batch %d", self, len(deleted), threshold)
         return deleted
@@ -865,9 +1019,12 @@ class CompactibleLog(LogFiles):
 __all__ = [
     "COMPACT_SUFFIX",
     "CompactibleLog",
+    "DEFAULT_COMPACT_INTERVAL",
     "LogOptions",
+    "LogSettings",
     "check_positive_int",
     "derive_compact_interval",
     "infer_interval",
     "parse_duration_ms",
+    "settings_conflicts",
 ]

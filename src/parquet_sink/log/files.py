@@ -61,6 +61,9 @@ HIDDEN_DIR = "_exactly_once"
 # the log's first writer: CompactibleLog.recorded_interval). A hidden name (read_record), as every file in the area:
 # Spark lists what a glob such as out/*/* matches whatever its name, and reads each file in it not hidden as data
 INTERVAL_RECORD = f"{HIDDEN_DIR}/.compact_interval"
+# in the hidden area, hidden as the interval's: the log's other settings every writer applies (retention, batches to
+# retain, cleanup delay), as JSON, written once beside the interval (CompactibleLog.recorded_settings)
+SETTINGS_RECORD = f"{HIDDEN_DIR}/.log_settings"
 DELTA_DIR = "_delta_log"  # the Delta log a sync keeps beside the log (parquet_sink.delta.sync)
 COMPACT_SUFFIX = ".compact"
 _BLOCK = 1 << 22  # bytes parsed at once: bounds the memory next to the columns themselves

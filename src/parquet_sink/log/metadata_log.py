@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CorruptLogError, LogError, call_text, parameters_of
-from .compaction import CompactibleLog, LogOptions, check_flags, derive_compact_interval, parse_duration_ms
+from .compaction import DEFAULT_COMPACT_INTERVAL, CompactibleLog, LogOptions, check_flags, derive_compact_interval, parse_duration_ms
 from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path
 from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from ..storage.filesystem import Storage
@@ -62,16 +62,19 @@ class MetadataLog(CompactibleLog):
     Args:
         path: the output directory (any fsspec URL).
         storage_options: passed to fsspec (credentials etc.).
-        compact_interval: default compaction interval (>= 1); an existing log's interval is inferred from
-            its compact files exactly as Spark does.
+        compact_interval: compaction interval (>= 1) of a new log (default 10); an existing log's is the one its
+            first writer recorded, or is inferred from its compact files exactly as Spark does.
         retention: Spark's ``retention`` option (``"7d"``): entries whose modification time is older are
             left out when a compact file is written.
         min_batches_to_retain / cleanup_delay: Spark's rule for deleting expired log files after a commit
             (``spark.sql.streaming.minBatchesToRetain`` >= 1, ``fileCleanupDelayMs``). ``cleanup=False``
             keeps all.
 
-    Invalid values raise ParameterError (a ValueError) here, before anything is written; an unreachable
-    store a StorageError within seconds (:meth:`Storage.check_reachable`).
+    The four are the output's settings: its first commit records them (:class:`~.compaction.LogSettings`), every
+    later one applies the recorded ones, None (the default) meaning the output's, and a commit given one that
+    contradicts them is refused (OutputSettingsError, nothing committed: :meth:`check_settings`). Invalid values
+    raise ParameterError (a ValueError) here, before anything is written; an unreachable store a StorageError
+    within seconds (:meth:`Storage.check_reachable`).
 
     Example::
 
@@ -85,15 +88,16 @@ class MetadataLog(CompactibleLog):
         path: str | os.PathLike[str],
         *,
         storage_options: dict[str, Any] | None = None,
-        compact_interval: int = 10,
+        compact_interval: int | None = None,
         retention: str | _dt.timedelta | None = None,
-        min_batches_to_retain: int = 100,
-        cleanup_delay: str | _dt.timedelta = "10m",
+        min_batches_to_retain: int | None = None,
+        cleanup_delay: str | _dt.timedelta | None = None,
         cleanup: bool = True,
         storage: Storage | None = None,
+        default_interval: int = DEFAULT_COMPACT_INTERVAL,
     ) -> None:
         with parameters_of(call_text("MetadataLog", path)):  # the checks name the argument; this names the output
-            options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay)
+            options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay, default_interval)
             check_flags(cleanup=cleanup)
         storage = storage or Storage(os.fspath(path), storage_options)
         storage.check_reachable()  # a StorageError in seconds, not the backend's minutes of retries

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import logging
 import os
@@ -269,11 +270,14 @@ def write_batch(
     compression: str = "snappy",
     max_records_per_file: int | None = None,
     time_zone: str = "UTC",
-    compact_interval: int = 10,
+    compact_interval: int | None = None,
     allow_existing_files: bool = False,
     ignore_changed_data: bool = False,
     delta_log: bool = False,
     spark_sink_stopped: bool = False,
+    retention: str | _dt.timedelta | None = None,
+    min_batches_to_retain: int | None = None,
+    cleanup_delay: str | _dt.timedelta | None = None,
 ) -> WriteResult:
     """Append ``data`` to the output at ``path`` exactly once per ``(app_id, version)``.
 
@@ -294,7 +298,10 @@ def write_batch(
         partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
         compression, max_records_per_file: as :class:`~parquet_sink.ParquetSink`.
         time_zone: the time zone timestamp partition values are written in (Spark's session time zone).
-        compact_interval: the log's compaction interval for a new log (an existing one's is inferred).
+        compact_interval, retention, min_batches_to_retain, cleanup_delay: the output's log settings, as
+            :class:`~parquet_sink.ParquetSink`'s: None (the default) applies those recorded with the output (else
+            Spark's defaults: 10, none, 100, ``"10m"``); one that contradicts them is refused with
+            OutputSettingsError, nothing written.
         allow_existing_files: as :class:`~parquet_sink.ParquetSink` (else ExistingDataError when the
             directory holds Parquet files but no committed batch).
         delta_log: after the commit (or a skip), bring the output's Delta log (``_delta_log``) in step with
@@ -329,7 +336,10 @@ def write_batch(
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
     partition_by = check_partition_by(partition_by)
-    log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
+    log = MetadataLog(
+        path, storage_options=storage_options, compact_interval=compact_interval, retention=retention,
+        min_batches_to_retain=min_batches_to_retain, cleanup_delay=cleanup_delay,
+    )
     check_output_root(path, log.storage, call_text("write_batch", path))
     what = f"version {version} of app {app_id!r}"
     statuses: list[FileStatus] | None = None
@@ -343,6 +353,8 @@ def write_batch(
     try:
         for attempt in range(_MAX_ATTEMPTS):
             snap = read_snapshot(log)
+            if not attempt:
+                log.check_settings(snap.listing)  # before anything is written (a commit checks again)
             latest = -1 if snap.latest is None else snap.latest
             records = records_of(snap.table)
             commits = app_commits(records)

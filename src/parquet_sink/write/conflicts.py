@@ -12,7 +12,7 @@ Only real conflicts are refused:
 * ``"replay"``: a winner is this query (or app) committing this batch (version) or a later one: another run of
   the same checkpoint, Delta's ``ConcurrentTransactionException``. The batch is committed once, by the winner.
 * ``"identity"``: this writer has no query id (batch-id-only mode), so it cannot tell a winner that replays its
-  batch from a neighbour.
+  batch from a neighbour (but for an optimize's batches, which replay none).
 * ``"partitioning"`` / ``"schema"``: a winner wrote other partition columns, or a schema this batch does not
   fit by the output's schema rule (:func:`~parquet_sink.write.schema.schema_problems`): Delta's
   ``MetadataChangedException``.
@@ -99,7 +99,7 @@ def check_commit(txn: Transaction, winners: Sequence[WinningCommit]) -> Conflict
     """
     for winner in winners:
         record = winner.record
-        if txn.query_id is None:
+        if txn.query_id is None and (record is None or record.query_id != OPTIMIZE_APP_ID):  # an optimize replays none
             return Conflict(
                 "identity", winner.log_batch_id, "this writer has no query id to tell a replay of its batch apart"
             )

@@ -54,6 +54,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import decimal
 import functools
 import inspect
@@ -156,13 +157,14 @@ def parse_file_size(value: int | str) -> int:
 @dataclass(frozen=True)
 class InputFile:
     """A committed data file an optimize rewrites: its storage path, its path as the log records it, its path
-    relative to the output root, its size and the log batch that committed it."""
+    relative to the output root, its size, the log batch that committed it and its logged modification time."""
 
     path: str
     logged: str
     relative: str
     size: int
     batch_id: int | None
+    modification_time: int
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,13 @@ class Bin:
     @property
     def bytes(self) -> int:
         return sum(f.size for f in self.inputs)
+
+    @property
+    def modification_time(self) -> int:
+        """The logged time of its new files: its oldest input's, so that ``retention`` (which drops entries older
+        than it when compacting) drops them when it would have dropped that input: a rewrite never extends an
+        entry's life (its younger inputs' rows expire with the oldest's)."""
+        return min(f.modification_time for f in self.inputs)
 
 
 @dataclass
@@ -272,7 +281,7 @@ def plan_optimize(
     Example: ``[len(b.inputs) for b in plan_optimize(log, read_snapshot(log), 1 << 20).bins]`` -> ``[60, 60, 60]``.
     """
     storage = log.storage
-    table = data_files(snap.table, ["path", "size", BATCH_KEY]) if snap.latest is not None else None
+    table = data_files(snap.table, ["path", "size", BATCH_KEY, "modificationTime"]) if snap.latest is not None else None
     if table is None or not table.num_rows:
         return OptimizePlan(storage, snap.latest, target_file_size, [], 0, 0)
     relative, outside = resolve_paths(storage, table.column("path"), table.column(BATCH_KEY), True)
@@ -283,9 +292,9 @@ def plan_optimize(
     by_directory: dict[str, list[InputFile]] = {}
     directories: dict[str, dict[str, str]] = {}  # each directory's values, parsed once
     limit = math.inf if whole else target_file_size
-    for path, rel, out, size, batch in zip(
+    for path, rel, out, size, batch, mtime in zip(
         logged, relative.to_pylist(), outside.to_pylist(), table.column("size").to_pylist(),
-        table.column(BATCH_KEY).to_pylist(),
+        table.column(BATCH_KEY).to_pylist(), table.column("modificationTime").to_pylist(),
     ):
         if out is not None:
             continue
@@ -296,7 +305,7 @@ def plan_optimize(
             continue
         if size >= limit and not (cut and size > _CUT_ABOVE * limit):  # compaction leaves a file this large
             continue
-        by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch))
+        by_directory.setdefault(directory, []).append(InputFile(storage.join(rel), path, rel, size, batch, mtime))
     columns = {name for values in directories.values() for name in values}
     unknown = sorted(set(partitions or ()) - columns)
     if unknown:  # a name mistyped: it would match no directory and rewrite nothing, silently (optimize names itself)
@@ -519,11 +528,14 @@ def optimize(
     z_order: Sequence[str] | None = None,
     dry_run: bool = False,
     compression: str = "snappy",
-    compact_interval: int = 10,
+    compact_interval: int | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[Sequence[Any], str], Iterable[Any]] = lambda items, label: items,
     delta_log: bool | None = None,
     spark_sink_stopped: bool = False,
+    retention: str | datetime.timedelta | None = None,
+    min_batches_to_retain: int | None = None,
+    cleanup_delay: str | datetime.timedelta | None = None,
 ) -> OptimizeResult:
     """Rewrite the committed small files of the output at ``path`` into files near ``target_file_size`` (bytes,
     or a string such as ``"128MB"``), one partition directory at a time, and swap them in with one commit that
@@ -542,7 +554,10 @@ def optimize(
             log's) skip files for a filter on any of them. Not with ``sort_by``.
         dry_run: plan only: write and commit nothing (``result.plan`` says what would be rewritten).
         compression: the Parquet codec of the new files (as the sink's).
-        compact_interval: the log's compaction interval when no compact file tells it yet.
+        compact_interval, retention, min_batches_to_retain, cleanup_delay: the output's log settings, as the sink's:
+            None (the default) applies those recorded with the output (which its compaction and log cleanup follow:
+            a sink's ``min_batches_to_retain``, its ``retention``); one that contradicts them is OutputSettingsError,
+            nothing written.
         progress: wraps the bins' rewrites as they complete (the CLI draws a counter with it).
         delta_log: after the swap, bring the output's Delta log in step (:func:`~parquet_sink.sync_delta_log`:
             the swap becomes an ``OPTIMIZE`` commit whose ``remove`` and ``add`` actions carry
@@ -584,11 +599,15 @@ def optimize(
             f"partitions must map columns to values as written in the directory names (strings; None for the null "
             f"value), e.g. {{'day': '2024-01-01', 'hour': '5'}}, got {partitions!r}"
         )
-    log = MetadataLog(path, storage_options=storage_options, compact_interval=compact_interval)
+    log = MetadataLog(
+        path, storage_options=storage_options, compact_interval=compact_interval, retention=retention,
+        min_batches_to_retain=min_batches_to_retain, cleanup_delay=cleanup_delay,
+    )
     storage = log.storage
     snap = read_snapshot(log)
     if snap.latest is None:
         require_output(storage)
+    log.check_settings(snap.listing)
     plan = plan_optimize(log, snap, target, partitions, whole=bool(z_order), cut=bool(sort_by))
     result = OptimizeResult(plan, dry_run)
     where = storage.display(storage.root)
@@ -727,8 +746,9 @@ def _commit(
         )
         record = CommitRecord.new(batch, OPTIMIZE_APP_ID, batch, fingerprint)
         new = [file for b in bins for file in written[b]]
-        stamp = int(time.time() * 1000)  # the swap's time, not each file's write time
-        data = [log_entry(storage, dataclasses.replace(file, modification_time=stamp)) for file in new]
+        # each new file keeps its bin's oldest input's time: retention never lets a rewrite extend a row's life
+        data = [log_entry(storage, dataclasses.replace(file, modification_time=b.modification_time))
+                for b in bins for file in written[b]]
         entries = record.log_entries(storage, now, data, 0)
         if log.add(batch, entries, removed=frozenset(f.logged for f in removed)):
             failpoint("optimize_after_commit")
@@ -817,15 +837,15 @@ class BackgroundOptimizer:
     def __init__(
         self, path: str, storage_options: Mapping[str, Any] | None, *, every: int,
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE, compression: str = "snappy",
-        compact_interval: int = 10, delta_log: bool = False, spark_sink_stopped: bool = False,
+        delta_log: bool = False, spark_sink_stopped: bool = False, log_options: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ParameterError(f"optimize_every must be an integer >= 1 (batches), got {every!r}")
         self.path, self.every = path, every
         self._options = {
             "target_file_size": parse_file_size(target_file_size), "compression": compression,
-            "compact_interval": compact_interval, "storage_options": dict(storage_options or {}),
-            "delta_log": delta_log, "spark_sink_stopped": spark_sink_stopped,
+            "storage_options": dict(storage_options or {}), "delta_log": delta_log,
+            "spark_sink_stopped": spark_sink_stopped, **(log_options or {}),
         }
         self.last: OptimizeResult | None = None
         self.error: ParquetSinkError | None = None
@@ -835,13 +855,14 @@ class BackgroundOptimizer:
         """Pickled with the sink (Spark Connect ships it to the server): the settings, not the thread."""
         return {**self.__dict__, "_thread": None, "last": None, "error": None}
 
-    def after_batch(self, batch_id: int) -> bool:
+    def after_batch(self, batch_id: int, compression: str | None = None) -> bool:
         """Start an optimize after the stream's batch ``batch_id`` when it is an ``every``-th one
-        (``(batch_id + 1) % every == 0``) and none runs; whether one was started."""
+        (``(batch_id + 1) % every == 0``) and none runs; whether one was started. ``compression``: the codec the
+        batch was written with (the session's, for a sink given none), else the one given at construction."""
         if (batch_id + 1) % self.every or (self._thread is not None and self._thread.is_alive()):
             return False
         self._thread = threading.Thread(
-            target=self._run, args=(batch_id,), name=f"parquet-sink optimize {self.path}", daemon=True
+            target=self._run, args=(batch_id, compression), name=f"parquet-sink optimize {self.path}", daemon=True
         )
         self._thread.start()
         return True
@@ -853,10 +874,11 @@ class BackgroundOptimizer:
             thread.join(timeout)
         return thread is None or not thread.is_alive()
 
-    def _run(self, batch_id: int) -> None:
+    def _run(self, batch_id: int, compression: str | None = None) -> None:
         what = f"{self.path}: the background optimize after batch {batch_id}"
         try:
-            self.last = optimize(self.path, **self._options)
+            options = {**self._options, "compression": compression or self._options["compression"]}
+            self.last = optimize(self.path, **options)
             self.error = None
             logger.info("%s: %d files replaced by %d (log batch %s)", what, self.last.files_removed,
                         self.last.files_added, self.last.log_batch_id)

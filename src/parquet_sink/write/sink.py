@@ -64,8 +64,8 @@ from .inflight import InFlightBatch, refuse_missing_files, start_output
 from .jvm import per_context
 from .manifest_write import COMMIT_PROTOCOL, DEFAULT_COMMIT_PROTOCOL, unloadable_commit_protocol
 from ..log.snapshot import data_files, read_log_files
-from ..read.history import newest_commit_time, next_commit_time
-from ..log.compaction import LogOptions, check_flags, check_positive_int
+from ..read.history import OPTIMIZE_APP_ID, newest_commit_time, next_commit_time
+from ..log.compaction import DEFAULT_COMPACT_INTERVAL, LogOptions, check_flags, check_positive_int
 from ..log.files import check_output_root
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
@@ -83,6 +83,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _TEMPORARY = re.compile(r"/temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/?$")  # Spark's
+SESSION_COMPACT_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"  # Spark's sink's interval
+SESSION_CODEC = "spark.sql.parquet.compression.codec"  # Spark's writer's codec when the write gives none
 RECENT_PROGRESS = 100  # batches kept in ParquetSink.recent_progress (Spark keeps 100 in query.recentProgress)
 MAX_COMMIT_ATTEMPTS = 100  # commit races a batch may lose in a row to other writers' appends
 
@@ -123,12 +125,17 @@ class ParquetSink:
     Args:
         path: output directory, any fsspec URL (local path, ``abfs://container/dir``, ``s3://bucket/dir``).
         partition_by: Hive partition columns (``k=v/`` directories, escaped like Spark).
-        compact_interval, retention: as Spark's file sink (``spark.sql.streaming.fileSink.log.compactInterval``
-            and the ``retention`` option).
+        compact_interval, retention, min_batches_to_retain, cleanup_delay: the output's log settings, as Spark's
+            file sink's (``spark.sql.streaming.fileSink.log.compactInterval``, the ``retention`` option, Spark's log
+            cleanup rule). The output's first commit records them; None (the default) applies the recorded ones (an
+            output without a record: the session's compact interval, else Spark's defaults, 10, none, 100,
+            ``"10m"``); one that contradicts them is refused with :class:`OutputSettingsError` at the first batch,
+            nothing written. Its ``optimize_every`` optimize, ``write_batch`` and ``optimize`` apply the same ones.
         storage_options: fsspec options (credentials); never logged or written to the log.
         compression: Parquet codec, Spark's names: snappy, zstd, gzip, lz4_raw, brotli, none (or uncompressed);
             files get Spark's extensions (``.snappy.parquet``). ``lzo`` and Spark's ``lz4`` (Hadoop-framed)
-            are refused: pyarrow cannot write them.
+            are refused: pyarrow cannot write them. None (the default): the session's
+            ``spark.sql.parquet.compression.codec`` (Spark's default snappy), as Spark's sink writes.
         max_records_per_file: roll over to a new file after this many rows (Spark's ``maxRecordsPerFile``;
             None for no limit).
         on_foreign_query: what to do when, at this query's first batch, other writers' batches (a new
@@ -137,7 +144,6 @@ class ParquetSink:
             staying idempotent across this query's restarts. A query that has committed to the output goes on
             after other writers' appends either way, and a commit race lost to them moves its batch to the next
             log batch (:mod:`parquet_sink.write.conflicts`).
-        min_batches_to_retain, cleanup_delay: Spark's log cleanup rule.
         writer: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer, as Spark's file sink
             writes: on a store with atomic renames (local disk) into a hidden staging directory, then an atomic
             rename of each file into place; on an object store straight to the final names through the session's
@@ -198,14 +204,14 @@ class ParquetSink:
         path: str | os.PathLike[str],
         *,
         partition_by: list[str] | tuple[str, ...] | None = None,
-        compact_interval: int = 10,
+        compact_interval: int | None = None,
         retention: str | _dt.timedelta | None = None,
         storage_options: dict[str, Any] | None = None,
-        compression: str = "snappy",
+        compression: str | None = None,
         max_records_per_file: int | None = None,
         on_foreign_query: Literal["error", "append"] = "error",
-        min_batches_to_retain: int = 100,
-        cleanup_delay: str | _dt.timedelta = "10m",
+        min_batches_to_retain: int | None = None,
+        cleanup_delay: str | _dt.timedelta | None = None,
         checkpoint_location: str | None = None,
         allow_batch_id_only: bool = False,
         writer: Literal["auto", "spark", "arrow"] = "auto",
@@ -246,7 +252,7 @@ class ParquetSink:
         self.compact_interval = compact_interval
         self.retention = retention
         self.storage_options = dict(storage_options or {})
-        self.compression = parquet_codec(compression)
+        self.compression = None if compression is None else parquet_codec(compression)  # None: the session's
         self.max_records_per_file = max_records_per_file
         self.on_foreign_query = on_foreign_query
         self.min_batches_to_retain = min_batches_to_retain
@@ -259,8 +265,11 @@ class ParquetSink:
         self.spark_sink_stopped = spark_sink_stopped
         self.optimizer = None if optimize_every is None else BackgroundOptimizer(
             self.path, self.storage_options, every=optimize_every, target_file_size=target_file_size,
-            compression=self.compression, compact_interval=compact_interval, delta_log=delta_log,
-            spark_sink_stopped=spark_sink_stopped,
+            compression=self.compression or "snappy", delta_log=delta_log, spark_sink_stopped=spark_sink_stopped,
+            log_options={
+                "compact_interval": compact_interval, "retention": retention,
+                "min_batches_to_retain": min_batches_to_retain, "cleanup_delay": cleanup_delay,
+            },
         )
         self._recent: collections.deque[BatchProgress] = collections.deque(maxlen=RECENT_PROGRESS)
         self._state: _OutputState | None = None
@@ -306,7 +315,14 @@ class ParquetSink:
 
     @property
     def log(self) -> MetadataLog:
+        return self._log_for(None)
+
+    def _log_for(self, df: DataFrame | None) -> MetadataLog:
+        """The output's log, made at the first batch: a new log's compact interval, when none is given, is the
+        session's ``spark.sql.streaming.fileSink.log.compactInterval``, as Spark's sink takes it (so Spark's reader
+        in that session reads the output), else 10."""
         if self._metadata_log is None:
+            interval = None if df is None or self.compact_interval is not None else _session_interval(df, self)
             self._metadata_log = MetadataLog(
                 self.path,
                 storage_options=self.storage_options,
@@ -314,6 +330,7 @@ class ParquetSink:
                 retention=self.retention,
                 min_batches_to_retain=self.min_batches_to_retain,
                 cleanup_delay=self.cleanup_delay,
+                default_interval=interval or DEFAULT_COMPACT_INTERVAL,
             )
         return self._metadata_log
 
@@ -371,6 +388,7 @@ class ParquetSink:
     def _write_and_commit(self, df: DataFrame, batch_id: int) -> None:
         """The body of :meth:`__call__`: decide, write, commit and report one batch."""
         query_id = self._query_id(df, batch_id)
+        self._log_for(df)
         state = self._refresh_state()
         if state.latest < 0 or query_id not in state.queries:
             self._warn_temporary_checkpoint(df, query_id, batch_id)
@@ -391,6 +409,7 @@ class ParquetSink:
         started = time.monotonic()
         record = CommitRecord.new(target, query_id, batch_id)
         storage = self.log.storage
+        codec = self.compression or _session_codec(df, self, batch_id)
         if state.latest < 0:
             start_output(self.log, self.allow_existing_files, f"{self}, batch {batch_id}")
         # with a query id the lease lives until the query commits this batch, at whatever log batch a lost
@@ -403,7 +422,7 @@ class ParquetSink:
             path = self._writer_path(df, batch)
             if path == "staged":
                 staged = write_staged(
-                    df, batch, partition_by=self.partition_by, compression=self.compression,
+                    df, batch, partition_by=self.partition_by, compression=codec,
                     max_records_per_file=self.max_records_per_file,
                 )
                 publishing = time.monotonic()
@@ -411,15 +430,15 @@ class ParquetSink:
                 progress.publish_seconds = time.monotonic() - publishing
             elif path == "in_place":
                 statuses = write_in_place(
-                    df, batch, partition_by=self.partition_by, compression=self.compression,
+                    df, batch, partition_by=self.partition_by, compression=codec,
                     max_records_per_file=self.max_records_per_file, schema_file=schema_file,
                 )
             else:
                 time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-                spec = WriteSpec(storage, self.partition_by, self.compression, self.max_records_per_file, time_zone)
+                spec = WriteSpec(storage, self.partition_by, codec, self.max_records_per_file, time_zone)
                 statuses = write_files(df, spec)
             if not statuses and schema_file and path != "staged":
-                statuses = write_schema_file(WriteSpec(storage, (), self.compression, None), _arrow_schema(df))
+                statuses = write_schema_file(WriteSpec(storage, (), codec, None), _arrow_schema(df))
             progress.write_seconds = time.monotonic() - started
             refuse_out_of_range(
                 storage, [(s.path, s.size) for s in statuses], data_schema, f"{self}, batch {batch_id}", self.delta_log
@@ -447,7 +466,7 @@ class ParquetSink:
         )
         self._sync_delta(df, f"batch {batch_id} of query {query_id} (log batch {target})")
         if self.optimizer is not None:
-            self.optimizer.after_batch(batch_id)
+            self.optimizer.after_batch(batch_id, codec)
 
     def _sync_delta(self, df: DataFrame, what: str) -> None:
         """With ``delta_log``: the Delta log follows the commit (never failing the batch); timestamp partition
@@ -611,6 +630,7 @@ class ParquetSink:
         if self._state is not None and latest < self._state.latest:  # the log shrank: deleted, reset or restored
             self._state = None  # read as a new sink object reads it (a query's batches beyond it: OutputResetError)
         if self._state is None:
+            log.check_settings(listing)  # an argument contradicting the output's settings: before anything is written
             self._state = _OutputState(-1)
             table = read_log_files(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
         elif latest > self._state.latest:
@@ -846,7 +866,7 @@ def decide_batch(
     """What the sink does with batch ``batch_id`` of query ``query_id``, given the newest log batch
     ``latest`` (-1 when empty) and the last commit record of each query: ``("commit", log batch)``,
     ``("skip", log batch holding it)``, ``("foreign", None)`` (ForeignQueryError: the log belongs to
-    another query), ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log) or ``("spark",
+    another query; not for a query without id whose own batches only an optimize's followed: :func:`optimized_since`), ``("reset", None)`` (OutputResetError: the checkpoint is ahead of the log) or ``("spark",
     None)`` (SparkSinkBatchError: Spark's own file sink committed the newest log batch, ``spark_newest``
     (:func:`~parquet_sink.log.entry.committed_by_spark_sink`), and a commit after it would make that query skip
     its next batch; ``spark_sink_stopped`` says that query never runs again). ``append`` is
@@ -872,15 +892,37 @@ def decide_batch(
         ('commit', 5)
         >>> decide_batch(4, {}, "q1", 0, append=True, spark_newest=True)   # Spark's sink would skip its batch 5
         ('spark', None)
+        >>> decide_batch(9, {None: CommitRecord(5, None, 5, "c"), OPTIMIZE_APP_ID: CommitRecord(9, OPTIMIZE_APP_ID, 9, "o")},
+        ...              None, 6)   # batch-id-only: an optimize committed 6..9 (no rows: not another writer)
+        ('commit', 10)
     """
     own = queries.get(query_id)
     if own is not None and batch_id <= own.query_batch_id:
         return "skip", own.log_batch_id
+    if query_id is None and own is not None and batch_id == own.query_batch_id + 1 and optimized_since(
+        latest, queries, own
+    ):  # a batch-id-only sink's next batch after its own optimize_every's (or any optimize's) batches
+        return "commit", latest + 1
     action, log_batch = _decide_commit(latest, own, bool(queries), query_id, batch_id, append)
     taken_over = own is None and not queries and batch_id == latest + 1
     if action == "commit" and spark_newest and not spark_sink_stopped and not taken_over:
         return "spark", None
     return action, log_batch
+
+
+def optimized_since(latest: int, queries: Mapping[str | None, CommitRecord], own: CommitRecord) -> bool:
+    """Whether the log batches after ``own`` (a writer's last commit) up to ``latest``, if any, are an optimize's:
+    its record is the newest batch's and no other writer's record is newer than ``own``. An optimize adds no row and
+    replays no batch, so a sink without a query id (which cannot tell another writer's batch from a replay of its
+    own) continues after it, its batch ids and log batch ids apart from then on."""
+    if own.log_batch_id == latest:
+        return True
+    optimized = queries.get(OPTIMIZE_APP_ID)
+    return optimized is not None and optimized.log_batch_id == latest and all(
+        record.log_batch_id < own.log_batch_id
+        for writer, record in queries.items()
+        if writer != OPTIMIZE_APP_ID and record is not own
+    )
 
 
 def _decide_commit(
@@ -896,6 +938,35 @@ def _decide_commit(
     if batch_id > latest + 1:
         return "reset", None
     return "commit", batch_id
+
+
+def _session_interval(df: DataFrame, sink: ParquetSink) -> int | None:
+    """The session's ``spark.sql.streaming.fileSink.log.compactInterval`` (None when unset); ParameterError naming
+    it when it is no positive integer (Spark's own sink would fail on it too)."""
+    value = df.sparkSession.conf.get(SESSION_COMPACT_INTERVAL, None)
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or not text.isascii() or int(text) < 1:
+        raise ParameterError(
+            f"{sink}: the session's {SESSION_COMPACT_INTERVAL} is {value!r}, not a positive integer. Nothing was "
+            "written. Fix or unset it, or pass ParquetSink(..., compact_interval=N)."
+        )
+    return int(text)
+
+
+def _session_codec(df: DataFrame, sink: ParquetSink, batch_id: int) -> str:
+    """The Parquet codec of a sink given no ``compression``: the session's ``spark.sql.parquet.compression.codec``,
+    as Spark's sink writes (snappy when unset); ParameterError naming it for a codec the sink cannot write."""
+    value = df.sparkSession.conf.get(SESSION_CODEC, None)
+    try:
+        return parquet_codec("snappy" if value is None else str(value).strip())
+    except ParameterError as exc:
+        raise ParameterError(
+            f"{sink}, batch {batch_id}: the session's {SESSION_CODEC} is {value!r}: {exc} Nothing was written. "
+            "Pass ParquetSink(..., compression=...) with a codec it writes (e.g. 'lz4_raw', 'zstd'), or change the "
+            "session's setting."
+        ) from exc
 
 
 def checkpoint_query_id(checkpoint_location: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
