@@ -217,7 +217,8 @@ class FooterRule:
     parquet-mr's ``DictionaryFilter`` tests ``x = -0.0`` by ``Double.equals``, which tells the zeros apart where
     Spark SQL does not (it skipped a row group of 0.0): a float leaf holding a zero is not dictionary-encoded
     (``no_dictionary``: the filter reads no dictionary; the statistics bound a zero by -0.0 and 0.0). Both sets
-    hold dotted Parquet column paths. Such a leaf then has no bounds in the log either (readers open the file)."""
+    hold dotted Parquet column paths. The log still gets such a top-level column's bounds, from the rows
+    (:func:`nan_column_statistics`): its readers take every float column to hold NaN."""
 
     no_statistics: frozenset[str] = frozenset()
     no_dictionary: frozenset[str] = frozenset()
@@ -267,6 +268,47 @@ def _leaf_array(table: pa.Table, path: LeafPath) -> pa.Array:
     return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
 
 
+def nan_column_statistics(table: pa.Table, rule: FooterRule) -> dict[LeafPath, LeafStatistics]:
+    """The :class:`LeafStatistics` of the top-level float columns of ``table`` that ``rule`` writes without footer
+    statistics (they hold NaN), from the data: what the log records for them in place of the footer's (its readers
+    take any float column to hold NaN). Exact min/max of the non-NaN values, a zero as the footer's rule says.
+
+    Example: ``nan_column_statistics(pa.table({"x": [nan, 2.0]}), footer_rule(...))[("x",)].max`` -> ``2.0``.
+    """
+    found = {}
+    for name in rule.no_statistics:
+        if "." not in name and name in table.column_names:
+            array = table.column(name)
+            found[(name,)] = _array_statistics(array.combine_chunks() if array.num_chunks else pa.array([], array.type))
+    return found
+
+
+def merged(first: LeafStatistics, second: LeafStatistics) -> LeafStatistics:
+    """The statistics of two parts of one column (a file written in pieces)."""
+    nulls = None if first.null_count is None or second.null_count is None else first.null_count + second.null_count
+    if first.min is None or second.min is None:
+        return LeafStatistics(first.min or second.min, first.max or second.max, nulls)
+    return LeafStatistics(_merge(first.min, None, second.min, "min"), _merge(None, first.max, second.max, "max"), nulls)
+
+
+def _array_statistics(array: pa.Array) -> LeafStatistics:
+    """Exact min/max of the non-null, non-NaN values of ``array`` (None when there is none, or for a type without
+    an order), a zero as the footer's rule says, and its null count."""
+    values = array.drop_null()
+    if pa.types.is_floating(values.type):
+        values = values.filter(pc.invert(pc.is_nan(values)))
+    ordered = (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
+               or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type))
+    if not len(values) or not ordered:
+        return LeafStatistics(None, None, array.null_count)
+    bounds = pc.min_max(values)
+    low, high = bounds["min"], bounds["max"]
+    if pa.types.is_floating(values.type):
+        low = pa.scalar(_signed_zero(low.as_py(), "min"), values.type)
+        high = pa.scalar(_signed_zero(high.as_py(), "max"), values.type)
+    return LeafStatistics(low, high, array.null_count)
+
+
 def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[LeafPath, LeafStatistics]:
     """The :class:`LeafStatistics` of the leaves ``paths`` (reached through structs) computed from the data of
     ``parquet``, for leaves whose footer has none (INT96 timestamps, strings over the writer's statistics size):
@@ -283,24 +325,14 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
     found = {}
     for path in paths:
         array = _leaf_array(table, path)
-        values = array.drop_null()
-        if pa.types.is_floating(values.type):
-            values = values.filter(pc.invert(pc.is_nan(values)))
-        ordered = (pa.types.is_primitive(values.type) or pa.types.is_string(values.type)
-                   or pa.types.is_large_string(values.type) or pa.types.is_decimal(values.type))
-        if not len(values) or not ordered or stored_hybrid(values.type, None, hybrid):
+        if stored_hybrid(array.type, None, hybrid):
             found[path] = LeafStatistics(None, None, array.null_count)
-            continue
-        bounds = pc.min_max(values)
-        low, high = bounds["min"], bounds["max"]
-        if pa.types.is_floating(values.type):
-            low = pa.scalar(_signed_zero(low.as_py(), "min"), values.type)
-            high = pa.scalar(_signed_zero(high.as_py(), "max"), values.type)
-        found[path] = LeafStatistics(low, high, array.null_count)
+        else:
+            found[path] = _array_statistics(array)
     return found
 
 
 __all__ = [
     "LEGACY_KEYS", "SPARK_VERSION_KEY", "LeafPath", "LeafStatistics", "data_statistics", "file_statistics",
-    "FooterRule", "footer_rule", "hybrid_calendar", "hybrid_keys", "stored_hybrid",
+    "FooterRule", "footer_rule", "hybrid_calendar", "merged", "nan_column_statistics", "hybrid_keys", "stored_hybrid",
 ]

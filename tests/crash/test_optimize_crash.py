@@ -317,7 +317,7 @@ def test_a_moved_optimize_lease_still_protects_the_files_written_before_it(tmp_p
     os.kill(child.proc.pid, signal.SIGCONT)
     _wait_stopped(child)  # before its first empty batch (21), its lease moved to 29
     (moved,) = leases_dir.iterdir()
-    assert moved.name not in first_lease and moved.name.startswith("29-")
+    assert moved.name not in first_lease and moved.name.startswith(".29-")
     hour_later = time.time() + 3600
     os.utime(moved, (hour_later, hour_later))
 

@@ -220,11 +220,11 @@ def test_hidden_area_names_of_older_releases_are_still_read(tmp_path):
     assert [(lease.log_batch_id, lease.staging) for lease in leases(storage)] == [(1, str(hidden / "staging" / "old"))]
     plan = vacuum_plan(str(out), "0s", allow_short_retention=True, dry_run=True).plan
     assert plan.dead_staging == [str(hidden / "staging" / "dead")]
-    for version in range(1, 4):  # a writer asked for another interval names batches by the recorded one
-        write_batch(str(out), pa.table({"id": [version + 1]}), app_id="a", version=version, compact_interval=10)
+    for version in range(1, 4):  # the recorded interval (the older name) names the batches
+        write_batch(str(out), pa.table({"id": [version + 1]}), app_id="a", version=version)
     assert (out / "_spark_metadata" / "2.compact").exists() and not (hidden / ".compact_interval").exists()
     (hidden / "compact_interval").rename(hidden / ".compact_interval")  # docs/design.md's advice, for Spark's globs
     for version in range(4, 6):
-        write_batch(str(out), pa.table({"id": [version + 1]}), app_id="a", version=version, compact_interval=10)
+        write_batch(str(out), pa.table({"id": [version + 1]}), app_id="a", version=version)
     assert (out / "_spark_metadata" / "5.compact").exists()
     assert sorted(read_committed(str(out)).column("id").to_pylist()) == [1, 2, 3, 4, 5, 6]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ..statistics import file_statistics
+from ..statistics import LeafPath, LeafStatistics, file_statistics
 from .entry import STATS_KEY
 from .lines import joined
 
@@ -81,12 +82,16 @@ def _encoded(bound: pa.Scalar, kind: str, which: str) -> Any:
     return value
 
 
-def encode_stats(metadata: pq.FileMetaData) -> str:
-    """The ``stats`` value of the file whose footer is ``metadata`` (see the module docstring)."""
+def encode_stats(metadata: pq.FileMetaData, data: Mapping[LeafPath, LeafStatistics] | None = None) -> str:
+    """The ``stats`` value of the file whose footer is ``metadata`` (see the module docstring); ``data``: statistics
+    its writer took from the rows for columns the footer has none of (:func:`~parquet_sink.statistics.
+    nan_column_statistics`: a float column holding NaN)."""
     nulls: dict[str, int] = {}
     bounds: dict[str, dict[str, Any]] = {"min": {}, "max": {}}
     kinds: dict[str, str] = {}
-    for path, leaf in file_statistics(metadata).items():
+    leaves = file_statistics(metadata)
+    leaves.update(data or {})
+    for path, leaf in leaves.items():
         if len(path) != 1:
             continue
         name = path[0]

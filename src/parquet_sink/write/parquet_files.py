@@ -42,7 +42,7 @@ from ..failpoints import failpoint
 from ..log.entry import STATS_KEY, LogEntry
 from ..log.file_stats import encode_stats
 from ..partitioning import partition_dir, partition_value_str
-from ..statistics import FooterRule, footer_rule
+from ..statistics import FooterRule, LeafPath, LeafStatistics, footer_rule, merged, nan_column_statistics
 from ..storage.filesystem import FileInfo, Storage
 from .jvm import without_row_copy
 
@@ -121,6 +121,7 @@ class _FileWriter:
         self.pending_bytes = 0
         self.closer = closer  # closes the files of every writer of the task
         self.rule = FooterRule()  # the open file's
+        self.data_stats: dict[LeafPath, LeafStatistics] = {}  # its columns without footer statistics, from the rows
 
     def write(self, table: pa.Table) -> None:
         limit = self.spec.max_records_per_file
@@ -133,6 +134,8 @@ class _FileWriter:
                 self._open(table.schema, rule)
             room = table.num_rows - offset if not limit else min(limit - self.rows_in_file, table.num_rows - offset)
             piece = table.slice(offset, room)
+            for leaf, found in nan_column_statistics(piece, self.rule).items():
+                self.data_stats[leaf] = merged(self.data_stats[leaf], found) if leaf in self.data_stats else found
             self.pending.extend(piece.to_batches())
             self.pending_bytes += piece.nbytes
             self.rows_in_file += room
@@ -149,7 +152,7 @@ class _FileWriter:
             self.handle, schema, compression=self.spec.compression, use_deprecated_int96_timestamps=self.spec.int96,
             **rule.writer_options(schema),
         )
-        self.rows_in_file, self.rule = 0, rule
+        self.rows_in_file, self.rule, self.data_stats = 0, rule, {}
 
     def flush(self) -> None:
         if self.pending and self.writer is not None:
@@ -163,7 +166,7 @@ class _FileWriter:
         self.flush()
         with self.spec.storage.translating("writing", self.path):
             self.writer.close()  # the footer, into the handle
-        self.closer.close(self.path, self.handle, self.rows_in_file, encode_stats(self.writer.writer.metadata))
+        self.closer.close(self.path, self.handle, self.rows_in_file, encode_stats(self.writer.writer.metadata, self.data_stats))
         self.writer = self.handle = None
 
 
