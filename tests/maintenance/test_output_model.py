@@ -151,12 +151,12 @@ class OutputModel(RuleBasedStateMachine):
 
 def test_output_model(spark, tmp_path, fuzz_minutes: float) -> None:
     machine = type("OutputModelHere", (OutputModel,),
-                   {"root": str(tmp_path), "spark": spark, "spark_every": 1 if fuzz_minutes else 3})
+                   {"root": str(tmp_path), "spark": spark, "spark_every": 1 if fuzz_minutes else 4})
     common = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
     if fuzz_minutes:
         config = settings(max_examples=20, stateful_step_count=30, derandomize=False, **common)
     else:
-        config = settings(max_examples=8, stateful_step_count=10, derandomize=True,
+        config = settings(max_examples=6, stateful_step_count=10, derandomize=True,
                           phases=[Phase.explicit, Phase.generate], **common)
     deadline = time.monotonic() + 60 * fuzz_minutes
     run_state_machine_as_test(machine, settings=config)

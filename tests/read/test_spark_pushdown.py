@@ -61,12 +61,14 @@ def test_nan_is_never_pruned_away_from_spark(spark, tmp_path):
     out = str(tmp_path / "out")
     for version, values in enumerate([[NAN, 1.0], [1.0, 1.0]]):
         write_batch(out, pa.table({"id": [2 * version, 2 * version + 1], "x": values}), app_id="a", version=version)
-    predicates = ["x > 5", "x != 1.0", "x = double('NaN')", "NOT (x <= 1.0)"]
-    _check(spark, out, predicates)
-    assert _rows(spark, out, "x > 5", pushdown=True) == [(0,)]
-    optimize(out)
-    assert len(read_committed(out)) == 4
-    _check(spark, out, predicates)
+    # Spark SQL's answers (NaN above every number, equal to itself), as Spark without pushdown gives them (the
+    # generator below checks that oracle itself): the NaN row is id 0
+    expected = {"x > 5": [(0,)], "x != 1.0": [(0,)], "x = double('NaN')": [(0,)], "NOT (x <= 1.0)": [(0,)]}
+    for state in ("written", "optimized"):
+        if state == "optimized":
+            optimize(out)
+        assert {p: _rows(spark, out, p, pushdown=True) for p in expected} == expected, state
+        assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2, 3]
 
 
 def test_pushdown_over_our_float_files_matches_spark_without_it(spark, tmp_path_factory, fuzz_minutes):
@@ -76,7 +78,7 @@ def test_pushdown_over_our_float_files_matches_spark_without_it(spark, tmp_path_
     without it finds."""
 
     @given(st.data())
-    @fixed_or_fuzzed(fuzz_minutes, examples=6, fuzz_examples=60)
+    @fixed_or_fuzzed(fuzz_minutes, examples=4, fuzz_examples=60)
     def run(data: st.DataObject) -> None:
         typ = data.draw(st.sampled_from(["DOUBLE", "FLOAT"]))
         arrow = pa.float64() if typ == "DOUBLE" else pa.float32()

@@ -19,7 +19,7 @@ from tests.conftest import make_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 OPEN_FILE_LIMIT = 1024
-VALUES = 1300  # partition values in the one batch, more than the limit (each value a file: time grows with it)
+VALUES = 1100  # partition values in the one batch, more than the limit (each value a file: time grows with it)
 ROWS = 2 * VALUES
 
 
