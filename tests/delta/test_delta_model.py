@@ -5,20 +5,19 @@ Delta reader returns read_committed's rows; the rows written by write_batch are 
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import deltalake
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink import failpoints
 from parquet_sink.delta import DeltaLogError
 from parquet_sink.errors import NotAnOutputError
+from tests.helpers.filters import run_model
 from tests.delta.readers import assert_delta_matches, delta_files, spark_style_batch
 
 VALUES = st.sampled_from(["a", "b c", "x:y", "p/q", None])
@@ -119,13 +118,4 @@ class DeltaModel(RuleBasedStateMachine):
 
 def test_delta_model(tmp_path, fuzz_minutes: float) -> None:
     machine = type("DeltaModelHere", (DeltaModel,), {"root": str(tmp_path)})
-    common = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    if fuzz_minutes:
-        config = settings(max_examples=30, stateful_step_count=25, derandomize=False, **common)
-    else:
-        config = settings(max_examples=12, stateful_step_count=8, derandomize=True,
-                          phases=[Phase.explicit, Phase.generate], **common)
-    deadline = time.monotonic() + 60 * fuzz_minutes
-    run_state_machine_as_test(machine, settings=config)
-    while time.monotonic() < deadline:
-        run_state_machine_as_test(machine, settings=config)
+    run_model(machine, fuzz_minutes, examples=12, steps=8, fuzz_examples=30, fuzz_steps=25)

@@ -6,6 +6,7 @@ casts, ``&``/``|``/``~``), the literals drawn from the column's values and from 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,23 @@ def fixed_or_fuzzed(fuzz_minutes: float, examples: int, fuzz_examples: int) -> s
                         suppress_health_check=list(HealthCheck), print_blob=True)
     return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+
+
+def run_model(machine: type, fuzz_minutes: float, examples: int, steps: int, fuzz_examples: int, fuzz_steps: int) -> None:
+    """Run a Hypothesis state machine: ``examples`` runs of ``steps`` from a fixed seed in the normal run, or
+    (``--fuzz-minutes``) rounds of ``fuzz_examples`` random runs of ``fuzz_steps`` until the minutes are spent."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    common = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    if fuzz_minutes:
+        config = settings(max_examples=fuzz_examples, stateful_step_count=fuzz_steps, derandomize=False, **common)
+    else:
+        config = settings(max_examples=examples, stateful_step_count=steps, derandomize=True,
+                          phases=[Phase.explicit, Phase.generate], **common)
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run_state_machine_as_test(machine, settings=config)
+    while time.monotonic() < deadline:
+        run_state_machine_as_test(machine, settings=config)
 
 
 def draw_batches(draw, pools: dict[str, list[Any]], sizes: st.SearchStrategy[list[int]]) -> list[list[dict[str, Any]]]:

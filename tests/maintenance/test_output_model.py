@@ -12,21 +12,19 @@ where they are operations here; ``--fuzz-minutes`` runs it long.
 from __future__ import annotations
 
 import math
-import time
 import uuid
 
 import deltalake
 import pyarrow as pa
 import pyarrow.dataset as ds
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from parquet_sink import (
     committed_files, count_committed, history, optimize, read_committed, snapshot, sync_delta_log, vacuum, verify,
     write_batch,
 )
-from tests.helpers.filters import FilterCase, assert_filters_agree, filters
+from tests.helpers.filters import FilterCase, assert_filters_agree, filters, run_model
 from tests.helpers.strategies import Kind
 
 NAN = float("nan")
@@ -152,13 +150,4 @@ class OutputModel(RuleBasedStateMachine):
 def test_output_model(spark, tmp_path, fuzz_minutes: float) -> None:
     machine = type("OutputModelHere", (OutputModel,),
                    {"root": str(tmp_path), "spark": spark, "spark_every": 1 if fuzz_minutes else 4})
-    common = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    if fuzz_minutes:
-        config = settings(max_examples=20, stateful_step_count=30, derandomize=False, **common)
-    else:
-        config = settings(max_examples=6, stateful_step_count=10, derandomize=True,
-                          phases=[Phase.explicit, Phase.generate], **common)
-    deadline = time.monotonic() + 60 * fuzz_minutes
-    run_state_machine_as_test(machine, settings=config)
-    while time.monotonic() < deadline:
-        run_state_machine_as_test(machine, settings=config)
+    run_model(machine, fuzz_minutes, examples=6, steps=10, fuzz_examples=20, fuzz_steps=30)
