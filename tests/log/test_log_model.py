@@ -26,9 +26,8 @@ from unittest import mock
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from parquet_sink import LogEntry, MetadataLog, committed_files, read_committed, write_batch
 from parquet_sink import failpoints
@@ -40,6 +39,7 @@ from parquet_sink.log.files import is_compact_path
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.parquet_files import WriteSpec, write_rows
 from tests.conftest import make_backend
+from tests.helpers.filters import run_model
 
 APPS = ["app-a", "app-b"]
 DAY_MS = 24 * 3600 * 1000
@@ -386,9 +386,6 @@ class LogModel(RuleBasedStateMachine):
         assert log.check() == []
 
 
-SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
-
-
 @pytest.mark.parametrize("backend_name", ["local", "moto"])
 def test_log_model(request: pytest.FixtureRequest, tmp_path, backend_name: str, fuzz_minutes: float) -> None:
     """The state machine on one backend: a fixed seed and few short runs, unless ``--fuzz-minutes``."""
@@ -398,13 +395,5 @@ def test_log_model(request: pytest.FixtureRequest, tmp_path, backend_name: str, 
         return backend.url, backend.storage_options
 
     machine = type(f"LogModel_{backend_name}", (LogModel,), {"new_root": staticmethod(new_root)})
-    if fuzz_minutes:
-        config = settings(max_examples=50, stateful_step_count=40, derandomize=False, **SETTINGS)
-    else:
-        examples, steps = (8, 15) if backend_name == "local" else (2, 10)
-        config = settings(max_examples=examples, stateful_step_count=steps, derandomize=True,
-                          phases=[Phase.explicit, Phase.generate], **SETTINGS)
-    deadline = time.monotonic() + 60 * fuzz_minutes
-    run_state_machine_as_test(machine, settings=config)
-    while time.monotonic() < deadline:
-        run_state_machine_as_test(machine, settings=config)
+    examples, steps = (8, 15) if backend_name == "local" else (2, 10)
+    run_model(machine, fuzz_minutes, examples=examples, steps=steps, fuzz_examples=50, fuzz_steps=40)
