@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 _LAZY = {  # public name -> the module that defines it
     "BatchProgress": "write.sink",
     "ParquetSink": "write.sink",
-    "await_termination": "write.sink",
+    "await_termination": "write.termination",
     "WriteResult": "write.appends",
     "write_batch": "write.appends",
     "CommittedFile": "read.reader",
@@ -68,7 +68,8 @@ if TYPE_CHECKING:
     from .storage.filesystem import Storage
     from .table.sink_output import SinkOutput
     from .write.appends import WriteResult, write_batch
-    from .write.sink import BatchProgress, ParquetSink, await_termination
+    from .write.sink import BatchProgress, ParquetSink
+    from .write.termination import await_termination
 
 
 def __getattr__(name: str) -> Any:

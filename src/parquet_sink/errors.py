@@ -72,6 +72,14 @@ class TemporaryCheckpointWarning(UserWarning):
     Silence with ``warnings.filterwarnings("ignore", category=TemporaryCheckpointWarning)``."""
 
 
+class QueryInterrupted(SystemExit, KeyboardInterrupt):
+    """Ctrl-C (SIGINT) in :func:`~parquet_sink.await_termination`: the query was stopped cleanly (every batch it
+    committed stays, a batch cut short is redone when it starts again with the same checkpoint) and one line said
+    so on stderr. A ``KeyboardInterrupt``, so ``except KeyboardInterrupt`` catches it; and a ``SystemExit`` (code
+    130, as a shell reports a Ctrl-C, as the command line exits), so an uncaught one ends the program without a
+    traceback. Not a :class:`ParquetSinkError`: ``except Exception`` does not swallow a Ctrl-C."""
+
+
 class LogError(ParquetSinkError):
     """Base class for problems with the `_spark_metadata` log."""
 

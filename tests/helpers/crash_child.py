@@ -23,6 +23,8 @@ parent reads: ``progress`` (one JSON line per foreachBatch call), ``result`` (ho
 client of this driver (``conf`` then holds ``tests.helpers.connect_util.SERVER_CONF``). ``spark_read``
 (``{"path": url, "result": file}``): once the query drained, the ``[id, name]`` rows ``spark.read.parquet(url)``
 returns go to ``file`` (JSON; for outputs only this driver's session reaches, such as ``s3a://``).
+``interruptible``: a ``processingTime`` trigger (the query runs until stopped) waited on with
+``parquet_sink.await_termination``, as a user's job does, for the Ctrl-C tests; a Ctrl-C exits 130 through it.
 
 Exit codes: 0 the query drained its input; 3 the query failed (``result`` names the error); killed
 children exit by SIGKILL.
@@ -179,14 +181,17 @@ def run_query(spark, config: dict) -> int:
         )
 
     Path(config["started"]).touch()
-    query = (
-        stream.writeStream.foreachBatch(write_batch)
-        .option("checkpointLocation", config["checkpoint"])
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = stream.writeStream.foreachBatch(write_batch).option("checkpointLocation", config["checkpoint"])
+    interruptible = config.get("interruptible")
+    writer = writer.trigger(processingTime="200 milliseconds") if interruptible else writer.trigger(availableNow=True)
+    query = writer.start()
     try:
-        query.awaitTermination()
+        if interruptible:
+            from parquet_sink import await_termination
+
+            await_termination(query)  # until Ctrl-C: QueryInterrupted, a SystemExit(130)
+        else:
+            query.awaitTermination()
     except Exception as exc:
         if not Path(config["result"]).exists():
             _write_json(config.get("result"), {"status": "error", "type": type(exc).__name__, "message": str(exc)})

@@ -828,29 +828,6 @@ def _unwritable_columns(df: DataFrame) -> dict[str, str]:
     return unwritable
 
 
-def await_termination(query: Any, timeout: float | None = None) -> bool | None:
-    """``query.awaitTermination(timeout)``, raising the sink's own typed error (same class and message, the
-    ``StreamingQueryException`` as its cause) when the query died of one; other failures pass unchanged.
-    Classic PySpark and Spark Connect alike. Returns what ``awaitTermination`` returns.
-
-    Example::
-
-        >>> query = df.writeStream.foreachBatch(ParquetSink("/data/events")).option(
-        ...     "checkpointLocation", "/data/_checkpoints/events").start()
-        >>> try:
-        ...     await_termination(query)
-        ... except ForeignQueryError as exc:
-        ...     print("a new checkpoint on an old output:", exc)
-    """
-    try:
-        return query.awaitTermination() if timeout is None else query.awaitTermination(timeout)
-    except Exception as exc:
-        typed = original_error(exc)
-        if typed is None:
-            raise
-        raise typed from exc
-
-
 Action = Literal["commit", "skip", "foreign", "reset", "spark"]
 
 
