@@ -11,6 +11,7 @@ import decimal
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -343,6 +344,45 @@ def test_vacuum_keeps_replaced_files_while_the_snapshot_before_can_be_read(out: 
             expired = r"(as of batch \d|batches 0..1) of .* cannot be read any more"
             with pytest.raises(SnapshotExpiredError, match=expired):
                 read_committed(out, **travel, **how)
+
+
+@pytest.mark.parametrize("cause", ["optimize", "retention"])
+def test_an_expired_snapshot_names_its_real_cause_and_its_advice_reads(tmp_path: Path, cause: str) -> None:
+    """Time travel past what the log keeps: the SnapshotExpiredError names what removed the files (an optimize, by
+    its log batch, on an output without retention; before, it blamed "retention" either way), that the log files
+    were cleaned up (not "restore it from backup"), and the batches that can still be read, which are then read as
+    the message says."""
+    out = str(tmp_path / "out")
+    settings = dict(compact_interval=3, min_batches_to_retain=2, cleanup_delay="0s")
+    if cause == "retention":
+        settings["retention"] = "1s"
+    for v in range(4):
+        write_batch(out, pa.table({"x": [v]}), app_id="a", version=v, **(settings if v == 0 else {}))
+    if cause == "optimize":
+        optimize(out)
+    else:
+        time.sleep(1.2)  # batches 0..3 are older than the retention when the next compaction runs
+    for v in range(4, 12):
+        write_batch(out, pa.table({"x": [v]}), app_id="a", version=v)
+    optimized = [b for b, op in zip(*history(out).select(["log_batch_id", "operation"]).to_pydict().values())
+                 if op == "optimize"]
+    with pytest.raises(SnapshotExpiredError) as raised:
+        read_committed(out, as_of_batch=1)
+    message = str(raised.value)
+    assert "before batch" in message and "cleaned up after compaction" in message and "backup" not in message
+    if cause == "optimize":
+        assert f"replaced by optimize (log batch {optimized[0]})" in message and "retention" not in message.split(
+            "To keep")[0], message
+    else:
+        assert not optimized and "expired by retention='1s'" in message and "optimize" not in message, message
+    first = int(re.search(r"as_of_batch=(\d+) or later", message).group(1))
+    low = int(re.search(r"batches=\((\d+), \.\.\.\)", message).group(1))
+    assert read_committed(out, as_of_batch=first).num_rows >= 1  # the advice, run literally
+    rows = sorted(read_committed(out, batches=(low, snapshot(out).latest_batch_id)).column("x").to_pylist())
+    # batches 4.. hold 4..11 and, after an optimize, its file (rows 0..3 rewritten at its batch)
+    assert (low, rows) == (4, list(range(4 - 4 * (cause == "optimize"), 12))), (low, optimized)
+    with pytest.raises(SnapshotExpiredError):
+        read_committed(out, as_of_batch=first - 1)  # and it is the oldest
 
 
 def test_a_file_of_an_old_snapshot_deleted_by_hand_is_still_a_missing_file(out: str) -> None:

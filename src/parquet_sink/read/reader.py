@@ -45,7 +45,7 @@ from ..log.snapshot import (
     require_batch,
     resolve_paths,
 )
-from ..log.compaction import check_compact_interval, check_flags
+from ..log.compaction import LogSettings, check_compact_interval, check_flags, duration_text
 from ..log.files import is_compact_path, require_output
 from .history import batch_as_of_time, batch_history
 from ..log.metadata_log import MetadataLog
@@ -213,16 +213,61 @@ def _entries_at(
     expired = _expired_upto(table)
     if batch_ids_known(table) and expired < low:
         return table.filter(pc.less_equal(table.column(BATCH_KEY), batch))
-    reason = (
-        f"retention dropped entries of batches up to {expired} from newer compact files"
-        if expired >= low
-        else "the newer compact files written by Spark do not record which batch added each file"
+    raise _expired_snapshot(log, snap, batch, low, gone) from gone
+
+
+def _expired_snapshot(
+    log: MetadataLog, snap: LogSnapshot, batch: int, low: int, gone: Exception
+) -> SnapshotExpiredError:
+    """Why the snapshot at ``batch`` cannot be answered in full, naming the real causes: the log files it needs were
+    cleaned up after compaction (or are missing: ``gone``), and the latest snapshot no longer holds every entry of
+    batches from ``low`` (an optimize replaced their files, retention expired them, or Spark's compact files do not
+    say which batch added a file); and the oldest batch that can still be read, which the advice names."""
+    table = snap.table
+    expired = _expired_upto(table)
+    compacts = [b for b, path in snap.listing.items() if is_compact_path(path)]
+    first = min(compacts + ([0] if 0 in snap.listing else []), default=snap.latest)  # its own log files answer it
+    known = batch_ids_known(table)
+    where = log.display(log.log_dir)
+    settings = log.recorded_settings()
+    if batch < min(snap.listing):
+        kept = settings or log.settings
+        files = (
+            f"the log files before batch {min(snap.listing)} are gone (cleaned up after compaction: the log keeps "
+            f"those of the newest min_batches_to_retain={kept.min_batches_to_retain} batches, once older than "
+            f"cleanup_delay={duration_text(kept.cleanup_delay_ms)!r})"
+        )
+    else:
+        files = str(gone)
+    if not known:
+        dropped = "the newer compact files written by Spark do not record which batch added each file"
+    else:
+        dropped = f"the latest snapshot no longer holds every file of batches up to {expired} (" + drop_cause(
+            log, low, settings) + ")"
+    ranges = f"batches=({expired + 1}, ...) or later batches, " if known and 0 < expired + 1 <= snap.latest else ""
+    return SnapshotExpiredError(
+        f"the snapshot of {where} as of batch {batch} cannot be answered in full: {files}, and {dropped}. Read "
+        f"{ranges}as_of_batch={first} or later (the oldest snapshot the log still answers), or the latest snapshot. "
+        "To keep time travel further back, raise min_batches_to_retain or cleanup_delay (the log files are kept "
+        "longer)."
     )
-    raise SnapshotExpiredError(
-        f"the snapshot of {log.display(log.log_dir)} as of batch {batch} cannot be answered in full: {gone} "
-        f"and {reason}. Ask for a batch whose log files still exist (raise min_batches_to_retain or "
-        "cleanup_delay to keep more), or read the latest snapshot."
-    ) from gone
+
+
+def drop_cause(log: MetadataLog, after: int, settings: LogSettings | None) -> str:
+    """What removed committed files of batches from ``after`` on from the latest snapshot, for a message: the
+    optimizes committed since (by log batch), the output's retention (``settings``: the recorded ones; None when
+    the output records none, then retention cannot be ruled out).
+
+    Example: ``drop_cause(log, 0, LogSettings())`` -> ``'replaced by optimize (log batch 4)'``.
+    """
+    operations = batch_history(read_snapshot(log)).select(["log_batch_id", "operation"]).to_pylist()
+    optimizes = [r["log_batch_id"] for r in operations if r["operation"] == "optimize" and r["log_batch_id"] > after]
+    shown = ", ".join(map(str, optimizes[:3])) + (", ..." if len(optimizes) > 3 else "")
+    replaced = f"replaced by optimize (log batch{'es' if len(optimizes) > 1 else ''} {shown})"
+    if settings is not None and settings.retention_ms is None:
+        return replaced if optimizes else "dropped by an optimize or retention of an earlier release"
+    expired = "retention" if settings is None else f"retention={duration_text(settings.retention_ms)!r}"
+    return f"{replaced} or expired by {expired}" if optimizes else f"expired by {expired}"
 
 
 class SnapshotOptions(TypedDict, total=False):
@@ -643,12 +688,14 @@ def _vacuumed_since(snap: Snapshot, f: CommittedFile) -> SnapshotExpiredError | 
         return None
     if f.path in set(latest.files.paths().to_pylist()):
         return None
+    log = MetadataLog(storage.url, storage=storage, cleanup=False)
+    cause = drop_cause(log, f.batch_id or 0, log.recorded_settings())
     return SnapshotExpiredError(
         f"{snap.older} of {storage.display(storage.root)} cannot be read any more: its file "
         f"{storage.display(f.path)} (committed by batch {f.batch_id}) is gone from storage, and the output no longer "
-        "commits it (an optimize replaced it, or retention dropped it, since; `vacuum` then deleted it). Read the "
-        f"latest snapshot (batch {latest.latest_batch_id}: every row still committed is there) or later batches; to "
-        "keep time travel this far back, run vacuum with a longer --older-than."
+        f"commits it ({cause}; `vacuum` then deleted it). Read the latest snapshot (batch {latest.latest_batch_id}: "
+        "every row still committed is there) or later batches; to keep time travel this far back, run vacuum with a "
+        "longer --older-than."
     )
 
 
