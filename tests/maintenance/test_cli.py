@@ -158,16 +158,68 @@ def test_ls_table_of_spark_output_with_installed_script(outputs: Outputs) -> Non
     result = cli("ls", outputs.spark_out, "--rows", script=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["batch", "files", "rows", "bytes", "committed", "(UTC)", "query", "/", "app", "version"]
-    # Spark's compact file records no batch ids: its entries belong to compact batch 5; no query ids, no versions ("-").
-    rows = [line.split() for line in lines[1:3]]
-    assert [(r[0], r[1], r[2], r[-1]) for r in rows] == [("5", "6", str(ROWS - BATCHES), "-"), ("6", "1", "7", "-")]
-    assert "compact files: 5" in lines[3] and "latest 6" in lines[3]
+    assert lines[0].split() == ["batch", "operation", "query", "/", "app", "version", "committed", "(UTC)", "rows",
+                                "added", "files", "now", "bytes", "now", "note"]
+    # Every batch, as history tells them; Spark's compact file records no batch ids: its entries belong to compact
+    # batch 5 (said in the note), those of batches 0..4 are unknown ("-"); no query ids, no versions, no operations.
+    rows = [line.split() for line in lines[1:8]]
+    assert [r[:2] for r in rows] == [[str(b), "-"] for b in range(7)], lines
+    assert [r[-2:] for r in rows[:5]] == [["-", "-"]] * 5, lines  # files now, bytes now: unknown
+    assert [r[6:8] for r in rows[5:]] == [[str(ROWS - BATCHES), "6"], ["7", "1"]], lines  # rows added, files now
+    assert "Spark's compact file does not say which batch added each" in lines[6]
+    assert "compact files: 5" in lines[8] and "latest 6" in lines[8]
     code, data = cli_json("ls", outputs.spark_out)
     assert code == 0
     summary = [(b["batch"], b["files"], b["rows"], b["query_id"]) for b in data["batches"]]
-    assert summary == [(5, 6, None, None), (6, 1, None, None)]
-    assert sum(b["bytes"] for b in data["batches"]) == sum(os.path.getsize(p) for p in data_files(outputs.spark_out))
+    assert summary == [(b, None, None, None) for b in range(5)] + [(5, 6, None, None), (6, 1, None, None)]
+    assert sum(b["bytes"] or 0 for b in data["batches"]) == sum(
+        os.path.getsize(p) for p in data_files(outputs.spark_out))
+
+
+@pytest.mark.parametrize("retention", [None, "1s"])
+def test_ls_and_history_tell_one_story(tmp_path: Path, retention: str | None) -> None:
+    """`ls` lists every batch `history` lists, with the same figures (before: `ls` started at the oldest batch
+    still in the log and showed "files 0, rows 10" for batches an optimize had replaced, unexplained), names what
+    its columns mean, says why a batch's rows have no files any more (the optimize by its batch, or retention), and
+    folds a run of optimize-wait batches into one line."""
+    import pyarrow as pa
+
+    from parquet_sink import history, optimize, write_batch
+
+    out = str(tmp_path / "out")
+    settings = dict(compact_interval=3, min_batches_to_retain=1, cleanup_delay="0s")
+    if retention:
+        settings["retention"] = retention
+    for v in range(3):
+        write_batch(out, pa.table({"x": [v, v]}), app_id="app", version=v, **(settings if v == 0 else {}))
+    if retention:
+        time.sleep(1.2)  # batches 0..2 expire at the next compaction
+    else:
+        optimize(out)  # at batch 5, the next compaction batch: 3 and 4 are its optimize-wait batches
+    for v in range(3, 9):
+        write_batch(out, pa.table({"x": [v]}), app_id="app", version=v)
+    told = history(out).to_pylist()[::-1]
+    code, data = cli_json("ls", out)
+    assert code == 0 and data["oldest_log_file"] > 0  # the log files of the first batches are cleaned up
+    listed = data["batches"]
+    keys = [("batch", "log_batch_id"), ("operation", "operation"), ("files", "files"), ("rows", "rows"),
+            ("bytes", "bytes"), ("query_id", "query_id"), ("query_batch", "query_batch_id")]
+    assert [[b[k] for k, _ in keys] for b in listed] == [[h[k] for _, k in keys] for h in told]
+    assert [b["batch"] for b in listed] == list(range(len(told)))
+    gone = [b for b in listed if b["operation"] == "append" and b["rows"] and b["files"] == 0]
+    optimizes = [b["batch"] for b in listed if b["operation"] == "optimize"]
+    if retention:
+        assert [b["batch"] for b in gone] == list(range(3)) and not optimizes
+        assert {b["note"] for b in gone} == {"files expired by retention (1s)"}
+    else:
+        assert [b["batch"] for b in gone] == list(range(3)) and optimizes == [5]
+        assert {b["note"] for b in gone} == {f"files replaced by optimize (batch {optimizes[0]})"}
+        waits = [b["batch"] for b in listed if b["operation"] == "optimize-wait"]
+        lines = cli("ls", out).stdout.splitlines()
+        assert lines[0].split()[:2] == ["batch", "operation"] and "rows added" in lines[0] and "files now" in lines[0]
+        folded = [line for line in lines if "optimize-wait" in line]
+        assert waits == [3, 4] and len(folded) == 1 and folded[0].startswith("3-4 "), lines  # one line for the run
+        assert len(lines) == len(listed) - 1 + 2  # the header, the lines, the summary
 
 
 def test_show_lists_the_entries_of_one_batch(outputs: Outputs) -> None:

@@ -16,22 +16,25 @@ from .output import emit, format_size, format_table, format_time, progress
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
-    """``ls PATH``: batches and the compaction and retention state."""
+    """``ls PATH``: every batch as ``history`` tells it (runs of optimize-wait batches folded into one line), and
+    the compaction and retention state."""
     output = read_output(args.path, storage_options=storage_options(args), compact_interval=args.compact_interval)
     # rows as the log records them; --rows reads the footers of batches it does not (Spark's, older versions')
-    rows = count_rows(output, progress) if args.rows else {b: batch.rows for b, batch in output.batches.items()}
+    story = output.story(count_rows(output, progress) if args.rows else None)
     compacts = sorted(b for b, info in output.listing.items() if info.path.endswith(COMPACT_SUFFIX))
     batches = [
         {
-            "batch": b.batch_id,
-            "files": len(b.data_files),
-            "rows": rows.get(b.batch_id),
-            "bytes": sum(e.size for e in b.data_files),
-            "commit_time_ms": b.committed_ms,
-            "query_id": b.record.query_id if b.record else None,
-            "query_batch": b.record.query_batch_id if b.record else None,
+            "batch": r.batch,
+            "operation": r.operation,
+            "files": r.files,  # still committed
+            "rows": r.rows,  # added by the batch
+            "bytes": r.bytes,
+            "commit_time_ms": r.committed_ms,
+            "query_id": r.query_id,
+            "query_batch": r.query_batch,
+            "note": r.note,
         }
-        for b in output.batches.values()
+        for r in story
     ]
     data = {
         "ok": True,
@@ -44,26 +47,43 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         "batches": batches,
         "warnings": [w for w in [output.spark_sink_behind()] if w],
     }
-    headers = ["batch", "files", "rows", "bytes", "committed (UTC)", "query / app", "version"]
-    table = format_table(
-        headers,
-        [
-            [b["batch"], b["files"], b["rows"]]
-            + [format_size(b["bytes"]), format_time(b["commit_time_ms"]), b["query_id"], b["query_batch"]]
-            for b in batches
-        ],
-    )
+    headers = ["batch", "operation", "query / app", "version", "committed (UTC)", "rows added", "files now",
+               "bytes now", "note"]
+    table = format_table(headers, [_ls_line(run) for run in _folded(batches)])
     if output.latest is None:
         summary = f"{data['path']}: no batches committed yet"
     else:
         summary = (
             f"{data['path']}: {len(batches)} batches, latest {output.latest}; compact interval "
-            f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest batch "
-            f"in log: {data['oldest_batch']}; oldest log file: {data['oldest_log_file']}"
+            f"{data['compact_interval']}; compact files: {', '.join(map(str, compacts)) or 'none'}; oldest log file: "
+            f"{data['oldest_log_file']}. 'rows added': what each batch wrote; 'files now', 'bytes now': its files "
+            "still committed (an optimize moves rows into its own batch's files)"
         )
     summary += "".join(f"\nwarning: {w}" for w in data["warnings"])
     emit(args, data, f"{table}\n{summary}" if batches else summary)
     return 0
+
+
+def _folded(batches: list[dict]) -> list[list[dict]]:
+    """``ls``'s lines: each batch alone, but a run of optimize-wait batches (empty) as one line."""
+    runs: list[list[dict]] = []
+    for b in batches:
+        if runs and b["operation"] == "optimize-wait" and runs[-1][-1]["operation"] == "optimize-wait":
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs
+
+
+def _ls_line(run: list[dict]) -> list[object]:
+    first, last = run[0], run[-1]
+    if len(run) == 1:
+        return [first["batch"], first["operation"] or "-", first["query_id"], first["query_batch"],
+                format_time(first["commit_time_ms"]), first["rows"], first["files"], format_size(first["bytes"]),
+                first["note"]]
+    return [f"{first['batch']}-{last['batch']}", f"optimize-wait x{len(run)}", first["query_id"],
+            f"{first['query_batch']}-{last['query_batch']}", format_time(last["commit_time_ms"]), 0, 0, format_size(0),
+            "empty: bring the optimize after them to a compaction batch"]
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

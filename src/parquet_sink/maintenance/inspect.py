@@ -28,13 +28,14 @@ import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError, names_output
-from ..log.compaction import check_compact_interval
+from ..log.compaction import check_compact_interval, duration_text
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
-from ..log.snapshot import data_files, read_log_files, read_snapshot
+from ..log.snapshot import LogSnapshot, data_files, read_log_files, read_snapshot
 from ..parquet_read import read_footer
 from ..partitioning import is_data_file
+from ..read.history import batch_history
 from ..read.reader import CommittedFile, snapshot
 from ..storage.filesystem import FileInfo, Storage
 from ..write.conflicts import spark_sink_behind
@@ -76,6 +77,42 @@ class Output:
     batches: dict[int, Batch]
     compact_interval: int | None = None  # given explicitly, else inferred from the log
     first_batch: int = 0  # the oldest log file the snapshot reads (a compact file, or batch 0)
+    log_snapshot: LogSnapshot | None = None  # the listing read and the latest snapshot's entries
+
+    def story(self, rows: Mapping[int, int | None] | None = None) -> list[StoryRow]:
+        """Every batch ``0..latest`` as :func:`~parquet_sink.history` tells it (the same rows, oldest first), with
+        when each was committed where the log records no time (the batch's log file's or files' times) and a
+        note where the figures need one: whose optimize replaced a batch's files, what an optimize rewrote, what
+        an ``optimize-wait`` batch is. ``rows``: row counts for batches the log records none for
+        (:func:`count_rows`). What ``parquet-sink ls`` prints.
+
+        Example: ``[r.note for r in read_output("/data/events").story()][:1]`` -> ``['files replaced by optimize
+        (batch 8)']``.
+        """
+        if self.log_snapshot is None:
+            return []
+        history = batch_history(self.log_snapshot).to_pylist()
+        settings = self.log.recorded_settings()
+        retention = None if settings is None or settings.retention_ms is None else settings.retention_ms
+        optimizes = [h["log_batch_id"] for h in history if h["operation"] == "optimize"]
+        story = []
+        for h in history:
+            b = h["log_batch_id"]
+            batch = self.batches.get(b)
+            counted = h["rows"] if h["rows"] is not None else (rows or {}).get(b)
+            committed = h["commit_time"]
+            committed_ms = (
+                int(committed.timestamp() * 1000) if committed is not None else batch.committed_ms if batch else None
+            )
+            files, size = h["files"], h["bytes"]
+            note = _note(h, counted, [k for k in optimizes if k > b], settings is None, retention)
+            if files is None and batch is not None and b == self.first_batch:  # a compact file Spark wrote
+                files, size = len(batch.data_files), sum(e.size for e in batch.data_files)
+                note = f"the files of batches up to {b}: Spark's compact file does not say which batch added each"
+            story.append(StoryRow(
+                b, h["operation"], h["query_id"], h["query_batch_id"], committed_ms, counted, files, size, note
+            ))
+        return story
 
     def owner_batch(self, batch_id: int | None) -> int:
         """The batch an entry belongs to: its ``batchId``, or the compact batch for an entry of a
@@ -100,6 +137,41 @@ class Output:
         """
         records = [b.record for b in self.batches.values() if b.record is not None]
         return spark_sink_behind(records, min(self.batches, default=0), self.latest)
+
+
+@dataclass(frozen=True)
+class StoryRow:
+    """One batch as ``parquet-sink ls`` shows it (:meth:`Output.story`): ``files`` and ``bytes`` are its files
+    still committed, ``rows`` the rows it added; ``note`` says why they differ, or what a maintenance batch did."""
+
+    batch: int
+    operation: str | None  # "append", "optimize", "optimize-wait"; None: the log does not say (Spark's own sink)
+    query_id: str | None
+    query_batch: int | None
+    committed_ms: int | None
+    rows: int | None
+    files: int | None
+    bytes: int | None
+    note: str
+
+
+def _note(
+    history: Mapping[str, Any], rows: int | None, later_optimizes: list[int], unrecorded: bool, retention_ms: int | None
+) -> str:
+    """Why a batch's figures read as they do (empty when they need no word)."""
+    operation = history["operation"]
+    if operation == "optimize-wait":
+        return "empty: brings the optimize after it to a compaction batch"
+    done = f"rewrote {history['files_removed']} files of earlier batches" if operation == "optimize" else ""
+    if history["files"] != 0 or not (rows or done):
+        return done
+    replaced = f"files replaced by optimize (batch {later_optimizes[0]})" if later_optimizes else ""
+    if retention_ms is None and not unrecorded:
+        gone = replaced or "files no longer committed"
+    else:
+        expired = "expired by retention" if unrecorded else f"expired by retention ({duration_text(retention_ms)})"
+        gone = f"{replaced} or {expired}" if replaced else f"files {expired}"
+    return f"{done}; its files {gone.removeprefix('files ')}" if done else gone
 
 
 def read_output(
@@ -155,6 +227,7 @@ def read_output(
         elif batch.committed_ms is None and batch.data_files:  # compacted away: when its files were written
             batch.committed_ms = max(e.modification_time for e in batch.data_files)
     output.batches = dict(sorted(batches.items()))
+    output.log_snapshot = LogSnapshot(names, latest, table)
     return output
 
 

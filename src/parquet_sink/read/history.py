@@ -6,8 +6,7 @@ Spark's reader ignores), and they stay in the log when compaction drops the reco
 (:func:`~parquet_sink.log.entry.figures_of`), so the history survives compaction and a copy of the output
 (``cp -r`` keeps the log's text, not the files' times). Files and bytes are counted from the log's
 entries. What the log cannot tell is null: batches Spark's own sink (or a version before these keys)
-committed have no commit time or rows; batches whose entries retention dropped, or that a compact file
-written by Spark holds without batch ids, have no file counts.
+committed have no commit time or rows.
 
 Commit times are monotonic, as Delta's in-commit timestamps are: a writer records
 ``max(its clock, the newest commit time in the log + 1 ms)`` (:func:`next_commit_time`), so a writer whose
@@ -40,7 +39,7 @@ import pyarrow.compute as pc
 
 from ..errors import ParameterError, SnapshotNotFoundError, names_output
 from ..log.compaction import check_compact_interval
-from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, CommitRecord, attribute, records_of
+from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, CommitRecord, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot
@@ -159,12 +158,10 @@ def batch_history(snap: LogSnapshot) -> pa.Table:
     table = snap.table
     n = snap.latest + 1
     ids = table.column(BATCH_KEY)
-    # batches whose entries may be gone (retention) or not attributable (a compact file Spark wrote)
-    unknown_upto = pc.max(table.column(EXPIRED_KEY)).as_py()
-    unknown_upto = -1 if unknown_upto is None else unknown_upto
-    if ids.null_count:  # entries of a compact file Spark wrote: every batch it covers
+    unknown_upto = -1  # batches whose files cannot be told apart: those a compact file Spark wrote covers
+    if ids.null_count:
         compacts = [b for b, path in snap.listing.items() if is_compact_path(path) and b <= snap.latest]
-        unknown_upto = max(unknown_upto, max(compacts, default=snap.latest))
+        unknown_upto = max(compacts, default=snap.latest)
     files = [0] * n
     sizes = [0] * n
     data = data_files(table, ["size", BATCH_KEY])
@@ -213,8 +210,10 @@ def history(
 ) -> pa.Table:
     """One row per committed batch of the output at ``path``, newest first, as an Arrow table: ``log_batch_id``,
     ``query_id`` (the streaming query, or ``write_batch``'s app id), ``query_batch_id`` (the query's batch id,
-    or the app's version), ``commit_time`` (UTC), ``files``, ``bytes``, ``rows``. Null where the log cannot
-    tell (see the module docstring). ``limit``: only the newest ``limit`` batches.
+    or the app's version), ``commit_time`` (UTC), ``files`` and ``bytes`` (the batch's files still committed:
+    0 once an optimize replaced them or retention expired them), ``rows`` (the rows it added), ``operation``
+    (``append``, ``optimize``, ``optimize-wait``), ``files_removed``, ``bytes_removed`` (an optimize's). Null
+    where the log cannot tell (see the module docstring). ``limit``: only the newest ``limit`` batches.
 
     Example::
 
