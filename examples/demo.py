@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -41,6 +42,14 @@ def _child(workdir: Path, failpoints: str) -> int:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PARQUET_SINK_FAILPOINTS=failpoints)
     cmd = [sys.executable, "-m", "examples.demo", "--workdir", str(workdir), "--child"]
     return subprocess.run(cmd, env=env, start_new_session=True, cwd=Path(__file__).parent.parent).returncode
+
+
+def where_left(workdir: Path) -> list[str]:
+    """The demo's last words: where its files are and the command that removes them (quoted for a shell)."""
+    return [
+        f"5. the demo's files (input, output, checkpoint) are in {workdir}; remove them with:",
+        f"   rm -rf {shlex.quote(str(workdir))}",
+    ]
 
 
 def main() -> int:
@@ -96,6 +105,7 @@ def main() -> int:
     print(f"   rows in spark.read.parquet:     {spark_rows}")
     print(f"   duplicated / missing / unknown: {len(duplicated)} / {len(missing)} / {len(unexpected)}")
     ok = code == 0 and table.num_rows == len(expected) == spark_rows and not (duplicated or missing or unexpected)
+    print("\n".join(where_left(workdir)))
     print(json.dumps({"parquet_sink": ok, "workdir": str(workdir)}))
     return 0 if ok else 1
 

@@ -4,6 +4,7 @@ block that does not start a streaming query is executed, with its example paths 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,3 +40,19 @@ def test_readme_python_examples_run(tmp_path):
             assert len(scope["paths"]) == 6 and scope["frame"].height == 12 and len(scope["df"]) == 12
             assert scope["then"].num_rows == 12 and scope["log"].column("rows").to_pylist() == [2] * 6
     assert (events / "part-00000-orphan.c000.snappy.parquet").exists(), "the README's vacuum is a dry run"
+
+
+def test_the_demo_says_where_it_left_its_files_and_its_command_removes_them(tmp_path: Path) -> None:
+    """The demo's last lines name its directory and a command that removes it: run literally by a shell (the
+    directory's name has a space and a quote, as a user's --workdir may)."""
+    from examples.demo import where_left
+
+    workdir = tmp_path / "my demo's files"
+    (workdir / "out" / "_spark_metadata").mkdir(parents=True)
+    (workdir / "out" / "_spark_metadata" / "0").write_text("v1\n")
+    lines = where_left(workdir)
+    assert str(workdir) in lines[0]
+    command = lines[-1].strip()
+    assert command.startswith("rm -rf ")
+    subprocess.run(["sh", "-c", command], check=True, timeout=30)
+    assert not workdir.exists() and tmp_path.exists()
