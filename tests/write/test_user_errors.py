@@ -187,3 +187,36 @@ def test_a_sink_object_reused_across_runs_reads_the_output_as_a_new_one_would(sp
     with pytest.raises(OutputResetError, match="would leave a gap"):
         await_termination(started(rows))
     assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
+
+
+def test_a_refused_first_run_leaves_nothing_that_refuses_its_remedy(spark, tmp_path):
+    """SPARK-35565's shape (FileStreamSinkSuite "read data from outputs of another streaming query but ignore its
+    metadata"), translated: Spark's own sink writes an output, its `_spark_metadata` is deleted, and a session with
+    compactInterval=3 starts ParquetSink there. The first run is refused (ExistingDataError, nothing written); the
+    advised re-run (allow_existing_files=True, a fresh checkpoint) commits every batch, through a compaction (the
+    issue saw it refused with ForeignQueryError naming the refused query); readers see exactly its rows."""
+    from parquet_sink.errors import ExistingDataError
+
+    out = str(tmp_path / "out")
+    q0 = spark.readStream.schema(SCHEMA).json(_input(tmp_path, "in0", batches=1, offset=900)).writeStream.format(
+        "parquet").option("checkpointLocation", str(tmp_path / "c0")).trigger(availableNow=True).start(out)
+    q0.awaitTermination()
+    subprocess.run(["rm", "-rf", os.path.join(out, "_spark_metadata")], check=True)
+    src = _input(tmp_path, "in1", batches=4)
+    previous = spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", None)
+    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "3")
+    try:
+        with pytest.raises(ExistingDataError, match="allow_existing_files=True"):
+            await_termination(_start(spark, src, ParquetSink(out), str(tmp_path / "c1")))
+        assert not os.path.exists(os.path.join(out, "_spark_metadata", "0"))
+        sink = ParquetSink(out, allow_existing_files=True)
+        await_termination(_start(spark, src, sink, str(tmp_path / "c2")))
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
+        else:
+            spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", previous)
+    assert [(p.batch_id, p.log_batch_id, p.skipped) for p in sink.recent_progress] == [(b, b, False) for b in range(4)]
+    assert os.path.exists(os.path.join(out, "_spark_metadata", "2.compact"))
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(20))
+    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == list(range(20))
