@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -234,14 +235,21 @@ class FooterRule:
         """
         if not self.no_statistics and not self.no_dictionary:
             return {}
-        sink = pa.BufferOutputStream()  # the Parquet column paths of every leaf, as pyarrow's writer names them
-        pq.write_table(schema.empty_table(), sink)
-        parquet = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
-        paths = [parquet.column(i).path for i in range(len(parquet))]
+        paths = _parquet_paths(schema.remove_metadata())
         return {
             "write_statistics": [p for p in paths if p not in self.no_statistics] if self.no_statistics else True,
             "use_dictionary": [p for p in paths if p not in self.no_dictionary] if self.no_dictionary else True,
         }
+
+
+@functools.lru_cache(maxsize=64)
+def _parquet_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet column paths of every leaf of ``schema``, as pyarrow's writer names them (learnt by writing an
+    empty file: once per schema, a writer opens many files of one)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    parquet = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
+    return tuple(parquet.column(i).path for i in range(len(parquet)))
 
 
 def footer_rule(table: pa.Table) -> FooterRule:
