@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -106,3 +107,29 @@ def to_arrow_schema(df: DataFrame) -> "pyarrow.Schema":  # noqa: F821
     from parquet_sink.write.spark_versions import arrow_schema
 
     return arrow_schema(df.schema)
+
+
+def spark_sink_batch(spark: Any, frame: DataFrame, path: str, batch: int, partition_by: Sequence[str] = ()) -> None:
+    """Spark's own file sink commits ``frame`` as batch ``batch`` of the output at ``path``, as its streaming query
+    calls it (``FileStreamSink.addBatch``: the session's log settings apply; a batch it already committed is skipped).
+    ``FileStreamSink`` moved to ``...execution.streaming.sinks`` in Spark 4.1."""
+    jvm = spark._jvm
+    for name in ("org.apache.spark.sql.execution.streaming.sinks", "org.apache.spark.sql.execution.streaming"):
+        try:
+            jvm.java.lang.Class.forName(f"{name}.FileStreamSink")
+        except Exception:  # py4j's error for a class this Spark does not have
+            continue
+        package = jvm
+        for part in name.split("."):
+            package = getattr(package, part)
+        break
+    else:
+        raise AssertionError("no FileStreamSink class in this Spark")
+    utils = jvm.org.apache.spark.api.python.PythonUtils
+    columns = jvm.java.util.ArrayList()
+    for column in partition_by:
+        columns.add(column)
+    parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+    sink = package.FileStreamSink(spark._jsparkSession, path, parquet, utils.toSeq(columns),
+                                  utils.toScalaMap(jvm.java.util.HashMap()))
+    sink.addBatch(batch, frame._jdf)

@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 from parquet_sink import MetadataLog, ParquetSink, committed_files, committed_version, read_committed, write_batch
 from parquet_sink.errors import OutputSettingsError, ParameterError
 from parquet_sink.log.entry import CommitRecord
-from parquet_sink.log.files import SETTINGS_RECORD
+from parquet_sink.log.files import SETTINGS_RECORD, parse_batch_name
 from parquet_sink.maintenance import optimize
 from parquet_sink.read.history import OPTIMIZE_APP_ID
 from parquet_sink.write.sink import decide_batch
+from tests.helpers.spark_util import spark_sink_batch
 
 SESSION_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
 SESSION_CODEC = "spark.sql.parquet.compression.codec"
@@ -234,3 +235,34 @@ def test_the_sink_follows_the_sessions_compact_interval_and_codec(spark, tmp_pat
     finally:
         spark.conf.unset(SESSION_INTERVAL)
         spark.conf.unset(SESSION_CODEC)
+
+
+def test_the_sink_follows_the_sessions_log_cleanup_as_sparks_sink_does(spark, tmp_path: Path) -> None:
+    """A session with minBatchesToRetain=2 and cleanupDelay=0 (and compactInterval=3): the sink given none of them
+    records and applies the session's, so its log keeps exactly the log files Spark's own sink keeps in that session
+    for the same batches; fileSink.log.deletion=false keeps every log file, as it does for Spark's sink; a setting
+    Spark refuses is refused before anything is written."""
+    confs = {SESSION_INTERVAL: "3", "spark.sql.streaming.minBatchesToRetain": "2",
+             "spark.sql.streaming.fileSink.log.cleanupDelay": "0"}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        ours, theirs, kept = (str(tmp_path / n) for n in ("ours", "theirs", "kept"))
+        sink = ParquetSink(ours)
+        for batch in range(6):
+            frame = spark.createDataFrame([(batch,)], "id long")
+            sink(frame, batch)
+            spark_sink_batch(spark, frame, theirs, batch)
+        names = [sorted(p.name for p in (Path(o) / "_spark_metadata").iterdir() if parse_batch_name(p.name))
+                 for o in (ours, theirs)]
+        assert names[0] == names[1] and "0" not in names[0] and "5.compact" in names[0], names  # Spark's defaults keep all
+        recorded = MetadataLog(ours).recorded_settings()
+        assert (recorded.min_batches_to_retain, recorded.cleanup_delay_ms) == (2, 0)
+        spark.conf.set("spark.sql.streaming.fileSink.log.deletion", "false")
+        keeper = ParquetSink(kept)
+        for batch in range(4):
+            keeper(spark.createDataFrame([(batch,)], "id long"), batch)
+        assert len([p for p in (Path(kept) / "_spark_metadata").iterdir() if parse_batch_name(p.name)]) == 4
+    finally:
+        for key in [*confs, "spark.sql.streaming.fileSink.log.deletion"]:
+            spark.conf.unset(key)

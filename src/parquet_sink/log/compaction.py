@@ -153,8 +153,8 @@ class LogOptions:
     (ValueError naming the first out of range) for every owner of a log: :class:`~parquet_sink.log.metadata_log.
     MetadataLog`, ``ParquetSink``, ``write_batch`` and ``optimize`` take them as keyword arguments and build one of
     these. None means not given: the output's recorded setting applies (:meth:`CompactibleLog.check_settings`),
-    else Spark's default (``default_interval``, the session's for the sink, for the compact interval). What a log
-    applies is :class:`LogSettings`.
+    else Spark's default (``default_interval``, ``default_min_batches_to_retain``, ``default_cleanup_delay_ms``: the
+    session's for the sink, as Spark's sink takes them from its session). What a log applies is :class:`LogSettings`.
 
     Example: ``LogOptions(retention="7d").retention_ms == 604_800_000``.
     """
@@ -164,6 +164,8 @@ class LogOptions:
     min_batches_to_retain: int | None = None
     cleanup_delay: str | _dt.timedelta | None = None
     default_interval: int = DEFAULT_COMPACT_INTERVAL
+    default_min_batches_to_retain: int = _DEFAULT_MIN_BATCHES_TO_RETAIN
+    default_cleanup_delay_ms: int = _DEFAULT_CLEANUP_DELAY_MS
     retention_ms: int | None = field(init=False)
     cleanup_delay_ms: int | None = field(init=False)
 
@@ -171,6 +173,7 @@ class LogOptions:
         if self.compact_interval is not None:
             check_positive_int("compact_interval", self.compact_interval, "Spark's default is 10")
         check_positive_int("default_interval", self.default_interval, "Spark's default is 10")
+        check_positive_int("default_min_batches_to_retain", self.default_min_batches_to_retain, "Spark's default is 100")
         if self.min_batches_to_retain is not None:
             check_positive_int(
                 "min_batches_to_retain", self.min_batches_to_retain,
@@ -209,11 +212,11 @@ class LogSettings:
 
     @classmethod
     def of(cls, options: LogOptions) -> LogSettings:
-        """The settings ``options`` give, Spark's defaults for those not given."""
+        """The settings ``options`` give, their defaults (Spark's, or its session's) for those not given."""
         return cls(
             options.retention_ms,
-            options.min_batches_to_retain or _DEFAULT_MIN_BATCHES_TO_RETAIN,
-            _DEFAULT_CLEANUP_DELAY_MS if options.cleanup_delay_ms is None else options.cleanup_delay_ms,
+            options.min_batches_to_retain or options.default_min_batches_to_retain,
+            options.default_cleanup_delay_ms if options.cleanup_delay_ms is None else options.cleanup_delay_ms,
         )
 
     def to_json(self) -> bytes:

@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CorruptLogError, LogError, call_text, parameters_of
-from .compaction import DEFAULT_COMPACT_INTERVAL, CompactibleLog, LogOptions, check_flags, derive_compact_interval, parse_duration_ms
+from .compaction import DEFAULT_COMPACT_INTERVAL, CompactibleLog, LogOptions, LogSettings, check_flags, derive_compact_interval, parse_duration_ms
 from .files import COMPACT_SUFFIX, METADATA_DIR, VERSION, is_compact_path
 from .entry import DEFAULT_BLOCK_SIZE, CommitRecord, LogEntry
 from ..storage.filesystem import Storage
@@ -69,6 +69,8 @@ class MetadataLog(CompactibleLog):
         min_batches_to_retain / cleanup_delay: Spark's rule for deleting expired log files after a commit
             (``spark.sql.streaming.minBatchesToRetain`` >= 1, ``fileCleanupDelayMs``). ``cleanup=False``
             keeps all.
+        default_interval, defaults: what a new output gets where the four are not given (Spark's defaults: 10,
+            and :class:`~.compaction.LogSettings`'s); the sink passes its session's, as Spark's sink takes them.
 
     The four are the output's settings: its first commit records them (:class:`~.compaction.LogSettings`), every
     later one applies the recorded ones, None (the default) meaning the output's, and a commit given one that
@@ -95,9 +97,14 @@ class MetadataLog(CompactibleLog):
         cleanup: bool = True,
         storage: Storage | None = None,
         default_interval: int = DEFAULT_COMPACT_INTERVAL,
+        defaults: LogSettings | None = None,
     ) -> None:
         with parameters_of(call_text("MetadataLog", path)):  # the checks name the argument; this names the output
-            options = LogOptions(compact_interval, retention, min_batches_to_retain, cleanup_delay, default_interval)
+            kept = defaults or LogSettings()
+            options = LogOptions(
+                compact_interval, retention, min_batches_to_retain, cleanup_delay, default_interval,
+                kept.min_batches_to_retain, kept.cleanup_delay_ms,
+            )
             check_flags(cleanup=cleanup)
         storage = storage or Storage(os.fspath(path), storage_options)
         storage.check_reachable()  # a StorageError in seconds, not the backend's minutes of retries

@@ -65,7 +65,9 @@ from .jvm import per_context
 from .manifest_write import COMMIT_PROTOCOL, DEFAULT_COMMIT_PROTOCOL, unloadable_commit_protocol
 from ..log.snapshot import data_files, read_log_files
 from ..read.history import OPTIMIZE_APP_ID, newest_commit_time, next_commit_time
-from ..log.compaction import DEFAULT_COMPACT_INTERVAL, LogOptions, check_flags, check_positive_int
+from ..log.compaction import (
+    DEFAULT_COMPACT_INTERVAL, LogOptions, LogSettings, check_flags, check_positive_int, parse_duration_ms,
+)
 from ..log.files import check_output_root
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
@@ -84,6 +86,9 @@ logger = logging.getLogger(__name__)
 
 _TEMPORARY = re.compile(r"/temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/?$")  # Spark's
 SESSION_COMPACT_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"  # Spark's sink's interval
+SESSION_MIN_BATCHES = "spark.sql.streaming.minBatchesToRetain"  # Spark's sink's log cleanup rule
+SESSION_CLEANUP_DELAY = "spark.sql.streaming.fileSink.log.cleanupDelay"
+SESSION_LOG_DELETION = "spark.sql.streaming.fileSink.log.deletion"
 SESSION_CODEC = "spark.sql.parquet.compression.codec"  # Spark's writer's codec when the write gives none
 RECENT_PROGRESS = 100  # batches kept in ParquetSink.recent_progress (Spark keeps 100 in query.recentProgress)
 MAX_COMMIT_ATTEMPTS = 100  # commit races a batch may lose in a row to other writers' appends
@@ -128,8 +133,8 @@ class ParquetSink:
         compact_interval, retention, min_batches_to_retain, cleanup_delay: the output's log settings, as Spark's
             file sink's (``spark.sql.streaming.fileSink.log.compactInterval``, the ``retention`` option, Spark's log
             cleanup rule). The output's first commit records them; None (the default) applies the recorded ones (an
-            output without a record: the session's compact interval, else Spark's defaults, 10, none, 100,
-            ``"10m"``); one that contradicts them is refused with :class:`OutputSettingsError` at the first batch,
+            output without a record: the session's compact interval, ``minBatchesToRetain`` and
+            ``fileSink.log.cleanupDelay``, else Spark's defaults, 10, none, 100, ``"10m"``); one that contradicts them is refused with :class:`OutputSettingsError` at the first batch,
             nothing written. Its ``optimize_every`` optimize, ``write_batch`` and ``optimize`` apply the same ones.
         storage_options: fsspec options (credentials); never logged or written to the log.
         compression: Parquet codec, Spark's names: snappy, zstd, gzip, lz4_raw, brotli, none (or uncompressed);
@@ -320,9 +325,12 @@ class ParquetSink:
     def _log_for(self, df: DataFrame | None) -> MetadataLog:
         """The output's log, made at the first batch: a new log's compact interval, when none is given, is the
         session's ``spark.sql.streaming.fileSink.log.compactInterval``, as Spark's sink takes it (so Spark's reader
-        in that session reads the output), else 10."""
+        in that session reads the output), else 10; likewise ``spark.sql.streaming.minBatchesToRetain`` and
+        ``spark.sql.streaming.fileSink.log.cleanupDelay`` (recorded with a new output), and
+        ``spark.sql.streaming.fileSink.log.deletion=false`` keeps every log file, as Spark's sink does."""
         if self._metadata_log is None:
             interval = None if df is None or self.compact_interval is not None else _session_interval(df, self)
+            defaults, deletion = (LogSettings(), True) if df is None else _session_log_settings(df, self)
             self._metadata_log = MetadataLog(
                 self.path,
                 storage_options=self.storage_options,
@@ -330,7 +338,9 @@ class ParquetSink:
                 retention=self.retention,
                 min_batches_to_retain=self.min_batches_to_retain,
                 cleanup_delay=self.cleanup_delay,
+                cleanup=deletion,
                 default_interval=interval or DEFAULT_COMPACT_INTERVAL,
+                defaults=defaults,
             )
         return self._metadata_log
 
@@ -923,12 +933,42 @@ def _session_interval(df: DataFrame, sink: ParquetSink) -> int | None:
     value = df.sparkSession.conf.get(SESSION_COMPACT_INTERVAL, None)
     if value is None:
         return None
-    text = str(value).strip()
-    if not text.isdigit() or not text.isascii() or int(text) < 1:
+    try:
+        return _positive_int(str(value).strip())
+    except ValueError:
         raise ParameterError(
             f"{sink}: the session's {SESSION_COMPACT_INTERVAL} is {value!r}, not a positive integer. Nothing was "
             "written. Fix or unset it, or pass ParquetSink(..., compact_interval=N)."
-        )
+        ) from None
+
+
+def _session_log_settings(df: DataFrame, sink: ParquetSink) -> tuple[LogSettings, bool]:
+    """The log settings Spark's sink takes from the session where a new output is given none: its
+    ``minBatchesToRetain`` and ``fileSink.log.cleanupDelay`` (Spark's defaults when unset; Spark checked both when
+    they were set), and whether it deletes expired log files (``fileSink.log.deletion``)."""
+    conf = df.sparkSession.conf
+    defaults = LogSettings()
+    batches = conf.get(SESSION_MIN_BATCHES, None)
+    if batches is not None:
+        defaults = dataclasses.replace(defaults, min_batches_to_retain=int(str(batches).strip()))
+    delay = conf.get(SESSION_CLEANUP_DELAY, None)
+    if delay is not None:
+        defaults = dataclasses.replace(defaults, cleanup_delay_ms=_spark_time_ms(str(delay), SESSION_CLEANUP_DELAY))
+    return defaults, str(conf.get(SESSION_LOG_DELETION, None)).strip().lower() != "false"
+
+
+def _spark_time_ms(text: str, name: str) -> int:
+    """A Spark time setting in ms, as Spark reads it: a bare number is ms, "us" microseconds, else a unit."""
+    text = text.strip()
+    micros = re.fullmatch(r"(\d+)\s*us", text)
+    if micros:
+        return int(micros.group(1)) // 1000
+    return int(text) if text.isdigit() and text.isascii() else parse_duration_ms(text, name)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or not text.isascii() or int(text) < 1:
+        raise ValueError("not a positive integer")
     return int(text)
 
 
