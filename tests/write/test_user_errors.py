@@ -19,6 +19,7 @@ import pytest
 from parquet_sink import ParquetSink, await_termination, history, original_error, read_committed
 from parquet_sink.errors import (
     ForeignQueryError,
+    ParameterError,
     SchemaMismatchError,
     SinkUsageError,
     TemporaryCheckpointWarning,
@@ -47,7 +48,10 @@ def _start(spark, src: str, sink, checkpoint: str | None = None, foreach: bool =
 def test_typed_error_comes_back_from_the_failed_query(spark, tmp_path):
     out = str(tmp_path / "out")
     first = _start(spark, _input(tmp_path, "in1"), ParquetSink(out), str(tmp_path / "ckpt1"))
-    await_termination(first)
+    assert await_termination(first) is None and await_termination(first, timeout=0.5) is True
+    for wrong in (0, -1, "5", True):
+        with pytest.raises(ParameterError, match="timeout is a number of seconds > 0"):
+            await_termination(first, timeout=wrong)
     sink = ParquetSink(out)
     second = _start(spark, _input(tmp_path, "in2", offset=100), sink, str(tmp_path / "ckpt2"))
     with pytest.raises(ForeignQueryError) as caught:

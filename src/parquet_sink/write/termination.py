@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import QueryInterrupted, original_error
+from ..errors import ParameterError, QueryInterrupted, original_error
 
 _POLL_SECONDS = 0.5  # how soon a Ctrl-C is acted on: one short awaitTermination call at most
 _SHORTEST_WAIT = 0.01  # awaitTermination refuses a timeout of 0 (it takes whole milliseconds, > 0)
@@ -44,6 +44,11 @@ def await_termination(query: Any, timeout: float | None = None) -> bool | None:
         ... except ForeignQueryError as exc:
         ...     print("a new checkpoint on an old output:", exc)
     """
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        raise ParameterError(
+            f"await_termination(query, timeout={timeout!r}): timeout is a number of seconds > 0, or None to wait until "
+            "the query ends (as query.awaitTermination takes it)"
+        )
     try:
         with _ctrl_c_flag() as pressed:
             deadline = None if timeout is None else time.monotonic() + timeout
