@@ -123,7 +123,8 @@ def find_orphans(
     relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), False)
     paths = pa.array([i.path for i in listed], pa.string())
     mtimes = np.fromiter((i.mtime_ms for i in listed), np.int64, len(listed))
-    is_committed = pc.is_in(paths, value_set=full_paths(storage, relative, outside).combine_chunks()).to_numpy(zero_copy_only=False)
+    named = full_paths(storage, relative, outside).combine_chunks()
+    is_committed = pc.is_in(paths, value_set=named).to_numpy(zero_copy_only=False)
     log_files = log.log_dir + "/"  # and the log files themselves (a log of empty batches has no entries)
     log_times = {  # each log file's time on storage, by batch
         batch[0]: listed[i].mtime_ms
