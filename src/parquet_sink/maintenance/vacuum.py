@@ -36,7 +36,9 @@ from ..arrow_versions import nonzero
 from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError, names_output
 from ..log.compaction import check_flags, parse_duration_ms
-from ..log.entry import BATCH_KEY, COMMIT_TIME_KEY, CommitRecord, record_rows, records_of
+from ..log.entry import (
+    BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, record_rows, records_of,
+)
 from ..log.files import ORPHANED_COPY_AGE_MS, nested_roots, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import full_paths, read_snapshot, resolve_paths
@@ -49,6 +51,9 @@ from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
 from .inspect import Progress, _silent
 
 logger = logging.getLogger(__name__)
+
+# the entry columns vacuum reads: paths and times, and the commit records (not the statistics, most of the bytes)
+_ENTRY_COLUMNS = ["path", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY]
 
 
 @dataclass
@@ -118,7 +123,7 @@ def find_orphans(
         )
     # the log read once, as columns: every live entry (also directories and empty files, which the reader
     # skips), its paths resolved as the reader resolves them (a moved output's)
-    log_snap = read_snapshot(log)
+    log_snap = read_snapshot(log, columns=_ENTRY_COLUMNS)
     entries = log_snap.table
     relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), False)
     paths = pa.array([i.path for i in listed], pa.string())
