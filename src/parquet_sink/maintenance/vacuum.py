@@ -114,16 +114,20 @@ def find_orphans(
     staging = staging_dirs(storage)
     found_leases = leases(storage)
     log = MetadataLog(url, storage=storage, cleanup=False)
-    problems = log.check()
-    if problems:
-        raise LogError(
-            f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
-            f"cannot be told apart from orphans ({len(problems)} problem(s); run `parquet-sink verify`). "
-            f"First: {problems[0]}"
-        )
     # the log read once, as columns: every live entry (also directories and empty files, which the reader
-    # skips), its paths resolved as the reader resolves them (a moved output's)
-    log_snap = read_snapshot(log, columns=_ENTRY_COLUMNS)
+    # skips), its paths resolved below as the reader resolves them (a moved output's); then every other log file
+    # checked (a delta the snapshot parsed is not parsed again)
+    try:
+        log_snap = read_snapshot(log, columns=_ENTRY_COLUMNS)
+    except LogError as exc:  # every problem named, as the check finds them
+        raise _refusal(storage, log.check() or [exc]) from exc
+    parsed = set()
+    if log_snap.latest is not None:
+        interval = log.listing_interval(log_snap.listing)
+        parsed = {batch for batch, _ in log.files_for(log_snap.latest, log_snap.listing, interval)}
+    problems = log.check(parsed=parsed)
+    if problems:
+        raise _refusal(storage, problems)
     entries = log_snap.table
     relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), False)
     paths = pa.array([i.path for i in listed], pa.string())
@@ -181,6 +185,15 @@ def find_orphans(
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
+
+
+def _refusal(storage: Storage, problems: Sequence[LogError]) -> LogError:
+    """The error vacuum raises when its log cannot be read (``problems``: what the check found)."""
+    return LogError(
+        f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
+        f"cannot be told apart from orphans ({len(problems)} problem(s); run `parquet-sink verify`). "
+        f"First: {problems[0]}"
+    )
 
 
 def _swap_time(record: CommitRecord, logged_ms: int | None, log_times: Mapping[int, int]) -> int:
