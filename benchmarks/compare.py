@@ -1,5 +1,5 @@
 """Compare the log compaction of two checkouts: alternating fresh-process compactions of the same Spark-written
-log (a shape of section 4b). A process here runs in one of two speeds ~1.35x apart, for minutes at a time, so
+log (a shape of section 4b); with ``--growth``, every operation of the growth section (9) instead. A process here runs in one of two speeds ~1.35x apart, for minutes at a time, so
 medians from separate runs mislead; even alternating in the same minutes, two identical trees measured a wall-time
 ratio of 0.88 over 8 rounds: run 16 rounds or more and trust CPU time (both are printed) over wall time.
 
@@ -7,6 +7,12 @@ Usage (the base in a git worktree, this tree as the change)::
 
     git worktree add /tmp/base HEAD~1
     .venv/bin/python -m benchmarks.compare /tmp/base . --shape deltas --rounds 16
+
+With ``--growth`` (``--growth-sizes``, ``--shapes``, ``--ops``, ``--rounds`` as the section's repeats), the growth
+section's table with a column of the base's cold times beside the change's (each operation in fresh processes of
+each checkout, interleaved with delta-rs's on the same outputs)::
+
+    .venv/bin/python -m benchmarks.compare /tmp/base . --growth --growth-sizes 1000,10000 --rounds 3
 
 Each round runs the base and the change once each, in alternating order, on the same log (each compaction in a
 fresh subprocess of its checkout, as section 4b times ours); prints per checkout the median and min wall and CPU
@@ -21,6 +27,7 @@ import shutil
 import statistics
 import tempfile
 
+from . import growth_bench
 from .compaction_bench import SHAPES, _cleanup, _ours, synth_shape
 
 
@@ -42,10 +49,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("change", help="the checkout with the change (e.g. .)")
     p.add_argument("--shape", choices=sorted(SHAPES), default="deltas")
     p.add_argument("--entries", type=int, default=1_000_000)
-    p.add_argument("--rounds", type=int, default=16)
+    p.add_argument("--rounds", type=int, help="rounds (default 16; with --growth: the repeats, default 3)")
     p.add_argument("--meta-tmpdir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                    help="where the log is synthesized (default /dev/shm: tmpfs)")
+    p.add_argument("--growth", action="store_true", help="compare the growth section's operations instead")
+    p.add_argument("--growth-sizes", default="1000,10000")
+    p.add_argument("--shapes", default=",".join(growth_bench.SHAPES))
+    p.add_argument("--ops", default=",".join(growth_bench.OURS))
     args = p.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = growth_bench.REPEATS if args.growth else 16
+    if args.growth:
+        work = tempfile.mkdtemp(prefix="parquet_sink_compare_")
+        try:
+            results = growth_bench.run(work, growth_bench.parse_sizes(args.growth_sizes), args.shapes.split(","),
+                                       args.ops.split(","), args.rounds, base=args.base, change=args.change)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(growth_bench.section(results))
+        return
     work = tempfile.mkdtemp(prefix="parquet_sink_compare_", dir=args.meta_tmpdir)
     try:
         root = os.path.join(work, args.shape)

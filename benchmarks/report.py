@@ -6,6 +6,7 @@ from typing import Any
 
 from .common import Stat, percentile, ratio_stat
 from .filter_bench import section as filter_section
+from .growth_bench import section as growth_section
 from .object_store_bench import section as store_section
 from .stream_bench import EMPTY, SPARK_EMPTY
 
@@ -243,6 +244,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
         w(filter_section(ctx["filter"]))
     if ctx.get("optimize"):
         _optimize_section(w, ctx["optimize"])
+    if ctx.get("growth"):
+        w(growth_section(ctx["growth"]))
     w("## Where we are behind, and why / what would close it\n")
     for para in analysis(ctx):
         w(para + "\n")

@@ -13,7 +13,9 @@ against the byte-copy floor and Spark; 4c ("stream") per-batch time of a stream 
 Spark's sink (p50/p99, compaction batches apart); 5 end-to-end read vs Spark and delta-rs; 6 ("delta") the Delta
 log kept in step with _spark_metadata: Delta commit cost per batch, reading through delta-rs vs read_committed; 7
 ("filter") row counts and a selective filtered read (1% of the files match) vs delta-rs on the same files; 8
-("optimize") compaction of small data files, ours vs delta-rs's optimize.compact(), and reads before and after.
+("optimize") compaction of small data files, ours vs delta-rs's optimize.compact(), and reads before and after; 9
+("growth") each operation (append, Delta sync, count, filtered read, time travel, history, verify, vacuum, optimize)
+as an output grows 10x at a time, in three shapes, cold and warm, beside delta-rs (``--growth-sizes``).
 One SparkSession (local[2]) for
 the whole run; temporary data under a temp dir, removed at the end.
 """
@@ -33,6 +35,7 @@ from . import (
     compaction_bench,
     delta_bench,
     filter_bench,
+    growth_bench,
     object_store_bench,
     optimize_bench,
     planning_bench,
@@ -48,7 +51,7 @@ from .synth import make_template
 logger = logging.getLogger("benchmarks")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ("sink", "store", "planning", "compaction", "shapes", "stream", "read", "delta", "filter", "optimize")
+SECTIONS = ("sink", "store", "planning", "compaction", "shapes", "stream", "read", "delta", "filter", "optimize", "growth")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,17 +97,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--optimize-files", type=int, help="small files to compact in the optimize section (default 10,000, quick 1,000)")
     p.add_argument("--optimize-rows", type=int, help="rows per small file in the optimize section (default 100)")
+    p.add_argument(
+        "--growth-sizes",
+        help="output sizes (files) of the growth section (default 1000,10000: ~10 minutes; 1000,10000,100000 for the "
+        "full picture, ~1 hour; quick 100,1000)",
+    )
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
                     "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000,
-                    "delta_sizes": "1000,10000", "filter_files": "1000",
+                    "delta_sizes": "1000,10000", "filter_files": "1000", "growth_sizes": "100,1000",
                     "optimize_files": 1_000, "optimize_rows": 100}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
                     "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000,
-                    "delta_sizes": "1000,10000,100000", "filter_files": "10000,100000",
+                    "delta_sizes": "1000,10000,100000", "filter_files": "10000,100000", "growth_sizes": "1000,10000",
                     "optimize_files": 10_000, "optimize_rows": 100}
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -160,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             os.sync()
             sizes = [int(n) for n in args.filter_files.split(",")]
             ctx["filter"] = filter_bench.run(work, sizes, args.repeats)
+        if "growth" in args.sections:  # no Spark; each operation in a fresh process of its own
+            os.sync()
+            ctx["growth"] = growth_bench.run(work, growth_bench.parse_sizes(args.growth_sizes), repeats=args.repeats)
         if "store" in args.sections:  # a process and session of its own (S3A jars), before this one's
             os.sync()
             ctx["store"] = object_store_bench.run_isolated(args.batches, args.rows, args.sink_repeats, args.tmpdir)

@@ -227,3 +227,36 @@ def test_a_refused_filter_names_the_call_and_its_output_once(tmp_path):
             with pytest.raises(errors.ParameterError, match=rf"^{call.__name__}\({re.escape(repr(out))}\): .*{message}") as raised:
                 call(out, filter=filter)
             assert str(raised.value).count(out) == 1, str(raised.value)
+
+
+def test_partition_filters_are_decided_per_directory_not_per_file(tmp_path, monkeypatch) -> None:
+    """Issue 58 item 4: a filter on a partition column is decided once per distinct partition directory (8 here),
+    and only the files of the directories it keeps have their statistics decoded (5 of 40). Before, the filter was
+    evaluated over every file's partition values and every file's statistics were decoded: planning 1 file among
+    10,000 one-file partitions took 4x as long as picking 1,000 files among 10."""
+    from parquet_sink.read import reader
+
+    out = str(tmp_path / "out")
+    ids = pa.array(range(80), pa.int64())
+    table = pa.table({"id": ids, "p": pa.compute.divide(ids, 10)})  # 8 directories of 10 rows
+    write_batch(out, table, app_id="job", version=0, partition_by=["p"], max_records_per_file=2)
+    assert len(committed_files(out)) == 40
+    evaluated, decoded = [], []
+
+    def counted_verdicts(filter, stats, partitions):
+        evaluated.append(len(stats.rows))
+        return file_verdicts(filter, stats, partitions)
+
+    def counted_decode(stats, schema):
+        decoded.append(len(stats))
+        return decode_stats(stats, schema)
+
+    file_verdicts, decode_stats = reader.file_verdicts, reader.decode_stats
+    monkeypatch.setattr(reader, "file_verdicts", counted_verdicts)
+    monkeypatch.setattr(reader, "decode_stats", counted_decode)
+    chosen = (ds.field("p") == 3) & (ds.field("id") >= 32)
+    assert sorted(read_committed(out, filter=chosen).column("id").to_pylist()) == list(range(32, 40))
+    assert evaluated == [8, 5] and decoded == [5]  # the directories, then the files of the one kept
+    evaluated.clear(), decoded.clear()
+    assert count_committed(out, filter=ds.field("p") == 3) == 10
+    assert evaluated == [8, 5] and decoded == [5]

@@ -395,3 +395,35 @@ def test_every_spelling_of_a_local_file_url_is_one_output(tmp_path, monkeypatch)
     with pytest.raises(ParameterError, match=r"names the host 'otherhost': a file URL is this machine's disk"):
         write_batch(f"file://otherhost{out}", pa.table({"n": [9]}), app_id="b", version=0)
     assert count_committed(out) == len(spellings)
+
+
+def test_vacuum_on_s3_makes_requests_per_listing_page_not_per_file(moto_server):
+    """Issue 58 item 3: a dry run of vacuum on S3 makes the same requests over 12 files as over 96 (each listing
+    one page), names no data file, and reads each log file once (the snapshot; the check does not parse a delta
+    again). Before, each was read three times: the check, the snapshot, every entry decoded again from its JSON
+    line."""
+    from urllib.parse import unquote
+
+    from tests.helpers.servers import FaultPlan, faulty_proxy
+
+    counts = {}
+    for files in (12, 96):
+        bucket = f"vacuum-pages-{files}"
+        moto_server.make_bucket(bucket)
+        url, options = f"s3://{bucket}/out", moto_server.storage_options
+        write_batch(url, pa.table({"id": list(range(files))}), app_id="a", version=0, max_records_per_file=1,
+                    storage_options=options)
+        write_batch(url, pa.table({"id": [files]}), app_id="a", version=1, storage_options=options)
+        orphan = Storage(url, options).join("part-00009-orphan.c000.snappy.parquet")
+        Storage(url, options).put(orphan, b"PAR1")
+        requests: list[tuple[str, str]] = []
+        plan = FaultPlan(rate=0.0, only=lambda method, path: requests.append((method, unquote(path))) and False)
+        with faulty_proxy(moto_server.port, plan) as port:
+            found = vacuum(url, "0s", allow_short_retention=True, dry_run=True,
+                           storage_options=proxied_options("moto", moto_server, port)).plan
+        assert [i.path for i in found.orphans] == [orphan]
+        assert not [r for r in requests if r[1].endswith(".parquet")]  # no request per data file
+        for log_file in ("/_spark_metadata/0", "/_spark_metadata/1"):
+            assert len([r for r in requests if r[0] == "GET" and r[1].endswith(log_file)]) == 1
+        counts[files] = len(requests)
+    assert counts[12] == counts[96]

@@ -317,14 +317,24 @@ class CommitRecord:
         return cls(entry.batch_id, extra.get(QUERY_ID_KEY), int(query_batch), str(extra[COMMIT_ID_KEY]))
 
 
+def record_rows(table: pa.Table) -> pa.Table:
+    """The rows of a table of :data:`ENTRY_SCHEMA` that carry a commit record, in log order: one per batch, or
+    fewer (a caller wanting a record's other columns, its commit time, reads them here; :func:`records_of`
+    turns the same rows into records).
+
+    Example: ``record_rows(snapshot_table).column("commitTime")`` -> ``[[1732430000000, 1732430060000]]``.
+    """
+    mask = pa.compute.and_(pa.compute.is_valid(table.column(COMMIT_ID_KEY)), pa.compute.is_valid(table.column(BATCH_KEY)))
+    return table.filter(mask)
+
+
 def records_of(table: pa.Table) -> list[CommitRecord]:
     """The commit records in a table of :data:`ENTRY_SCHEMA`, in log order (only their rows become
     Python objects).
 
     Example: ``[r.log_batch_id for r in records_of(snapshot_table)]`` -> ``[0, 41]``.
     """
-    mask = pa.compute.and_(pa.compute.is_valid(table.column(COMMIT_ID_KEY)), pa.compute.is_valid(table.column(BATCH_KEY)))
-    rows = table.filter(mask).select([BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY]).to_pylist()
+    rows = record_rows(table).select([BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY]).to_pylist()
     return [
         CommitRecord(r[BATCH_KEY], r[QUERY_ID_KEY], r[BATCH_KEY] if r[QUERY_BATCH_KEY] is None else r[QUERY_BATCH_KEY], r[COMMIT_ID_KEY])
         for r in rows

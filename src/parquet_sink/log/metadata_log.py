@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -173,15 +173,18 @@ class MetadataLog(CompactibleLog):
         """
         return list(self.iter_live_entries(as_of_batch))
 
-    def check(self, interval: int | None = None) -> list[LogError]:
+    def check(self, interval: int | None = None, parsed: Collection[int] = ()) -> list[LogError]:
         """Every problem in the log (each log file parsed, the batch chain checked), without raising.
-        ``interval``: the writer's compact interval, when the log cannot tell it.
+        ``interval``: the writer's compact interval, when the log cannot tell it; ``parsed``: batches whose delta
+        files the caller has just parsed whole from their JSON (a snapshot read), not parsed a second time.
 
         Example: ``[str(p) for p in MetadataLog("/data/events").check()]`` -> ``[]``.
         """
         problems: list[LogError] = []
         listing = self.list_names()
         for batch_id, path in sorted(listing.items()):
+            if batch_id in parsed and not is_compact_path(path):
+                continue
             sidecar = listing.sidecars.get(batch_id) if is_compact_path(path) else None
             try:
                 if sidecar is None:

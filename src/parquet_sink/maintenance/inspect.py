@@ -345,7 +345,7 @@ def _nothing_committed(storage: Storage, latest: int) -> list[str]:
     """A warning when the log commits no file yet the output holds Parquet data files: retention (a duration
     too short) dropped every entry, or every batch was empty while others wrote files here."""
     prefix = storage.root.rstrip("/") + "/"
-    relative = [i.path[len(prefix) :] for i in storage.find(storage.root) if i.path.startswith(prefix)]
+    relative = sorted(i.path[len(prefix) :] for i in storage.find(storage.root) if i.path.startswith(prefix))
     nested = nested_roots(relative)  # another output's or table's files: its own log commits them
     found = [p for p in relative if is_data_file(p) and not any(p.startswith(root) for root in nested)]
     if not found:

@@ -28,12 +28,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..arrow_versions import nonzero
 from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError, names_output
 from ..log.compaction import check_flags, parse_duration_ms
-from ..log.entry import COMMIT_TIME_KEY, CommitRecord, LogEntry
+from ..log.entry import (
+    BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, record_rows, records_of,
+)
 from ..log.files import ORPHANED_COPY_AGE_MS, nested_roots, parse_batch_name, require_output
 from ..log.metadata_log import MetadataLog
+from ..log.snapshot import full_paths, read_snapshot, resolve_paths
 from ..partitioning import is_data_file
 from ..read.chain import app_commits
 from ..read.history import optimize_figures
@@ -43,6 +51,9 @@ from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
 from .inspect import Progress, _silent
 
 logger = logging.getLogger(__name__)
+
+# the entry columns vacuum reads: paths and times, and the commit records (not the statistics, most of the bytes)
+_ENTRY_COLUMNS = ["path", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY]
 
 
 @dataclass
@@ -99,38 +110,51 @@ def find_orphans(
     storage = Storage(url, dict(storage_options or {}))
     storage.check_reachable()
     require_output(storage)  # a path that is no output (or is a file) is named so before anything is listed
-    listed = sorted(storage.find(storage.root), key=lambda i: i.path)
+    listed = storage.find(storage.root)
     staging = staging_dirs(storage)
     found_leases = leases(storage)
     log = MetadataLog(url, storage=storage, cleanup=False)
-    problems = log.check()
+    # the log read once, as columns: every live entry (also directories and empty files, which the reader
+    # skips), its paths resolved below as the reader resolves them (a moved output's); then every other log file
+    # checked (a delta the snapshot parsed is not parsed again)
+    try:
+        log_snap = read_snapshot(log, columns=_ENTRY_COLUMNS)
+    except LogError as exc:  # every problem named, as the check finds them
+        raise _refusal(storage, log.check() or [exc]) from exc
+    parsed = set()
+    if log_snap.latest is not None:
+        interval = log.listing_interval(log_snap.listing)
+        parsed = {batch for batch, _ in log.files_for(log_snap.latest, log_snap.listing, interval)}
+    problems = log.check(parsed=parsed)
     if problems:
-        raise LogError(
-            f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
-            f"cannot be told apart from orphans ({len(problems)} problem(s); run `parquet-sink verify`). "
-            f"First: {problems[0]}"
-        )
-    snap = snapshot(url, storage_options=dict(storage_options or {}))  # resolves paths of a moved output
-    committed = {f.path for f in snap.files}
-    records = []
+        raise _refusal(storage, problems)
+    entries = log_snap.table
+    relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), False)
+    paths = pa.array([i.path for i in listed], pa.string())
+    mtimes = np.fromiter((i.mtime_ms for i in listed), np.int64, len(listed))
+    named = full_paths(storage, relative, outside).combine_chunks()
+    is_committed = pc.is_in(paths, value_set=named).to_numpy(zero_copy_only=False)
     log_files = log.log_dir + "/"  # and the log files themselves (a log of empty batches has no entries)
     log_times = {  # each log file's time on storage, by batch
-        batch[0]: i.mtime_ms for i in listed if i.path.startswith(log_files) and (batch := parse_batch_name(i.path))
+        batch[0]: listed[i].mtime_ms
+        for i in nonzero(pc.starts_with(paths, log_files)) if (batch := parse_batch_name(listed[i].path))
     }
-    times = [i.mtime_ms for i in listed if i.path in committed] + list(log_times.values())
     cutoff = int(time.time() * 1000) - older_than_ms
-    swaps = []  # optimizes committed within older_than: the snapshot before each keeps its files
-    if snap.latest_batch_id is not None:  # also directories and empty files, which the reader skips
-        for entry in log.iter_live_entries(snap.latest_batch_id):
-            committed.add(storage.from_uri(entry.path))
-            record = CommitRecord.from_entry(entry)
-            records.append(record)
-            times.append(entry.modification_time)
-            if record is not None and optimize_figures(record) and _swap_time(record, entry, log_times) >= cutoff:
-                swaps.append(record.log_batch_id)
-    first_commit_ms = min(times, default=None) if snap.latest_batch_id is not None else None
-    latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
-    versions = {app: r.query_batch_id for app, r in app_commits([r for r in records if r is not None]).items()}
+    rows = record_rows(entries)
+    records = records_of(rows)
+    swaps = [  # optimizes committed within older_than: the snapshot before each keeps its files
+        record.log_batch_id
+        for record, logged in zip(records, rows.column(COMMIT_TIME_KEY).to_pylist())
+        if optimize_figures(record) and _swap_time(record, logged, log_times) >= cutoff
+    ]
+    first_commit_ms = None
+    if log_snap.latest is not None:  # the oldest of the committed files (logged time, time on storage) and log files
+        times = [*log_times.values(), pc.min(entries.column("modificationTime")).as_py()]
+        if is_committed.any():
+            times.append(int(mtimes[is_committed].min()))
+        first_commit_ms = min((t for t in times if t is not None), default=None)
+    latest = -1 if log_snap.latest is None else log_snap.latest
+    versions = {app: r.query_batch_id for app, r in app_commits(records).items()}
     live = [lease for lease in found_leases if lease.is_live(latest, versions)]
     dead = [lease for lease in found_leases if not lease.is_live(latest, versions)]
     protected_from = min((lease.started_ms for lease in live), default=None)
@@ -141,12 +165,14 @@ def find_orphans(
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
     # a younger temporary file may be a commit in flight
     plan.orphaned_copies, plan.log_temps = log.leftovers(max(older_than_ms, ORPHANED_COPY_AGE_MS))
-    nested = nested_roots([i.path[len(prefix) :] for i in listed if i.path.startswith(prefix)])
-    for info in listed:
-        relative = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
-        if not is_data_file(relative) or info.path in committed:
+    hidden = nonzero(pc.match_substring(paths, "/_"))  # a nested log's path holds one (most data files none)
+    nested = nested_roots([listed[i].path[len(prefix) :] for i in hidden if listed[i].path.startswith(prefix)])
+    # only the files no entry names are looked at one by one (most files of an output are committed)
+    for info in sorted((listed[i] for i in np.flatnonzero(~is_committed)), key=lambda i: i.path):
+        relative_path = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+        if not is_data_file(relative_path):
             continue
-        if any(relative.startswith(root) for root in nested):
+        if any(relative_path.startswith(root) for root in nested):
             plan.nested_kept.append(info)
         elif protected_from is not None and info.mtime_ms >= protected_from - CLOCK_SLACK_MS:
             plan.in_flight.append(info)
@@ -161,14 +187,23 @@ def find_orphans(
     return plan
 
 
-def _swap_time(record: CommitRecord, entry: LogEntry, log_times: Mapping[int, int]) -> int:
-    """When the optimize of ``record`` (its log ``entry``) was committed: the later of its logged commit time (the
+def _refusal(storage: Storage, problems: Sequence[LogError]) -> LogError:
+    """The error vacuum raises when its log cannot be read (``problems``: what the check found)."""
+    return LogError(
+        f"refusing to vacuum {storage.display(storage.root)}: its log cannot be read, so committed files "
+        f"cannot be told apart from orphans ({len(problems)} problem(s); run `parquet-sink verify`). "
+        f"First: {problems[0]}"
+    )
+
+
+def _swap_time(record: CommitRecord, logged_ms: int | None, log_times: Mapping[int, int]) -> int:
+    """When the optimize of ``record`` was committed: the later of its logged commit time ``logged_ms`` (the
     optimizing machine's clock) and its log file's time on storage (the clock of the files' ages), so that a
     swap a clock behind stamped in the past is not taken for an old one. Pure.
 
-    Example: ``_swap_time(record, entry, {19: 1732430000000})`` -> ``1732430000000``.
+    Example: ``_swap_time(record, 1732420000000, {19: 1732430000000})`` -> ``1732430000000``.
     """
-    return max(entry.extra.get(COMMIT_TIME_KEY, 0), log_times.get(record.log_batch_id, 0))
+    return max(logged_ms or 0, log_times.get(record.log_batch_id, 0))
 
 
 def _replaced_files(url: str, storage_options: Mapping[str, Any] | None, swaps: Sequence[int]) -> set[str]:

@@ -587,9 +587,12 @@ def _dataset(snap: Snapshot, layout: _Layout, filesystem: pyarrow.fs.FileSystem)
         rows = [[(c, pa.scalar(convert_partition_value(raw, types[c]), types[c])) for c, raw in p] for p in layout.mixed]
         expressions = [_partition_expression(row) for row in rows]
     elif layout.directory_values:  # Arrow scalars, not Python values: a timestamp in year 0 has no datetime
+        assert layout.directory is not None
         names = list(layout.directory_values)
-        per_directory = [_partition_expression(list(zip(names, r))) for r in zip(*layout.directory_values.values())]
-        expressions = [per_directory[i] for i in layout.directory]
+        used = np.unique(layout.directory)  # of the files kept: one expression per directory they are in
+        rows = zip(*(v.take(pa.array(used)) for v in layout.directory_values.values()))
+        per_directory = dict(zip(used.tolist(), (_partition_expression(list(zip(names, r))) for r in rows)))
+        expressions = [per_directory[i] for i in layout.directory.tolist()]
     else:
         expressions = []
     return ds.FileSystemDataset.from_paths(
@@ -626,6 +629,21 @@ def _kept(snap: Snapshot, layout: _Layout, keep: np.ndarray) -> tuple[Snapshot, 
     directory = None if layout.directory is None else layout.directory[keep]
     kept = _Layout(layout.schema, mixed, directory, layout.directory_values)
     return Snapshot(snap.storage, snap.latest_batch_id, files, snap.older), kept
+
+
+def _in_directories(snap: Snapshot, layout: _Layout, filter: ds.Expression) -> tuple[Snapshot, _Layout]:
+    """``snap`` and ``layout`` without the files of the partition directories where ``filter`` cannot match, decided
+    once per distinct directory from its partition values (the data columns unknown there), not once per file:
+    10,000 one-file partitions and ``p == k`` keep one file before any statistics are decoded or any dataset is
+    built."""
+    fields = filter_fields(filter)
+    values = layout.directory_values
+    if not values or (fields is not None and not fields & set(values)):
+        return snap, layout
+    directories = len(next(iter(values.values())))
+    may_match = file_verdicts(filter, FileStats(pa.nulls(directories, pa.int64()), {}), values).may_match
+    keep = may_match[layout.directory]
+    return (snap, layout) if keep.all() else _kept(snap, layout, keep)
 
 
 def _decoded(snap: Snapshot, layout: _Layout | None, filter: ds.Expression | None) -> FileStats:
@@ -815,6 +833,7 @@ def read_committed(
     layout = _layout(snap, time_zone, snap.storage.arrow_filesystem())
     if filter is not None:
         _check_filter_columns(filter, snap, layout)
+        snap, layout = _in_directories(snap, layout, filter)
         snap, layout = _kept(snap, layout, _verdicts(_decoded(snap, layout, filter), layout, filter).may_match)
     try:
         dataset = _dataset(snap, layout, _fetched(snap) or snap.storage.arrow_filesystem())
@@ -899,6 +918,7 @@ def count_committed(
     layout = None if filter is None else _layout(snap, time_zone, snap.storage.arrow_filesystem())
     if filter is not None and layout is not None:
         _check_filter_columns(filter, snap, layout)
+        snap, layout = _in_directories(snap, layout, filter)
     stats = _decoded(snap, layout, filter)
     may = whole = np.ones(len(stats.rows), bool)
     if layout is not None:

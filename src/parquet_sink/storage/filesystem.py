@@ -97,6 +97,29 @@ def _azure_url(url: str, storage_options: Mapping[str, Any]) -> str:
     return url.replace(f"@{host}", f"@{host.lower()}", 1) if at else url
 
 
+def _walk_local(top: str) -> list[FileInfo]:
+    """Every file below the local directory ``top`` (symbolic links followed, as fsspec's local ``find`` follows
+    them); a file or directory that vanishes during the walk is left out."""
+    found: list[FileInfo] = []
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir():
+                            pending.append(entry.path)
+                            continue
+                        stat = entry.stat()
+                    except FileNotFoundError:  # deleted since the directory was read
+                        continue
+                    found.append(FileInfo(entry.path, stat.st_size, False, int(stat.st_mtime * 1000)))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return found
+
+
 class _FetchedFiles(pyarrow.fs.FileSystemHandler):
     """A read-only pyarrow filesystem over files already fetched into memory (:meth:`Storage.fetched`)."""
 
@@ -382,7 +405,11 @@ class Storage:
 
     @backend_errors
     def find(self, path: str) -> list[FileInfo]:
-        """Every file below ``path`` (recursive), fresh."""
+        """Every file below ``path`` (recursive), fresh, in no particular order: on an object store one listing
+        (a request per page of 1,000 keys), on local disk a walk with one ``stat`` per file (fsspec's local
+        ``find`` costs ~4x as much per file: a dict and a second path normalisation each)."""
+        if self.is_local:
+            return _walk_local(path)
         self.fs.invalidate_cache(path)
         return [self._file_info(raw) for raw in self.fs.find(path, detail=True).values()]
 
