@@ -1,0 +1,191 @@
+"""Growth of the per-batch log operations (issue 58 items 1, 2, 5): what one small batch costs as the output grows.
+
+The shape users have: an output whose *first batch* holds N files, written by ``write_batch`` (one file per row,
+``max_records_per_file=1``; ``"partitions"``: one file in each of N partitions), with its Delta log made by a first
+``sync_delta_log``. Then, each measured in a fresh process on a fresh copy of that output (data hard-linked, logs
+copied), medians of ``repeats``:
+
+* ``append``: ``write_batch`` of one 10-row batch (ms, and the process's peak RSS growth in MB);
+* ``sync``: ``sync_delta_log`` after that append, cold (the process's first), and warm (the second and third
+  append-then-sync in the same process);
+* ``append+delta``: ``write_batch(..., delta_log=True)`` of one 10-row batch (the writer keeps the Delta log);
+* ``history10``: ``history(path, limit=10)``.
+
+Usage (from the repository root)::
+
+    python -m benchmarks.growth_log --sizes 1000,10000,100000 --repeats 3
+
+:func:`measure` is the entry point other benchmarks call: it returns ``{(shape, files, operation): Stat}`` (seconds;
+``append_mb`` in MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pyarrow as pa
+
+from .common import Stat
+
+SHAPES = ("big", "partitions")
+OPERATIONS = ("append", "append_mb", "sync_cold", "sync_warm", "append_delta", "history10")
+
+
+def _rows(start: int, count: int, partitioned: bool) -> pa.Table:
+    ids = pa.array(range(start, start + count), pa.int64())
+    columns = {"id": ids, "v": pa.array([float(i) for i in range(start, start + count)])}
+    if partitioned:
+        columns["k"] = pa.array([f"p{i}" for i in range(start, start + count)])
+    return pa.table(columns)
+
+
+def build(root: str, shape: str, files: int) -> str:
+    """The output of ``shape`` with a first batch of ``files`` files and its Delta log (see the module docstring)."""
+    from parquet_sink import sync_delta_log, write_batch
+
+    out = os.path.join(root, f"{shape}-{files}")
+    partitioned = shape == "partitions"
+    write_batch(
+        out, _rows(0, files, partitioned), app_id="first", version=0, max_records_per_file=1,
+        partition_by=["k"] if partitioned else None,
+    )
+    sync_delta_log(out)
+    return out
+
+
+def _copy(base: str, target: str) -> str:
+    """A copy of ``base`` an append may change: data files hard-linked, the logs copied."""
+    logs = ("_spark_metadata", "_delta_log")
+    shutil.copytree(base, target, copy_function=os.link, ignore=lambda d, names: logs if d == base else ())
+    for name in logs:
+        shutil.copytree(os.path.join(base, name), os.path.join(target, name))
+    return target
+
+
+def _small(version: int, partitioned: bool) -> pa.Table:
+    """The appended batch: 10 rows, one file (in one partition of its own when ``partitioned``)."""
+    rows = _rows(10**9 + 10 * version, 10, False)
+    return rows.append_column("k", pa.array(["new"] * 10)) if partitioned else rows
+
+
+def _child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
+    """One measurement, in this (fresh) process: seconds (and MB for the append)."""
+    from parquet_sink import history, sync_delta_log, write_batch
+
+    kw = {"partition_by": ["k"]} if partitioned else {}
+    if operation == "history10":
+        started = time.perf_counter()
+        assert history(out, limit=10).num_rows == 1
+        return {"history10": time.perf_counter() - started}
+    if operation == "append_delta":
+        started = time.perf_counter()
+        assert write_batch(out, _small(0, partitioned), app_id="small", version=0, delta_log=True, **kw).committed
+        return {"append_delta": time.perf_counter() - started}
+    result: dict[str, float] = {}
+    warm: list[float] = []
+    for version in range(3):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        assert write_batch(out, _small(version, partitioned), app_id="small", version=version, **kw).committed
+        if version == 0:
+            result["append"] = time.perf_counter() - started
+            result["append_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+        started = time.perf_counter()
+        synced = sync_delta_log(out, check_files=False)
+        seconds = time.perf_counter() - started
+        assert synced.committed and synced.added == 1, synced
+        if version == 0:
+            result["sync_cold"] = seconds
+        else:
+            warm.append(seconds)
+    result["sync_warm"] = max(warm)
+    return result
+
+
+def _run_child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.growth_log", "--child", operation, out, str(int(partitioned))],
+        check=True, capture_output=True, text=True, env=env,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(
+    root: str, sizes: list[int], repeats: int = 3, shapes: tuple[str, ...] = SHAPES
+) -> dict[tuple[str, int, str], Stat]:
+    """``{(shape, files, operation): Stat}`` for each shape and size (see the module docstring), each figure in a
+    fresh process on a fresh copy of the output; the built outputs are removed at the end."""
+    results: dict[tuple[str, int, str], Stat] = {}
+    for shape in shapes:
+        for files in sizes:
+            base = build(root, shape, files)
+            for rep in range(repeats):
+                for operation in ("append", "append_delta", "history10"):
+                    target = base if operation == "history10" else _copy(base, f"{base}-{operation}-{rep}")
+                    figures = _run_child(operation, target, shape == "partitions")
+                    for name, value in figures.items():
+                        results.setdefault((shape, files, name), Stat()).add(value)
+                    if target != base:
+                        shutil.rmtree(target)
+            shutil.rmtree(base)
+    return results
+
+
+def table(results: dict[tuple[str, int, str], Stat]) -> str:
+    """A markdown table: one row per (shape, operation), one column per size."""
+    sizes = sorted({files for _, files, _ in results})
+    lines = ["| shape | operation | " + " | ".join(f"{n:,} files" for n in sizes) + " |",
+             "|---|---|" + "---:|" * len(sizes)]
+    for shape in SHAPES:
+        for operation in OPERATIONS:
+            cells = []
+            for files in sizes:
+                stat = results.get((shape, files, operation))
+                if stat is None:
+                    cells.append("")
+                elif operation == "append_mb":
+                    cells.append(f"{stat.median:+.0f} MB")
+                else:
+                    cells.append(f"{stat.median * 1000:.1f} ms")
+            if any(cells):
+                lines.append(f"| {shape} | {operation} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        print(json.dumps(_child(argv[1], argv[2], argv[3] == "1")))
+        return 0
+    p = argparse.ArgumentParser(prog="python -m benchmarks.growth_log", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="1000,10000,100000")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--tmpdir")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+    root = tempfile.mkdtemp(prefix="growth-log-", dir=args.tmpdir)
+    try:
+        results = measure(root, [int(n) for n in args.sizes.split(",")], args.repeats, tuple(args.shapes.split(",")))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(table(results))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"|".join(map(str, k)): v.values for k, v in results.items()}, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
