@@ -5,11 +5,12 @@ The shape users have: an output whose *first batch* holds N files, written by ``
 ``sync_delta_log``. Then, each measured in a fresh process on a fresh copy of that output (data hard-linked, logs
 copied), medians of ``repeats``:
 
-* ``append``: ``write_batch`` of one 10-row batch (ms, and the process's peak RSS growth in MB);
+* ``append``: ``write_batch`` of one 10-row batch (ms; ``append_mb``: the process's peak RSS above its RSS before it);
 * ``sync``: ``sync_delta_log`` after that append, cold (the process's first), and warm (the second and third
   append-then-sync in the same process);
 * ``append+delta``: ``write_batch(..., delta_log=True)`` of one 10-row batch (the writer keeps the Delta log);
-* ``history10``: ``history(path, limit=10)``.
+* ``history10``: ``history(path, limit=10)`` after eleven more one-file batches (so the first batch is not among
+  the ten; the tenth compacts the log, as the sink's default interval does).
 
 Usage (from the repository root)::
 
@@ -76,14 +77,24 @@ def _small(version: int, partitioned: bool) -> pa.Table:
     return rows.append_column("k", pa.array(["new"] * 10)) if partitioned else rows
 
 
+def _rss_kb() -> int:
+    """This process's resident set now, in KiB (ru_maxrss's unit)."""
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
 def _child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
     """One measurement, in this (fresh) process: seconds (and MB for the append)."""
     from parquet_sink import history, sync_delta_log, write_batch
 
     kw = {"partition_by": ["k"]} if partitioned else {}
+    if operation == "setup_history":
+        for version in range(11):
+            assert write_batch(out, _small(version, partitioned), app_id="later", version=version, **kw).committed
+        return {}
     if operation == "history10":
         started = time.perf_counter()
-        assert history(out, limit=10).num_rows == 1
+        assert history(out, limit=10).num_rows == 10
         return {"history10": time.perf_counter() - started}
     if operation == "append_delta":
         started = time.perf_counter()
@@ -92,7 +103,7 @@ def _child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
     result: dict[str, float] = {}
     warm: list[float] = []
     for version in range(3):
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss = _rss_kb()
         started = time.perf_counter()
         assert write_batch(out, _small(version, partitioned), app_id="small", version=version, **kw).committed
         if version == 0:
@@ -110,10 +121,11 @@ def _child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
     return result
 
 
-def _run_child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
+def _run_child(operation: str, out: str, partitioned: bool, src: str | None) -> dict[str, float]:
+    """:func:`_child` in a fresh process, importing parquet_sink from ``src`` (default: as this process does)."""
     env = dict(os.environ)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH"), here) if p)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.growth_log", "--child", operation, out, str(int(partitioned))],
         check=True, capture_output=True, text=True, env=env,
@@ -122,44 +134,54 @@ def _run_child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
 
 
 def measure(
-    root: str, sizes: list[int], repeats: int = 3, shapes: tuple[str, ...] = SHAPES
-) -> dict[tuple[str, int, str], Stat]:
-    """``{(shape, files, operation): Stat}`` for each shape and size (see the module docstring), each figure in a
-    fresh process on a fresh copy of the output; the built outputs are removed at the end."""
-    results: dict[tuple[str, int, str], Stat] = {}
+    root: str, sizes: list[int], repeats: int = 3, shapes: tuple[str, ...] = SHAPES,
+    sources: dict[str, str | None] | None = None,
+) -> dict[tuple[str, str, int, str], Stat]:
+    """``{(code, shape, files, operation): Stat}`` for each shape and size (see the module docstring), each figure
+    in a fresh process on a fresh copy of the output, for each ``sources`` entry (label -> the ``src`` directory
+    parquet_sink is imported from; default ``{"ours": None}``: as this process imports it), interleaved repeat by
+    repeat; the outputs are removed at the end."""
+    sources = sources or {"ours": None}
+    results: dict[tuple[str, str, int, str], Stat] = {}
     for shape in shapes:
+        partitioned = shape == "partitions"
         for files in sizes:
             base = build(root, shape, files)
+            later = _copy(base, f"{base}-later")  # ten more batches: history(limit=10) leaves the first one out
+            _run_child("setup_history", later, partitioned, None)
             for rep in range(repeats):
-                for operation in ("append", "append_delta", "history10"):
-                    target = base if operation == "history10" else _copy(base, f"{base}-{operation}-{rep}")
-                    figures = _run_child(operation, target, shape == "partitions")
-                    for name, value in figures.items():
-                        results.setdefault((shape, files, name), Stat()).add(value)
-                    if target != base:
-                        shutil.rmtree(target)
+                for label, src in (sources.items() if rep % 2 == 0 else reversed(sources.items())):
+                    for operation in ("append", "append_delta", "history10"):
+                        target = later if operation == "history10" else _copy(base, f"{base}-{operation}-{rep}")
+                        for name, value in _run_child(operation, target, partitioned, src).items():
+                            results.setdefault((label, shape, files, name), Stat()).add(value)
+                        if target != later:
+                            shutil.rmtree(target)
             shutil.rmtree(base)
+            shutil.rmtree(later)
     return results
 
 
-def table(results: dict[tuple[str, int, str], Stat]) -> str:
-    """A markdown table: one row per (shape, operation), one column per size."""
-    sizes = sorted({files for _, files, _ in results})
-    lines = ["| shape | operation | " + " | ".join(f"{n:,} files" for n in sizes) + " |",
-             "|---|---|" + "---:|" * len(sizes)]
+def table(results: dict[tuple[str, str, int, str], Stat]) -> str:
+    """A markdown table: one row per (shape, operation, code), one column per size."""
+    sizes = sorted({files for _, _, files, _ in results})
+    labels = list(dict.fromkeys(label for label, _, _, _ in results))
+    lines = ["| shape | operation | code | " + " | ".join(f"{n:,} files" for n in sizes) + " |",
+             "|---|---|---|" + "---:|" * len(sizes)]
     for shape in SHAPES:
         for operation in OPERATIONS:
-            cells = []
-            for files in sizes:
-                stat = results.get((shape, files, operation))
-                if stat is None:
-                    cells.append("")
-                elif operation == "append_mb":
-                    cells.append(f"{stat.median:+.0f} MB")
-                else:
-                    cells.append(f"{stat.median * 1000:.1f} ms")
-            if any(cells):
-                lines.append(f"| {shape} | {operation} | " + " | ".join(cells) + " |")
+            for label in labels:
+                cells = []
+                for files in sizes:
+                    stat = results.get((label, shape, files, operation))
+                    if stat is None:
+                        cells.append("")
+                    elif operation == "append_mb":
+                        cells.append(f"{stat.median:+.0f} MB")
+                    else:
+                        cells.append(f"{stat.median * 1000:.1f} ms")
+                if any(cells):
+                    lines.append(f"| {shape} | {operation} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -174,10 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--tmpdir")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--before", help="also measure parquet_sink imported from this src directory (an older checkout)")
     args = p.parse_args(argv)
     root = tempfile.mkdtemp(prefix="growth-log-", dir=args.tmpdir)
     try:
-        results = measure(root, [int(n) for n in args.sizes.split(",")], args.repeats, tuple(args.shapes.split(",")))
+        sources = {"before": args.before, "after": None} if args.before else None
+        results = measure(
+            root, [int(n) for n in args.sizes.split(",")], args.repeats, tuple(args.shapes.split(",")), sources
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(table(results))
