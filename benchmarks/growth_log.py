@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -77,10 +76,12 @@ def _small(version: int, partitioned: bool) -> pa.Table:
     return rows.append_column("k", pa.array(["new"] * 10)) if partitioned else rows
 
 
-def _rss_kb() -> int:
-    """This process's resident set now, in KiB (ru_maxrss's unit)."""
-    with open("/proc/self/statm", encoding="ascii") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+def _memory_kb() -> tuple[int, int]:
+    """This process's resident set now and its peak (``VmRSS``, ``VmHWM``), in KiB. Not ``ru_maxrss``: a child
+    process starts with its parent's (the builder's) peak."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        fields = dict(line.split(":", 1) for line in fh)
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
 def _child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
@@ -103,12 +104,12 @@ def _child(operation: str, out: str, partitioned: bool) -> dict[str, float]:
     result: dict[str, float] = {}
     warm: list[float] = []
     for version in range(3):
-        rss = _rss_kb()
+        rss = _memory_kb()[0]
         started = time.perf_counter()
         assert write_batch(out, _small(version, partitioned), app_id="small", version=version, **kw).committed
         if version == 0:
             result["append"] = time.perf_counter() - started
-            result["append_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+            result["append_mb"] = (_memory_kb()[1] - rss) / 1024
         started = time.perf_counter()
         synced = sync_delta_log(out, check_files=False)
         seconds = time.perf_counter() - started
