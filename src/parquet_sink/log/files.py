@@ -47,7 +47,7 @@ from .sidecar import (
     log_memory_pool,
     sidecar_path,
 )
-from .entry import BATCH_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
+from .entry import BATCH_KEY, COMMIT_ID_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
 from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,9 @@ _PARSE = pa_json.ParseOptions(explicit_schema=ENTRY_SCHEMA, unexpected_field_beh
 # Arrow's JSON parser costs ~0.4 ms a block whatever its size; up to this many lines are parsed one by one, cheaper (a
 # delta of the sink's: a few data entries with their statistics, which the line scanners leave to a JSON parser)
 _FEW_LINES = 32
+# A delta file bigger than twice this is read at its two ends only where its first and last entries suffice
+# (LogFiles.read_ends): an append after a batch of 100,000 files reads 128 KiB of its log file, not 40 MB.
+END_BYTES = 1 << 16
 
 
 def parse_batch_name(name: str) -> tuple[int, bool] | None:
@@ -425,7 +428,7 @@ class LogFiles:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _corrupt(self, path: str, batch_id: int, number: int, exc: Exception) -> CorruptLogError:
+    def _corrupt(self, path: str, batch_id: int, number: int | str, exc: Exception) -> CorruptLogError:
         return CorruptLogError(
             f"corrupt log file {self.display(path)} (batch {batch_id}), line {number}: {exc}. The file was "
             "truncated or damaged; restore it from backup, or run `parquet-sink verify` to see every problem."
@@ -739,12 +742,51 @@ class LogFiles:
             failpoint("cleanup")
         return deleted
 
+    def read_ends(self, path: str, batch_id: int) -> pa.Table | None:
+        """The first entry and the last data entry (neither a directory nor empty: what readers read) of the delta
+        file ``path`` as rows of :data:`~parquet_sink.log.entry.ENTRY_SCHEMA` stamped with ``batch_id``, from a stat
+        and its first and last :data:`END_BYTES` bytes (ranged reads): what a writer deciding its commit needs of a
+        batch before the ones it reads whole, whatever that batch's size. Every writer of this package puts the
+        batch's commit record on its first entry (:meth:`~parquet_sink.log.entry.CommitRecord.log_entries`) and
+        none elsewhere. None, to read the file whole (:meth:`read_table`), when it is small, when its first entry
+        carries no commit record (a batch of Spark's own sink, or another writer's) or when its last bytes hold no
+        data entry. The lines read are validated as :meth:`iter_entries` does (CorruptLogError); the others are
+        left to compaction, ``verify`` and the readers. FileNotFoundError if the file is gone.
+
+        Example: ``log.read_ends(log.path_of(0, False), 0).column("commitId")`` -> ``['9f1c...', None]``.
+        """
+        size = self.storage.info(path).size
+        if size <= 2 * END_BYTES:
+            return None
+        header, _, body = self.storage.read_bytes(path, 0, END_BYTES).partition(b"\n")
+        self.check_header(header, path, batch_id)
+        first, complete, _ = body.partition(b"\n")
+        if not complete:  # a first line longer than the bytes read
+            return None
+        entries = [self._entry(first, path, batch_id, 2, batch_id)]
+        if COMMIT_ID_KEY not in entries[0].extra:
+            return None
+        lines = self.storage.read_bytes(path, size - END_BYTES, size).rstrip(b"\n").split(b"\n")[1:]  # 1st: cut
+        for back, raw in enumerate(reversed(lines)):
+            entry = self._entry(raw, path, batch_id, f"{back + 1} from the end", batch_id)
+            if not entry.is_dir and entry.size > 0:
+                try:
+                    return entries_table([entries[0], entry])
+                except ValueError as exc:  # a commit record key of a wrong type
+                    raise self._corrupt(path, batch_id, 2, exc) from exc
+        return None
+
+    def _entry(self, raw: bytes, path: str, batch_id: int, number: int | str, owner: int | None) -> LogEntry:
+        """The entry of line ``number`` of log file ``path`` (batch ``batch_id``; ``owner``: the batch id of an entry
+        without one), CorruptLogError when it is none."""
+        try:
+            return LogEntry.from_json(raw.decode("utf-8"), owner)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise self._corrupt(path, batch_id, number, exc) from exc
+
     def iter_entries(self, path: str, batch_id: int) -> Iterator[LogEntry]:
         """Stream the entries of one log file as :class:`LogEntry` objects (every extra key kept)."""
         owner = None if is_compact_path(path) else batch_id
         for block in self.blocks(path, batch_id):
             for number, raw in enumerate(block.split(), start=block.first_line):
-                try:
-                    yield LogEntry.from_json(raw.decode("utf-8"), owner)
-                except (UnicodeDecodeError, ValueError) as exc:
-                    raise self._corrupt(path, batch_id, number, exc) from exc
+                yield self._entry(raw, path, batch_id, number, owner)

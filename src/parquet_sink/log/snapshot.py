@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +33,10 @@ import pyarrow.compute as pc
 from ..arrow_versions import nonzero
 from ..errors import MissingLogFileError, OutsideRootError, SnapshotError, SnapshotNotFoundError
 from .compaction import CompactibleLog
-from .files import Listing
+from .files import Listing, is_compact_path
 from .lines import joined, scan_pieces
 from .sidecar import columns_pool
-from .entry import BATCH_KEY, ENTRY_SCHEMA
+from .entry import BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, ENTRY_SCHEMA, EXPIRED_KEY
 from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,60 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
 
     Example: ``read_snapshot(log).table.column("path")``.
     """
+    return _consistent(log, interval, columns, lambda latest, listing, step: read_log_files(log, latest, listing, step, columns))
+
+
+def read_recent(
+    log: CompactibleLog, interval: int | None = None, *, whole_after: int | None = None, whole_newest: int = 0
+) -> LogSnapshot:
+    """The latest snapshot of ``log`` as a writer deciding its commit and ``history(limit=)`` need it, read as
+    :func:`read_snapshot` reads it but at the cost of the batches they look at, not of the output: every entry of
+    the batches after ``whole_after`` and of the newest ``whole_newest`` ones; of the older batches only the
+    entries carrying a commit record, a batch's figures (commit time, rows) or a retention marker, and the newest
+    data entry (what readers read). A delta file among those is read at its two ends
+    (:meth:`~parquet_sink.log.files.LogFiles.read_ends`), a compact file whole (its columnar copy) and then
+    filtered. So :func:`~parquet_sink.log.entry.records_of`, the newest commit time, the newest data file and
+    the entries of the batches read whole are those of the whole snapshot.
+
+    Example: ``read_recent(log, whole_after=6).table`` -> the records of every batch, every entry of 7 and later.
+    """
+
+    def read(latest: int, listing: Listing, step: int | None) -> pa.Table:
+        start = latest + 1 - whole_newest if whole_after is None else min(whole_after + 1, latest + 1 - whole_newest)
+        tables = []
+        for batch_id, path in log.files_for(latest, listing, step):
+            ends = None if batch_id >= start or is_compact_path(path) else log.read_ends(path, batch_id)
+            if ends is None:
+                table = log.read_table(path, batch_id, listing.sidecars)
+                ends = table if batch_id >= start else _decisive(table, start)
+            tables.append(ends)
+        return pa.concat_tables(tables) if tables else _empty(None)
+
+    return _consistent(log, interval, None, read)
+
+
+def _decisive(table: pa.Table, start: int) -> pa.Table:
+    """The entries of a log file :func:`read_recent` keeps: those of batches from ``start`` on, those carrying a
+    commit record, figures or a retention marker, and the newest data entry; all of a compact file Spark wrote
+    (its entries tell no batch)."""
+    ids = table.column(BATCH_KEY)
+    if ids.null_count or not table.num_rows:
+        return table
+    keep = pc.or_(pc.greater_equal(ids, start), pc.is_valid(table.column(COMMIT_ID_KEY)))
+    for key in (COMMIT_TIME_KEY, EXPIRED_KEY):
+        keep = pc.or_(keep, pc.is_valid(table.column(key)))
+    data = np.flatnonzero(pc.invert(pc.or_(table.column("isDir"), pc.less_equal(table.column("size"), 0))).to_numpy())
+    if len(data):
+        keep = pc.or_(keep, pa.array(np.arange(table.num_rows) == data[-1]))
+    return table.filter(keep)
+
+
+def _consistent(
+    log: CompactibleLog, interval: int | None, columns: list[str] | None,
+    read: Callable[[int, Listing, int | None], pa.Table],
+) -> LogSnapshot:
+    """The snapshot ``read(latest, listing, interval)`` reads from one listing, listed and read again while a
+    concurrent compaction or cleanup moves the log (never mixing two states)."""
     last_error: Exception | None = None
     for attempt in range(_ATTEMPTS):
         listing = log.list_names()
@@ -88,7 +143,7 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
         # suggests (Spark's deriveCompactInterval) may not hold for the next one
         step = interval or log.listing_interval(listing)
         try:
-            return LogSnapshot(listing, latest, read_log_files(log, latest, listing, step, columns))
+            return LogSnapshot(listing, latest, read(latest, listing, step))
         except (FileNotFoundError, MissingLogFileError) as exc:
             last_error = exc
             if isinstance(exc, MissingLogFileError) and max(log.list_names(), default=None) == latest:

@@ -42,7 +42,7 @@ from ..log.compaction import check_compact_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, CommitRecord, attribute, records_of
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
-from ..log.snapshot import LogSnapshot, data_files, read_snapshot
+from ..log.snapshot import LogSnapshot, data_files, read_recent, read_snapshot
 from ..storage.filesystem import Storage
 
 logger = logging.getLogger(__name__)
@@ -226,7 +226,8 @@ def history(
     check_compact_interval(compact_interval)
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
-    snap = read_snapshot(log, compact_interval)
+    # with a limit, only the newest batches are read whole: the rows cut off are not counted
+    snap = read_snapshot(log, compact_interval) if limit is None else read_recent(log, compact_interval, whole_newest=limit)
     if snap.latest is None:
         require_output(storage)
     table = batch_history(snap)

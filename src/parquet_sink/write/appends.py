@@ -52,7 +52,7 @@ from .conflicts import Transaction, check_commit, spark_sink_refusal, winning_co
 from .inflight import InFlightBatch, refuse_missing_files, start_output
 from ..log.compaction import check_flags, check_positive_int
 from ..log.files import check_output_root
-from ..log.snapshot import data_files, read_snapshot
+from ..log.snapshot import data_files, read_recent
 from ..log.metadata_log import MetadataLog
 from .schema import (
     check_batch_schema, check_partition_by, check_partition_columns, check_storable, committed_zones, read_committed_schema,
@@ -352,7 +352,9 @@ def write_batch(
     int96 = False  # timestamps stored as INT96, as the output's newest file stores them (_check_schema)
     try:
         for attempt in range(_MAX_ATTEMPTS):
-            snap = read_snapshot(log)
+            # the log at the cost of this append: the commit records, the newest data file and commit time, and the
+            # batches committed since the last attempt read it (what the winners of a lost race changed)
+            snap = read_recent(log, whole_after=read if attempt else None)
             if not attempt:
                 log.check_settings(snap.listing)  # before anything is written (a commit checks again)
             latest = -1 if snap.latest is None else snap.latest
