@@ -1,0 +1,168 @@
+"""sync_iceberg without Spark: an Iceberg table (pyiceberg, real metadata files, a SQLite catalog or the metadata
+alone with the output) holds one snapshot per log batch, each listing exactly the files the log commits as of that
+batch; pyiceberg's scans (current, by snapshot, with row filters that prune by the manifests) return exactly
+read_committed's rows, through schema evolution, partitions with nulls, optimize and a re-sync."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+pytest.importorskip("pyiceberg")
+
+from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
+from pyiceberg.table import StaticTable  # noqa: E402
+
+from parquet_sink import committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
+from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
+from parquet_sink.iceberg.sync import MARKER  # noqa: E402
+
+
+def _table(version: int, rows: int = 5, extra: bool = False) -> pa.Table:
+    """Rows of every kind the sync must carry: ints, strings, floats, dates, UTC timestamps, decimals, nulls;
+    ``k``/``n`` for partitions (a null ``k`` among them); ``extra`` adds a column (schema evolution)."""
+    ids = [version * 10 + i for i in range(rows)]
+    columns = {
+        "i": pa.array(ids, pa.int64()),
+        "s": [f"s{i}" if i % 4 else None for i in ids],
+        "f": [i / 3 if i % 3 else None for i in ids],
+        "day": pa.array([_dt.date(1999 + i % 3, 1, 1 + i % 28) for i in ids]),
+        "at": pa.array([_dt.datetime(2024, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(seconds=i, microseconds=7) for i in ids],
+                       pa.timestamp("us", "UTC")),
+        "price": pa.array([decimal.Decimal(i) / 4 if i % 5 else None for i in ids], pa.decimal128(12, 2)),
+        "k": [["a", "b c", None][i % 3] for i in ids],
+        "n": pa.array([i % 2 for i in ids], pa.int32()),
+    }
+    if extra:
+        columns["late"] = [f"l{i}" for i in ids]
+    return pa.table(columns)
+
+
+def _rows(table: pa.Table, like: pa.Table) -> list[dict]:
+    """``table``'s rows as ``like``'s columns and types (Iceberg reads strings as large strings and orders a
+    partition column where the table declares it), sorted."""
+    if not like.num_columns:
+        return []
+    table = table.select(like.column_names).cast(like.schema)
+    return sorted(table.to_pylist(), key=repr)
+
+
+def _assert_same(iceberg: pa.Table, root: Path, **options) -> None:
+    expected = read_committed(str(root), **options)
+    assert iceberg.num_rows == expected.num_rows
+    assert _rows(iceberg, expected) == _rows(expected, expected)
+
+
+def _write(root: Path, versions: range, partition_by: list[str], extra_from: int = 99) -> None:
+    for version in versions:
+        write_batch(str(root), _table(version, extra=version >= extra_from), app_id="a", version=version,
+                    partition_by=partition_by)
+
+
+def _catalog_properties(tmp_path: Path) -> dict[str, str]:
+    """An embedded SQLite catalog's properties (``name``: the catalog's name its rows are kept under)."""
+    return {"name": "c", "type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+            "warehouse": f"file://{tmp_path / 'wh'}"}
+
+
+def _snapshots_by_batch(table) -> dict[int, int]:
+    return {int(s.summary[MARKER]): s.snapshot_id for s in table.metadata.snapshots}
+
+
+@pytest.mark.parametrize("partition_by", [[], ["k", "n"]], ids=["flat", "partitioned"])
+def test_metadata_with_the_output_one_snapshot_per_batch(tmp_path, partition_by):
+    """Without a catalog: the metadata lives under the hidden directory, metadata_location opens it; one
+    snapshot per log batch, each reading read_committed(as_of_batch=b)'s rows; a second sync is a no-op, a
+    sync after more batches adds only theirs (a column added by a later batch included)."""
+    root = tmp_path / "out"
+    _write(root, range(3), partition_by)
+    first = sync_iceberg(str(root))
+    assert first.created and first.snapshots == 3 and first.log_batch == 2 and first.previous_log_batch is None
+    assert first.files_added == len(committed_files(str(root))) and first.files_removed == 0
+    assert first.metadata_location.startswith(str(root / METADATA_DIR) + "/")
+    table = StaticTable.from_metadata(first.metadata_location)
+    assert table.current_snapshot().snapshot_id == first.snapshot_id
+    _assert_same(table.scan().to_arrow(), root)
+
+    again = sync_iceberg(str(root))
+    assert (again.snapshots, again.files_added, again.metadata_location) == (0, 0, first.metadata_location)
+
+    before = len(committed_files(str(root)))
+    _write(root, range(3, 5), partition_by, extra_from=4)
+    later = sync_iceberg(str(root))
+    assert (later.previous_log_batch, later.log_batch, later.snapshots) == (2, 4, 2)
+    assert later.files_added == len(committed_files(str(root))) - before
+    table = StaticTable.from_metadata(later.metadata_location)
+    assert "late" in table.schema().column_names
+    _assert_same(table.scan().to_arrow(), root)
+    snapshots = _snapshots_by_batch(table)
+    assert sorted(snapshots) == [0, 1, 2, 3, 4]
+    for batch, snapshot_id in snapshots.items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+    # row filters: on a data column, and on partition columns the manifests prune by
+    _assert_same(table.scan(row_filter="i >= 23").to_arrow(), root, filter=pc.field("i") >= 23)
+    _assert_same(table.scan(row_filter="k == 'a' and n == 1").to_arrow(), root,
+                 filter=(pc.field("k") == "a") & (pc.field("n") == 1))
+    _assert_same(table.scan(row_filter="k is null").to_arrow(), root, filter=pc.field("k").is_null())
+    if partition_by:
+        pruned = table.scan(row_filter="k == 'a' and n == 1").plan_files()
+        assert {t.file.partition[0] for t in pruned} == {"a"}
+        assert len(pruned) < len(committed_files(str(root)))
+
+
+def test_catalog_created_and_updated(tmp_path):
+    """With a SQLite catalog (as properties, then as a Catalog): the table is created there at the output's
+    location, its metadata with the output; a sync through either form is a no-op when in step; the catalog's
+    table reads read_committed's rows after every batch."""
+    root = tmp_path / "out"
+    properties = _catalog_properties(tmp_path)
+    _write(root, range(2), ["k"])
+    result = sync_iceberg(str(root), catalog=properties, table="db.events")
+    catalog = SqlCatalog("c", uri=properties["uri"], warehouse=properties["warehouse"])
+    table = catalog.load_table("db.events")
+    assert table.metadata_location == result.metadata_location and table.location() == str(root)
+    _assert_same(table.scan().to_arrow(), root)
+    assert sync_iceberg(str(root), catalog=catalog, table="db.events").snapshots == 0
+    _write(root, range(2, 4), ["k"])
+    assert sync_iceberg(str(root), catalog=catalog, table="db.events").snapshots == 2
+    _assert_same(catalog.load_table("db.events").scan().to_arrow(), root)
+    # the table without catalog is another table: it is created apart, the catalog's untouched
+    assert sync_iceberg(str(root)).created
+
+
+def test_optimize_then_sync(tmp_path):
+    """An optimize's swap is one snapshot deleting the replaced files and adding the new ones: the rows are
+    unchanged, the snapshots before it still read their batches' rows."""
+    root = tmp_path / "out"
+    _write(root, range(4), ["k"])
+    sync_iceberg(str(root))
+    replaced = len(committed_files(str(root)))
+    optimize(str(root))
+    result = sync_iceberg(str(root))
+    assert result.files_removed == replaced and 0 < result.files_added < replaced
+    table = StaticTable.from_metadata(result.metadata_location)
+    assert table.current_snapshot().summary.operation.value == "overwrite"
+    _assert_same(table.scan().to_arrow(), root)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+
+
+def test_another_writer_is_refused(tmp_path):
+    """A snapshot pyiceberg's own append committed to the table is another writer's: the sync refuses it,
+    naming it, and commits nothing."""
+    root = tmp_path / "out"
+    properties = _catalog_properties(tmp_path)
+    _write(root, range(2), [])
+    sync_iceberg(str(root), catalog=properties, table="db.events")
+    catalog = SqlCatalog("c", uri=properties["uri"], warehouse=properties["warehouse"])
+    table = catalog.load_table("db.events")
+    table.append(read_committed(str(root)).slice(0, 1).cast(table.schema().as_arrow()))
+    _write(root, range(2, 3), [])
+    with pytest.raises(IcebergSyncError, match="another Iceberg writer"):
+        sync_iceberg(str(root), catalog=properties, table="db.events")
+    assert catalog.load_table("db.events").metadata_location == table.metadata_location
