@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import time
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("pyiceberg")
 
@@ -21,6 +25,7 @@ from pyiceberg.table import StaticTable  # noqa: E402
 from parquet_sink import committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
 from parquet_sink.iceberg.sync import MARKER  # noqa: E402
+from tests.helpers.filters import fixed_or_fuzzed  # noqa: E402
 
 
 def _table(version: int, rows: int = 5, extra: bool = False) -> pa.Table:
@@ -75,10 +80,11 @@ def _snapshots_by_batch(table) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("partition_by", [[], ["k", "n"]], ids=["flat", "partitioned"])
-def test_metadata_with_the_output_one_snapshot_per_batch(tmp_path, partition_by):
-    """Without a catalog: the metadata lives under the hidden directory, metadata_location opens it; one
-    snapshot per log batch, each reading read_committed(as_of_batch=b)'s rows; a second sync is a no-op, a
-    sync after more batches adds only theirs (a column added by a later batch included)."""
+def test_metadata_with_the_output_one_snapshot_per_batch(tmp_path, partition_by, monkeypatch):
+    """Without a catalog: the metadata lives under the hidden directory, metadata_location opens it (pyiceberg,
+    polars); one snapshot per log batch, each reading read_committed(as_of_batch=b)'s rows; a second sync is a
+    no-op, a sync after more batches adds only theirs (a column added by a later batch included)."""
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # no polars_iceberg plugin: pyiceberg plans
     root = tmp_path / "out"
     _write(root, range(3), partition_by)
     first = sync_iceberg(str(root))
@@ -88,6 +94,7 @@ def test_metadata_with_the_output_one_snapshot_per_batch(tmp_path, partition_by)
     table = StaticTable.from_metadata(first.metadata_location)
     assert table.current_snapshot().snapshot_id == first.snapshot_id
     _assert_same(table.scan().to_arrow(), root)
+    _assert_same(pl.scan_iceberg(first.metadata_location).collect().to_arrow(), root)  # polars' own Iceberg reader
 
     again = sync_iceberg(str(root))
     assert (again.snapshots, again.files_added, again.metadata_location) == (0, 0, first.metadata_location)
@@ -166,3 +173,60 @@ def test_another_writer_is_refused(tmp_path):
     with pytest.raises(IcebergSyncError, match="another Iceberg writer"):
         sync_iceberg(str(root), catalog=properties, table="db.events")
     assert catalog.load_table("db.events").metadata_location == table.metadata_location
+
+
+_INT = st.integers(-(2**63), 2**63 - 1)
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=6)  # beyond U+FFFF too
+_FLOAT = st.floats(allow_nan=False)  # NaN: no row equality to compare by
+_DAY = st.dates(_dt.date(1, 1, 1), _dt.date(9999, 12, 31))
+
+
+@st.composite
+def _histories(draw):
+    """Batches of random rows (nullable ints at their limits, strings, floats with infinities, dates of years
+    1..9999; partition values with the null partition), a sync after some of them, an optimize after one."""
+    partitioned = draw(st.booleans())
+    batches = draw(st.lists(st.lists(st.tuples(st.none() | _INT, st.none() | _TEXT, st.none() | _FLOAT,
+                                               st.none() | _DAY, st.sampled_from(["a", "b", None])),
+                                     max_size=4), min_size=1, max_size=5))
+    syncs = draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
+    return partitioned, batches, syncs, draw(st.none() | st.integers(0, len(batches) - 1))
+
+
+def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[bool], optimize_after: int | None) -> None:
+    schema = pa.schema([("i", pa.int64()), ("s", pa.string()), ("f", pa.float64()), ("d", pa.date32()), ("p", pa.string())])
+    for version, (rows, sync) in enumerate(zip(batches, syncs)):
+        table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=schema)
+        write_batch(str(root), table, app_id="a", version=version, partition_by=["p"] if partitioned else None)
+        if optimize_after == version:
+            optimize(str(root))
+        if sync:
+            sync_iceberg(str(root))
+    result = sync_iceberg(str(root))
+    if result.metadata_location is None:  # no file committed: no table
+        assert not len(committed_files(str(root)))
+        return
+    table = StaticTable.from_metadata(result.metadata_location)
+    _assert_same(table.scan().to_arrow(), root)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+    values = sorted({row[0] for rows in batches for row in rows if row[0] is not None})
+    for value in values[:2]:
+        _assert_same(table.scan(row_filter=f"i >= {value}").to_arrow(), root, filter=pc.field("i") >= value)
+    assert sync_iceberg(str(root)).snapshots == 0
+
+
+def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float) -> None:
+    """Random batches, syncs and an optimize (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
+    random search): every snapshot reads read_committed(as_of_batch=b)'s rows, the current one and its filtered
+    scans read_committed's, and a last sync is a no-op."""
+
+    @fixed_or_fuzzed(fuzz_minutes, 3, 10)
+    @given(_histories())
+    def run(history) -> None:
+        _check_history(tmp_path_factory.mktemp("iceberg-history") / "out", *history)
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
