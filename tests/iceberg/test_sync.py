@@ -49,11 +49,12 @@ def _table(version: int, rows: int = 5, extra: bool = False) -> pa.Table:
 
 
 def _rows(table: pa.Table, like: pa.Table) -> list[dict]:
-    """``table``'s rows as ``like``'s columns and types (Iceberg reads strings as large strings and orders a
-    partition column where the table declares it), sorted."""
+    """``table``'s rows as ``like``'s columns and types (Iceberg reads strings as large strings, a column of
+    nulls only as a string, and orders a partition column where the table declares it), sorted."""
     if not like.num_columns:
         return []
-    table = table.select(like.column_names).cast(like.schema)
+    schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in like.schema])
+    table = table.select(like.column_names).cast(schema)
     return sorted(table.to_pylist(), key=repr)
 
 

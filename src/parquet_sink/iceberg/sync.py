@@ -233,6 +233,12 @@ def _data_files(table: Any) -> dict[str, Any]:
     }
 
 
+def _nulls_as_strings(arrow: pa.Schema) -> pa.Schema:
+    """``arrow`` with each column of nulls only (a partition column whose values are all null, a data column
+    without a value) as a string, as the Delta mirror types it: Iceberg's format 2 has no null type."""
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in arrow])
+
+
 def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
     """The Iceberg schema (fresh field ids) of the Arrow schema ``arrow``; IcebergSyncError naming the column
     when a type has no Iceberg counterpart."""
@@ -240,7 +246,7 @@ def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
     from pyiceberg.schema import assign_fresh_schema_ids
 
     try:
-        return assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(arrow))
+        return assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(_nulls_as_strings(arrow)))
     except (TypeError, ValueError) as exc:  # pyiceberg: UnsupportedPyArrowTypeException is a TypeError
         raise IcebergSyncError(
             f"{where}: the committed files hold a column Iceberg has no type for ({exc}). Nothing was committed; "
@@ -306,7 +312,7 @@ def _evolve(transaction: Any, arrow: pa.Schema, where: str) -> None:
         return
     try:
         with transaction.update_schema() as update:
-            update.union_by_name(arrow)
+            update.union_by_name(_nulls_as_strings(arrow))
     except (ValidationError, ValueError, TypeError) as exc:
         raise IcebergSyncError(
             f"{where}: the committed files' columns cannot be added to the Iceberg table ({exc}). Nothing was "
