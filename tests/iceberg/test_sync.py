@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,9 +23,10 @@ pytest.importorskip("pyiceberg")
 from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
 from pyiceberg.table import StaticTable  # noqa: E402
 
-from parquet_sink import committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
+from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
 from parquet_sink.iceberg.sync import MARKER  # noqa: E402
+from parquet_sink.log.entry import LogEntry  # noqa: E402
 from tests.helpers.filters import fixed_or_fuzzed  # noqa: E402
 
 
@@ -174,6 +176,25 @@ def test_another_writer_is_refused(tmp_path):
     with pytest.raises(IcebergSyncError, match="another Iceberg writer"):
         sync_iceberg(str(root), catalog=properties, table="db.events")
     assert catalog.load_table("db.events").metadata_location == table.metadata_location
+
+
+def test_a_file_committed_twice_is_listed_once(tmp_path):
+    """A batch whose log lists one new file twice (Spark's readers read it twice): the Iceberg table lists it
+    once (a manifest keys files by path; appending it twice would make Iceberg readers read it twice too, and
+    a later delete remove one of the two)."""
+    root = tmp_path / "out"
+    _write(root, range(1), [])
+    original = committed_files(str(root))[0]
+    copy = Path(original.path).with_name("part-copy.parquet")
+    copy.write_bytes(Path(original.path).read_bytes())
+    entry = LogEntry(copy.as_uri(), original.size, False, original.modification_time)
+    assert MetadataLog(str(root)).add(1, [entry, entry])
+    rows = pq.ParquetFile(original.path).metadata.num_rows
+    assert read_committed(str(root)).num_rows == 3 * rows
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+    paths = table.inspect.files().column("file_path").to_pylist()
+    assert sorted(paths) == sorted([original.path, str(copy)])
+    assert table.scan().to_arrow().num_rows == 2 * rows
 
 
 _INT = st.integers(-(2**63), 2**63 - 1)

@@ -373,7 +373,9 @@ def _commit_batch(
         )
     locations = [_location(storage, p.as_py()) for p in snap.files.paths()]
     live = set(locations)
-    new = [i for i, location in enumerate(locations) if location not in known]
+    # a file the log commits twice (two entries, read twice by Spark's readers) is listed once, as Delta does
+    first = {location: i for i, location in reversed(list(enumerate(locations)))}
+    new = sorted(i for location, i in first.items() if location not in known)
     gone = [location for location in known if location not in live]
     added = []
     if new:
