@@ -352,11 +352,15 @@ def _data_file(
         _to_partition_representation(types[f.source_id], keys.get(schema.find_field(f.source_id).name))
         for f in spec.fields
     ]
-    return DataFile.from_args(
+    data_file = DataFile.from_args(
         content=DataFileContent.DATA, file_path=_location(storage, committed.path), file_format=FileFormat.PARQUET,
-        partition=Record(*values), file_size_in_bytes=committed.size, sort_order_id=None, spec_id=spec.spec_id,
+        partition=Record(*values), file_size_in_bytes=committed.size, sort_order_id=None,
         equality_ids=None, key_metadata=None, **statistics.to_serialized_dict(),
     )
+    # not a field of the record (from_args drops it): an overwrite of the same sync deleting this file reads it,
+    # as pyiceberg sets it on the files it reads from a manifest
+    data_file.spec_id = spec.spec_id
+    return data_file
 
 
 def _commit_batch(
