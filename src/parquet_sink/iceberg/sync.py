@@ -440,7 +440,8 @@ def sync_iceberg(
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
     previous = None if existing is None else _check_ours(existing, storage, name)
-    latest = snapshot(path, storage_options=options).latest_batch_id
+    newest = snapshot(path, storage_options=options)
+    latest = newest.latest_batch_id
 
     def result(current: Any, **kw: Any) -> IcebergSyncResult:
         snap = None if current is None else current.current_snapshot()
@@ -462,7 +463,7 @@ def sync_iceberg(
     added = removed = snapshots = 0
     for batch in range(0 if previous is None else previous + 1, latest + 1):
         try:
-            snap = snapshot(path, as_of_batch=batch, storage_options=options)
+            snap = newest if batch == latest else snapshot(path, as_of_batch=batch, storage_options=options)
         except SnapshotExpiredError:  # a batch before a compaction's retention: mirrored by a later one
             continue
         if transaction is None:
