@@ -25,6 +25,7 @@ from pyiceberg.table import StaticTable  # noqa: E402
 
 from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
+from parquet_sink.iceberg import sync as iceberg_sync  # noqa: E402
 from parquet_sink.iceberg.sync import MARKER  # noqa: E402
 from parquet_sink.log.entry import LogEntry  # noqa: E402
 from tests.helpers.filters import fixed_or_fuzzed  # noqa: E402
@@ -176,6 +177,21 @@ def test_another_writer_is_refused(tmp_path):
     with pytest.raises(IcebergSyncError, match="another Iceberg writer"):
         sync_iceberg(str(root), catalog=properties, table="db.events")
     assert catalog.load_table("db.events").metadata_location == table.metadata_location
+
+
+def test_many_batches_are_committed_a_few_at_a_time(tmp_path, monkeypatch):
+    """A sync catching up more batches than one commit holds commits them in turn (two a commit here): every
+    batch still gets its snapshot, each reads its batch's rows, and the table ends at the latest batch."""
+    monkeypatch.setattr(iceberg_sync, "_BATCHES_PER_COMMIT", 2)
+    root = tmp_path / "out"
+    _write(root, range(5), ["k"])
+    result = sync_iceberg(str(root))
+    assert (result.snapshots, result.log_batch) == (5, 4)
+    assert len(list((root / METADATA_DIR).glob("*.metadata.json"))) == 3  # batches 0-1, 2-3, 4
+    table = StaticTable.from_metadata(result.metadata_location)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+    assert sorted(_snapshots_by_batch(table)) == list(range(5))
 
 
 def test_a_file_committed_twice_is_listed_once(tmp_path):

@@ -8,8 +8,9 @@ through the table's name mapping, their statistics from the footer by pyiceberg'
 One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped (an optimize's
 swap, retention at a compaction) are deleted in an overwrite; each snapshot's summary records the log batch
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
-sync in step does nothing). All the snapshots of one sync are one catalog commit (one metadata file): a sync that
-fails commits nothing. A snapshot without the marker is another Iceberg writer's: the sync refuses
+sync in step does nothing). The snapshots of one sync are one catalog commit (one metadata file), or one per
+:data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
+one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's: the sync refuses
 (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
 
 Where the table lives: with ``catalog`` (a pyiceberg ``Catalog`` or its properties) and ``table`` (``"ns.name"``)
@@ -35,6 +36,7 @@ import logging
 import os
 import posixpath
 import re
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +67,10 @@ NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field 
 _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
 _FOOTER_THREADS = 8
+# snapshots staged in one catalog commit: pyiceberg applies every staged update again each time a transaction's
+# metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
+# (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
+_BATCHES_PER_COMMIT = 16
 
 
 def require_pyiceberg(what: str) -> ModuleType:
@@ -221,16 +227,38 @@ def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
     return None if current is None else _marker(current)
 
 
-def _data_files(table: Any) -> dict[str, Any]:
-    """The data files of the table's current snapshot, by location."""
-    current = table.current_snapshot() if table is not None else None
-    if current is None:
+# per process, per table (output root, catalog identifier or None): the metadata file a sync of this process
+# committed last and the data files its current snapshot lists, so the next sync of the same table costs its
+# batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
+_KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+_LOCKS: dict[tuple[str, str | None], threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _sync_lock(key: tuple[str, str | None]) -> threading.Lock:
+    """One lock per table in this process: syncs in threads of one process take turns (a table without a
+    catalog commits through an in-process catalog, which would let both write the same version)."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(key, threading.Lock())
+
+
+def _data_files(table: Any, key: tuple[str, str | None]) -> dict[str, Any]:
+    """The data files of the table's current snapshot, by location (a copy the caller may change): what this
+    process's last sync of it committed when the table is still at that metadata file, else read from its
+    manifests."""
+    if table is None:
         return {}
-    return {
+    cached = _KNOWN.get(key)
+    if cached is not None and cached[0] == table.metadata_location:
+        return dict(cached[1])
+    current = table.current_snapshot()
+    files = {} if current is None else {
         entry.data_file.file_path: entry.data_file
         for manifest in current.manifests(table.io)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     }
+    _KNOWN[key] = (table.metadata_location, files)
+    return dict(files)
 
 
 def _nulls_as_strings(arrow: pa.Schema) -> pa.Schema:
@@ -431,12 +459,22 @@ def sync_iceberg(
     """
     path = os.fspath(path)
     require_pyiceberg(f"sync_iceberg({path!r})")
-    from pyiceberg.exceptions import CommitFailedException
-
     started = time.monotonic()
     options = dict(storage_options or {})
     storage = Storage(path, options)
     require_output(storage)
+    key = (storage.root, None if table is None else str(table))
+    with _sync_lock(key):
+        return _sync(path, storage, options, catalog, table, time_zone, started, key)
+
+
+def _sync(
+    path: str, storage: Storage, options: dict[str, Any], catalog: Any, table: str | None, time_zone: str,
+    started: float, key: tuple[str, str | None],
+) -> IcebergSyncResult:
+    """:func:`sync_iceberg` under the table's lock (``key``: the table in this process)."""
+    from pyiceberg.exceptions import CommitFailedException
+
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
     previous = None if existing is None else _check_ours(existing, storage, name)
@@ -459,8 +497,21 @@ def sync_iceberg(
     if latest is None or (previous is not None and previous >= latest):
         return result(existing)
     transaction = existing.transaction() if existing is not None else None
-    known = _data_files(existing)
-    added = removed = snapshots = 0
+    known = _data_files(existing, key)
+    added = removed = snapshots = staged = 0
+    committed = existing
+
+    def commit() -> Any:
+        try:
+            table = transaction.commit_transaction()
+        except CommitFailedException as exc:
+            raise IcebergSyncError(
+                f"{where}: another commit to the Iceberg table {name} won ({exc}); this sync committed the log "
+                f"batches up to {_marker(committed.current_snapshot()) if committed is not None else None}. Sync again."
+            ) from exc
+        _KNOWN[key] = (table.metadata_location, dict(known))
+        return table
+
     for batch in range(0 if previous is None else previous + 1, latest + 1):
         try:
             snap = newest if batch == latest else snapshot(path, as_of_batch=batch, storage_options=options)
@@ -471,16 +522,14 @@ def sync_iceberg(
                 continue  # no file committed yet: no schema to create the table with
             transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema, _partition_columns(snap))
         more, fewer = _commit_batch(storage, transaction, batch, snap, known, time_zone)
-        added, removed, snapshots = added + more, removed + fewer, snapshots + 1
+        added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
+        if staged == _BATCHES_PER_COMMIT and batch < latest:
+            committed, staged = commit(), 0
+            transaction = committed.transaction()
     if transaction is None:
         return result(existing)
-    try:
-        committed = transaction.commit_transaction()
-    except CommitFailedException as exc:
-        raise IcebergSyncError(
-            f"{where}: another commit to the Iceberg table {name} won ({exc}); nothing was committed by this sync. "
-            f"Sync again."
-        ) from exc
+    if staged:
+        committed = commit()
     logger.info("%s: Iceberg table %s mirrors log batch %d (was %s): %d snapshots, %d files added, %d removed",
                 where, name, latest, previous, snapshots, added, removed)
     return result(committed, files_added=added, files_removed=removed, snapshots=snapshots, created=existing is None)
