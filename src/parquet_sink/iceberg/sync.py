@@ -36,7 +36,6 @@ import logging
 import os
 import posixpath
 import re
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +51,7 @@ from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
 from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, unreadable_file
 from ..storage.filesystem import Storage
+from ..table_formats import TableLocks
 from .errors import IcebergDependencyError, IcebergSyncError
 
 logger = logging.getLogger(__name__)
@@ -231,15 +231,9 @@ def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
 # committed last and the data files its current snapshot lists, so the next sync of the same table costs its
 # batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
 _KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
-_LOCKS: dict[tuple[str, str | None], threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def _sync_lock(key: tuple[str, str | None]) -> threading.Lock:
-    """One lock per table in this process: syncs in threads of one process take turns (a table without a
-    catalog commits through an in-process catalog, which would let both write the same version)."""
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(key, threading.Lock())
+# one lock per table in this process: syncs in threads of one process take turns (a table without a catalog
+# commits through an in-process catalog, which would let both write the same version)
+_sync_lock = TableLocks()
 
 
 def _data_files(table: Any, key: tuple[str, str | None]) -> dict[str, Any]:
@@ -501,9 +495,9 @@ def _sync(
     added = removed = snapshots = staged = 0
     committed = existing
 
-    def commit() -> Any:
+    def commit(staging: Any) -> Any:
         try:
-            table = transaction.commit_transaction()
+            table = staging.commit_transaction()
         except CommitFailedException as exc:
             raise IcebergSyncError(
                 f"{where}: another commit to the Iceberg table {name} won ({exc}); this sync committed the log "
@@ -524,12 +518,12 @@ def _sync(
         more, fewer = _commit_batch(storage, transaction, batch, snap, known, time_zone)
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
         if staged == _BATCHES_PER_COMMIT and batch < latest:
-            committed, staged = commit(), 0
+            committed, staged = commit(transaction), 0
             transaction = committed.transaction()
     if transaction is None:
         return result(existing)
     if staged:
-        committed = commit()
+        committed = commit(transaction)
     logger.info("%s: Iceberg table %s mirrors log batch %d (was %s): %d snapshots, %d files added, %d removed",
                 where, name, latest, previous, snapshots, added, removed)
     return result(committed, files_added=added, files_removed=removed, snapshots=snapshots, created=existing is None)
