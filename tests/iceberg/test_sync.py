@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import shutil
 import time
 from pathlib import Path
 
@@ -177,6 +178,35 @@ def test_another_writer_is_refused(tmp_path):
     with pytest.raises(IcebergSyncError, match="another Iceberg writer"):
         sync_iceberg(str(root), catalog=properties, table="db.events")
     assert catalog.load_table("db.events").metadata_location == table.metadata_location
+
+
+def test_a_reset_output_another_outputs_table_and_two_current_versions_are_refused(tmp_path):
+    """Refused, naming the cause, nothing committed: a table mirroring a batch the log no longer holds (the
+    output reset), a catalog table located at another output, and a table without catalog whose newest version
+    has two metadata files (two syncs at once)."""
+    root, other = tmp_path / "out", tmp_path / "other"
+    properties = _catalog_properties(tmp_path)
+    _write(root, range(3), [])
+    _write(other, range(1), [])
+    first = sync_iceberg(str(root))
+    sync_iceberg(str(root), catalog=properties, table="db.events")
+    with pytest.raises(IcebergSyncError, match="located at"):
+        sync_iceberg(str(other), catalog=properties, table="db.events")
+
+    current = Path(first.metadata_location)
+    twin = current.with_name(current.name.split("-", 1)[0] + "-twin.metadata.json")
+    twin.write_bytes(current.read_bytes())
+    with pytest.raises(IcebergSyncError, match="two syncs committed at once"):
+        sync_iceberg(str(root))
+    twin.unlink()
+
+    shutil.rmtree(root / "_spark_metadata")
+    shutil.rmtree(root / "_exactly_once" / "leases", ignore_errors=True)
+    _write(root, range(1), [])
+    with pytest.raises(IcebergSyncError, match="reset"):
+        sync_iceberg(str(root))
+    # the table is as it was: its only metadata file is still the first sync's
+    assert sorted(p.name for p in (root / METADATA_DIR).glob("*.metadata.json")) == [current.name]
 
 
 def test_many_batches_are_committed_a_few_at_a_time(tmp_path, monkeypatch):
