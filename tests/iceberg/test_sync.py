@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 pytest.importorskip("pyiceberg")
 
 from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
+from pyiceberg.expressions import GreaterThanOrEqual, LessThan  # noqa: E402
 from pyiceberg.table import StaticTable  # noqa: E402
 
 from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
@@ -244,15 +245,16 @@ def test_a_file_committed_twice_is_listed_once(tmp_path):
 
 
 _INT = st.integers(-(2**63), 2**63 - 1)
-_TEXT = st.text(st.characters(codec="utf-8"), max_size=6)  # beyond U+FFFF too
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=20)  # beyond U+FFFF, and beyond the 16 characters bounds keep
 _FLOAT = st.floats(allow_nan=False)  # NaN: no row equality to compare by
 _DAY = st.dates(_dt.date(1, 1, 1), _dt.date(9999, 12, 31))
 
 
 @st.composite
 def _histories(draw):
-    """Batches of random rows (nullable ints at their limits, strings, floats with infinities, dates of years
-    1..9999; partition values with the null partition), a sync after some of them, an optimize after one."""
+    """Batches of random rows (nullable ints at their limits, strings beyond U+FFFF and longer than the bounds
+    Iceberg keeps, floats with infinities, dates of years 1..9999; partition values with the null partition), a
+    sync after some of them, an optimize after one."""
     partitioned = draw(st.booleans())
     batches = draw(st.lists(st.lists(st.tuples(st.none() | _INT, st.none() | _TEXT, st.none() | _FLOAT,
                                                st.none() | _DAY, st.sampled_from(["a", "b", None])),
@@ -278,16 +280,20 @@ def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[boo
     _assert_same(table.scan().to_arrow(), root)
     for batch, snapshot_id in _snapshots_by_batch(table).items():
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
-    values = sorted({row[0] for rows in batches for row in rows if row[0] is not None})
-    for value in values[:2]:
-        _assert_same(table.scan(row_filter=f"i >= {value}").to_arrow(), root, filter=pc.field("i") >= value)
+    for index, column in enumerate(schema.names[:4]):  # filters that prune by the manifests' bounds
+        values = sorted({row[index] for rows in batches for row in rows if row[index] is not None})
+        for value in values[:1] + values[-1:]:
+            for iceberg, arrow in ((GreaterThanOrEqual, pc.greater_equal), (LessThan, pc.less)):
+                _assert_same(table.scan(row_filter=iceberg(column, value)).to_arrow(), root,
+                             filter=arrow(pc.field(column), pa.scalar(value, schema.field(column).type)))
     assert sync_iceberg(str(root)).snapshots == 0
 
 
 def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float) -> None:
     """Random batches, syncs and an optimize (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
-    random search): every snapshot reads read_committed(as_of_batch=b)'s rows, the current one and its filtered
-    scans read_committed's, and a last sync is a no-op."""
+    random search): every snapshot reads read_committed(as_of_batch=b)'s rows, the current one and its scans
+    filtered on each data column (at its smallest and largest value: the manifests' bounds prune) read
+    read_committed's with the same filter, and a last sync is a no-op."""
 
     @fixed_or_fuzzed(fuzz_minutes, 3, 10)
     @given(_histories())
