@@ -9,6 +9,7 @@ import datetime as _dt
 import decimal
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 import polars as pl
@@ -30,6 +31,7 @@ from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
 from parquet_sink.iceberg import sync as iceberg_sync  # noqa: E402
 from parquet_sink.iceberg.sync import MARKER  # noqa: E402
 from parquet_sink.log.entry import LogEntry  # noqa: E402
+from parquet_sink.storage.filesystem import Storage  # noqa: E402
 from tests.helpers.filters import fixed_or_fuzzed  # noqa: E402
 
 
@@ -208,6 +210,24 @@ def test_a_reset_output_another_outputs_table_and_two_current_versions_are_refus
         sync_iceberg(str(root))
     # the table is as it was: its only metadata file is still the first sync's
     assert sorted(p.name for p in (root / METADATA_DIR).glob("*.metadata.json")) == [current.name]
+
+
+def test_on_s3(moto_server):
+    """On S3 (moto) without a catalog: the output's storage options reach pyiceberg's FileIO (endpoint,
+    credentials), the metadata is written under the output's hidden area, and pyiceberg reads the committed rows
+    through it, after each of two syncs."""
+    bucket = f"b{uuid.uuid4().hex[:12]}"
+    moto_server.make_bucket(bucket)
+    url, options = f"s3://{bucket}/out", moto_server.storage_options
+    properties = iceberg_sync._io_properties(Storage(url, options))
+    assert properties["s3.endpoint"].startswith("http")
+    for version in range(2):
+        write_batch(url, _table(version), app_id="a", version=version, partition_by=["k"], storage_options=options)
+        result = sync_iceberg(url, storage_options=options)
+        assert result.metadata_location.startswith(f"s3://{bucket}/out/{METADATA_DIR}/")
+        scanned = StaticTable.from_metadata(result.metadata_location, properties=properties).scan().to_arrow()
+        expected = read_committed(url, storage_options=options)
+        assert _rows(scanned, expected) == _rows(expected, expected) and expected.num_rows == 5 * (version + 1)
 
 
 def test_many_batches_are_committed_a_few_at_a_time(tmp_path, monkeypatch):

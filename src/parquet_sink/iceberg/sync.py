@@ -117,6 +117,22 @@ def _location(storage: Storage, path: str) -> str:
     return path if storage.is_local else f"{storage.protocol}://{path}"
 
 
+_S3_IO = {  # delta-rs's (object_store's) S3 options, as Storage gives them, to pyiceberg's FileIO properties
+    "aws_access_key_id": "s3.access-key-id", "aws_secret_access_key": "s3.secret-access-key",
+    "aws_session_token": "s3.session-token", "aws_endpoint_url": "s3.endpoint", "aws_region": "s3.region",
+    "aws_skip_signature": "s3.anonymous",
+}
+
+
+def _io_properties(storage: Storage) -> dict[str, str]:
+    """The FileIO properties pyiceberg writes and reads the metadata of a table without catalog with: the
+    output's S3 storage options translated (endpoint, credentials, region); none for other stores (local)."""
+    if storage.protocol not in ("s3", "s3a"):
+        return {}
+    options = storage.object_store_location()[1] or {}
+    return {_S3_IO[k]: v for k, v in options.items() if k in _S3_IO}
+
+
 def _open_catalog(catalog: Any, where: str) -> Any:
     """``catalog`` as a pyiceberg Catalog: itself, or the catalog its properties describe (``type``, ``uri``,
     ``warehouse`` ...; ``name`` names it)."""
@@ -175,7 +191,8 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
                 f"sync_iceberg({where!r}): table={identifier!r} names a table in a catalog: pass catalog= too, or "
                 "neither (the metadata alone, with the output). Nothing was committed."
             )
-        local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)))
+        local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
+                           **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         name = (_NAMESPACE, "output")
         metadata = current_metadata(storage)
