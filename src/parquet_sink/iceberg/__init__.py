@@ -6,7 +6,8 @@ name mapping). Needs the ``pyiceberg`` package (``pip install "parquet-sink[iceb
 
 :mod:`.sync` decides what each Iceberg snapshot holds and commits it through pyiceberg.
 
-Layering: imports ``errors``, ``storage``, ``log`` and ``read``; beside ``delta`` (neither imports the other).
+Layering: imports ``errors``, ``parquet_read``, ``table_formats`` (what it shares with ``delta``), ``storage``,
+``log`` and ``read``; beside ``delta`` (neither imports the other); ``table`` imports it.
 
 Example::
 

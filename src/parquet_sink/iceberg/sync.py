@@ -10,8 +10,8 @@ swap, retention at a compaction) are deleted in an overwrite; each snapshot's su
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
 sync in step does nothing). The snapshots of one sync are one catalog commit (one metadata file), or one per
 :data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
-one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's: the sync refuses
-(:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
+one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
+the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
 
 Where the table lives: with ``catalog`` (a pyiceberg ``Catalog`` or its properties) and ``table`` (``"ns.name"``)
 it is created or updated in that catalog; without, only its metadata exists, with the output, under
