@@ -18,7 +18,7 @@ setup() {
     fi
     .venv/bin/python -m pip install --quiet --upgrade pip
     # the published extras, plus the repository's own test and benchmark needs (PEP 735 groups)
-    .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta]" --group dev
+    .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta,iceberg]" --group dev
     node_modules
     export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 }

@@ -112,10 +112,11 @@ COMPAT_TESTS = (
     "tests/connect/test_connect.py::test_connect_fresh_checkpoint_on_old_output_refused_then_appended",
 )
 
-# Added on the floors line (the lowest declared pyarrow, deltalake, adlfs, s3fs, fsspec, numpy, pandas): the tests of
+# Added on the floors line (the lowest declared pyarrow, deltalake, pyiceberg, adlfs, s3fs, fsspec, numpy, pandas): the tests of
 # what calls those libraries' APIs most, without Spark (the floors found here: pyarrow 25, deltalake 1.6.3, adlfs 2026.2).
 FLOOR_TESTS = (
     "tests/delta/",
+    "tests/iceberg/",
     "tests/maintenance/test_optimize",
     "tests/log/test_log_sidecar.py",
     "tests/log/test_compaction_golden.py",

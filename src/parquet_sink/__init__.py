@@ -45,6 +45,8 @@ _LAZY = {  # public name -> the module that defines it
     "Storage": "storage.filesystem",
     "DeltaSyncResult": "delta.sync",
     "sync_delta_log": "delta.sync",
+    "IcebergSyncResult": "iceberg.sync",
+    "sync_iceberg": "iceberg.sync",
     "doctor": "maintenance.doctor",
     "optimize": "maintenance.optimize",
     "vacuum": "maintenance.vacuum",
@@ -54,6 +56,7 @@ _LAZY = {  # public name -> the module that defines it
 
 if TYPE_CHECKING:
     from .delta.sync import DeltaSyncResult, sync_delta_log
+    from .iceberg.sync import IcebergSyncResult, sync_iceberg
     from .log.entry import LogEntry
     from .log.metadata_log import MetadataLog
     from .maintenance.doctor import doctor

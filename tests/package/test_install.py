@@ -151,7 +151,7 @@ def test_wheel_installs_under_its_name_with_license_types_and_script(tmp_path, w
     metadata = zipfile.ZipFile(wheel).read(f"{dist}/METADATA").decode()
     fields = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line and not line.startswith(" ")]
     assert ["Name", "parquet-sink"] in fields and ["Version", __version__] in fields
-    assert sorted(v for k, v in fields if k == "Provides-Extra") == ["azure", "connect", "delta", "readers", "s3", "spark", "spark35"]
+    assert sorted(v for k, v in fields if k == "Provides-Extra") == ["azure", "connect", "delta", "iceberg", "readers", "s3", "spark", "spark35"]
     assert "Apache License" in zipfile.ZipFile(wheel).read(f"{dist}/licenses/LICENSE").decode()[:200]
 
     venv = tmp_path / "venv"

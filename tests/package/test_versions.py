@@ -16,7 +16,7 @@ from parquet_sink.arrow_versions import nonzero
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lower bounds the issue of declared ranges names; each is installed exactly by the floors line.
-FLOORED = {"pyarrow", "numpy", "fsspec", "zlib-ng", "pandas", "pyspark", "deltalake", "adlfs", "s3fs", "polars", "duckdb"}
+FLOORED = {"pyarrow", "numpy", "fsspec", "zlib-ng", "pandas", "pyspark", "deltalake", "adlfs", "s3fs", "polars", "duckdb", "pyiceberg"}
 
 
 def _matrix() -> dict[str, dict[str, str]]:

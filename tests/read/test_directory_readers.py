@@ -1,7 +1,7 @@
 """Readers users point at an output directory by a glob (issue 54, item 6): duckdb's ``read_parquet``, polars'
 ``scan_parquet`` and Spark's ``spark.read.parquet`` with ``basePath`` (Spark's ``FileStreamSinkSuite``). The globs
 docs/design.md calls safe read the data files and nothing of ours (the hidden area, the log and its copies, the Delta
-log), also beside a Spark-path batch killed in staging and its lease; the documented caveats hold as documented: a
+log, the Iceberg tables' metadata), also beside a Spark-path batch killed in staging and its lease; the documented caveats hold as documented: a
 ``**`` glob also reads the Delta log's checkpoints (names fixed by the protocol) and a killed batch's staged files,
 and Spark's globs meet the Delta log's commit files."""
 
@@ -15,21 +15,27 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from parquet_sink import committed_files, read_committed, sync_delta_log, write_batch
+from parquet_sink import committed_files, read_committed, sync_delta_log, sync_iceberg, write_batch
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.inflight import InFlightBatch
 
 
-def _output(root: Path, partition_by: list[str], delta: bool) -> None:
+def _output(root: Path, partition_by: list[str], delta: bool, iceberg: bool = True) -> None:
     """Five write_batch commits (compacting every 2: a columnar copy), with a Delta log checkpointed every 2
-    versions when ``delta``; then a Spark-path batch killed after its job: its lease, and a data file in its
-    staging directory where Spark's writer puts it (under the partition directories)."""
+    versions when ``delta``, and Iceberg tables (kept without a catalog, and in a SQLite catalog beside the
+    output: their metadata under the output's hidden area) when ``iceberg``; then a Spark-path batch killed after
+    its job: its lease, and a data file in its staging directory where Spark's writer puts it (under the
+    partition directories)."""
+    catalog = {"type": "sql", "uri": f"sqlite:///{root}.catalog.db", "warehouse": f"file://{root}.warehouse"}
     for version in range(5):
         ids = list(range(10 * version, 10 * version + 3))
         table = pa.table({"id": ids, "id1": [i % 2 for i in ids], "id2": [-(i % 3) for i in ids]})
         write_batch(str(root), table, app_id="a", version=version, partition_by=partition_by, compact_interval=2)
         if delta:
             sync_delta_log(str(root), checkpoint_interval=2)
+        if iceberg:
+            sync_iceberg(str(root))
+            sync_iceberg(str(root), catalog=catalog, table="db.out")
     killed = InFlightBatch.begin(Storage(str(root)), 5, "killed", "q", 5)
     committed = committed_files(str(root))[0]
     staged = Path(killed.staging, committed.relative_path)

@@ -61,6 +61,9 @@ class _Functions:
     def latest_batch(self):
         return snapshot(self.path, **self.options).latest_batch_id
 
+    def sync_iceberg(self, **kw):
+        return parquet_sink.sync_iceberg(self.path, **kw, **self.options)
+
 
 def _script(surface) -> dict:
     """The same operations on one output through ``surface``; what each returned, comparably."""
@@ -85,6 +88,8 @@ def _script(surface) -> dict:
     said["verify"] = (surface.verify().ok, surface.verify().files)
     said["doctor"] = surface.doctor(app_id="app", version=3).plan.action
     said["after"] = sorted(surface.read(columns=["id"]).column("id").to_pylist())
+    iceberg = surface.sync_iceberg()
+    said["iceberg"] = (iceberg.log_batch == surface.latest_batch(), iceberg.files_added, iceberg.files_removed)
     return said
 
 
@@ -92,6 +97,7 @@ def test_the_object_and_the_free_functions_agree(tmp_path: Path) -> None:
     ours, theirs = _script(SinkOutput(tmp_path / "object")), _script(_Functions(str(tmp_path / "functions")))
     assert ours == theirs
     assert ours["rows"] == list(range(9)) and ours["optimize"] == (2, 6) and ours["doctor"] == "commit"
+    assert ours["iceberg"] == (True, 6 + 2, 6)  # the writes' files, then the optimize's swap of them for two
 
 
 def test_the_object_carries_its_storage_options_to_every_call(moto_server) -> None:

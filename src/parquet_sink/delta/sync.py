@@ -77,6 +77,7 @@ from ..read.reader import (
     unreadable_file,
 )
 from ..storage.filesystem import Storage
+from ..table_formats import TableLocks
 from .actions import check_dates, dated_fields, delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError, DeltaRangeError
 
@@ -225,8 +226,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
 
 
 _STATES: dict[tuple[str, str], tuple[DeltaState, tuple[int, int]]] = {}  # per process: the last state read
-_LOCKS: dict[tuple[str, str], threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
+_LOCKS = TableLocks()
 
 
 def _cache_key(storage: Storage) -> tuple[str, str]:
@@ -237,8 +237,7 @@ def _cache_key(storage: Storage) -> tuple[str, str]:
 def _sync_lock(storage: Storage) -> threading.Lock:
     """One lock per Delta log in this process: syncs in threads of one process take turns (the cached state
     and its delta-rs table are not shared by two at once); processes are serialized by Delta's commits."""
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(_cache_key(storage), threading.Lock())
+    return _LOCKS(_cache_key(storage))
 
 
 def _commit_file(storage: Storage, version: int) -> str:

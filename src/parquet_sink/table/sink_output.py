@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from ..delta.sync import DeltaSyncResult, sync_delta_log
 from ..errors import ParameterError, checks_keywords
+from ..iceberg.sync import IcebergSyncResult, sync_iceberg
 from ..log.metadata_log import MetadataLog
 from ..maintenance.doctor import Diagnosis, doctor
 from ..maintenance.inspect import VerifyReport, verify
@@ -197,6 +198,14 @@ class SinkOutput:
         Example: ``SinkOutput("/data/events").sync_delta_log().version`` -> ``12``.
         """
         return sync_delta_log(self.path, **self._options("sync_delta_log", options))
+
+    def sync_iceberg(self, **options: Any) -> IcebergSyncResult:
+        """Bring the output's Iceberg table in step with the log (:func:`parquet_sink.sync_iceberg`: without
+        ``catalog``, its metadata with the output).
+
+        Example: ``SinkOutput("/data/events").sync_iceberg().metadata_location`` -> ``'/data/events/_exactly_once/.iceberg/.metadata/00002-....metadata.json'``.
+        """
+        return sync_iceberg(self.path, **self._options("sync_iceberg", options))
 
 
 __all__ = ["SinkOutput"]

@@ -1,0 +1,30 @@
+"""An Apache Iceberg table kept in step with ``_spark_metadata``, so every engine that reads Iceberg (pyiceberg,
+polars, duckdb, Trino, Snowflake, Athena) reads exactly the committed files: the counterpart of Apache XTable's
+Delta-to-Iceberg translation and of Delta UniForm (Iceberg metadata beside the data), for files a streaming file
+sink already wrote and committed, built on the path of pyiceberg's ``add_files`` (files without field ids, read by
+name mapping). Needs the ``pyiceberg`` package (``pip install "parquet-sink[iceberg]"``), imported only when used.
+
+:mod:`.sync` decides what each Iceberg snapshot holds and commits it through pyiceberg.
+
+Layering: imports ``errors``, ``parquet_read``, ``table_formats`` (what it shares with ``delta``), ``storage``,
+``log`` and ``read``; beside ``delta`` (neither imports the other); ``table`` imports it.
+
+Example::
+
+    >>> from parquet_sink.iceberg import sync_iceberg
+    >>> sync_iceberg("/data/events").log_batch
+    3
+"""
+
+from .errors import IcebergDependencyError, IcebergSyncError
+from .sync import METADATA_DIR, IcebergSyncResult, current_metadata, require_pyiceberg, sync_iceberg
+
+__all__ = [
+    "METADATA_DIR",
+    "IcebergDependencyError",
+    "IcebergSyncError",
+    "IcebergSyncResult",
+    "current_metadata",
+    "require_pyiceberg",
+    "sync_iceberg",
+]

@@ -1,0 +1,559 @@
+"""``sync_iceberg``: keep an Apache Iceberg table listing exactly the files ``_spark_metadata`` commits, so every
+Iceberg reader (pyiceberg, polars, duckdb, Trino, Snowflake, Athena) reads exactly-once data without a copy. The
+counterpart of Apache XTable's Delta-to-Iceberg translation and of Delta UniForm (Iceberg metadata written beside
+the data), built on pyiceberg's ``add_files`` path: data files written elsewhere, without Iceberg field ids, read
+through the table's name mapping, their statistics from the footer by pyiceberg's own code
+(``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it).
+
+One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped (an optimize's
+swap, retention at a compaction) are deleted in an overwrite; each snapshot's summary records the log batch
+(:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
+sync in step does nothing). The snapshots of one sync are one catalog commit (one metadata file), or one per
+:data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
+one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
+the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
+
+Where the table lives: with ``catalog`` (a pyiceberg ``Catalog`` or its properties) and ``table`` (``"ns.name"``)
+it is created or updated in that catalog; without, only its metadata exists, with the output, under
+:data:`METADATA_DIR` (hidden from Spark's reader and the safe globs), and ``metadata_location`` opens it
+(``pyiceberg.table.StaticTable.from_metadata``). Either way the table's location is the output root and its
+metadata files are written under :func:`metadata_dir` (``write.metadata.path``): :data:`METADATA_DIR`, or a
+directory of each catalog table's own beside it.
+
+Example::
+
+    >>> result = sync_iceberg("/data/events")
+    >>> result.log_batch, result.files_added
+    (57, 4)
+    >>> from pyiceberg.table import StaticTable
+    >>> StaticTable.from_metadata(result.metadata_location).scan().to_arrow().num_rows
+    1000
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import re
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from ..errors import ParameterError, SnapshotExpiredError, names_output
+from ..log.files import HIDDEN_DIR, require_output
+from ..parquet_read import open_sized
+from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, unreadable_file
+from ..storage.filesystem import Storage
+from ..table_formats import TableLocks
+from .errors import IcebergDependencyError, IcebergSyncError
+
+logger = logging.getLogger(__name__)
+
+# the table's metadata (metadata files, manifest lists, manifests) under the output root: a hidden name at every
+# depth a glob over the output can match (Spark reads every file not hidden below what a glob such as out/* or
+# out/*/* matches, whatever that name is), so Spark's reader and the safe globs never meet it
+ICEBERG_DIR = f"{HIDDEN_DIR}/.iceberg"
+METADATA_DIR = f"{ICEBERG_DIR}/.metadata"  # of the table kept without a catalog; a catalog's: .<ns.name> beside it
+MARKER = "parquet-sink.log-batch-id"  # snapshot summary key: the log batch the snapshot mirrors
+INSTALL = 'pip install "parquet-sink[iceberg]"'
+NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field ids: columns are found by name
+_NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
+_METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
+_FOOTER_THREADS = 8
+# snapshots staged in one catalog commit: pyiceberg applies every staged update again each time a transaction's
+# metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
+# (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
+_BATCHES_PER_COMMIT = 16
+
+
+def require_pyiceberg(what: str) -> ModuleType:
+    """The ``pyiceberg`` module (0.12 or later), or IcebergDependencyError naming ``what`` needed it.
+
+    Example: ``require_pyiceberg("sync_iceberg('/data/events')").__version__`` -> ``'0.12.0'``.
+    """
+    try:
+        import pyiceberg
+        import pyiceberg.catalog.sql
+        import pyiceberg.io.pyarrow
+    except ImportError as exc:
+        raise IcebergDependencyError(
+            f"{what} needs the pyiceberg package >= 0.12 with its SQL catalog, which is missing ({exc}). "
+            f"Install it with: {INSTALL}"
+        ) from exc
+    if tuple(int(p) for p in re.findall(r"\d+", pyiceberg.__version__)[:2]) < (0, 12):
+        raise IcebergDependencyError(f"{what} needs pyiceberg >= 0.12, found {pyiceberg.__version__}. Install: {INSTALL}")
+    return pyiceberg
+
+
+@dataclass(frozen=True)
+class IcebergSyncResult:
+    """What :func:`sync_iceberg` did. ``metadata_location``: the table's current metadata file (None: no table,
+    the output commits no file yet); ``snapshot_id``: its current snapshot; ``log_batch``: the log batch it
+    mirrors after the sync; ``previous_log_batch``: before it (None: no table); ``snapshots``: Iceberg snapshots
+    committed (one per log batch); ``files_added``/``files_removed``: over those snapshots; ``created``: the
+    table was created."""
+
+    path: str
+    metadata_location: str | None
+    snapshot_id: int | None
+    log_batch: int | None
+    previous_log_batch: int | None
+    files_added: int = 0
+    files_removed: int = 0
+    snapshots: int = 0
+    created: bool = False
+    seconds: float = 0.0
+
+
+def _location(storage: Storage, path: str) -> str:
+    """The location pyiceberg's FileIO opens the fsspec ``path`` of ``storage`` by."""
+    return path if storage.is_local else f"{storage.protocol}://{path}"
+
+
+_S3_IO = {  # delta-rs's (object_store's) S3 options, as Storage gives them, to pyiceberg's FileIO properties
+    "aws_access_key_id": "s3.access-key-id", "aws_secret_access_key": "s3.secret-access-key",
+    "aws_session_token": "s3.session-token", "aws_endpoint_url": "s3.endpoint", "aws_region": "s3.region",
+    "aws_skip_signature": "s3.anonymous",
+}
+
+
+def _io_properties(storage: Storage) -> dict[str, str]:
+    """The FileIO properties pyiceberg writes and reads the metadata of a table without catalog with: the
+    output's S3 storage options translated (endpoint, credentials, region); none for other stores (local)."""
+    if storage.protocol not in ("s3", "s3a"):
+        return {}
+    options = storage.object_store_location()[1] or {}
+    return {_S3_IO[k]: v for k, v in options.items() if k in _S3_IO}
+
+
+def _open_catalog(catalog: Any, where: str) -> Any:
+    """``catalog`` as a pyiceberg Catalog: itself, or the catalog its properties describe (``type``, ``uri``,
+    ``warehouse`` ...; ``name`` names it)."""
+    from pyiceberg.catalog import Catalog, load_catalog
+
+    if isinstance(catalog, Catalog):
+        return catalog
+    if isinstance(catalog, Mapping):
+        properties = {str(k): str(v) for k, v in catalog.items()}
+        return load_catalog(properties.pop("name", "parquet-sink"), **properties)
+    raise ParameterError(
+        f"sync_iceberg({where!r}): catalog must be a pyiceberg Catalog or its properties (a dict such as "
+        f"{{'type': 'sql', 'uri': 'sqlite:///catalog.db', 'warehouse': 'file:///warehouse'}}), not "
+        f"{type(catalog).__name__}. Nothing was committed."
+    )
+
+
+def current_metadata(storage: Storage) -> str | None:
+    """The newest metadata file under :data:`METADATA_DIR` (the current version of a table kept without a
+    catalog), as a location pyiceberg opens; None when there is none. IcebergSyncError when two files hold the
+    newest version (two syncs without a catalog committed at once: which one is current cannot be told).
+
+    Example: ``current_metadata(Storage("/data/events"))`` -> ``'/data/events/_exactly_once/.iceberg/.metadata/00003-....metadata.json'``.
+    """
+    directory = storage.join(METADATA_DIR)
+    if not storage.exists(directory):
+        return None
+    versions: dict[int, list[str]] = {}
+    for name in map(posixpath.basename, storage.ls_names(directory)):
+        match = _METADATA_FILE.match(name)
+        if match:
+            versions.setdefault(int(match.group(1)), []).append(name)
+    if not versions:
+        return None
+    newest = versions[max(versions)]
+    if len(newest) > 1:
+        raise IcebergSyncError(
+            f"{storage.display(directory)} holds {len(newest)} metadata files of version {max(versions)} "
+            f"({sorted(newest)}): two syncs committed at once, and which is current cannot be told. Delete the "
+            f"directory {storage.display(storage.join(ICEBERG_DIR))} and sync again (Iceberg readers "
+            "lose the table's history)."
+        )
+    return _location(storage, posixpath.join(directory, newest[0]))
+
+
+def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, str | tuple[str, str], Any]:
+    """(the catalog to commit through, the table's identifier there, the table or None when it does not exist
+    yet). Without a catalog: an in-memory SQL catalog holding the table of :func:`current_metadata`."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    where = storage.display(storage.root)
+    if catalog is None:
+        if identifier is not None:
+            raise ParameterError(
+                f"sync_iceberg({where!r}): table={identifier!r} names a table in a catalog: pass catalog= too, or "
+                "neither (the metadata alone, with the output). Nothing was committed."
+            )
+        local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
+                           **_io_properties(storage))
+        local.create_namespace(_NAMESPACE)
+        name = (_NAMESPACE, "output")
+        metadata = current_metadata(storage)
+        return local, name, None if metadata is None else local.register_table(name, metadata)
+    if not isinstance(identifier, str) or "." not in identifier:
+        raise ParameterError(
+            f"sync_iceberg({where!r}): with a catalog, table= names the table as 'namespace.name', not "
+            f"{identifier!r}. Nothing was committed."
+        )
+    opened = _open_catalog(catalog, where)
+    namespace = identifier.rpartition(".")[0]
+    opened.create_namespace_if_not_exists(namespace)
+    try:
+        return opened, identifier, opened.load_table(identifier)
+    except NoSuchTableError:
+        return opened, identifier, None
+
+
+def _marker(snap: Any) -> int | None:
+    """The log batch the Iceberg snapshot ``snap`` mirrors (its summary's :data:`MARKER`), None when it has none
+    (pyiceberg's summary answers a missing key with None)."""
+    value = snap.summary[MARKER]
+    return None if value is None else int(value)
+
+
+def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
+    """The log batch the table mirrors (its current snapshot's :data:`MARKER`; None: no snapshot yet);
+    IcebergSyncError when the table is another output's (its location) or another writer committed to it."""
+    where = storage.display(storage.root)
+    remedy = (
+        "The Iceberg table of a parquet-sink output is a read-only view of its _spark_metadata: write rows through "
+        "parquet-sink (write_batch, ParquetSink). To start the table again from the log, drop it from the catalog "
+        f"(or delete {storage.display(storage.join(ICEBERG_DIR))} for a table without catalog) and sync."
+    )
+    if table.location().rstrip("/") != _location(storage, storage.root).rstrip("/"):
+        raise IcebergSyncError(
+            f"{where}: the Iceberg table {name} is located at {table.location()}, not at this output. Nothing was "
+            "committed; give another table name for this output."
+        )
+    foreign = [s for s in table.metadata.snapshots if _marker(s) is None]
+    if foreign:
+        first = foreign[0]
+        raise IcebergSyncError(
+            f"{where}: {len(foreign)} snapshot(s) of the Iceberg table {name} were committed by another Iceberg "
+            f"writer, first snapshot {first.snapshot_id} ({first.summary.operation.value}). Nothing was committed. "
+            f"{remedy}"
+        )
+    current = table.current_snapshot()
+    return None if current is None else _marker(current)
+
+
+# per process, per table (output root, catalog identifier or None): the metadata file a sync of this process
+# committed last and the data files its current snapshot lists, so the next sync of the same table costs its
+# batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
+_KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+# one lock per table in this process: syncs in threads of one process take turns (a table without a catalog
+# commits through an in-process catalog, which would let both write the same version)
+_sync_lock = TableLocks()
+
+
+def _data_files(table: Any, key: tuple[str, str | None]) -> dict[str, Any]:
+    """The data files of the table's current snapshot, by location (a copy the caller may change): what this
+    process's last sync of it committed when the table is still at that metadata file, else read from its
+    manifests."""
+    if table is None:
+        return {}
+    cached = _KNOWN.get(key)
+    if cached is not None and cached[0] == table.metadata_location:
+        return dict(cached[1])
+    current = table.current_snapshot()
+    files = {} if current is None else {
+        entry.data_file.file_path: entry.data_file
+        for manifest in current.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+    _KNOWN[key] = (table.metadata_location, files)
+    return dict(files)
+
+
+def _nulls_as_strings(arrow: pa.Schema) -> pa.Schema:
+    """``arrow`` with each column of nulls only (a partition column whose values are all null, a data column
+    without a value) as a string, as the Delta mirror types it: Iceberg's format 2 has no null type."""
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in arrow])
+
+
+def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
+    """The Iceberg schema (fresh field ids) of the Arrow schema ``arrow``; IcebergSyncError naming the column
+    when a type has no Iceberg counterpart."""
+    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    try:
+        return assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(_nulls_as_strings(arrow)))
+    except (TypeError, ValueError) as exc:  # pyiceberg: UnsupportedPyArrowTypeException is a TypeError
+        raise IcebergSyncError(
+            f"{where}: the committed files hold a column Iceberg has no type for ({exc}). Nothing was committed; "
+            "write such columns with an Iceberg type (cast unsigned integers to a wider signed type, times and "
+            "durations to int64 or string)."
+        ) from exc
+
+
+def _partition_columns(snap: Snapshot) -> list[str]:
+    """The partition columns of the committed files, from one file's directories (Hive ``column=value``)."""
+    relative = snap.files.table.column("relative_path")[0].as_py()
+    return [segment.split("=", 1)[0] for segment in relative.split("/")[:-1] if "=" in segment]
+
+
+def metadata_dir(table: str | None) -> str:
+    """The directory (relative to the output root) of the metadata of the table ``table`` of a catalog, or of
+    the table kept without a catalog (None): each its own, so neither finds the other's metadata files."""
+    return METADATA_DIR if table is None else f"{ICEBERG_DIR}/.{table}"
+
+
+def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, partition_columns: list[str]) -> Any:
+    """A transaction creating the table (schema from ``arrow``, identity partitions of ``partition_columns``,
+    the name mapping, location the output root, metadata under :func:`metadata_dir`)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
+    from pyiceberg.transforms import IdentityTransform
+
+    schema = _iceberg_schema(arrow, storage.display(storage.root))
+    spec = PartitionSpec(*(
+        PartitionField(source_id=schema.find_field(c).field_id, field_id=1000 + i, transform=IdentityTransform(), name=c)
+        for i, c in enumerate(partition_columns)
+    ))
+    properties = {
+        "write.metadata.path": _location(storage, storage.join(metadata_dir(name if isinstance(name, str) else None))),
+        NAME_MAPPING: create_mapping_from_schema(schema).model_dump_json(),
+    }
+    return catalog.create_table_transaction(
+        name, schema, location=_location(storage, storage.root), partition_spec=spec, properties=properties
+    )
+
+
+def _table_partition_types(transaction: Any, zone: str) -> dict[str, pa.DataType]:
+    """The Arrow types of the table's partition columns, which the directories are read as (never flipped by
+    a later batch's values)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    metadata = transaction.table_metadata
+    schema = metadata.schema()
+    types = {}
+    for field in metadata.spec().fields:
+        source = schema.find_field(field.source_id)
+        arrow = schema_to_pyarrow(source.field_type)
+        types[source.name] = pa.timestamp("us", zone) if pa.types.is_timestamp(arrow) else arrow
+    return types
+
+
+def _evolve(transaction: Any, arrow: pa.Schema, where: str) -> None:
+    """Add the columns of ``arrow`` the table lacks (widening types Iceberg widens), with their name mapping;
+    IcebergSyncError when a column's type cannot become the table's."""
+    from pyiceberg.exceptions import ValidationError
+
+    if set(arrow.names) <= set(transaction.table_metadata.schema().column_names):
+        return
+    try:
+        with transaction.update_schema() as update:
+            update.union_by_name(_nulls_as_strings(arrow))
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise IcebergSyncError(
+            f"{where}: the committed files' columns cannot be added to the Iceberg table ({exc}). Nothing was "
+            "committed."
+        ) from exc
+
+
+def _data_file(
+    storage: Storage, committed: CommittedFile, fragment: ds.Fragment, metadata: Any, types: dict[str, Any]
+) -> Any:
+    """The Iceberg DataFile of ``committed``: statistics from its footer by pyiceberg's own code, partition
+    values from the reader's typed directory values (``fragment``) in Iceberg's representation."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.partitioning import _to_partition_representation
+    from pyiceberg.typedef import Record
+
+    what = f"committed file {storage.display(committed.path)} of batch {committed.batch_id}"
+    schema = metadata.schema()
+    try:
+        with open_sized(storage, committed.path, committed.size) as parquet:
+            footer = parquet.metadata
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise unreadable_file(storage, committed, exc) or IcebergSyncError(
+            f"reading {what} failed ({type(exc).__name__}: {exc}); nothing was committed to the Iceberg table."
+        ) from exc
+    statistics = data_file_statistics_from_parquet_metadata(
+        footer, compute_statistics_plan(schema, metadata.properties), parquet_path_to_id_mapping(schema)
+    )
+    keys = ds.get_partition_keys(fragment.partition_expression)
+    spec = metadata.spec()
+    values = [
+        _to_partition_representation(types[f.source_id], keys.get(schema.find_field(f.source_id).name))
+        for f in spec.fields
+    ]
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA, file_path=_location(storage, committed.path), file_format=FileFormat.PARQUET,
+        partition=Record(*values), file_size_in_bytes=committed.size, sort_order_id=None,
+        equality_ids=None, key_metadata=None, **statistics.to_serialized_dict(),
+    )
+    # not a field of the record (from_args drops it): an overwrite of the same sync deleting this file reads it,
+    # as pyiceberg sets it on the files it reads from a manifest
+    data_file.spec_id = spec.spec_id
+    return data_file
+
+
+def _commit_batch(
+    storage: Storage, transaction: Any, batch: int, snap: Snapshot, known: dict[str, Any], zone: str
+) -> tuple[int, int]:
+    """Stage the snapshot mirroring log batch ``batch`` (its files ``snap``) in ``transaction``, ``known`` the
+    table's files before it (updated): (files added, files removed)."""
+    table = snap.files.table
+    outside = [p for p in table.column("outside_path").to_pylist() if p is not None]
+    if outside:
+        raise IcebergSyncError(
+            f"{storage.display(storage.root)}: the log commits {len(outside)} file(s) outside the output root "
+            f"(first: {outside[0]}); the Iceberg table lists files under its location only. Nothing was committed."
+        )
+    locations = [_location(storage, p.as_py()) for p in snap.files.paths()]
+    live = set(locations)
+    # a file the log commits twice (two entries, read twice by Spark's readers) is listed once, as Delta does
+    first = {location: i for i, location in reversed(list(enumerate(locations)))}
+    new = sorted(i for location, i in first.items() if location not in known)
+    gone = [location for location in known if location not in live]
+    added = []
+    if new:
+        fresh = Snapshot(storage, batch, CommittedFiles(storage, table.take(new)))
+        dataset = dataset_of(fresh, zone, partition_types=_table_partition_types(transaction, zone))
+        _evolve(transaction, dataset.schema, storage.display(storage.root))
+        metadata = transaction.table_metadata
+        schema = metadata.schema()
+        types = {f.source_id: schema.find_field(f.source_id).field_type for f in metadata.spec().fields}
+        fragments = {f.path: f for f in dataset.get_fragments()}
+        with ThreadPoolExecutor(min(_FOOTER_THREADS, len(new))) as pool:
+            added = list(pool.map(
+                lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files
+            ))
+    update = transaction.update_snapshot(snapshot_properties={MARKER: str(batch)})
+    with (update.overwrite() if gone else update.fast_append()) as producer:
+        for location in gone:
+            producer.delete_data_file(known.pop(location))
+        for data_file in added:
+            producer.append_data_file(data_file)
+            known[data_file.file_path] = data_file
+    return len(added), len(gone)
+
+
+@names_output
+def sync_iceberg(
+    path: str | os.PathLike[str],
+    *,
+    catalog: Any = None,
+    table: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    time_zone: str = "UTC",
+) -> IcebergSyncResult:
+    """Create or bring up to date the Iceberg table of the output at ``path`` so that each of its snapshots
+    lists exactly the files ``committed_files(path, as_of_batch=b)`` returns for the log batch ``b`` its summary
+    records (see the module docstring), and the current one those of the latest batch.
+
+    ``catalog``: a pyiceberg ``Catalog`` or its properties (``{"type": "sql", "uri": "sqlite:///...",
+    "warehouse": "file:///..."}``), with ``table`` its identifier (``"ns.name"``): the table is created or updated
+    there. Without both: the metadata alone, with the output (``metadata_location``). ``time_zone``: the zone
+    timestamp partition directories were written in, as :func:`~parquet_sink.read_committed` takes it.
+
+    Raises IcebergDependencyError (no pyiceberg), NotAnOutputError (no ``_spark_metadata``), IcebergSyncError.
+
+    Example::
+
+        >>> sync_iceberg("/data/events", catalog={"type": "sql", "uri": "sqlite:///c.db"}, table="db.events").snapshots
+        3
+    """
+    path = os.fspath(path)
+    require_pyiceberg(f"sync_iceberg({path!r})")
+    started = time.monotonic()
+    options = dict(storage_options or {})
+    storage = Storage(path, options)
+    require_output(storage)
+    key = (storage.root, None if table is None else str(table))
+    with _sync_lock(key):
+        return _sync(path, storage, options, catalog, table, time_zone, started, key)
+
+
+def _sync(
+    path: str, storage: Storage, options: dict[str, Any], catalog: Any, table: str | None, time_zone: str,
+    started: float, key: tuple[str, str | None],
+) -> IcebergSyncResult:
+    """:func:`sync_iceberg` under the table's lock (``key``: the table in this process)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    where = storage.display(storage.root)
+    opened, name, existing = _load(storage, catalog, table)
+    previous = None if existing is None else _check_ours(existing, storage, name)
+    newest = snapshot(path, storage_options=options)
+    latest = newest.latest_batch_id
+
+    def result(current: Any, **kw: Any) -> IcebergSyncResult:
+        snap = None if current is None else current.current_snapshot()
+        return IcebergSyncResult(
+            where, None if current is None else current.metadata_location, None if snap is None else snap.snapshot_id,
+            None if snap is None else _marker(snap), previous, seconds=time.monotonic() - started, **kw,
+        )
+
+    if previous is not None and (latest is None or previous > latest):
+        raise IcebergSyncError(
+            f"{where}: the Iceberg table {name} mirrors log batch {previous} but the log holds batches up to "
+            f"{latest}: the output was reset or its log replaced. Nothing was committed; drop the table (or delete "
+            f"{storage.display(storage.join(ICEBERG_DIR))}) and sync again."
+        )
+    if latest is None or (previous is not None and previous >= latest):
+        return result(existing)
+    transaction = existing.transaction() if existing is not None else None
+    known = _data_files(existing, key)
+    added = removed = snapshots = staged = 0
+    committed = existing
+
+    def commit(staging: Any) -> Any:
+        try:
+            table = staging.commit_transaction()
+        except CommitFailedException as exc:
+            raise IcebergSyncError(
+                f"{where}: another commit to the Iceberg table {name} won ({exc}); this sync committed the log "
+                f"batches up to {_marker(committed.current_snapshot()) if committed is not None else None}. Sync again."
+            ) from exc
+        _KNOWN[key] = (table.metadata_location, dict(known))
+        return table
+
+    for batch in range(0 if previous is None else previous + 1, latest + 1):
+        try:
+            snap = newest if batch == latest else snapshot(path, as_of_batch=batch, storage_options=options)
+        except SnapshotExpiredError:  # a batch before a compaction's retention: mirrored by a later one
+            continue
+        if transaction is None:
+            if not snap.files.table.num_rows:
+                continue  # no file committed yet: no schema to create the table with
+            transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema, _partition_columns(snap))
+        more, fewer = _commit_batch(storage, transaction, batch, snap, known, time_zone)
+        added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
+        if staged == _BATCHES_PER_COMMIT and batch < latest:
+            committed, staged = commit(transaction), 0
+            transaction = committed.transaction()
+    if transaction is None:
+        return result(existing)
+    if staged:
+        committed = commit(transaction)
+    logger.info("%s: Iceberg table %s mirrors log batch %d (was %s): %d snapshots, %d files added, %d removed",
+                where, name, latest, previous, snapshots, added, removed)
+    return result(committed, files_added=added, files_removed=removed, snapshots=snapshots, created=existing is None)
+
+
+__all__ = [
+    "INSTALL",
+    "MARKER",
+    "ICEBERG_DIR",
+    "METADATA_DIR",
+    "IcebergSyncResult",
+    "current_metadata",
+    "metadata_dir",
+    "require_pyiceberg",
+    "sync_iceberg",
+]

@@ -1,0 +1,332 @@
+"""sync_iceberg without Spark: an Iceberg table (pyiceberg, real metadata files, a SQLite catalog or the metadata
+alone with the output) holds one snapshot per log batch, each listing exactly the files the log commits as of that
+batch; pyiceberg's scans (current, by snapshot, with row filters that prune by the manifests) return exactly
+read_committed's rows, through schema evolution, partitions with nulls, optimize and a re-sync."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+pytest.importorskip("pyiceberg")
+
+from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
+from pyiceberg.expressions import GreaterThanOrEqual, LessThan  # noqa: E402
+from pyiceberg.table import StaticTable  # noqa: E402
+
+from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
+from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
+from parquet_sink.iceberg import sync as iceberg_sync  # noqa: E402
+from parquet_sink.iceberg.sync import MARKER  # noqa: E402
+from parquet_sink.log.entry import LogEntry  # noqa: E402
+from parquet_sink.storage.filesystem import Storage  # noqa: E402
+from tests.helpers.filters import fixed_or_fuzzed  # noqa: E402
+
+
+def _table(version: int, rows: int = 5, extra: bool = False) -> pa.Table:
+    """Rows of every kind the sync must carry: ints, strings, floats, dates, UTC timestamps, decimals, nulls;
+    ``k``/``n`` for partitions (a null ``k`` among them); ``extra`` adds a column (schema evolution)."""
+    ids = [version * 10 + i for i in range(rows)]
+    columns = {
+        "i": pa.array(ids, pa.int64()),
+        "s": [f"s{i}" if i % 4 else None for i in ids],
+        "f": [i / 3 if i % 3 else None for i in ids],
+        "day": pa.array([_dt.date(1999 + i % 3, 1, 1 + i % 28) for i in ids]),
+        "at": pa.array([_dt.datetime(2024, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(seconds=i, microseconds=7) for i in ids],
+                       pa.timestamp("us", "UTC")),
+        "price": pa.array([decimal.Decimal(i) / 4 if i % 5 else None for i in ids], pa.decimal128(12, 2)),
+        "k": [["a", "b c", None][i % 3] for i in ids],
+        "n": pa.array([i % 2 for i in ids], pa.int32()),
+    }
+    if extra:
+        columns["late"] = [f"l{i}" for i in ids]
+    return pa.table(columns)
+
+
+def _rows(table: pa.Table, like: pa.Table) -> list[dict]:
+    """``table``'s rows as ``like``'s columns and types (Iceberg reads strings as large strings, a column of
+    nulls only as a string, and orders a partition column where the table declares it), sorted."""
+    if not like.num_columns:
+        return []
+    schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in like.schema])
+    table = table.select(like.column_names).cast(schema)
+    return sorted(table.to_pylist(), key=repr)
+
+
+def _assert_same(iceberg: pa.Table, root: Path, **options) -> None:
+    expected = read_committed(str(root), **options)
+    assert iceberg.num_rows == expected.num_rows
+    assert _rows(iceberg, expected) == _rows(expected, expected)
+
+
+def _write(root: Path, versions: range, partition_by: list[str], extra_from: int = 99) -> None:
+    for version in versions:
+        write_batch(str(root), _table(version, extra=version >= extra_from), app_id="a", version=version,
+                    partition_by=partition_by)
+
+
+def _catalog_properties(tmp_path: Path) -> dict[str, str]:
+    """An embedded SQLite catalog's properties (``name``: the catalog's name its rows are kept under)."""
+    return {"name": "c", "type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+            "warehouse": f"file://{tmp_path / 'wh'}"}
+
+
+def _snapshots_by_batch(table) -> dict[int, int]:
+    return {int(s.summary[MARKER]): s.snapshot_id for s in table.metadata.snapshots}
+
+
+@pytest.mark.parametrize("partition_by", [[], ["k", "n"]], ids=["flat", "partitioned"])
+def test_metadata_with_the_output_one_snapshot_per_batch(tmp_path, partition_by, monkeypatch):
+    """Without a catalog: the metadata lives under the hidden directory, metadata_location opens it (pyiceberg,
+    polars); one snapshot per log batch, each reading read_committed(as_of_batch=b)'s rows; a second sync is a
+    no-op, a sync after more batches adds only theirs (a column added by a later batch included)."""
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # no polars_iceberg plugin: pyiceberg plans
+    root = tmp_path / "out"
+    _write(root, range(3), partition_by)
+    first = sync_iceberg(str(root))
+    assert first.created and first.snapshots == 3 and first.log_batch == 2 and first.previous_log_batch is None
+    assert first.files_added == len(committed_files(str(root))) and first.files_removed == 0
+    assert first.metadata_location.startswith(str(root / METADATA_DIR) + "/")
+    table = StaticTable.from_metadata(first.metadata_location)
+    assert table.current_snapshot().snapshot_id == first.snapshot_id
+    _assert_same(table.scan().to_arrow(), root)
+    _assert_same(pl.scan_iceberg(first.metadata_location).collect().to_arrow(), root)  # polars' own Iceberg reader
+
+    again = sync_iceberg(str(root))
+    assert (again.snapshots, again.files_added, again.metadata_location) == (0, 0, first.metadata_location)
+
+    before = len(committed_files(str(root)))
+    _write(root, range(3, 5), partition_by, extra_from=4)
+    later = sync_iceberg(str(root))
+    assert (later.previous_log_batch, later.log_batch, later.snapshots) == (2, 4, 2)
+    assert later.files_added == len(committed_files(str(root))) - before
+    table = StaticTable.from_metadata(later.metadata_location)
+    assert "late" in table.schema().column_names
+    _assert_same(table.scan().to_arrow(), root)
+    snapshots = _snapshots_by_batch(table)
+    assert sorted(snapshots) == [0, 1, 2, 3, 4]
+    for batch, snapshot_id in snapshots.items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+    # row filters: on a data column, and on partition columns the manifests prune by
+    _assert_same(table.scan(row_filter="i >= 23").to_arrow(), root, filter=pc.field("i") >= 23)
+    _assert_same(table.scan(row_filter="k == 'a' and n == 1").to_arrow(), root,
+                 filter=(pc.field("k") == "a") & (pc.field("n") == 1))
+    _assert_same(table.scan(row_filter="k is null").to_arrow(), root, filter=pc.field("k").is_null())
+    if partition_by:
+        pruned = table.scan(row_filter="k == 'a' and n == 1").plan_files()
+        assert {t.file.partition[0] for t in pruned} == {"a"}
+        assert len(pruned) < len(committed_files(str(root)))
+
+
+def test_catalog_created_and_updated(tmp_path):
+    """With a SQLite catalog (as properties, then as a Catalog): the table is created there at the output's
+    location, its metadata with the output; a sync through either form is a no-op when in step; the catalog's
+    table reads read_committed's rows after every batch."""
+    root = tmp_path / "out"
+    properties = _catalog_properties(tmp_path)
+    _write(root, range(2), ["k"])
+    result = sync_iceberg(str(root), catalog=properties, table="db.events")
+    catalog = SqlCatalog("c", uri=properties["uri"], warehouse=properties["warehouse"])
+    table = catalog.load_table("db.events")
+    assert table.metadata_location == result.metadata_location and table.location() == str(root)
+    _assert_same(table.scan().to_arrow(), root)
+    assert sync_iceberg(str(root), catalog=catalog, table="db.events").snapshots == 0
+    _write(root, range(2, 4), ["k"])
+    assert sync_iceberg(str(root), catalog=catalog, table="db.events").snapshots == 2
+    _assert_same(catalog.load_table("db.events").scan().to_arrow(), root)
+    # the table without catalog is another table: it is created apart, the catalog's untouched
+    assert sync_iceberg(str(root)).created
+
+
+def test_optimize_then_sync(tmp_path):
+    """An optimize's swap is one snapshot deleting the replaced files and adding the new ones: the rows are
+    unchanged, the snapshots before it still read their batches' rows."""
+    root = tmp_path / "out"
+    _write(root, range(4), ["k"])
+    sync_iceberg(str(root))
+    replaced = len(committed_files(str(root)))
+    optimize(str(root))
+    result = sync_iceberg(str(root))
+    assert result.files_removed == replaced and 0 < result.files_added < replaced
+    table = StaticTable.from_metadata(result.metadata_location)
+    assert table.current_snapshot().summary.operation.value == "overwrite"
+    _assert_same(table.scan().to_arrow(), root)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+
+
+def test_another_writer_is_refused(tmp_path):
+    """A snapshot pyiceberg's own append committed to the table is another writer's: the sync refuses it,
+    naming it, and commits nothing."""
+    root = tmp_path / "out"
+    properties = _catalog_properties(tmp_path)
+    _write(root, range(2), [])
+    sync_iceberg(str(root), catalog=properties, table="db.events")
+    catalog = SqlCatalog("c", uri=properties["uri"], warehouse=properties["warehouse"])
+    table = catalog.load_table("db.events")
+    table.append(read_committed(str(root)).slice(0, 1).cast(table.schema().as_arrow()))
+    _write(root, range(2, 3), [])
+    with pytest.raises(IcebergSyncError, match="another Iceberg writer"):
+        sync_iceberg(str(root), catalog=properties, table="db.events")
+    assert catalog.load_table("db.events").metadata_location == table.metadata_location
+
+
+def test_a_reset_output_another_outputs_table_and_two_current_versions_are_refused(tmp_path):
+    """Refused, naming the cause, nothing committed: a table mirroring a batch the log no longer holds (the
+    output reset), a catalog table located at another output, and a table without catalog whose newest version
+    has two metadata files (two syncs at once)."""
+    root, other = tmp_path / "out", tmp_path / "other"
+    properties = _catalog_properties(tmp_path)
+    _write(root, range(3), [])
+    _write(other, range(1), [])
+    first = sync_iceberg(str(root))
+    sync_iceberg(str(root), catalog=properties, table="db.events")
+    with pytest.raises(IcebergSyncError, match="located at"):
+        sync_iceberg(str(other), catalog=properties, table="db.events")
+
+    current = Path(first.metadata_location)
+    twin = current.with_name(current.name.split("-", 1)[0] + "-twin.metadata.json")
+    twin.write_bytes(current.read_bytes())
+    with pytest.raises(IcebergSyncError, match="two syncs committed at once"):
+        sync_iceberg(str(root))
+    twin.unlink()
+
+    shutil.rmtree(root / "_spark_metadata")
+    shutil.rmtree(root / "_exactly_once" / "leases", ignore_errors=True)
+    _write(root, range(1), [])
+    with pytest.raises(IcebergSyncError, match="reset"):
+        sync_iceberg(str(root))
+    # the table is as it was: its only metadata file is still the first sync's
+    assert sorted(p.name for p in (root / METADATA_DIR).glob("*.metadata.json")) == [current.name]
+
+
+def test_on_s3(moto_server):
+    """On S3 (moto) without a catalog: the output's storage options reach pyiceberg's FileIO (endpoint,
+    credentials), the metadata is written under the output's hidden area, and pyiceberg reads the committed rows
+    through it, after each of two syncs."""
+    bucket = f"b{uuid.uuid4().hex[:12]}"
+    moto_server.make_bucket(bucket)
+    url, options = f"s3://{bucket}/out", moto_server.storage_options
+    properties = iceberg_sync._io_properties(Storage(url, options))
+    assert properties["s3.endpoint"].startswith("http")
+    for version in range(2):
+        write_batch(url, _table(version), app_id="a", version=version, partition_by=["k"], storage_options=options)
+        result = sync_iceberg(url, storage_options=options)
+        assert result.metadata_location.startswith(f"s3://{bucket}/out/{METADATA_DIR}/")
+        scanned = StaticTable.from_metadata(result.metadata_location, properties=properties).scan().to_arrow()
+        expected = read_committed(url, storage_options=options)
+        assert _rows(scanned, expected) == _rows(expected, expected) and expected.num_rows == 5 * (version + 1)
+
+
+def test_many_batches_are_committed_a_few_at_a_time(tmp_path, monkeypatch):
+    """A sync catching up more batches than one commit holds commits them in turn (two a commit here): every
+    batch still gets its snapshot, each reads its batch's rows, and the table ends at the latest batch."""
+    monkeypatch.setattr(iceberg_sync, "_BATCHES_PER_COMMIT", 2)
+    root = tmp_path / "out"
+    _write(root, range(5), ["k"])
+    result = sync_iceberg(str(root))
+    assert (result.snapshots, result.log_batch) == (5, 4)
+    assert len(list((root / METADATA_DIR).glob("*.metadata.json"))) == 3  # batches 0-1, 2-3, 4
+    table = StaticTable.from_metadata(result.metadata_location)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+    assert sorted(_snapshots_by_batch(table)) == list(range(5))
+
+
+def test_a_file_committed_twice_is_listed_once(tmp_path):
+    """A batch whose log lists one new file twice (Spark's readers read it twice): the Iceberg table lists it
+    once (a manifest keys files by path; appending it twice would make Iceberg readers read it twice too, and
+    a later delete remove one of the two)."""
+    root = tmp_path / "out"
+    _write(root, range(1), [])
+    original = committed_files(str(root))[0]
+    copy = Path(original.path).with_name("part-copy.parquet")
+    copy.write_bytes(Path(original.path).read_bytes())
+    entry = LogEntry(copy.as_uri(), original.size, False, original.modification_time)
+    assert MetadataLog(str(root)).add(1, [entry, entry])
+    rows = pq.ParquetFile(original.path).metadata.num_rows
+    assert read_committed(str(root)).num_rows == 3 * rows
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+    paths = table.inspect.files().column("file_path").to_pylist()
+    assert sorted(paths) == sorted([original.path, str(copy)])
+    assert table.scan().to_arrow().num_rows == 2 * rows
+
+
+_INT = st.integers(-(2**63), 2**63 - 1)
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=20)  # beyond U+FFFF, and beyond the 16 characters bounds keep
+_FLOAT = st.floats(allow_nan=False)  # NaN: no row equality to compare by
+_DAY = st.dates(_dt.date(1, 1, 1), _dt.date(9999, 12, 31))
+_AT = st.datetimes(_dt.datetime(1, 1, 2), _dt.datetime(9999, 12, 30), timezones=st.just(_dt.UTC))
+_DECIMAL = st.decimals(-(10**28) + 1, 10**28 - 1, places=10, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _histories(draw):
+    """Batches of random rows (nullable ints at their limits, strings beyond U+FFFF and longer than the bounds
+    Iceberg keeps, floats with infinities, dates and UTC timestamps of years 1..9999, decimals of 38 digits;
+    partition values with the null partition), a sync after some of them, an optimize after one."""
+    partitioned = draw(st.booleans())
+    batches = draw(st.lists(st.lists(st.tuples(st.none() | _INT, st.none() | _TEXT, st.none() | _FLOAT,
+                                               st.none() | _DAY, st.none() | _AT, st.none() | _DECIMAL,
+                                               st.sampled_from(["a", "b", None])),
+                                     max_size=4), min_size=1, max_size=5))
+    syncs = draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
+    return partitioned, batches, syncs, draw(st.none() | st.integers(0, len(batches) - 1))
+
+
+def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[bool], optimize_after: int | None) -> None:
+    schema = pa.schema([("i", pa.int64()), ("s", pa.string()), ("f", pa.float64()), ("d", pa.date32()),
+                        ("t", pa.timestamp("us", "UTC")), ("dec", pa.decimal128(38, 10)), ("p", pa.string())])
+    for version, (rows, sync) in enumerate(zip(batches, syncs)):
+        table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=schema)
+        write_batch(str(root), table, app_id="a", version=version, partition_by=["p"] if partitioned else None)
+        if optimize_after == version:
+            optimize(str(root))
+        if sync:
+            sync_iceberg(str(root))
+    result = sync_iceberg(str(root))
+    if result.metadata_location is None:  # no file committed: no table
+        assert not len(committed_files(str(root)))
+        return
+    table = StaticTable.from_metadata(result.metadata_location)
+    _assert_same(table.scan().to_arrow(), root)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+    for index, column in enumerate(schema.names[:-1]):  # filters that prune by the manifests' bounds
+        values = sorted({row[index] for rows in batches for row in rows if row[index] is not None})
+        for value in values[:1] + values[-1:]:
+            for iceberg, arrow in ((GreaterThanOrEqual, pc.greater_equal), (LessThan, pc.less)):
+                _assert_same(table.scan(row_filter=iceberg(column, value)).to_arrow(), root,
+                             filter=arrow(pc.field(column), pa.scalar(value, schema.field(column).type)))
+    assert sync_iceberg(str(root)).snapshots == 0
+
+
+def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float) -> None:
+    """Random batches, syncs and an optimize (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
+    random search): every snapshot reads read_committed(as_of_batch=b)'s rows, the current one and its scans
+    filtered on each data column (at its smallest and largest value: the manifests' bounds prune) read
+    read_committed's with the same filter, and a last sync is a no-op."""
+
+    @fixed_or_fuzzed(fuzz_minutes, 3, 10)
+    @given(_histories())
+    # found by the search: a file one sync appends and deletes (an optimize's swap after it, in the same sync)
+    @example((False, [[], [(None, None, None, None, None, None, "a")]], [False, False], 1))
+    def run(history) -> None:
+        _check_history(tmp_path_factory.mktemp("iceberg-history") / "out", *history)
+
+    deadline = time.monotonic() + 60 * fuzz_minutes
+    run()
+    while time.monotonic() < deadline:
+        run()
