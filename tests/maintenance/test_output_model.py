@@ -77,6 +77,20 @@ OPTIMIZE_KILLS = [None, "optimize_write", "optimize_padding", "optimize_commit",
                   "optimize_after_commit", "delta_commit"]
 
 
+def _spark_file_sink(jvm):
+    """Spark's ``FileStreamSink`` class (moved to ``...streaming.sinks`` in Spark 4.1)."""
+    for name in ("org.apache.spark.sql.execution.streaming.sinks", "org.apache.spark.sql.execution.streaming"):
+        try:
+            jvm.java.lang.Class.forName(f"{name}.FileStreamSink")
+        except Exception:  # py4j's error for a class this Spark does not have
+            continue
+        package = jvm
+        for part in name.split("."):
+            package = getattr(package, part)
+        return package.FileStreamSink
+    raise AssertionError("no FileStreamSink class in this Spark")
+
+
 def _ids(table: pa.Table) -> list[int]:
     return sorted(table.column("id").to_pylist())
 
@@ -112,6 +126,9 @@ class OutputModel(RuleBasedStateMachine):
         self.done: dict[str | None, int] = {}  # query (None: the sink without a query id) -> newest batch id committed
         self.sinks: dict[tuple, ParquetSink] = {}  # sink objects kept across batches (a driver that did not restart)
         self.kills = 0
+        self.spark_batches: set[int] = set()  # log batches Spark's own file sink committed
+        self.spark_newest = False  # Spark's sink committed the newest batch: ours commit after it only when told
+        self.delta_behind = False  # Spark's sink committed after the Delta log's last sync (the next of ours syncs)
 
     # -- the model's bookkeeping ---------------------------------------------------------------------
 
@@ -135,6 +152,10 @@ class OutputModel(RuleBasedStateMachine):
                  "min_batches_to_retain": self.recorded["min_batches_to_retain"] + 1, "cleanup_delay": "1h"}[setting]
         return {setting: value}
 
+    def _stopped(self, stopped: bool = True) -> dict:
+        """``spark_sink_stopped=True`` once Spark's own sink wrote a batch (its query is stopped for good)."""
+        return {"spark_sink_stopped": True} if self.spark_batches and stopped else {}
+
     def _contradicts(self, given: dict) -> bool:
         return self.recorded is not None and any(given[k] != self.recorded[k] for k in given)
 
@@ -153,6 +174,7 @@ class OutputModel(RuleBasedStateMachine):
             self.snapshots[empty] = before
         self.rows += new_rows
         self.snapshots[batch] = sorted(r["id"] for r in self.rows)
+        self.spark_newest = self.delta_behind = False
 
     def _files_on_disk(self) -> set[str]:
         return {str(p) for p in Path(self.out).rglob("*.parquet")} if Path(self.out).exists() else set()
@@ -167,11 +189,17 @@ class OutputModel(RuleBasedStateMachine):
 
     # -- writers ---------------------------------------------------------------------------------------
 
-    @rule(rows=ROWS, replay=st.booleans(), how=HOW, which=st.integers(0, 3))
-    def append(self, rows: list[dict], replay: bool, how: str, which: int) -> None:
-        """write_batch of the next version, or a replay of the last one (skipped)."""
+    @rule(rows=ROWS, replay=st.booleans(), how=HOW, which=st.integers(0, 3), stopped=st.booleans())
+    def append(self, rows: list[dict], replay: bool, how: str, which: int, stopped: bool) -> None:
+        """write_batch of the next version, or a replay of the last one (skipped); after a batch of Spark's own
+        sink, refused unless told that sink's query is stopped."""
         given = self._settings(how, which)
-        options = dict(app_id="app", partition_by=self.partition_by, delta_log=self.delta, **given)
+        options = dict(app_id="app", partition_by=self.partition_by, delta_log=self.delta, **given,
+                       **self._stopped(stopped))
+        if self.spark_newest and not stopped and not (replay and self.version) and not self._contradicts(given):
+            table = pa.Table.from_pylist(self._number(rows), schema=SCHEMA)
+            return self._refused(lambda: write_batch(self.out, table, version=self.version, **options),
+                                 errors.SparkSinkBatchError, self._files_on_disk())
         if self._contradicts(given):
             table = pa.Table.from_pylist(self._number(rows), schema=SCHEMA)
             return self._refused(lambda: write_batch(self.out, table, version=self.version, **options),
@@ -205,13 +233,13 @@ class OutputModel(RuleBasedStateMachine):
         skipped = replay and last is not None
         foreign = last is None and bool(self.snapshots) and refuse_foreign
         options = dict(partition_by=self.partition_by, writer=writer, delta_log=self.delta, compression=compression,
-                       on_foreign_query="error" if foreign else "append", **given)
+                       on_foreign_query="error" if foreign else "append", **given, **self._stopped())
         if query is not None:
             checkpoint = Path(self.root, f"{self.name}-{query}")
             checkpoint.mkdir(exist_ok=True)
             (checkpoint / "metadata").write_text(json.dumps({"id": self.queries[query]}))
             options["checkpoint_location"] = str(checkpoint)
-        key = (query, writer, compression, foreign)
+        key = (query, writer, compression, foreign, bool(self.spark_batches))
         sink = self.sinks.get(key) if not fresh and not given else None
         if sink is None:
             sink = ParquetSink(self.out, **options)
@@ -246,12 +274,40 @@ class OutputModel(RuleBasedStateMachine):
             if metadata.num_row_groups:  # the codec: the sink's, else the session's (Spark's own sink writes it)
                 assert metadata.row_group(0).column(0).compression == FOOTER_CODEC[codec], (file.path, codec)
 
+    @precondition(lambda self: self.spark is not None and self.snapshots)
+    @rule(rows=ROWS, replay=st.booleans())
+    def spark_sink(self, rows: list[dict], replay: bool) -> None:
+        """Spark's own file sink writes the log's next batch (``FileStreamSink.addBatch``, as its query calls it, in
+        a session with the output's compact interval), or a replay of the newest one: skipped ("already
+        committed"), nothing written."""
+        jvm = self.spark._jvm
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        columns = jvm.java.util.ArrayList()
+        for column in self.partition_by or ():
+            columns.add(column)
+        parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+        sink = _spark_file_sink(jvm)(self.spark._jsparkSession, self.out, parquet, utils.toSeq(columns),
+                                     utils.toScalaMap(jvm.java.util.HashMap()))
+        batch = max(self.snapshots) + (0 if replay else 1)
+        rows = self._number(rows)
+        frame = self.spark.createDataFrame([tuple(r[c] for c in SCHEMA.names) for r in rows], SPARK_SCHEMA)
+        self.spark.conf.set(SESSION_INTERVAL, str(self.recorded["compact_interval"]))
+        try:
+            sink.addBatch(batch, frame._jdf)
+        finally:
+            self.spark.conf.unset(SESSION_INTERVAL)
+        if not replay:
+            self._committed(batch, rows)
+            self.spark_batches.add(batch)
+            self.spark_newest, self.delta_behind = True, self.delta
+
     @precondition(lambda self: self.snapshots)
     @rule(size=st.sampled_from(["2KB", "1MB"]), order=st.sampled_from(["bins", "sort_by", "z_order"]), how=HOW,
           which=st.integers(0, 3))
     def optimize(self, size: str, order: str, how: str, which: int) -> None:
         given = self._settings(how, which)
         options = {"sort_by": ["n"]} if order == "sort_by" else {"z_order": ["n", "x"]} if order == "z_order" else {}
+        options |= self._stopped()
         if self._contradicts(given):
             return self._refused(lambda: optimize(self.out, target_file_size=size, **options, **given),
                                  errors.OutputSettingsError, self._files_on_disk())
@@ -275,11 +331,11 @@ class OutputModel(RuleBasedStateMachine):
         if before_log or not self.before_log:
             self.loose, self.before_log = None, False
 
-    @precondition(lambda self: self.snapshots and not self.delta)
+    @precondition(lambda self: self.snapshots and (not self.delta or self.delta_behind))
     @rule()
     def sync(self) -> None:
         sync_delta_log(self.out)
-        self.delta = True  # the output keeps a Delta log from now on
+        self.delta, self.delta_behind = True, False  # the output keeps a Delta log from now on
 
     @precondition(lambda self: self.kills < self.max_kills)
     @rule(rows=ROWS, what=st.sampled_from(["write_batch", "optimize"]), data=st.data())
@@ -300,10 +356,10 @@ class OutputModel(RuleBasedStateMachine):
             with pa.OSFile(config["table"], "wb") as sink, pa.ipc.new_file(sink, table.schema) as ipc:
                 ipc.write_table(table)
             config["kwargs"] = dict(app_id="app", version=self.version, partition_by=self.partition_by,
-                                    delta_log=self.delta, **given)
+                                    delta_log=self.delta, **given, **self._stopped())
         else:
             rows, table = [], None
-            config["kwargs"] = dict(target_file_size="2KB", **given)
+            config["kwargs"] = dict(target_file_size="2KB", **given, **self._stopped())
         child = start_child(Path(self.root, "children"), config, failpoints=f"{point}=kill" if point else None,
                             script=OPTIMIZE_CHILD)
         if point is None:  # a random moment of the call
@@ -340,7 +396,7 @@ class OutputModel(RuleBasedStateMachine):
         case = FilterCase(KINDS, [], [self.rows], 1)
         chosen = [data.draw(filters(case)) for _ in range(3)]
         assert_filters_agree(self.out, self._expected(), chosen, None)
-        if not self.delta or not deltalake.DeltaTable.is_deltatable(self.out):
+        if not self.delta or self.delta_behind or not deltalake.DeltaTable.is_deltatable(self.out):
             return
         # delta-rs's own readers, with its own statistics: a float column holding NaN or an infinity has no JSON
         # bound, and delta-rs's dataset then skips the file for a filter on it (x != 1.0, x = NaN lose the NaN
@@ -376,14 +432,18 @@ class OutputModel(RuleBasedStateMachine):
         expected = sorted(r["id"] for r in self.rows)
         assert _ids(read_committed(self.out, columns=["id"])) == expected
         assert count_committed(self.out) == len(expected)
-        stats = snapshot(self.out, statistics=True).files.table.column("stats")
+        files = snapshot(self.out, statistics=True).files.table
+        ours = pc.invert(pc.is_in(files.column("batch_id"), pa.array(sorted(self.spark_batches), pa.int64())))
+        stats = files.filter(ours).column("stats")  # Spark's own sink logs none
         assert stats.null_count == 0, "every writer of ours, optimize too, logs each file's statistics"
         report = verify(self.out)
         assert report.ok, report.problems
         latest = max(self.snapshots)
         assert history(self.out, limit=1).column("log_batch_id").to_pylist() == [latest]
         self._time_travel()
-        if self.delta and not deltalake.DeltaTable.is_deltatable(self.out):
+        if self.delta_behind:  # the Delta log waits for the next commit of ours (or a sync)
+            pass
+        elif self.delta and not deltalake.DeltaTable.is_deltatable(self.out):
             assert not len(committed_files(self.out))  # a log committing no file yet gets no Delta log
         elif self.delta:
             table = deltalake.DeltaTable(self.out).to_pyarrow_table(columns=["id"])
