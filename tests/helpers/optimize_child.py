@@ -1,9 +1,11 @@
 """Child-process driver of the optimize crash and race tests and of the output model's kills: one
-:func:`parquet_sink.maintenance.optimize` call, or one :func:`parquet_sink.write_batch` call.
+:func:`parquet_sink.maintenance.optimize` call, one :func:`parquet_sink.write_batch` call, or one micro-batch of a
+:class:`parquet_sink.ParquetSink` on a Spark driver of its own.
 
 Usage: ``python tests/helpers/optimize_child.py CONFIG.json`` (started by ``crash_util.start_child(...,
 script=OPTIMIZE_CHILD)``). Config keys: ``out``, optional ``kwargs`` (the call's keyword arguments), optional
-``table`` (an Arrow IPC file: then the call is ``write_batch(out, table, **kwargs)``), ``result`` (written at the
+``table`` (an Arrow IPC file: then the call is ``write_batch(out, table, **kwargs)``, or with ``batch_id`` and
+``spark_schema`` ``ParquetSink(out, **kwargs)(DataFrame of the table, batch_id)``), ``result`` (written at the
 end: ``{"status": "ok", "committed", "log_batch_id", ...}`` or the error), ``started`` (touched before the call).
 Failpoints come from the environment (``optimize_write``, ``optimize_padding``, ``optimize_commit``, ``compaction``,
 ``sidecar``, ``optimize_after_commit``, ``before_write``, ``before_commit``, ``commit_publish``, ...).
@@ -28,11 +30,32 @@ def _call(config: dict) -> dict:
     if "table" in config:
         with pa.memory_map(config["table"]) as source:
             table = pa.ipc.open_file(source).read_all()
+        if "batch_id" in config:
+            return _sink_batch(config, table)
         written = write_batch(config["out"], table, **kwargs)
         return {"committed": written.committed, "log_batch_id": written.log_batch_id, "files": written.files}
     result = optimize(config["out"], **kwargs)
     return {"committed": result.committed, "log_batch_id": result.log_batch_id, "abandoned": len(result.abandoned),
             "files": result.files, "padding": result.padding_batches}
+
+
+def _sink_batch(config: dict, table) -> dict:
+    """One micro-batch of a ParquetSink, on a driver whose JVM and Python workers a failpoint kill takes down too."""
+    import os
+
+    from parquet_sink import ParquetSink
+
+    os.environ["PARQUET_SINK_KILL_PGID"] = str(os.getpgid(0))  # before the JVM starts: its workers inherit it
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.helpers.spark_util import make_session
+
+    spark = make_session("local[1]", "parquet-sink-model-child",
+                         **{"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
+    rows = [tuple(row.values()) for row in table.to_pylist()]
+    sink = ParquetSink(config["out"], **config.get("kwargs", {}))
+    sink(spark.createDataFrame(rows, config["spark_schema"]), config["batch_id"])
+    progress = sink.last_progress
+    return {"committed": not progress.skipped, "log_batch_id": progress.log_batch_id}
 
 
 def main() -> int:
