@@ -15,6 +15,7 @@ Exit codes: 0 done, 3 an error (named in ``result``); killed children exit by SI
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -41,8 +42,6 @@ def _call(config: dict) -> dict:
 
 def _sink_batch(config: dict, table) -> dict:
     """One micro-batch of a ParquetSink, on a driver whose JVM and Python workers a failpoint kill takes down too."""
-    import os
-
     from parquet_sink import ParquetSink
 
     os.environ["PARQUET_SINK_KILL_PGID"] = str(os.getpgid(0))  # before the JVM starts: its workers inherit it
@@ -73,4 +72,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # no interpreter teardown: a native library's threads ended the process by SIGABRT there once ("terminate called
+    # without an active exception"), after the call's result was written
+    os._exit(code)

@@ -131,6 +131,7 @@ class OutputModel(RuleBasedStateMachine):
         self.sinks: dict[tuple, ParquetSink] = {}  # sink objects kept across batches (a driver that did not restart)
         self.kills = 0
         self.spark_batches: set[int] = set()  # log batches Spark's own file sink committed
+        self.spark_compacted = -1  # the newest compaction batch Spark's sink wrote (our entries' statistics dropped)
         self.spark_newest = False  # Spark's sink committed the newest batch: ours commit after it only when told
         self.delta_behind = False  # Spark's sink committed after the Delta log's last sync (the next of ours syncs)
 
@@ -294,19 +295,21 @@ class OutputModel(RuleBasedStateMachine):
         for column in self.partition_by or ():
             columns.add(column)
         parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
-        sink = _spark_file_sink(jvm)(self.spark._jsparkSession, self.out, parquet, utils.toSeq(columns),
-                                     utils.toScalaMap(jvm.java.util.HashMap()))
         batch = max(self.snapshots) + (0 if replay else 1)
         rows = self._number(rows)
         frame = self.spark.createDataFrame([tuple(r[c] for c in SCHEMA.names) for r in rows], SPARK_SCHEMA)
-        self.spark.conf.set(SESSION_INTERVAL, str(self.recorded["compact_interval"]))
+        self.spark.conf.set(SESSION_INTERVAL, str(self.recorded["compact_interval"]))  # read by its log, when made
         try:
+            sink = _spark_file_sink(jvm)(self.spark._jsparkSession, self.out, parquet, utils.toSeq(columns),
+                                         utils.toScalaMap(jvm.java.util.HashMap()))
             sink.addBatch(batch, frame._jdf)
         finally:
             self.spark.conf.unset(SESSION_INTERVAL)
         if not replay:
             self._committed(batch, rows)
             self.spark_batches.add(batch)
+            if (batch + 1) % self.recorded["compact_interval"] == 0:  # its compact file keeps Spark's keys only
+                self.spark_compacted = batch
             self.spark_newest, self.delta_behind = True, self.delta
 
     @precondition(lambda self: self.snapshots)
@@ -408,7 +411,8 @@ class OutputModel(RuleBasedStateMachine):
                  config["batch_id"])
             self._record(given)
             self.done[query] = config["batch_id"]
-            self._committed(sink.last_progress.log_batch_id, rows)
+            progress = sink.last_progress  # skipped: the child committed it, as the log's newest batch
+            self._committed(MetadataLog(self.out).latest_batch_id() if progress.skipped else progress.log_batch_id, rows)
         else:  # the rerun: plans from the log again
             self._optimized(optimize(self.out, **config["kwargs"]))
             self._committed(MetadataLog(self.out).latest_batch_id(), [])  # the child's swap and padding, if any
@@ -458,8 +462,10 @@ class OutputModel(RuleBasedStateMachine):
         assert _ids(read_committed(self.out, columns=["id"])) == expected
         assert count_committed(self.out) == len(expected)
         files = snapshot(self.out, statistics=True).files.table
-        ours = pc.invert(pc.is_in(files.column("batch_id"), pa.array(sorted(self.spark_batches), pa.int64())))
-        stats = files.filter(ours).column("stats")  # Spark's own sink logs none
+        # Spark's own sink logs none, and its compaction writes every entry with Spark's keys only
+        ours = pc.and_(pc.invert(pc.is_in(files.column("batch_id"), pa.array(sorted(self.spark_batches), pa.int64()))),
+                       pc.greater(files.column("batch_id"), self.spark_compacted))
+        stats = files.filter(ours).column("stats")
         assert stats.null_count == 0, "every writer of ours, optimize too, logs each file's statistics"
         report = verify(self.out)
         assert report.ok, report.problems
