@@ -103,6 +103,7 @@ class OutputModel(RuleBasedStateMachine):
     spark_every = 1  # Spark's reader checks every n-th run (its jobs cost most of a run)
     max_kills = 1  # SIGKILLed children a run
     sink_kills = False  # kills of a sink's batch too (a Spark driver of its own each: long runs only)
+    skip_known = True  # leave out the shapes of known defects not fixed yet (their regression examples are xfail)
     predicates: tuple[str, ...] = ()  # Spark's pushdown checks at the end of a run (none: 3 of _PREDICATES in turn)
     runs = 0
 
@@ -128,6 +129,7 @@ class OutputModel(RuleBasedStateMachine):
         self.before_log = False  # a call killed before the first commit left files vacuum keeps (before the log)
         self.queries = {q: uuid.uuid4().hex for q in ("q0", "q1")}  # query -> its id (in its checkpoint)
         self.done: dict[str | None, int] = {}  # query (None: the sink without a query id) -> newest batch id committed
+        self.done_at: dict[str | None, int] = {}  # query -> the log batch of that commit
         self.sinks: dict[tuple, ParquetSink] = {}  # sink objects kept across batches (a driver that did not restart)
         self.kills = 0
         self.spark_batches: set[int] = set()  # log batches Spark's own file sink committed
@@ -241,6 +243,8 @@ class OutputModel(RuleBasedStateMachine):
         its rows); a query's first batch on an output others wrote is refused with on_foreign_query="error"."""
         given = self._settings(how, which)
         last = self.done.get(query)
+        if replay and self.skip_known and last is not None and self.done_at[query] <= self.spark_compacted:
+            replay = False  # a known defect, REGRESSIONS["replay-after-spark-compaction"]
         batch_id = last if replay and last is not None else (-1 if last is None else last) + 1
         skipped = replay and last is not None
         foreign = last is None and bool(self.snapshots) and refuse_foreign
@@ -275,7 +279,7 @@ class OutputModel(RuleBasedStateMachine):
         if skipped:  # a replay writes nothing
             return
         self._record(given, conf[SESSION_INTERVAL])
-        self.done[query] = batch_id
+        self.done[query], self.done_at[query] = batch_id, progress.log_batch_id
         self._committed(progress.log_batch_id, rows)
         codec = compression or session_codec or "snappy"
         for file in committed_files(self.out, batches=(progress.log_batch_id, progress.log_batch_id)):
@@ -410,9 +414,10 @@ class OutputModel(RuleBasedStateMachine):
             sink(self.spark.createDataFrame([tuple(r[c] for c in SCHEMA.names) for r in rows], SPARK_SCHEMA),
                  config["batch_id"])
             self._record(given)
-            self.done[query] = config["batch_id"]
             progress = sink.last_progress  # skipped: the child committed it, as the log's newest batch
-            self._committed(MetadataLog(self.out).latest_batch_id() if progress.skipped else progress.log_batch_id, rows)
+            batch = MetadataLog(self.out).latest_batch_id() if progress.skipped else progress.log_batch_id
+            self.done[query], self.done_at[query] = config["batch_id"], batch
+            self._committed(batch, rows)
         else:  # the rerun: plans from the log again
             self._optimized(optimize(self.out, **config["kwargs"]))
             self._committed(MetadataLog(self.out).latest_batch_id(), [])  # the child's swap and padding, if any
@@ -548,14 +553,29 @@ REGRESSIONS = {
         ("start", dict(partitioned=False, interval=None, delta=True, retention=None, retain=None, delay=None)),
         ("sink_batch", dict(_SINK, rows=[_row(x) for x in (0.0, math.inf, 0.0, 5.0, 1.0, -0.0)], writer="spark")),
     ], ("x = -0.0D",)),
+    # NOT FIXED: Spark's own sink writing a compaction batch of the output rewrites every entry with Spark's keys
+    # only, dropping our commit records (and statistics); the query's record gone, a replay of its last batch after
+    # a restart (on_foreign_query="append", spark_sink_stopped=True) is committed again: its rows twice
+    "replay-after-spark-compaction": ([
+        ("start", dict(partitioned=False, interval=2, delta=False, retention=None, retain=None, delay=None)),
+        ("sink_batch", dict(_SINK, rows=[_row(1.0)], writer="arrow")),
+        ("append", dict(rows=[_row(2.0)], replay=False, how="omit", which=0, stopped=True)),
+        ("spark_sink", dict(rows=[_row(3.0)], replay=False)),
+        ("spark_sink", dict(rows=[_row(4.0)], replay=False)),
+        ("sink_batch", dict(_SINK, rows=[_row(5.0)], writer="arrow", replay=True)),
+    ], ()),
 }
+KNOWN_DEFECTS = {"replay-after-spark-compaction"}
 
 
-@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not fixed yet")) if n in KNOWN_DEFECTS else n
+    for n in sorted(REGRESSIONS)
+])
 def test_output_model_regressions(spark, tmp_path, name: str) -> None:
     steps, predicates = REGRESSIONS[name]
-    machine = type("OutputModelHere", (OutputModel,),
-                   {"root": str(tmp_path), "spark": spark, "spark_every": 1, "predicates": predicates})
+    machine = type("OutputModelHere", (OutputModel,), {"root": str(tmp_path), "spark": spark, "spark_every": 1,
+                                                       "predicates": predicates, "skip_known": False})
     state = machine()
     for rule_name, arguments in steps:
         getattr(state, rule_name)(**arguments)
