@@ -562,11 +562,11 @@ REGRESSIONS = {
     # write_batch retry of an app's last version, spark_sink_stopped=True)
     "replay-after-spark-compaction": ([
         ("start", dict(partitioned=False, interval=2, delta=False, retention=None, retain=None, delay=None)),
-        ("sink_batch", dict(_SINK, rows=[_row(1.0)], writer="arrow")),
+        ("sink_batch", dict(_SINK, rows=[_row(1.0)], writer="spark")),
         ("append", dict(rows=[_row(2.0)], replay=False, how="omit", which=0, stopped=True)),
         ("spark_sink", dict(rows=[_row(3.0)], replay=False)),
         ("spark_sink", dict(rows=[_row(4.0)], replay=False)),
-        ("sink_batch", dict(_SINK, rows=[_row(5.0)], writer="arrow", replay=True)),
+        ("sink_batch", dict(_SINK, rows=[_row(5.0)], writer="spark", replay=True)),
     ], ()),
 }
 KNOWN_DEFECTS = {"replay-after-spark-compaction"}
