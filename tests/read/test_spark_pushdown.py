@@ -1,9 +1,10 @@
 """Spark's Parquet filter pushdown over files our pyarrow writers wrote (``write_batch``, the sink's Arrow path,
-``optimize``): parquet-mr's ``StatisticsFilter`` and ``DictionaryFilter`` skip row groups by their footers, in
+``optimize``) and the sink's Spark writer path wrote: parquet-mr's ``StatisticsFilter`` and ``DictionaryFilter`` skip row groups by their footers, in
 Spark SQL's float order (NaN greater than every number, equal to itself; -0.0 equal to 0.0). pyarrow leaves NaN
 out of a float column's min/max, so a footer that says ``max 1.0`` over [NaN, 1.0] made ``x > 5`` skip the NaN
 row (issue 54, item 1), and parquet-mr's dictionary filter tells -0.0 from 0.0 (``x = -0.0`` skipped a row group
-of 0.0, found by the generator here). The oracle is Spark itself with pushdown off, over the same files: with it on, every
+of 0.0, found by the generator here; the sink's Spark writer path, parquet-mr's own files, did so too: found by
+the output model, tests/maintenance/test_output_model.py). The oracle is Spark itself with pushdown off, over the same files: with it on, every
 predicate returns exactly the same rows, and ``read_committed`` reads the same rows as ``spark.read.parquet``.
 """
 
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parquet_sink import optimize, read_committed, write_batch
+from parquet_sink import ParquetSink, committed_files, optimize, read_committed, write_batch
 from tests.helpers.filters import fixed_or_fuzzed
 
 NAN = float("nan")
@@ -69,6 +70,22 @@ def test_nan_is_never_pruned_away_from_spark(spark, tmp_path):
             optimize(out)
         assert {p: _rows(spark, out, p, pushdown=True) for p in expected} == expected, state
         assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_the_spark_writer_path_writes_no_float_dictionary_for_the_zero_filter_to_misread(spark, tmp_path):
+    """The output model's shape: a sink batch on Spark's writer path (parquet-mr) with [0.0, inf, 0.0] in a double
+    column was dictionary-encoded, and ``x = -0.0D`` with pushdown on skipped its row group (parquet-mr's
+    ``DictionaryFilter`` compares by ``Double.equals``; Spark SQL's 0.0 = -0.0 is true): 0 rows instead of 2. The
+    writer path now writes float columns without a dictionary, as the Arrow path writes a column holding a zero."""
+    out = str(tmp_path / "out")
+    frame = spark.createDataFrame([(19, 0.0, 0.0, "a"), (20, math.inf, 0.0, "a"), (21, 0.0, 0.0, "a")],
+                                  "id long, x double, y float, s string")
+    ParquetSink(out, writer="spark")(frame.coalesce(1), 0)
+    (file,) = committed_files(out)
+    footer = pq.read_metadata(file.path).row_group(0)
+    assert [footer.column(i).has_dictionary_page for i in range(1, 4)] == [False, False, True]  # s keeps its own
+    for predicate, expected in {"x = -0.0D": [(19,), (21,)], "x = 0.0D": [(19,), (21,)], "y = CAST(-0.0 AS FLOAT)": [(19,), (20,), (21,)]}.items():
+        assert _rows(spark, out, predicate, pushdown=True) == expected == _rows(spark, out, predicate, pushdown=False)
 
 
 def test_pushdown_over_our_float_files_matches_spark_without_it(spark, tmp_path_factory, fuzz_minutes):

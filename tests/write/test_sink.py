@@ -16,7 +16,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed
+from parquet_sink import MetadataLog, ParquetSink, committed_files, errors, read_committed, write_batch
 from parquet_sink.write.conflicts import Transaction
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.sink import CommitRecord, decide_batch
@@ -134,6 +134,27 @@ def test_replayed_batch_is_skipped(spark, tmp_path, caplog):
     assert sorted(os.listdir(Path(out) / "_spark_metadata")) == log_files_before
     assert sorted(read_committed(out).column("id").to_pylist()) == list(range(30))
     assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(30))
+
+
+def test_a_running_sink_continues_after_other_writers_cleanup_deleted_log_files_it_had_not_read(spark, tmp_path):
+    """The output model's shape: a sink object (a running query) commits, other writers then commit past its view
+    and their cleanup (min_batches_to_retain=1, cleanup_delay="0s", recorded with the output) deletes log files of
+    batches it never read. Its next batch failed with MissingLogFileError ("the log has a gap"); it reads the log
+    from the compact file that holds them, as a new sink object does, and commits once."""
+    out, checkpoint = str(tmp_path / "out"), tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id": "q"}')
+    sink = ParquetSink(out, compact_interval=2, min_batches_to_retain=1, cleanup_delay="0s",
+                       checkpoint_location=str(checkpoint))
+    sink(spark.createDataFrame([(0,)], "id long"), 0)
+    for version in range(4):  # log batches 1..4: cleanup after 4 deletes every log file below 3.compact
+        write_batch(out, pa.table({"id": [version + 1]}), app_id="a", version=version)
+    assert 1 not in MetadataLog(out).list_names()
+    sink(spark.createDataFrame([(5,)], "id long"), 1)
+    assert sink.last_progress.log_batch_id == 5 and not sink.last_progress.skipped
+    sink(spark.createDataFrame([(5,)], "id long"), 1)  # a replay: still told apart
+    assert sink.last_progress.skipped
+    assert sorted(read_committed(out).column("id").to_pylist()) == [0, 1, 2, 3, 4, 5]
 
 
 def test_fresh_checkpoint_on_old_output_is_refused_then_appends(spark, tmp_path):

@@ -43,7 +43,6 @@ from ..errors import (
     CommitConflictError,
     ForeignQueryError,
     LogError,
-    MissingLogFileError,
     OutputResetError,
     ParameterError,
     ParquetSinkError,
@@ -628,7 +627,7 @@ class ParquetSink:
 
     def _refresh_state(self) -> _OutputState:
         """Load the output state once, then only read the log batches committed since: one listing of
-        the log per call, a gap in the log is a MissingLogFileError at once."""
+        the log per call (the whole log again when cleanup deleted log files of batches it has not read)."""
         return self._catch_up()[0]
 
     def _catch_up(self) -> tuple[_OutputState, pa.Table]:
@@ -639,21 +638,17 @@ class ParquetSink:
         latest = max(listing, default=-1)
         if self._state is not None and latest < self._state.latest:  # the log shrank: deleted, reset or restored
             self._state = None  # read as a new sink object reads it (a query's batches beyond it: OutputResetError)
+        if self._state is not None and sum(1 for b in listing if b > self._state.latest) != latest - self._state.latest:
+            # log files of batches it has not read are gone: other writers committed past them and their cleanup
+            # (min_batches_to_retain, cleanup_delay) deleted them, a compact file holding them. Read the log as a new
+            # sink object reads it: from that compact file (a real gap in the chain is its MissingLogFileError)
+            self._state = None
         if self._state is None:
             log.check_settings(listing)  # an argument contradicting the output's settings: before anything is written
             self._state = _OutputState(-1)
             table = read_log_files(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
         elif latest > self._state.latest:
             new = sorted(b for b in listing if b > self._state.latest)
-            expected = range(self._state.latest + 1, latest + 1)
-            if len(new) != len(expected):
-                gap = next(b for b, found in zip(expected, [*new, None]) if b != found)
-                raise MissingLogFileError(
-                    f"log file of batch {gap} is missing from {log.display(log.log_dir)}, which holds batches up to "
-                    f"{latest}: the log has a gap (a stray file named after a batch far ahead, or a deleted log "
-                    "file). Remove the stray file or restore the missing one from backup; the query cannot commit "
-                    "until the log is an unbroken chain."
-                )
             tables = [log.read_table(listing[b], b, listing.sidecars) for b in new]
             table = pa.concat_tables(tables)
         else:

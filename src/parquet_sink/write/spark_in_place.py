@@ -38,7 +38,7 @@ from ..parquet_read import read_footer
 from .inflight import InFlightBatch
 from .manifest_write import ManifestFile, hadoop_write_problem, write_with_manifest
 from .parquet_files import FileStatus
-from .spark_staging import IO_THREADS, writer_order
+from .spark_staging import IO_THREADS, writer_options, writer_order
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -63,9 +63,7 @@ def write_in_place(
     empty files are deleted). :class:`RowCountMismatchError` if the files hold another number of rows than
     Spark's job wrote (nothing is committed; the files are left to vacuum)."""
     storage = batch.storage
-    options = {"compression": compression}
-    if max_records_per_file:
-        options["maxRecordsPerFile"] = str(max_records_per_file)
+    options = writer_options(df, compression, max_records_per_file)
     with tempfile.TemporaryDirectory(prefix="parquet-sink-manifest-") as manifest:
         written = write_with_manifest(
             writer_order(df, partition_by), storage, storage.root, batch.commit_id, partition_by, options,

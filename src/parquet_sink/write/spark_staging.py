@@ -92,9 +92,7 @@ def write_staged(
     exactly the accepted attempts' files, and the rows are counted as they reach the writer, in the attempts
     Spark accepted (an ``Observation``)."""
     df = writer_order(df, partition_by)
-    options = {"compression": compression, **local_fs_options(df)}
-    if max_records_per_file:
-        options["maxRecordsPerFile"] = str(max_records_per_file)
+    options = {**writer_options(df, compression, max_records_per_file), **local_fs_options(df)}
     with EarlyWriteback(batch.storage, batch.staging):  # the files go to disk while Spark's job writes them
         manifest = write_with_manifest(
             df, batch.storage, batch.staging, batch.commit_id, partition_by, options
@@ -144,6 +142,40 @@ def refuse_nul_partition_values(df: DataFrame, partition_by: tuple[str, ...]) ->
     holds_nul = functools.reduce(operator.or_, [F.instr(F.col(q), "\x00") > 0 for q in quoted])
     for row in texts.where(holds_nul).limit(1).collect():
         partition_dir(zip(partition_by, row))
+
+
+def writer_options(df: DataFrame, compression: str, max_records_per_file: int | None) -> dict[str, str]:
+    """Spark's Parquet writer options of a batch (both Spark writer paths): the codec, ``maxRecordsPerFile``, and
+    no dictionary encoding of a float or double column (``parquet.enable.dictionary#<column path>``, parquet-mr's
+    per-column setting), as the Arrow path writes a float column holding a zero
+    (:class:`~parquet_sink.statistics.FooterRule`): parquet-mr's ``DictionaryFilter`` tests ``x = -0.0`` by
+    ``Double.equals``, so Spark's reader with filter pushdown on skipped a row group whose dictionary held ``0.0``
+    (Spark SQL's ``0.0 = -0.0`` is true: rows lost; Spark's own sink writes such files too).
+
+    Example: ``writer_options(df, "snappy", None)`` for ``id long, x double`` ->
+    ``{'compression': 'snappy', 'parquet.enable.dictionary#x': 'false'}``.
+    """
+    options = {"compression": compression}
+    if max_records_per_file:
+        options["maxRecordsPerFile"] = str(max_records_per_file)
+    for path in _float_leaves(df.schema):
+        options[f"parquet.enable.dictionary#{path}"] = "false"
+    return options
+
+
+def _float_leaves(typ: object, path: str = "") -> list[str]:
+    """The dotted Parquet column paths of the float and double leaves of a Spark type, as Spark's writer names
+    them (``a.b``; a list's element ``a.list.element``, a map's ``a.key_value.key`` / ``a.key_value.value``)."""
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+
+    prefix = f"{path}." if path else ""
+    if isinstance(typ, StructType):
+        return [leaf for f in typ.fields for leaf in _float_leaves(f.dataType, prefix + f.name)]
+    if isinstance(typ, ArrayType):
+        return _float_leaves(typ.elementType, f"{path}.list.element")
+    if isinstance(typ, MapType):
+        return _float_leaves(typ.keyType, f"{path}.key_value.key") + _float_leaves(typ.valueType, f"{path}.key_value.value")
+    return [path] if isinstance(typ, (FloatType, DoubleType)) else []
 
 
 def writer_order(df: DataFrame, partition_by: tuple[str, ...]) -> DataFrame:
