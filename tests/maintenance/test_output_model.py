@@ -48,6 +48,7 @@ from parquet_sink import (
 )
 from tests.helpers.crash_util import assert_group_gone, start_child
 from tests.helpers.filters import FilterCase, assert_filters_agree, filters, run_model, sorted_rows
+from tests.helpers.spark_util import spark_sink_batch
 from tests.helpers.strategies import Kind
 
 OPTIMIZE_CHILD = Path(__file__).resolve().parents[1] / "helpers" / "optimize_child.py"
@@ -77,20 +78,6 @@ SINK_KILLS = ["before_write", "task_write", "before_publish", "publish_rename", 
               "compaction", "sidecar", "after_commit", "delta_commit"]  # a random moment: the JVM's start is most
 OPTIMIZE_KILLS = [None, "optimize_write", "optimize_padding", "optimize_commit", "commit_publish", "compaction",
                   "optimize_after_commit", "delta_commit"]
-
-
-def _spark_file_sink(jvm):
-    """Spark's ``FileStreamSink`` class (moved to ``...streaming.sinks`` in Spark 4.1)."""
-    for name in ("org.apache.spark.sql.execution.streaming.sinks", "org.apache.spark.sql.execution.streaming"):
-        try:
-            jvm.java.lang.Class.forName(f"{name}.FileStreamSink")
-        except Exception:  # py4j's error for a class this Spark does not have
-            continue
-        package = jvm
-        for part in name.split("."):
-            package = getattr(package, part)
-        return package.FileStreamSink
-    raise AssertionError("no FileStreamSink class in this Spark")
 
 
 def _ids(table: pa.Table) -> list[int]:
@@ -296,20 +283,12 @@ class OutputModel(RuleBasedStateMachine):
         """Spark's own file sink writes the log's next batch (``FileStreamSink.addBatch``, as its query calls it, in
         a session with the output's compact interval), or a replay of the newest one: skipped ("already
         committed"), nothing written."""
-        jvm = self.spark._jvm
-        utils = jvm.org.apache.spark.api.python.PythonUtils
-        columns = jvm.java.util.ArrayList()
-        for column in self.partition_by or ():
-            columns.add(column)
-        parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
         batch = max(self.snapshots) + (0 if replay else 1)
         rows = self._number(rows)
         frame = self.spark.createDataFrame([tuple(r[c] for c in SCHEMA.names) for r in rows], SPARK_SCHEMA)
         self.spark.conf.set(SESSION_INTERVAL, str(self.recorded["compact_interval"]))  # read by its log, when made
         try:
-            sink = _spark_file_sink(jvm)(self.spark._jsparkSession, self.out, parquet, utils.toSeq(columns),
-                                         utils.toScalaMap(jvm.java.util.HashMap()))
-            sink.addBatch(batch, frame._jdf)
+            spark_sink_batch(self.spark, frame, self.out, batch, self.partition_by or ())
         finally:
             self.spark.conf.unset(SESSION_INTERVAL)
         if not replay:
