@@ -43,6 +43,7 @@ from ..errors import (
     CommitConflictError,
     ForeignQueryError,
     LogError,
+    MissingLogFileError,
     OutputResetError,
     ParameterError,
     ParquetSinkError,
@@ -67,7 +68,7 @@ from ..read.history import OPTIMIZE_APP_ID, newest_commit_time, next_commit_time
 from ..log.compaction import (
     DEFAULT_COMPACT_INTERVAL, LogOptions, LogSettings, check_flags, check_positive_int, parse_duration_ms,
 )
-from ..log.files import check_output_root
+from ..log.files import check_output_root, is_compact_path
 from ..log.metadata_log import LogEntry, MetadataLog
 from .schema import check_batch_schema, check_partition_by, read_committed_schema
 from ..log.entry import BATCH_KEY, ENTRY_SCHEMA, CommitRecord, attribute, committed_by_spark_sink, records_of
@@ -638,11 +639,24 @@ class ParquetSink:
         latest = max(listing, default=-1)
         if self._state is not None and latest < self._state.latest:  # the log shrank: deleted, reset or restored
             self._state = None  # read as a new sink object reads it (a query's batches beyond it: OutputResetError)
-        if self._state is not None and sum(1 for b in listing if b > self._state.latest) != latest - self._state.latest:
-            # log files of batches it has not read are gone: other writers committed past them and their cleanup
-            # (min_batches_to_retain, cleanup_delay) deleted them, a compact file holding them. Read the log as a new
-            # sink object reads it: from that compact file (a real gap in the chain is its MissingLogFileError)
-            self._state = None
+        if self._state is not None and latest > self._state.latest:
+            new = sorted(b for b in listing if b > self._state.latest)
+            expected = range(self._state.latest + 1, latest + 1)
+            gap = next((b for b, found in zip(expected, [*new, None]) if b != found), None)
+            if gap is not None and any(  # a compact file after the gap, and every batch from it on
+                c > gap and is_compact_path(listing[c]) and all(b in listing for b in range(c, latest + 1)) for c in new
+            ):
+                # log files of batches it has not read are gone: other writers committed past them and their
+                # cleanup (min_batches_to_retain, cleanup_delay) deleted them, a compact file holding them. Read the
+                # log as a new sink object reads it: from that compact file
+                self._state = None
+            elif gap is not None:
+                raise MissingLogFileError(
+                    f"log file of batch {gap} is missing from {log.display(log.log_dir)}, which holds batches up to "
+                    f"{latest}: the log has a gap (a stray file named after a batch far ahead, or a deleted log "
+                    "file). Remove the stray file or restore the missing one from backup; the query cannot commit "
+                    "until the log is an unbroken chain."
+                )
         if self._state is None:
             log.check_settings(listing)  # an argument contradicting the output's settings: before anything is written
             self._state = _OutputState(-1)
