@@ -20,19 +20,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-pytest.importorskip("pyiceberg")
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions import GreaterThanOrEqual, LessThan
+from pyiceberg.table import StaticTable
 
-from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
-from pyiceberg.expressions import GreaterThanOrEqual, LessThan  # noqa: E402
-from pyiceberg.table import StaticTable  # noqa: E402
-
-from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch  # noqa: E402
-from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError  # noqa: E402
-from parquet_sink.iceberg import sync as iceberg_sync  # noqa: E402
-from parquet_sink.iceberg.sync import MARKER  # noqa: E402
-from parquet_sink.log.entry import LogEntry  # noqa: E402
-from parquet_sink.storage.filesystem import Storage  # noqa: E402
-from tests.helpers.filters import fixed_or_fuzzed  # noqa: E402
+from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch
+from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError
+from parquet_sink.iceberg import sync as iceberg_sync
+from parquet_sink.iceberg.sync import MARKER
+from parquet_sink.log.entry import LogEntry
+from parquet_sink.storage.filesystem import Storage
+from tests.helpers.filters import fixed_or_fuzzed
 
 
 def _table(version: int, rows: int = 5, extra: bool = False) -> pa.Table:
