@@ -93,7 +93,7 @@ class Output:
             return []
         history = batch_history(self.log_snapshot).to_pylist()
         settings = self.log.recorded_settings()
-        retention = None if settings is None or settings.retention_ms is None else settings.retention_ms
+        retention = None if settings is None else settings.retention_ms
         optimizes = [h["log_batch_id"] for h in history if h["operation"] == "optimize"]
         story = []
         for h in history:

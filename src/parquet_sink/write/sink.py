@@ -639,6 +639,7 @@ class ParquetSink:
         latest = max(listing, default=-1)
         if self._state is not None and latest < self._state.latest:  # the log shrank: deleted, reset or restored
             self._state = None  # read as a new sink object reads it (a query's batches beyond it: OutputResetError)
+        new: list[int] = []  # the batches committed since the state's latest, when there is a state
         if self._state is not None and latest > self._state.latest:
             new = sorted(b for b in listing if b > self._state.latest)
             expected = range(self._state.latest + 1, latest + 1)
@@ -661,8 +662,7 @@ class ParquetSink:
             log.check_settings(listing)  # an argument contradicting the output's settings: before anything is written
             self._state = _OutputState(-1)
             table = read_log_files(log, latest, listing) if latest >= 0 else ENTRY_SCHEMA.empty_table()
-        elif latest > self._state.latest:
-            new = sorted(b for b in listing if b > self._state.latest)
+        elif new:
             tables = [log.read_table(listing[b], b, listing.sidecars) for b in new]
             table = pa.concat_tables(tables)
         else:

@@ -51,10 +51,10 @@ def await_termination(query: Any, timeout: float | None = None) -> bool | None:
         )
     try:
         with _ctrl_c_flag() as pressed:
+            if pressed is None:  # not the main thread: no signal reaches this wait, wait as Spark does
+                return query.awaitTermination() if timeout is None else query.awaitTermination(timeout)
             deadline = None if timeout is None else time.monotonic() + timeout
-            while pressed is None or not pressed.is_set():
-                if pressed is None:  # not the main thread: no signal reaches this wait, wait as Spark does
-                    return query.awaitTermination() if timeout is None else query.awaitTermination(timeout)
+            while not pressed.is_set():
                 left = _POLL_SECONDS if deadline is None else min(_POLL_SECONDS, deadline - time.monotonic())
                 if left <= 0:
                     return False
