@@ -254,6 +254,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         z_order=args.z_order,
         dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval,
         storage_options=storage_options(args), progress=progress, spark_sink_stopped=args.spark_sink_stopped,
+        retention=args.retention, min_batches_to_retain=args.min_batches_to_retain, cleanup_delay=args.cleanup_delay,
     )
     plan = result.plan
     storage = plan.storage
@@ -349,6 +350,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         args.path, checkpoint=args.checkpoint, app_id=args.app_id, version=args.app_version,
         storage_options=storage_options(args), on_foreign_query=args.on_foreign_query,
         batch_id_only=args.batch_id_only, spark_sink_stopped=args.spark_sink_stopped,
+        compact_interval=args.compact_interval, retention=args.retention,
+        min_batches_to_retain=args.min_batches_to_retain, cleanup_delay=args.cleanup_delay,
     )
     output, ckpt, plan = diagnosis.output, diagnosis.checkpoint, diagnosis.plan
     if ckpt is None:
