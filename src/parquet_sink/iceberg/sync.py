@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..errors import ParameterError, SnapshotExpiredError, names_output
+from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
 from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, unreadable_file
@@ -71,6 +72,11 @@ _FOOTER_THREADS = 8
 # metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
 # (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
 _BATCHES_PER_COMMIT = 16
+_ATTEMPTS = 10  # syncs of one table racing through its catalog: the loser reads the table again, this many times
+
+
+class _LostRace(IcebergSyncError):
+    """Another commit to the table (another process's sync) won the catalog's swap: read the table again."""
 
 
 def require_pyiceberg(what: str) -> ModuleType:
@@ -281,12 +287,12 @@ def _nulls_as_strings(arrow: pa.Schema) -> pa.Schema:
 def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
     """The Iceberg schema (fresh field ids) of the Arrow schema ``arrow``; IcebergSyncError naming the column
     when a type has no Iceberg counterpart."""
-    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, _pyarrow_to_schema_without_ids
     from pyiceberg.schema import assign_fresh_schema_ids
 
     try:
         return assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(_nulls_as_strings(arrow)))
-    except (TypeError, ValueError) as exc:  # pyiceberg: UnsupportedPyArrowTypeException is a TypeError
+    except (TypeError, ValueError, UnsupportedPyArrowTypeException) as exc:
         raise IcebergSyncError(
             f"{where}: the committed files hold a column Iceberg has no type for ({exc}). Nothing was committed; "
             "write such columns with an Iceberg type (cast unsigned integers to a wider signed type, times and "
@@ -476,6 +482,11 @@ def sync_iceberg(
     require_output(storage)
     key = (storage.root, None if table is None else str(table))
     with _sync_lock(key):
+        for attempt in range(1, _ATTEMPTS):
+            try:
+                return _sync(path, storage, options, catalog, table, time_zone, started, key)
+            except _LostRace as lost:
+                logger.info("%s (attempt %d of %d): reading the table again", lost, attempt, _ATTEMPTS)
         return _sync(path, storage, options, catalog, table, time_zone, started, key)
 
 
@@ -484,7 +495,7 @@ def _sync(
     started: float, key: tuple[str, str | None],
 ) -> IcebergSyncResult:
     """:func:`sync_iceberg` under the table's lock (``key``: the table in this process)."""
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
@@ -513,14 +524,16 @@ def _sync(
     committed = existing
 
     def commit(staging: Any) -> Any:
+        failpoint("iceberg_commit")
         try:
             table = staging.commit_transaction()
-        except CommitFailedException as exc:
-            raise IcebergSyncError(
+        except (CommitFailedException, TableAlreadyExistsError) as exc:
+            raise _LostRace(
                 f"{where}: another commit to the Iceberg table {name} won ({exc}); this sync committed the log "
                 f"batches up to {_marker(committed.current_snapshot()) if committed is not None else None}. Sync again."
             ) from exc
         _KNOWN[key] = (table.metadata_location, dict(known))
+        failpoint("iceberg_after_commit")
         return table
 
     for batch in range(0 if previous is None else previous + 1, latest + 1):
