@@ -194,8 +194,8 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
     if catalog is None:
         if identifier is not None:
             raise ParameterError(
-                f"sync_iceberg({where!r}): table={identifier!r} names a table in a catalog: pass catalog= too, or "
-                "neither (the metadata alone, with the output). Nothing was committed."
+                f"table={identifier!r} needs catalog= too (or neither: the metadata alone, with the output). "
+                "Nothing was committed."
             )
         local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
                            **_io_properties(storage))
@@ -205,8 +205,7 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         return local, name, None if metadata is None else local.register_table(name, metadata)
     if not isinstance(identifier, str) or "." not in identifier:
         raise ParameterError(
-            f"sync_iceberg({where!r}): with a catalog, table= names the table as 'namespace.name', not "
-            f"{identifier!r}. Nothing was committed."
+            f"with catalog=, table= is an identifier 'namespace.name', not {identifier!r}. Nothing was committed."
         )
     opened = _open_catalog(catalog, where)
     namespace = identifier.rpartition(".")[0]
