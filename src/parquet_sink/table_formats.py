@@ -67,7 +67,7 @@ class TableFormatRefusal(ParquetSinkError):
 
 @dataclass(frozen=True)
 class TableFormat:
-    """A mirror as :func:`refuse_before_commit` sees it: ``name`` (``"Delta log"``), ``directory`` (relative to
+    """A mirror as :func:`refuse_before_commit` sees it: ``name`` (``"a Delta log"``), ``directory`` (relative to
     the output root: the output keeps this mirror when it exists), ``problems`` (the columns of a schema the
     format cannot hold, each ``(column, why)``) and ``refusal`` (its :class:`TableFormatRefusal`)."""
 
@@ -197,7 +197,7 @@ def refuse_before_commit(
         for path, _ in files:
             storage.delete(path)
         return table_format.refusal(
-            f"{what}: column {column!r} {why}, and {where} keeps a {table_format.name} ({table_format.directory}), "
+            f"{what}: column {column!r} {why}, and {where} keeps {table_format.name} ({table_format.directory}), "
             "which can never list such a file: every later sync would fail and its readers would stay at the batch "
             f"before. Nothing was committed and the batch's files were deleted. {_REMEDY}",
             column,

@@ -1184,7 +1184,7 @@ def has_delta_log(storage: Storage) -> bool:
 
 # the Delta log as the writers' check before a commit sees it (:func:`~parquet_sink.table_formats.refuse_before_commit`):
 # dates and timestamps outside 0001..9999 refused (DeltaRangeError); its types are checked by the sync
-DELTA = TableFormat("Delta log", DELTA_DIR, lambda schema: [], DeltaRangeError)
+DELTA = TableFormat("a Delta log", DELTA_DIR, lambda schema: [], DeltaRangeError)
 
 
 __all__ = [
