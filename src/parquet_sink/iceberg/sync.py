@@ -64,6 +64,7 @@ ICEBERG_DIR = f"{HIDDEN_DIR}/.iceberg"
 METADATA_DIR = f"{ICEBERG_DIR}/.metadata"  # of the table kept without a catalog; a catalog's: .<ns.name> beside it
 MARKER = "parquet-sink.log-batch-id"  # snapshot summary key: the log batch the snapshot mirrors
 INSTALL = 'pip install "parquet-sink[iceberg]"'
+RETRIES = "commit.retry.num-retries"  # pyiceberg's TableProperties.COMMIT_NUM_RETRIES
 NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field ids: columns are found by name
 _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
@@ -326,6 +327,10 @@ def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, part
     properties = {
         "write.metadata.path": _location(storage, storage.join(metadata_dir(name if isinstance(name, str) else None))),
         NAME_MAPPING: create_mapping_from_schema(schema).model_dump_json(),
+        # pyiceberg (0.12 on) retries a commit another commit beat by applying the same snapshots again on top of
+        # the winner's: for a mirror that appends the winner's batches twice. A lost commit fails instead, and the
+        # sync reads the table again (_LostRace)
+        RETRIES: "0",
     }
     return catalog.create_table_transaction(
         name, schema, location=_location(storage, storage.root), partition_spec=spec, properties=properties
