@@ -32,6 +32,10 @@ _US = _dt.timedelta(microseconds=1)
 DATE_MIN_US = (_dt.datetime(1, 1, 1) - _EPOCH) // _US
 DATE_MAX_US = (_dt.datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // _US
 _PER_US = {"s": (1_000_000, 1), "ms": (1000, 1), "us": (1, 1), "ns": (1, 1000)}  # (multiply, divide)
+DATE_RANGE = "0001-01-01..9999-12-31"
+# the instants a timestamp in nanoseconds holds (int64 from the epoch: 1677-09-21 to 2262-04-11), in microseconds
+NANOS_MIN_US, NANOS_MAX_US = -(2**63) // 1000 + 1, (2**63 - 1) // 1000
+NANOS_RANGE = "1677-09-21..2262-04-11"
 
 
 class TableLocks:
@@ -69,12 +73,15 @@ class TableFormatRefusal(ParquetSinkError):
 class TableFormat:
     """A mirror as :func:`refuse_before_commit` sees it: ``name`` (``"a Delta log"``), ``directory`` (relative to
     the output root: the output keeps this mirror when it exists), ``problems`` (the columns of a schema the
-    format cannot hold, each ``(column, why)``) and ``refusal`` (its :class:`TableFormatRefusal`)."""
+    format cannot hold, each ``(column, why)``), ``refusal`` (its :class:`TableFormatRefusal`) and
+    ``int96_nanos``: its readers read INT96 timestamps as nanoseconds (pyiceberg does), so such a value outside
+    :data:`NANOS_RANGE` comes back wrong."""
 
     name: str
     directory: str
     problems: Callable[[pa.Schema], list[tuple[str, str]]]
     refusal: type[TableFormatRefusal]
+    int96_nanos: bool = False
 
 
 def timestamp_micros(scalar: pa.Scalar, bound: str) -> int:
@@ -91,9 +98,11 @@ def date_micros(scalar: pa.Scalar, bound: str) -> int:
     return scalar.cast(pa.date32()).value * 86_400_000_000
 
 
-def in_date_range(scalar: pa.Scalar, bound: str) -> bool:
-    """Whether the date or timestamp ``scalar`` lies within :data:`DATE_MIN_US`..:data:`DATE_MAX_US`."""
-    return DATE_MIN_US <= date_micros(scalar, bound) <= DATE_MAX_US
+def in_date_range(scalar: pa.Scalar, bound: str, nanos: bool = False) -> bool:
+    """Whether the date or timestamp ``scalar`` lies within :data:`DATE_MIN_US`..:data:`DATE_MAX_US` (``nanos``:
+    and within what a timestamp in nanoseconds holds)."""
+    micros = date_micros(scalar, bound)
+    return DATE_MIN_US <= micros <= DATE_MAX_US and (not nanos or NANOS_MIN_US <= micros <= NANOS_MAX_US)
 
 
 def dated_fields(fields: pa.StructType | pa.Schema) -> list[pa.Field]:
@@ -146,24 +155,30 @@ def _leaf_paths(fields: pa.StructType | pa.Schema, prefix: LeafPath) -> list[Lea
     return paths
 
 
-def column_out_of_range(parquet: pq.ParquetFile, schema: pa.Schema) -> str | None:
-    """The first date or timestamp column of ``schema`` (``s.f`` for a struct's field) holding a value outside
-    0001-01-01..9999-12-31 in ``parquet`` (its footer's bounds, its data where the footer has none), or None.
+def columns_out_of_range(parquet: pq.ParquetFile, schema: pa.Schema) -> tuple[str | None, str | None]:
+    """(the first date or timestamp column of ``schema``, ``s.f`` for a struct's field, holding a value outside
+    :data:`DATE_RANGE` in ``parquet``; the first INT96 timestamp column holding one outside :data:`NANOS_RANGE`),
+    None where there is none, from the file's footer bounds and its data where the footer has none (INT96).
 
-    Example: ``column_out_of_range(pq.ParquetFile("part-0.parquet"), schema)`` -> ``'at'``.
+    Example: ``columns_out_of_range(pq.ParquetFile("part-0.parquet"), schema)`` -> ``('at', None)``.
     """
     dated = pa.schema(dated_fields(schema))
     if not len(dated):
-        return None
+        return None, None
     leaves = leaf_statistics(parquet, dated)
+    metadata = parquet.metadata
+    int96 = {metadata.schema.column(i).path for i in range(metadata.num_columns)
+             if metadata.schema.column(i).physical_type == "INT96"}
+    found: list[str | None] = [None, None]
     for path in _leaf_paths(dated, ()):
         stats = leaves.get(path)
-        if stats is None:
-            continue
-        for bound, scalar in (("min", stats.min), ("max", stats.max)):
-            if scalar is not None and not in_date_range(scalar, bound):
-                return ".".join(path)
-    return None
+        column = ".".join(path)
+        for index, nanos in enumerate((False, True)):
+            if stats is None or found[index] is not None or (nanos and column not in int96):
+                continue
+            if any(s is not None and not in_date_range(s, b, nanos) for b, s in (("min", stats.min), ("max", stats.max))):
+                found[index] = column
+    return found[0], found[1]
 
 
 def kept_formats(storage: Storage, formats: Sequence[tuple[TableFormat, bool]]) -> list[TableFormat]:
@@ -211,10 +226,14 @@ def refuse_before_commit(
         return
     for path, size in files:
         with open_sized(storage, path, size) as parquet:
-            column = column_out_of_range(parquet, schema)
-        if column is not None:
-            raise refuse(kept[0], column, "holds a value outside 0001-01-01..9999-12-31 (the range of dates and "
-                                          "timestamps the table formats hold)")
+            beyond, int96 = columns_out_of_range(parquet, schema)
+        if beyond is not None:
+            raise refuse(kept[0], beyond, f"holds a value outside {DATE_RANGE} (the range of dates and timestamps "
+                                          "the table formats hold)")
+        nanos = next((f for f in kept if f.int96_nanos), None)
+        if int96 is not None and nanos is not None:
+            raise refuse(nanos, int96, f"holds an INT96 timestamp outside {NANOS_RANGE} (its readers read INT96 as "
+                                       "nanoseconds: such a value comes back wrong)")
 
 
 _REMEDY = ("Write such values as null or within that range, or such columns with a type the format has (filter, "
@@ -222,7 +241,8 @@ _REMEDY = ("Write such values as null or within that range, or such columns with
 
 
 __all__ = [
-    "DATE_MAX_US", "DATE_MIN_US", "TableFormat", "TableFormatRefusal", "TableLocks", "column_out_of_range",
+    "DATE_MAX_US", "DATE_MIN_US", "DATE_RANGE", "NANOS_RANGE", "TableFormat", "TableFormatRefusal", "TableLocks",
+    "columns_out_of_range",
     "date_micros", "dated_fields", "in_date_range", "kept_formats", "leaf_statistics", "refuse_before_commit",
     "timestamp_micros", "unbounded_leaves",
 ]

@@ -10,19 +10,21 @@ import logging
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, _pyarrow_to_schema_without_ids
 from pyiceberg.table import StaticTable
 
-from parquet_sink import ParquetSink, committed_files, read_committed, sync_iceberg, write_batch
+from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed, sync_iceberg, write_batch
 from parquet_sink import failpoints
 from parquet_sink.delta import DeltaRangeError
 from parquet_sink.errors import ParameterError
 from parquet_sink.iceberg import IcebergRefusalError
 from parquet_sink.iceberg.follow import type_problems
 from parquet_sink.iceberg.sync import ICEBERG_DIR
+from parquet_sink.log.entry import LogEntry
 from parquet_sink.table_formats import TableFormatRefusal
 from tests.iceberg.readers import assert_mirrors
 from tests.iceberg.test_sync import _catalog_properties, _table
@@ -160,3 +162,27 @@ def test_the_type_rule_agrees_with_pyiceberg():
         assert bool(type_problems([pa.field("x", typ)])) == (pyiceberg_refuses or lossy), typ
     nested = pa.struct([("m", pa.map_(pa.string(), pa.list_(pa.duration("s"))))])
     assert [c for c, _ in type_problems([pa.field("s", nested)])] == ["s.m.value.element"]
+
+
+def test_int96_timestamps_pyiceberg_would_read_wrong_are_refused(tmp_path):
+    """pyiceberg reads INT96 timestamps as nanoseconds: a value outside 1677-09-21..2262-04-11 came back as
+    another instant (year 1 as 1754), silently. A batch of an output whose files store INT96 (as Spark's
+    outputTimestampType=INT96 writes; write_batch then writes INT96 too) holding such a value is refused before
+    its commit when the output keeps an Iceberg table; one within the range is committed and read right."""
+    root = tmp_path / "out"
+
+    def batch(year: int) -> pa.Table:
+        return pa.table({"i": [year], "t": pa.array([_dt.datetime(year, 1, 1, tzinfo=_dt.UTC)], pa.timestamp("us", "UTC"))})
+
+    write_batch(str(root), batch(2000), app_id="a", version=0)
+    spark = root / "part-spark-int96.parquet"  # as Spark's writer with outputTimestampType=INT96 writes it
+    pq.write_table(batch(2001), spark, use_deprecated_int96_timestamps=True)
+    assert MetadataLog(str(root)).add(1, [LogEntry(spark.as_uri(), spark.stat().st_size, False, 0)])
+    options = {"app_id": "a", "iceberg": True, "spark_sink_stopped": True}
+    write_batch(str(root), batch(2100), version=1, **options)
+    with pytest.raises(IcebergRefusalError, match=r"column 't' holds an INT96 timestamp outside 1677-09-21\.\.2262"):
+        write_batch(str(root), batch(1600), version=2, **options)
+    assert pq.ParquetFile(committed_files(str(root))[-1].path).schema.column(1).physical_type == "INT96"
+    assert sorted(read_committed(str(root))["i"].to_pylist()) == [2000, 2001, 2100]
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+    assert sorted(assert_mirrors(table, root, latest=2)) == [0, 1, 2]

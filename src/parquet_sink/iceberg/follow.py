@@ -153,8 +153,10 @@ def type_problems(fields: list[pa.Field], path: str = "") -> list[tuple[str, str
 
 
 # the Iceberg table as the writers' check before a commit sees it: kept when the writer passes iceberg= or the
-# output holds ICEBERG_DIR (a sync made it, with or without a catalog)
-ICEBERG = TableFormat("an Iceberg table", ICEBERG_DIR, lambda schema: type_problems(list(schema)), IcebergRefusalError)
+# output holds ICEBERG_DIR (a sync made it, with or without a catalog); pyiceberg reads INT96 as nanoseconds
+ICEBERG = TableFormat(
+    "an Iceberg table", ICEBERG_DIR, lambda schema: type_problems(list(schema)), IcebergRefusalError, int96_nanos=True
+)
 
 
 __all__ = ["ICEBERG", "IcebergTarget", "iceberg_target", "sync_after_commit", "type_problems"]
