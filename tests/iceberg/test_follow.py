@@ -68,13 +68,15 @@ def test_a_failed_sync_is_logged_and_the_next_call_catches_up(tmp_path, monkeypa
     names the command that catches up, and the next write_batch's sync adds the missed batch's snapshot too."""
     root = tmp_path / "out"
     target = _target("catalog", tmp_path)
+    target["catalog"]["s3.secret-access-key"] = "hunter2"  # unused by a local table; never logged
     write_batch(str(root), _table(0), app_id="a", version=0, iceberg=target)
     monkeypatch.setattr(failpoints, "_ACTIVE", {"iceberg_commit": ("raise", 1)})
     monkeypatch.setattr(failpoints, "_HITS", {})
     with caplog.at_level(logging.WARNING, "parquet_sink.iceberg.follow"):
         assert write_batch(str(root), _table(1), app_id="a", version=1, iceberg=target).committed
     assert "could not follow" in caplog.text and "parquet-sink iceberg-sync" in caplog.text
-    assert "--table db.events" in caplog.text
+    assert "--table db.events" in caplog.text and "s3.secret-access-key=..." in caplog.text
+    assert "hunter2" not in caplog.text
     assert read_committed(str(root)).num_rows == 10
     table = _load("catalog", tmp_path, root)
     assert int(table.current_snapshot().summary["parquet-sink.log-batch-id"]) == 0  # behind, never ahead

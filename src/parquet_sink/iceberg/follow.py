@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from .sync import ICEBERG_DIR, IcebergSyncResult, require_pyiceberg, sync_iceber
 logger = logging.getLogger(__name__)
 
 _KEYS = ("catalog", "table")
+_SECRET = re.compile(r"secret|password|token|credential|key", re.IGNORECASE)  # catalog properties never logged
 
 
 @dataclass(frozen=True)
@@ -40,11 +42,13 @@ class IcebergTarget:
     table: str | None = None
 
     def cli(self, path: str) -> str:
-        """The ``parquet-sink iceberg-sync`` command that brings this table in step (catalog properties as
-        ``--catalog-prop``; a Catalog object is named by its name)."""
+        """The ``parquet-sink iceberg-sync`` command that brings this table in step, for a log line (catalog
+        properties as ``--catalog-prop``, the values of those that look secret as ``...``; a Catalog object is
+        named by its name)."""
         words = ["parquet-sink", "iceberg-sync", path]
         if isinstance(self.catalog, Mapping):
-            words += [w for k, v in self.catalog.items() for w in ("--catalog-prop", f"{k}={v}")]
+            words += [w for k, v in self.catalog.items()
+                      for w in ("--catalog-prop", f"{k}={'...' if _SECRET.search(k) else v}")]
         elif self.catalog is not None:
             words += ["--catalog-prop", f"name={getattr(self.catalog, 'name', '...')}"]
         if self.table is not None:
