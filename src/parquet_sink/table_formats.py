@@ -198,12 +198,15 @@ def refuse_before_commit(
     files are deleted first: nothing of it is committed or left. Costs nothing without a mirror; else a check
     of the schema, one existence check per mirror not kept by the writer, and for a batch with a date or
     timestamp column its footers (and the data of such columns without footer bounds: INT96), as the syncs
-    after the commit read them.
+    after the commit read them (a batch with neither: no request).
 
     Example: ``refuse_before_commit(storage, [(path, size)], schema, "write_batch of version 3 of app 'a'", [(DELTA, True)])``.
     """
     files = list(files)
-    kept = kept_formats(storage, formats) if formats else []
+    dated = bool(dated_fields(schema))
+    # only a mirror that could refuse this batch is looked for: a batch without a date, a timestamp or a type some
+    # mirror lacks costs no request
+    kept = kept_formats(storage, [(f, flag) for f, flag in formats if dated or f.problems(schema)])
     if not kept:
         return
     where = storage.display(storage.root)
@@ -222,7 +225,7 @@ def refuse_before_commit(
         problems = table_format.problems(schema)
         if problems:
             raise refuse(table_format, *problems[0])
-    if not dated_fields(schema):
+    if not dated:
         return
     for path, size in files:
         with open_sized(storage, path, size) as parquet:

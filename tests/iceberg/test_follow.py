@@ -188,3 +188,20 @@ def test_int96_timestamps_pyiceberg_would_read_wrong_are_refused(tmp_path):
     assert sorted(read_committed(str(root))["i"].to_pylist()) == [2000, 2001, 2100]
     table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
     assert sorted(assert_mirrors(table, root, latest=2)) == [0, 1, 2]
+
+
+def test_a_batch_no_mirror_could_refuse_costs_no_request(tmp_path, monkeypatch):
+    """The check before a commit looks for the mirrors' directories only when a batch has a date or timestamp
+    column, or a type a mirror lacks: a plain batch to an output without mirrors asks nothing more than before
+    (each looked-for directory is one more request per batch on an object store)."""
+    from parquet_sink.storage.filesystem import Storage
+
+    root = tmp_path / "out"
+    write_batch(str(root), pa.table({"i": [0]}), app_id="a", version=0)
+    asked: list[str] = []
+    exists = Storage.exists
+    monkeypatch.setattr(Storage, "exists", lambda self, path: asked.append(path) or exists(self, path))
+    write_batch(str(root), pa.table({"i": [1]}), app_id="a", version=1)
+    assert not [p for p in asked if "_delta_log" in p or ".iceberg" in p]
+    write_batch(str(root), pa.table({"i": [2], "d": [_dt.date(2024, 1, 1)]}), app_id="a", version=2)
+    assert sorted(p.rsplit("/", 1)[-1] for p in asked if "_delta_log" in p or ".iceberg" in p) == [".iceberg", "_delta_log"]
