@@ -22,6 +22,7 @@ from pyiceberg.table import StaticTable
 
 from parquet_sink import MetadataLog, read_committed, write_batch
 from parquet_sink.iceberg import current_metadata
+from parquet_sink.iceberg.sync import RETRIES
 from parquet_sink.storage.filesystem import Storage
 from tests.iceberg.readers import assert_mirrors
 from tests.iceberg.test_sync import _catalog_properties, _table
@@ -170,3 +171,18 @@ def test_two_writers_keep_one_catalog_table(tmp_path):
         assert child.returncode == 0, stderr[-2000:]
     assert read_committed(str(out)).num_rows == 5 * 12
     assert sorted(assert_mirrors(_table_of(tmp_path, out, target), out, latest=11)) == list(range(12))
+
+
+def test_a_table_without_the_retry_property_gets_it(tmp_path):
+    """A table whose properties let pyiceberg retry a lost commit by applying it again (one made before the
+    property, or changed by hand) gets commit.retry.num-retries=0 back with the next sync's commit."""
+    out = tmp_path / "out"
+    target = _catalog_target(tmp_path)
+    write_batch(str(out), _table(0), app_id="a", version=0, iceberg=target)
+    table = _table_of(tmp_path, out, target)
+    assert table.properties[RETRIES] == "0"
+    with table.transaction() as transaction:
+        transaction.remove_properties(RETRIES)
+    assert RETRIES not in _table_of(tmp_path, out, target).properties
+    write_batch(str(out), _table(1), app_id="a", version=1, iceberg=target)
+    assert _table_of(tmp_path, out, target).properties[RETRIES] == "0"

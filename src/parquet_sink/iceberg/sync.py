@@ -523,6 +523,8 @@ def _sync(
     if latest is None or (previous is not None and previous >= latest):
         return result(existing)
     transaction = existing.transaction() if existing is not None else None
+    if existing is not None and existing.properties.get(RETRIES) != "0":  # a table made before: from its next commit
+        transaction.set_properties({RETRIES: "0"})
     known = _data_files(existing, key)
     added = removed = snapshots = staged = 0
     committed = existing
