@@ -6,8 +6,8 @@ decision, made before a writer commits a batch, of what a mirror the output keep
 statistics hold, and each format's types), so a batch no mirror can follow is refused with nothing written
 instead of committed and leaving the mirror behind for good.
 
-Layering: imports ``errors``, ``parquet_read``, ``statistics`` and ``storage`` only; ``delta``, ``iceberg`` and
-``write`` import it.
+Layering: imports ``errors``, ``parquet_read`` and ``statistics`` only (``storage`` for its annotations);
+``delta``, ``iceberg`` and ``write`` import it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import datetime as _dt
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,7 +24,9 @@ import pyarrow.parquet as pq
 from .errors import ParquetSinkError
 from .parquet_read import open_sized
 from .statistics import LeafPath, LeafStatistics, data_statistics, file_statistics
-from .storage.filesystem import Storage
+
+if TYPE_CHECKING:
+    from .storage.filesystem import Storage
 
 _EPOCH = _dt.datetime(1970, 1, 1)
 _US = _dt.timedelta(microseconds=1)
