@@ -205,3 +205,28 @@ def test_a_batch_no_mirror_could_refuse_costs_no_request(tmp_path, monkeypatch):
     assert not [p for p in asked if "_delta_log" in p or ".iceberg" in p]
     write_batch(str(root), pa.table({"i": [2], "d": [_dt.date(2024, 1, 1)]}), app_id="a", version=2)
     assert sorted(p.rsplit("/", 1)[-1] for p in asked if "_delta_log" in p or ".iceberg" in p) == [".iceberg", "_delta_log"]
+
+
+def test_the_command_syncs_into_a_catalog(tmp_path, capsys):
+    """`parquet-sink iceberg-sync PATH --catalog-uri ... --catalog-prop ... --table ns.name --json`: the table is
+    created in that catalog, the JSON says what the sync did (no property value printed), a second run commits
+    nothing."""
+    import json
+
+    from parquet_sink.cli.main import main
+
+    root = tmp_path / "out"
+    for version in range(2):
+        write_batch(str(root), _table(version), app_id="a", version=version, partition_by=["k"])
+    properties = _catalog_properties(tmp_path)
+    argv = ["iceberg-sync", str(root), "--catalog-uri", properties["uri"], "--catalog-prop", "name=c",
+            "--catalog-prop", f"warehouse={properties['warehouse']}", "--table", "db.events", "--json"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert (data["created"], data["snapshots"], data["log_batch"], data["table"]) == (True, 2, 1, "db.events")
+    assert properties["uri"] not in out
+    table = _load("catalog", tmp_path, root)
+    assert table.metadata_location == data["metadata_location"]
+    assert sorted(assert_mirrors(table, root, latest=1)) == [0, 1]
+    assert main(argv) == 0 and json.loads(capsys.readouterr().out)["snapshots"] == 0
