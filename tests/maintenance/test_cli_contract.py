@@ -52,6 +52,7 @@ CASES = {
     "vacuum": (["{good}", "--dry-run"], ["{corrupt}", "--dry-run"], ["{good}", "--older-than", "1d"]),
     "delta-sync": (["{good}"], ["{nowhere}"], ["{good}", "--time-zone"]),
     "optimize": (["{good}", "--dry-run"], ["{nowhere}"], ["{good}", "--target-file-size"]),
+    "iceberg-sync": (["{good}"], ["{nowhere}"], ["{good}", "--table"]),
     "doctor": (["{good}", "--app-id", "a", "--version", "2"], ["{good}", "--checkpoint", "{ckpt}"], ["{good}"]),
 }
 
@@ -179,6 +180,10 @@ BAD_INPUTS = {
     "optimize --sort-by id --z-order id": (["optimize", "{good}", "--sort-by", "id", "--z-order", "id"],
                                           ["--sort-by id", "--z-order id"]),
     "delta-sync --time-zone Mars/Base": (["delta-sync", "{good}", "--time-zone", "Mars/Base"], ["--time-zone 'Mars/Base'"]),
+    "iceberg-sync --table db.events": (["iceberg-sync", "{good}", "--table", "db.events"],
+                                       ["--table 'db.events'", "--catalog-uri"]),
+    "iceberg-sync --table events": (["iceberg-sync", "{good}", "--catalog-uri", "sqlite:///:memory:", "--table",
+                                     "events"], ["--table"]),
     "doctor --version -1": (["doctor", "{good}", "--app-id", "a", "--version", "-1"], ["--version must"]),
     "doctor --app-id ''": (["doctor", "{good}", "--app-id", "", "--version", "1"], ["--app-id must"]),
 }
@@ -191,7 +196,7 @@ def test_input_errors_name_the_commands_options_not_the_python_parameters(capsys
     (``older_than=1d ... Pass allow_short_retention=True``): every parameter of the library function the command
     calls that one of its options feeds is absent from the message (as ``name=`` or as a word), the options
     are there; the Python API's own message is unchanged."""
-    from parquet_sink import doctor, sync_delta_log, vacuum
+    from parquet_sink import doctor, sync_delta_log, sync_iceberg, vacuum
     from parquet_sink.maintenance import optimize
 
     args, expected = BAD_INPUTS[case]
@@ -200,7 +205,8 @@ def test_input_errors_name_the_commands_options_not_the_python_parameters(capsys
     assert code == 2, (code, out, err)
     for fragment in expected:
         assert fragment in message, (fragment, message)
-    function = {"vacuum": vacuum, "optimize": optimize, "delta-sync": sync_delta_log, "doctor": doctor}[args[0]]
+    function = {"vacuum": vacuum, "optimize": optimize, "delta-sync": sync_delta_log, "doctor": doctor,
+                "iceberg-sync": sync_iceberg}[args[0]]
     sub = build_parser()._subparsers._group_actions[0].choices[args[0]]
     fed = {o[2:].replace("-", "_") for o in _options(sub)} | {action.dest for action in sub._actions}
     parameters = [p for p in inspect.signature(function).parameters if p in fed]  # the parameters options feed

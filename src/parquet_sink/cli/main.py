@@ -16,6 +16,9 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   atomically (safe while the stream runs); progress on a terminal, a summary of files and bytes before and after.
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
   Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
+* ``iceberg-sync PATH [--catalog-uri URI] [--catalog-prop KEY=VALUE ...] [--table NS.NAME]``: create or bring up
+  to date the output's Iceberg table, in a catalog or (without one) its metadata alone with the output, so every
+  Iceberg reader reads exactly the committed files (needs ``pip install "parquet-sink[iceberg]"``).
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
   ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
 
@@ -55,6 +58,15 @@ _UNIT_OPTIONS = ("--older-than", "--target-file-size")
 logger = logging.getLogger(__name__)
 
 INTERRUPTED = 130  # the exit code of a command cut short by Ctrl-C (SIGINT), as shells report it: 128 + 2
+
+
+def _catalog_property(text: str) -> tuple[str, str]:
+    """``key=value`` -> (key, value), both strings as pyiceberg takes catalog properties; errors never echo
+    the value (it may be a secret)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError("expected key=value")
+    return key.strip(), value
 
 
 def _duration(flag: str) -> Callable[[str], str]:
@@ -257,6 +269,28 @@ def build_parser() -> argparse.ArgumentParser:
         "it, or it diverged; Delta readers lose its history)",
     )
     delta_sync.set_defaults(run="_cmd_delta_sync")
+    iceberg_sync = command(
+        "iceberg-sync",
+        "create or bring up to date the output's Apache Iceberg table, one snapshot per log batch, listing exactly "
+        "the committed files",
+    )
+    iceberg_sync.add_argument(
+        "--catalog-uri", metavar="URI", dest="catalog",  # sync_iceberg's parameter (see _spelling)
+        help="the pyiceberg catalog's uri property (sqlite:///catalog.db, postgresql://..., http://rest-catalog; "
+        "pyiceberg infers the catalog's type from it); without a catalog the table's metadata lives with the output",
+    )
+    iceberg_sync.add_argument(
+        "--catalog-prop", metavar="KEY=VALUE", type=_catalog_property, action="append", default=[],
+        help="a pyiceberg catalog property, repeatable (type=rest, warehouse=..., name=NAME to read the catalog "
+        "NAME of ~/.pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables: the way to pass credentials)",
+    )
+    iceberg_sync.add_argument("--table", metavar="NS.NAME", help="the table's identifier in the catalog (with a catalog)")
+    iceberg_sync.add_argument(
+        "--time-zone", default="UTC", metavar="ZONE",
+        help="the zone timestamp partition directories were written in (the writer's spark.sql.session.timeZone; "
+        "default UTC)",
+    )
+    iceberg_sync.set_defaults(run="_cmd_iceberg_sync")
     doctor = command(
         "doctor",
         "explain what restarting a ParquetSink query from its checkpoint (or rerunning a write_batch app) will do",
