@@ -94,6 +94,7 @@ INSTALL = 'pip install "parquet-sink[delta]"'
 _ATTEMPTS = 10
 _REREADS = 3  # a Delta log found ahead of the log is read again this many times before it is called reset
 _FOOTER_THREADS = 8
+_CHECKPOINT_ROWS = 100  # rows of a checkpoint read at a time while looking for its metaData and txn
 _WEEK_MS = 7 * 86_400_000  # Delta's default deletedFileRetentionDuration
 _MONTH_MS = 30 * 86_400_000  # Delta's default logRetentionDuration
 _COMMIT_FILE = re.compile(r"^\d{20}\.json$")
@@ -363,20 +364,23 @@ def _checkpoint_state(
     storage: Storage, parts: list[str], metadata: dict[str, Any] | None, txn: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The ``metaData`` and our ``txn`` of a checkpoint (``parts``: its file names), where not given: only those
-    two columns are read (an ``add`` row holds neither)."""
+    two columns are read (an ``add`` row holds neither), a slice of rows at a time until both are found (delta-rs
+    writes them first, before the ``add`` rows)."""
     filesystem = storage.arrow_filesystem()
     for name in parts:
         try:
-            table = pq.read_table(storage.join(DELTA_DIR, name), columns=["metaData", "txn"], filesystem=filesystem)
-        except (OSError, KeyError, pa.ArrowInvalid) as exc:
+            with filesystem.open_input_file(storage.join(DELTA_DIR, name)) as source:
+                for rows in pq.ParquetFile(source).iter_batches(_CHECKPOINT_ROWS, columns=["metaData", "txn"]):
+                    if metadata is None:
+                        found = rows.column("metaData").drop_null().to_pylist()
+                        if found:
+                            metadata = {**found[0], "configuration": dict(found[0].get("configuration") or {})}
+                    if txn is None:
+                        txn = next((t for t in rows.column("txn").drop_null().to_pylist() if t["appId"] == APP_ID), None)
+                    if metadata is not None and txn is not None:
+                        return metadata, txn
+        except (OSError, KeyError, ValueError, pa.ArrowInvalid) as exc:
             raise _Unusual(f"checkpoint {name}: {exc}") from None
-        if metadata is None:
-            found = table.column("metaData").drop_null().to_pylist()
-            if found:
-                metadata = dict(found[0])
-                metadata["configuration"] = dict(metadata.get("configuration") or {})
-        if txn is None:
-            txn = next((t for t in table.column("txn").drop_null().to_pylist() if t.get("appId") == APP_ID), None)
     return metadata, txn
 
 
