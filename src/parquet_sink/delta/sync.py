@@ -13,8 +13,9 @@ a ``txn`` action ``(APP_ID, latest log batch id)``: a sync that finds the Delta 
 batch does nothing, so a replay never commits twice. The Delta log never lists a file the log does not commit;
 it can only be behind (a crash between the two commits), and the next sync catches up. Concurrent syncs are
 serialized by Delta's commit protocol (the loser re-reads). Cost per batch: the batch's delta file, its files'
-footers and the new commit files (the Delta state is kept per process and read forward); the whole snapshot only
-at a compaction batch, the whole Delta log only at a process's first sync and at checkpoints.
+footers and the new commit files (the Delta state is kept per process and read forward; a process's first sync
+reads the Delta log's recent commits, :func:`read_recent_state`); the whole snapshot and the Delta log's file list
+only at a compaction batch or an optimize, the whole table at checkpoints (delta-rs writes them).
 
 The Delta log is a read-only view for Delta tools: every version this module commits carries the commitInfo
 marker ``parquetSinkLogBatchId`` (and ``parquetSinkCheckedVersion``, the version up to which every commit was
