@@ -260,6 +260,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
             return None
     except (deltalake.exceptions.DeltaError, OSError) as exc:
         require_output(storage)
+        _check_newest_commit(storage)
         raise delta_failure(storage, "reading", exc) from exc
     table = _load_table(storage)
     files = _files_of(storage, table)
@@ -300,6 +301,7 @@ def read_recent_state(storage: Storage, deltalake: ModuleType) -> DeltaState | N
 
 
 def _recent_state(storage: Storage, deltalake: ModuleType) -> DeltaState:
+    """:func:`read_recent_state`'s reading; _Unusual where it leaves the Delta log to delta-rs."""
     try:
         names = [posixpath.basename(p) for p in storage.ls_names(storage.join(DELTA_DIR))]
     except FileNotFoundError:
