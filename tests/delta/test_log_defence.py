@@ -20,6 +20,7 @@ import pytest
 from parquet_sink import MetadataLog, committed_files, read_committed, sync_delta_log, write_batch
 from parquet_sink.cli.main import main as cli_main
 from parquet_sink.delta import DeltaLogError
+from parquet_sink.delta import sync as sync_module
 from parquet_sink.delta.sync import MARKER, TIME_ZONE_PROPERTY
 from parquet_sink.log.entry import LogEntry
 from parquet_sink.maintenance import verify
@@ -108,6 +109,22 @@ def test_a_file_committed_twice_is_reported_not_collapsed(out, caplog):
     assert _ids(deltalake.DeltaTable(out).to_pyarrow_table()) == [0, 1, 2]  # a Delta log keys files by path
     report = verify(out)
     assert not report.ok and any("more than once" in p and "[0, 1]" in p for p in report.problems), report.problems
+
+
+def test_a_file_committed_again_after_the_mirrored_batch_is_listed_once(out, caplog):
+    """A file the Delta log lists already, committed again in a later batch (an entry copied, with its logged
+    time): a process's first sync (which does not read the Delta log's files) finds it among them, adds nothing
+    and reports it."""
+    write_batch(out, _batch(0), app_id="app", version=0, delta_log=True)
+    log = MetadataLog(out)
+    data = next(e for e in log.get(0) if e.path.endswith(".parquet"))
+    assert log.add(1, [LogEntry(data.path, data.size, False, data.modification_time)])  # the same file again
+    sync_module._STATES.clear()  # a fresh process
+    with caplog.at_level(logging.WARNING, logger="parquet_sink.delta.sync"):
+        result = sync_delta_log(out, check_files=False)
+    assert result.committed and result.added == 0 and result.duplicates == 1 and "batches [0, 1]" in caplog.text
+    assert _ids(deltalake.DeltaTable(out).to_pyarrow_table()) == [0, 1, 2]
+    assert deltalake.DeltaTable(out).transaction_version("parquet-sink/_spark_metadata") == 1
 
 
 def test_the_session_time_zone_is_recorded_and_another_is_refused(out, capsys):

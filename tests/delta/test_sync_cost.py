@@ -94,3 +94,71 @@ def test_a_delta_log_written_again_by_another_process_is_read_whole(out, reads):
     write_batch(out, _table(2), app_id="app", version=2, delta_log=True)
     assert deltalake.DeltaTable(out).transaction_version("parquet-sink/_spark_metadata") == 2
     assert_delta_matches(out)
+
+
+@pytest.fixture
+def delta_work(monkeypatch):
+    """The Delta-side work of a sync, counted: whole delta-rs loads of the table (``DeltaTable``), Delta actions
+    decoded from commit files, checkpoint rows decoded."""
+    seen = {"tables": 0, "actions": 0, "checkpoint_rows": 0}
+    table_init, actions_of, iter_batches = deltalake.DeltaTable.__init__, sync_module._actions_of, pq.ParquetFile.iter_batches
+
+    def counted_table(self, *args, **kwargs):
+        seen["tables"] += 1
+        return table_init(self, *args, **kwargs)
+
+    def counted_actions(*args, **kwargs):
+        found = actions_of(*args, **kwargs)
+        seen["actions"] += len(found)
+        return found
+
+    def counted_rows(self, *args, **kwargs):
+        for rows in iter_batches(self, *args, **kwargs):
+            seen["checkpoint_rows"] += rows.num_rows
+            yield rows
+
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counted_table)
+    monkeypatch.setattr(sync_module, "_actions_of", counted_actions)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted_rows)
+    return seen
+
+
+def _small(version: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(10**6 + 10 * version, 10**6 + 10 * version + 10), pa.int64()),
+                     "v": [float(i) for i in range(10)]})
+
+
+def test_a_first_sync_after_a_one_file_append_costs_the_append_not_the_output(tmp_path, reads, delta_work):
+    """Issue 58 item 1: a process's first sync after a one-file append to an output whose first batch holds 200 or
+    2,000 files does the same work (no delta-rs load of the table, the same Delta actions and checkpoint rows
+    decoded, the same log file and footer read), through ``sync_delta_log`` and through ``write_batch(...,
+    delta_log=True)``: the newest commits, and the table's metaData from the first rows of its checkpoint."""
+    work = {}
+    for files in (200, 2000):
+        out = str(tmp_path / f"out-{files}")
+        assert write_batch(out, pa.table({"id": pa.array(range(files), pa.int64()), "v": [0.5] * files}),
+                           app_id="backfill", version=0, max_records_per_file=1).committed
+        sync_delta_log(out, checkpoint_interval=3)  # creates the Delta log (versions 0, 1)
+        for version in (0, 1):  # Delta versions 2 and 3 (a checkpoint at 3)
+            assert write_batch(out, _small(version), app_id="small", version=version, delta_log=True).committed
+        assert "00000000000000000003.checkpoint.parquet" in os.listdir(Path(out) / "_delta_log")
+        counts = []
+        for version in (2, 3):  # Delta versions 4 and 5: no checkpoint written (that reads the table, by nature)
+            sync_module._STATES.clear()  # a fresh process: nothing of the Delta log kept
+            delta_work.update(dict.fromkeys(delta_work, 0))
+            if version == 2:
+                assert write_batch(out, _small(version), app_id="small", version=version).committed
+                for seen in reads.values():
+                    seen.clear()
+                result = sync_delta_log(out, check_files=False)
+                assert result.committed and result.added == 1 and result.removed == 0, result
+                assert reads["log"] == ["3"] and len(reads["footers"]) <= 2, reads  # the new batch, its one file
+            else:  # the writer's own reads of the log are the append's (tests/write/test_append_cost.py)
+                assert write_batch(out, _small(version), app_id="small", version=version, delta_log=True).committed
+            assert delta_work["tables"] == 0, delta_work
+            counts.append(dict(delta_work))
+            assert deltalake.DeltaTable(out).transaction_version("parquet-sink/_spark_metadata") == 1 + version
+        work[files] = counts
+        # delta-rs, the oracle, lists exactly the committed files
+        assert delta_files(out) == {f.relative_path for f in committed_files(out)} and len(delta_files(out)) == files + 4
+    assert work[200] == work[2000], work

@@ -82,3 +82,27 @@ def test_history_with_a_limit_reads_the_newest_batches_not_the_first_big_one(tmp
         assert newest.to_pylist() == history(out).slice(0, 10).to_pylist()
         assert history(out, limit=11).column("files").to_pylist()[-1] == files  # a limit taking it in counts it
     assert work[2000] == work[200] <= 40, work
+
+
+def test_history_with_a_limit_after_a_compaction_decodes_the_copy_s_key_columns_only(tmp_path, monkeypatch):
+    """After a compaction put a first batch of 200 files into a compact file, ``history(limit=10)`` decodes only
+    the columns it counts of the file's columnar copy (not each entry's path and statistics, most of its bytes),
+    and its rows are those of the full history."""
+    from parquet_sink.log import sidecar
+
+    decoded: list[list[str] | None] = []
+    table = sidecar.Sidecar.table
+
+    def counted(self, columns=None):
+        decoded.append(columns)
+        return table(self, columns)
+
+    out = str(tmp_path / "out")
+    _first_batch(out, 200, compact_interval=10)
+    for version in range(10):  # log batch 9 is a compaction: batch 0's entries move into 9.compact and its copy
+        assert write_batch(out, _rows(10**6 + 10 * version, 10), app_id="small", version=version).committed
+    monkeypatch.setattr(sidecar.Sidecar, "table", counted)
+    newest = history(out, limit=10)
+    assert decoded and all(c is not None and "path" not in c and "stats" not in c for c in decoded), decoded
+    assert newest.to_pylist() == history(out).slice(0, 10).to_pylist()
+    assert history(out, limit=11).column("files").to_pylist()[-1] == 200

@@ -13,8 +13,9 @@ a ``txn`` action ``(APP_ID, latest log batch id)``: a sync that finds the Delta 
 batch does nothing, so a replay never commits twice. The Delta log never lists a file the log does not commit;
 it can only be behind (a crash between the two commits), and the next sync catches up. Concurrent syncs are
 serialized by Delta's commit protocol (the loser re-reads). Cost per batch: the batch's delta file, its files'
-footers and the new commit files (the Delta state is kept per process and read forward); the whole snapshot only
-at a compaction batch, the whole Delta log only at a process's first sync and at checkpoints.
+footers and the new commit files (the Delta state is kept per process and read forward; a process's first sync
+reads the Delta log's recent commits, :func:`read_recent_state`); the whole snapshot and the Delta log's file list
+only at a compaction batch or an optimize, the whole table at checkpoints (delta-rs writes them).
 
 The Delta log is a read-only view for Delta tools: every version this module commits carries the commitInfo
 marker ``parquetSinkLogBatchId`` (and ``parquetSinkCheckedVersion``, the version up to which every commit was
@@ -44,7 +45,7 @@ import posixpath
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -94,6 +95,7 @@ INSTALL = 'pip install "parquet-sink[delta]"'
 _ATTEMPTS = 10
 _REREADS = 3  # a Delta log found ahead of the log is read again this many times before it is called reset
 _FOOTER_THREADS = 8
+_CHECKPOINT_ROWS = 100  # rows of a checkpoint read at a time while looking for its metaData and txn
 _WEEK_MS = 7 * 86_400_000  # Delta's default deletedFileRetentionDuration
 _MONTH_MS = 30 * 86_400_000  # Delta's default logRetentionDuration
 _COMMIT_FILE = re.compile(r"^\d{20}\.json$")
@@ -165,18 +167,64 @@ class OptimizeStep:
 
 @dataclass
 class DeltaState:
-    """The Delta log of an output as the latest Delta version sees it: its files (root-relative, decoded),
-    the last log batch it mirrors (its ``txn`` version, None if none), its version, partition columns, schema
-    and table properties."""
+    """The Delta log of an output as the latest Delta version sees it: its version, the last log batch it mirrors
+    (its ``txn`` version, None if none), partition columns, schema, table properties and ``metaData`` action (its
+    id, name, description and creation time), and the commits of other writers found so far. Its files
+    (root-relative, decoded, with their sizes) and its delta-rs table are read when first asked for
+    (:attr:`files`, :attr:`table`): a per-batch sync that adds only new files needs neither, and reading them
+    costs the table, not the batch."""
 
     version: int
     log_batch_id: int | None
-    files: dict[str, int]  # relative path -> size
     partition_columns: list[str]
     schema: pa.Schema
-    table: Any = field(repr=False)
+    storage: Storage = field(repr=False)
     configuration: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
     foreign: list[dict[str, Any]] = field(default_factory=list)  # commits of other writers found so far
+    known_files: dict[str, int] | None = field(default=None, repr=False)  # None: not read yet
+    loaded_table: Any = field(default=None, repr=False)
+
+    @property
+    def table(self) -> Any:
+        """The delta-rs table, loaded at :attr:`version` when first asked for."""
+        if self.loaded_table is None:
+            self.loaded_table = _load_table(self.storage, self.version)
+        return self.loaded_table
+
+    @property
+    def files(self) -> dict[str, int]:
+        """The files of :attr:`version` (relative path -> size), read through delta-rs when first asked for (every
+        ``add`` action of the table: the cost of the table), then kept commit by commit (:func:`_apply`)."""
+        if self.known_files is None:
+            if self.loaded_table is not None and self.loaded_table.version() != self.version:
+                self.loaded_table = None
+            self.known_files = _files_of(self.storage, self.table)
+        return self.known_files
+
+
+def _load_table(storage: Storage, version: int | None = None) -> Any:
+    """The delta-rs table of the output (at ``version``, default the newest); DeltaLogError when delta-rs cannot
+    read it (a damaged newest commit named)."""
+    deltalake = require_deltalake(f"reading the Delta log of {storage.display(storage.root)}")
+    uri, options = storage.object_store_location()
+    try:
+        return deltalake.DeltaTable(uri, storage_options=options, version=version)
+    except (deltalake.exceptions.DeltaError, OSError) as exc:
+        require_output(storage)  # a path that is no output (a file, a typo): NotAnOutputError says so
+        _check_newest_commit(storage)  # delta-rs failed on a damaged commit: name it and the remedy
+        raise delta_failure(storage, "reading", exc) from exc
+
+
+def _files_of(storage: Storage, table: Any) -> dict[str, int]:
+    """Every file ``table`` lists (relative path, decoded -> size)."""
+    import deltalake
+
+    try:
+        actions = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
+    except (deltalake.exceptions.DeltaError, OSError) as exc:
+        raise delta_failure(storage, "reading", exc) from exc
+    return dict(zip(map(unquote, actions.column("path").to_pylist()), actions.column("size_bytes").to_pylist()))
 
 
 def delta_failure(storage: Storage, what: str, exc: Exception) -> DeltaLogError:
@@ -200,8 +248,8 @@ def _recreate_remedy(where: str) -> str:
 
 
 def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> DeltaState | None:
-    """The Delta log at the output root of ``storage``, or None when there is none; DeltaLogError when it
-    cannot be read.
+    """The Delta log at the output root of ``storage`` read whole through delta-rs (its files included), or None
+    when there is none; DeltaLogError when it cannot be read.
 
     Example: ``read_delta_state(Storage("/data/events")).log_batch_id`` -> ``57``.
     """
@@ -210,19 +258,133 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
     try:
         if not deltalake.DeltaTable.is_deltatable(uri, options):
             return None
-        table = deltalake.DeltaTable(uri, storage_options=options)
-        actions = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
     except (deltalake.exceptions.DeltaError, OSError) as exc:
-        require_output(storage)  # a path that is no output (a file, a typo): NotAnOutputError says so
-        _check_newest_commit(storage)  # delta-rs failed on a damaged commit: name it and the remedy
+        require_output(storage)
+        _check_newest_commit(storage)
         raise delta_failure(storage, "reading", exc) from exc
+    table = _load_table(storage)
+    files = _files_of(storage, table)
     _check_newest_commit(storage)  # delta-rs may read past a damaged last line, or stop before a damaged commit
-    files = dict(zip(map(unquote, actions.column("path").to_pylist()), actions.column("size_bytes").to_pylist()))
     metadata = table.metadata()
     return DeltaState(
-        table.version(), table.transaction_version(APP_ID), files, list(metadata.partition_columns),
-        pa.schema(table.schema()), table, dict(metadata.configuration),
+        table.version(), table.transaction_version(APP_ID), list(metadata.partition_columns),
+        pa.schema(table.schema()), storage, dict(metadata.configuration),
+        {"id": metadata.id, "name": metadata.name, "description": metadata.description,
+         "createdTime": metadata.created_time},
+        known_files=files, loaded_table=table,
     )
+
+
+class _Unusual(Exception):
+    """A Delta log :func:`read_recent_state` leaves to delta-rs (:func:`read_delta_state`)."""
+
+
+def read_recent_state(storage: Storage, deltalake: ModuleType) -> DeltaState | None:
+    """The Delta log's state as :func:`read_delta_state` reads it, without its files (read when asked for,
+    :attr:`DeltaState.files`) and at the cost of its recent commits, not of the table: one listing of
+    ``_delta_log``, the commit files after its newest checkpoint from the newest back to the one holding the
+    newest ``metaData`` and our ``txn`` (and back to the version the newest commit's sync checked, for
+    :func:`foreign_commits`), and only when one is not found there, the ``metaData`` and ``txn`` columns of that
+    checkpoint. A Delta log this does not follow (a gap, a damaged older commit, a checkpoint of another layout)
+    is read whole by delta-rs; a damaged newest commit is DeltaLogError (:func:`_actions_of`), as there.
+
+    Example: ``read_recent_state(Storage("/data/events"), deltalake).log_batch_id`` -> ``57``.
+    """
+    try:
+        return _recent_state(storage, deltalake)
+    except _Unusual as exc:
+        logger.debug("%s: reading the Delta log whole (%s)", storage.display(storage.root), exc)
+    state = read_delta_state(storage, deltalake)
+    if state is not None:
+        state.foreign = foreign_commits(state)
+    return state
+
+
+def _recent_state(storage: Storage, deltalake: ModuleType) -> DeltaState:
+    """:func:`read_recent_state`'s reading; _Unusual where it leaves the Delta log to delta-rs."""
+    try:
+        names = [posixpath.basename(p) for p in storage.ls_names(storage.join(DELTA_DIR))]
+    except FileNotFoundError:
+        raise _Unusual("no _delta_log") from None
+    commits = {int(name[:20]) for name in names if _COMMIT_FILE.match(name)}
+    checkpoints: dict[int, list[str]] = {}
+    for name in names:
+        if match := _CHECKPOINT_FILE.match(name):
+            checkpoints.setdefault(int(match.group(1)), []).append(name)
+    if not commits:
+        raise _Unusual("no commit file")
+    newest = max(commits)
+    base = max((v for v in checkpoints if v <= newest), default=-1)
+    if any(v not in commits for v in range(base + 1, newest + 1)):
+        raise _Unusual("a commit file missing after the checkpoint")
+    read: dict[int, list[dict[str, Any]]] = {}
+
+    def actions(version: int) -> list[dict[str, Any]]:
+        if version not in read:
+            try:
+                body = storage.read_bytes(_commit_file(storage, version))
+            except FileNotFoundError:
+                raise _Unusual(f"the commit file of version {version} went away") from None
+            try:
+                read[version] = _actions_of(storage, version, body)
+            except DeltaLogError:
+                if version == newest:
+                    raise
+                raise _Unusual(f"the commit file of version {version} is damaged") from None
+        return read[version]
+
+    def history(limit: int) -> list[dict[str, Any]]:
+        infos = []
+        for version in range(newest, max(newest - limit, -1), -1):
+            info = next((a["commitInfo"] for a in actions(version) if "commitInfo" in a), {})
+            infos.append({**info, "version": version})
+        return infos
+
+    foreign = _foreign_among(newest, history)
+    metadata: dict[str, Any] | None = None
+    txn: dict[str, Any] | None = None
+    for version in range(newest, base, -1):
+        for action in actions(version):
+            ((kind, body),) = action.items()
+            if kind == "metaData" and metadata is None:
+                metadata = body
+            elif kind == "txn" and txn is None and body.get("appId") == APP_ID:
+                txn = body
+        if metadata is not None and txn is not None:
+            break
+    if (metadata is None or txn is None) and base >= 0:
+        metadata, txn = _checkpoint_state(storage, checkpoints[base], metadata, txn)
+    if metadata is None:
+        raise _Unusual("no metaData action found")
+    return DeltaState(
+        newest, None if txn is None else txn["version"], list(metadata.get("partitionColumns") or []),
+        pa.schema(deltalake.Schema.from_json(metadata["schemaString"])), storage,
+        dict(metadata.get("configuration") or {}), metadata, foreign,
+    )
+
+
+def _checkpoint_state(
+    storage: Storage, parts: list[str], metadata: dict[str, Any] | None, txn: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The ``metaData`` and our ``txn`` of a checkpoint (``parts``: its file names), where not given: only those
+    two columns are read (an ``add`` row holds neither), a slice of rows at a time until both are found (delta-rs
+    writes them first, before the ``add`` rows)."""
+    filesystem = storage.arrow_filesystem()
+    for name in parts:
+        try:
+            with filesystem.open_input_file(storage.join(DELTA_DIR, name)) as source:
+                for rows in pq.ParquetFile(source).iter_batches(_CHECKPOINT_ROWS, columns=["metaData", "txn"]):
+                    if metadata is None:
+                        found = rows.column("metaData").drop_null().to_pylist()
+                        if found:
+                            metadata = {**found[0], "configuration": dict(found[0].get("configuration") or {})}
+                    if txn is None:
+                        txn = next((t for t in rows.column("txn").drop_null().to_pylist() if t["appId"] == APP_ID), None)
+                    if metadata is not None and txn is not None:
+                        return metadata, txn
+        except (OSError, KeyError, ValueError, pa.ArrowInvalid) as exc:
+            raise _Unusual(f"checkpoint {name}: {exc}") from None
+    return metadata, txn
 
 
 _STATES: dict[tuple[str, str], tuple[DeltaState, tuple[int, int]]] = {}  # per process: the last state read
@@ -291,23 +453,24 @@ def _check_newest_commit(storage: Storage) -> None:
 
 
 def _apply(state: DeltaState, actions: list[dict[str, Any]], version: int) -> None:
-    """Apply the ``actions`` of the commit of ``version`` to ``state``: ``add``/``remove`` to its files,
-    our ``txn``, ``metaData`` (schema, partition columns, properties); a commit whose ``commitInfo`` lacks
+    """Apply the ``actions`` of the commit of ``version`` to ``state``: ``add``/``remove`` to its files (when
+    read), our ``txn``, ``metaData`` (schema, partition columns, properties); a commit whose ``commitInfo`` lacks
     :data:`MARKER` (or that has none) is another writer's (``state.foreign``)."""
     import deltalake
 
     info: dict[str, Any] = {"operation": "a commit without commitInfo"}
     for action in actions:
         ((kind, body),) = action.items()
-        if kind == "add":
-            state.files[unquote(body["path"])] = body["size"]
-        elif kind == "remove":
-            state.files.pop(unquote(body["path"]), None)
+        if kind == "add" and state.known_files is not None:
+            state.known_files[unquote(body["path"])] = body["size"]
+        elif kind == "remove" and state.known_files is not None:
+            state.known_files.pop(unquote(body["path"]), None)
         elif kind == "txn" and body.get("appId") == APP_ID:
             state.log_batch_id = body["version"]
         elif kind == "metaData":
             state.partition_columns = list(body.get("partitionColumns") or [])
             state.configuration = dict(body.get("configuration") or {})
+            state.metadata = body
             state.schema = pa.schema(deltalake.Schema.from_json(body["schemaString"]))
         elif kind == "commitInfo":
             info = body
@@ -332,10 +495,10 @@ def _remember(storage: Storage, state: DeltaState) -> None:
 
 
 def current_delta_state(storage: Storage, deltalake: ModuleType) -> DeltaState | None:
-    """The Delta log's state as :func:`read_delta_state` reads it (with ``foreign`` from
-    :func:`foreign_commits`), kept per process and brought forward commit by commit (:func:`_forward`) while
-    the same Delta log is there: a sync after a batch costs that batch, not the table. The first call of a
-    process (or after the log was replaced) reads the table whole."""
+    """The Delta log's state (with ``foreign`` from :func:`foreign_commits`), kept per process and brought
+    forward commit by commit (:func:`_forward`) while the same Delta log is there: a sync after a batch costs
+    that batch, not the table. The first call of a process (or after the log was replaced) reads its recent
+    commits (:func:`read_recent_state`), not its files."""
     cached = _STATES.pop(_cache_key(storage), None)
     state = None
     if cached is not None:
@@ -346,9 +509,7 @@ def current_delta_state(storage: Storage, deltalake: ModuleType) -> DeltaState |
         except (FileNotFoundError, ValueError, KeyError, OSError, ParquetSinkError) as exc:
             logger.debug("%s: reading the Delta log whole (%s)", storage.display(storage.root), exc)
     if state is None:
-        state = read_delta_state(storage, deltalake)
-        if state is not None:
-            state.foreign = foreign_commits(state)
+        state = read_recent_state(storage, deltalake)
     if state is not None:
         _remember(storage, state)
     return state
@@ -363,13 +524,19 @@ def foreign_commits(state: DeltaState) -> list[dict[str, Any]]:
     Example: after ``write_deltalake(out, data, mode="append")``, ``foreign_commits(state)[0]["operation"]``
     -> ``'WRITE'``.
     """
-    latest = state.table.history(limit=1)
+    return _foreign_among(state.version, lambda limit: state.table.history(limit=limit))
+
+
+def _foreign_among(version: int, history: Callable[[int], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """:func:`foreign_commits` of the Delta log at ``version`` whose ``history(limit)`` is the commitInfo (with its
+    ``version``) of its newest ``limit`` versions, newest first."""
+    latest = history(1)
     if not latest or MARKER not in latest[0]:
         return latest
-    checked = int(latest[0].get(CHECKED, state.version - 1))
-    if checked >= state.version - 1:
+    checked = int(latest[0].get(CHECKED, version - 1))
+    if checked >= version - 1:
         return []
-    return [info for info in state.table.history(limit=state.version - checked) if MARKER not in info]
+    return [info for info in history(version - checked) if MARKER not in info]
 
 
 def _foreign_error(where: str, commits: list[dict[str, Any]]) -> DeltaLogError:
@@ -740,15 +907,15 @@ def _checkpoint_interval(configuration: Mapping[str, str]) -> int:
 def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema) -> dict[str, Any]:
     """The table's ``metaData`` with ``schema`` as its schema (its id, partitioning, properties and creation
     time kept), as the Delta protocol changes a schema: a commit holding a new ``metaData`` action. The id, name,
-    description and creation time come from the table as loaded (they never change; another writer's commit is
-    refused before), the properties and partitioning from ``state`` (kept current commit by commit)."""
-    metadata = state.table.metadata()
+    description and creation time come from the newest ``metaData`` read (they never change; another writer's
+    commit is refused before), the properties and partitioning from ``state`` (kept current commit by commit)."""
+    metadata = state.metadata
     body = {
-        "id": metadata.id, "name": metadata.name, "description": metadata.description,
+        "id": metadata["id"], "name": metadata.get("name"), "description": metadata.get("description"),
         "format": {"provider": "parquet", "options": {}},
         "schemaString": deltalake.Schema.from_arrow(schema).to_json(),
         "partitionColumns": list(state.partition_columns), "configuration": dict(state.configuration),
-        "createdTime": metadata.created_time,
+        "createdTime": metadata.get("createdTime"),
     }
     return {"metaData": body}
 
@@ -899,11 +1066,37 @@ def _optimize_step(log_snap: Any, mirrored: int) -> OptimizeStep | None:
     return OptimizeStep(batch, key, files, size, upto, upto == batch, log_snap.latest)
 
 
-def _all_new(since: Snapshot, state: DeltaState) -> bool:
+def _all_new(since: Snapshot, state: DeltaState, log: MetadataLog) -> bool:
     """Whether the files the batches of ``since`` commit are each committed once and none is in the Delta log
-    yet: then they are the sync's adds, and nothing is removed."""
-    relative = since.files.table.column("relative_path").to_pylist()
-    return len(set(relative)) == len(relative) and not any(r in state.files for r in relative)
+    yet: then they are the sync's adds, and nothing is removed. The Delta log lists the files the log commits as
+    of the batch it mirrors (``state.log_batch_id``), each logged with its modification time when it was
+    committed, before that batch's log file was written: a file logged with a later time than that log file's
+    (:func:`_written_after`) is not among them, and the Delta log's files are read (the cost of the table) only
+    for a file logged earlier (a file written before that batch and committed after it, an entry copied, an
+    optimize's file, which is logged with its oldest input's time)."""
+    table = since.files.table
+    relative = table.column("relative_path").to_pylist()
+    if len(set(relative)) != len(relative):
+        return False
+    if not relative or (state.known_files is None and _written_after(log, state.log_batch_id, table)):
+        return True
+    return not any(r in state.files for r in relative)
+
+
+def _written_after(log: MetadataLog, batch: int | None, files: pa.Table) -> bool:
+    """Whether every file of ``files`` (a :class:`CommittedFiles` table) is logged with a modification time after
+    the one of the log file of ``batch`` (False when that file is gone: cleaned up after a compaction). Both times
+    are the storage's clock (a written file's status, as Spark's and this package's writers log it)."""
+    times = files.column("modification_time")
+    if batch is None or times.null_count:
+        return False
+    for compact in (False, True):
+        try:
+            written = log.storage.info(log.path_of(batch, compact)).mtime_ms
+        except FileNotFoundError:
+            continue
+        return pc.min(times).as_py() > written
+    return False
 
 
 def _log_changes(
@@ -917,18 +1110,18 @@ def _log_changes(
     after the mirrored batch gets a Delta commit of its own (:func:`_optimize_step`): the log is then read as of
     the batch before it, or as of it."""
     mirrored = None if state is None else state.log_batch_id
+    log = MetadataLog(path, storage=storage, cleanup=False)
     if not full and mirrored is not None:
         since = snapshot_after(path, mirrored, storage_options=options)
-        if since is not None and _all_new(since, state):
+        if since is not None and _all_new(since, state, log):
             return since, since, [], [], None
-    log = MetadataLog(path, storage=storage, cleanup=False)
     log_snap = read_snapshot(log)
     step = None if mirrored is None or log_snap.latest is None else _optimize_step(log_snap, mirrored)
     if step is not None and step.upto < step.batch and not full:  # the batches before the swap, if all deltas
         since = snapshot_after(path, mirrored, storage_options=options, upto=step.upto)
         if since is not None and not since.files.table.num_rows:  # only empty batches (the optimize's waits)
             step = dataclasses.replace(step, upto=step.batch, exact=True)  # the swap's commit covers them
-        elif since is not None and _all_new(since, state):
+        elif since is not None and _all_new(since, state, log):
             return since, since, [], [], step
     snap = snapshot(path, storage_options=options) if log_snap.latest is None else snapshot_of_log(log, log_snap)
     if step is not None and step.upto != log_snap.latest:

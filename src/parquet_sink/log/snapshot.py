@@ -83,7 +83,8 @@ def read_snapshot(log: CompactibleLog, interval: int | None = None, columns: lis
 
 
 def read_recent(
-    log: CompactibleLog, interval: int | None = None, *, whole_after: int | None = None, whole_newest: int = 0
+    log: CompactibleLog, interval: int | None = None, *, whole_after: int | None = None, whole_newest: int = 0,
+    columns: list[str] | None = None,
 ) -> LogSnapshot:
     """The latest snapshot of ``log`` as a writer deciding its commit and ``history(limit=)`` need it, read as
     :func:`read_snapshot` reads it but at the cost of the batches they look at, not of the output: every entry of
@@ -92,10 +93,13 @@ def read_recent(
     data entry (what readers read). A delta file among those is read at its two ends
     (:meth:`~parquet_sink.log.files.LogFiles.read_ends`), a compact file whole (its columnar copy) and then
     filtered. So :func:`~parquet_sink.log.entry.records_of`, the newest commit time, the newest data file and
-    the entries of the batches read whole are those of the whole snapshot.
+    the entries of the batches read whole are those of the whole snapshot. ``columns``: the entry columns to keep
+    (all by default; those :func:`_decisive` looks at are kept too): a compact file's columnar copy then decodes
+    only those (its ``path`` and ``stats`` columns are most of it).
 
     Example: ``read_recent(log, whole_after=6).table`` -> the records of every batch, every entry of 7 and later.
     """
+    wanted = None if columns is None else list(dict.fromkeys([*columns, *_DECISIVE_COLUMNS]))
 
     def read(latest: int, listing: Listing, step: int | None) -> pa.Table:
         start = latest + 1 - whole_newest if whole_after is None else min(whole_after + 1, latest + 1 - whole_newest)
@@ -103,12 +107,15 @@ def read_recent(
         for batch_id, path in log.files_for(latest, listing, step):
             ends = None if batch_id >= start or is_compact_path(path) else log.read_ends(path, batch_id)
             if ends is None:
-                table = log.read_table(path, batch_id, listing.sidecars)
+                table = log.read_table(path, batch_id, listing.sidecars, wanted)
                 ends = table if batch_id >= start else _decisive(table, start)
-            tables.append(ends)
-        return pa.concat_tables(tables) if tables else _empty(None)
+            tables.append(ends if wanted is None else ends.select(wanted))
+        return pa.concat_tables(tables) if tables else _empty(wanted)
 
     return _consistent(log, interval, None, read)
+
+
+_DECISIVE_COLUMNS = (BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, EXPIRED_KEY, "isDir", "size")  # what _decisive reads
 
 
 def _decisive(table: pa.Table, start: int) -> pa.Table:

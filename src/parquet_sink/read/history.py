@@ -39,7 +39,10 @@ import pyarrow.compute as pc
 
 from ..errors import ParameterError, SnapshotNotFoundError, names_output
 from ..log.compaction import check_compact_interval
-from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_TIME_KEY, CommitRecord, attribute, records_of
+from ..log.entry import (
+    BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, attribute,
+    records_of,
+)
 from ..log.files import is_compact_path, require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_recent, read_snapshot
@@ -62,6 +65,9 @@ HISTORY_SCHEMA = pa.schema(
         ("bytes_removed", pa.int64()),
     ]
 )
+
+# The entry columns batch_history reads: a history with a limit decodes only these of a compact file's copy.
+_HISTORY_COLUMNS = ["size", "isDir", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, BATCH_ROWS_KEY]
 
 # The commit record's query id of an optimize (parquet_sink.maintenance.optimize): its swap carries
 # optimize_fingerprint() as its fingerprint; the empty batches it commits to reach a compaction batch none.
@@ -227,7 +233,8 @@ def history(
     storage = Storage(path, storage_options)
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     # with a limit, only the newest batches are read whole: the rows cut off are not counted
-    snap = read_snapshot(log, compact_interval) if limit is None else read_recent(log, compact_interval, whole_newest=limit)
+    snap = (read_snapshot(log, compact_interval) if limit is None
+            else read_recent(log, compact_interval, whole_newest=limit, columns=_HISTORY_COLUMNS))
     if snap.latest is None:
         require_output(storage)
     table = batch_history(snap)
