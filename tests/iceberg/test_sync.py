@@ -159,7 +159,7 @@ def test_optimize_then_sync(tmp_path):
     result = sync_iceberg(str(root))
     assert result.files_removed == replaced and 0 < result.files_added < replaced
     table = StaticTable.from_metadata(result.metadata_location)
-    assert table.current_snapshot().summary.operation.value == "overwrite"
+    assert table.current_snapshot().summary.operation.value == "replace"
     _assert_same(table.scan().to_arrow(), root)
     for batch, snapshot_id in _snapshots_by_batch(table).items():
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)

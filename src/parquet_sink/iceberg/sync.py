@@ -32,7 +32,9 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 import posixpath
 import re
@@ -44,12 +46,19 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import ParameterError, SnapshotExpiredError, names_output
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
-from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, unreadable_file
+from ..log.entry import records_of
+from ..log.metadata_log import MetadataLog
+from ..log.snapshot import read_snapshot
+from ..read.history import optimize_figures, optimize_key
+from ..read.reader import (
+    CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot_after, snapshot_of_log, unreadable_file,
+)
 from ..storage.filesystem import Storage
 from ..table_formats import TableLocks
 from .errors import IcebergDependencyError, IcebergSyncError
@@ -71,6 +80,11 @@ _FOOTER_THREADS = 8
 # metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
 # (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
 _BATCHES_PER_COMMIT = 16
+# manifests merged in tiers (an LSM's): a snapshot merges the manifests of one tier (live entries 1..7, 8..63,
+# 64..511, ...) once it holds this many, so the manifest list holds at most about this many per tier (a few dozen
+# at 100,000 files) and each entry is rewritten once per tier it climbs: O(log n), never the table per commit
+# (pyiceberg's own merge packs bins of up to 8 MB and rewrites the newest bin every min-count commits)
+MERGE_FANOUT = 8
 
 
 def require_pyiceberg(what: str) -> ModuleType:
@@ -402,24 +416,106 @@ def _data_file(
     return data_file
 
 
+def snapshot_operation(added: int, gone: list[str], swap_key: str | None, adds_are_the_swaps: bool) -> str:
+    """The Iceberg operation of the snapshot mirroring one log batch that adds ``added`` files and drops the
+    files of root-relative paths ``gone``: ``append`` (nothing dropped), ``delete`` (files dropped, none added:
+    retention at a compaction), ``replace`` (an optimize's swap alone: the batch is an optimize whose commit
+    record's key ``swap_key`` is :func:`~parquet_sink.read.history.optimize_key` of the dropped files, and the
+    files added are the swap's own, ``adds_are_the_swaps``: the data is unchanged, incremental readers skip it),
+    else ``overwrite`` (an optimize retention dropped files with, or one mirrored together with other batches).
+    Pure. The Delta mirror's rule for ``dataChange=false``.
+
+    Example: ``snapshot_operation(2, ["k=a/p-0.parquet", "k=a/p-1.parquet"], optimize_key([...]), True)`` -> ``'replace'``.
+    """
+    if not gone:
+        return "append"
+    if not added:
+        return "delete"
+    return "replace" if adds_are_the_swaps and swap_key == optimize_key(gone) else "overwrite"
+
+
+def merge_tiers(live_entries: list[int], fanout: int = MERGE_FANOUT) -> list[int] | None:
+    """The indexes of manifests (of ``live_entries`` live entries each) that a snapshot merges next: the
+    manifests of the lowest tier (``floor(log_fanout(entries))``, an empty manifest tier 0) that holds
+    ``fanout`` or more; None when no tier does. Pure; applied until None, it leaves fewer than ``fanout``
+    manifests a tier.
+
+    Example: ``merge_tiers([1, 1, 1, 200], fanout=3)`` -> ``[0, 1, 2]``; ``merge_tiers([3, 200], fanout=3)`` -> ``None``.
+    """
+    tiers: dict[int, list[int]] = {}
+    for index, entries in enumerate(live_entries):
+        tiers.setdefault(int(math.log(entries, fanout)) if entries > 1 else 0, []).append(index)
+    full = [tier for tier, indexes in tiers.items() if len(indexes) >= fanout]
+    return tiers[min(full)] if full else None
+
+
+@functools.cache
+def _mirror_producer() -> type:
+    """pyiceberg's overwrite snapshot producer (its manifests that hold no dropped file kept unread, the others
+    rewritten without them) labelled with the operation the sync names (pyiceberg 0.12 has no producer of
+    ``replace`` snapshots, and its summary code computes the totals of ``overwrite``, ``delete`` and ``append``
+    only: the totals are computed as an overwrite's, then the label set), its manifests merged in tiers
+    (:func:`merge_tiers`)."""
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+
+    class MirrorFiles(_OverwriteFiles):
+        def __init__(self, transaction: Any, label: str, properties: dict[str, str]) -> None:
+            super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=properties)
+            self._label = Operation(label)
+
+        def _summary(self, snapshot_properties: Any = None) -> Any:
+            from pyiceberg.table.snapshots import Summary
+
+            summary = super()._summary(self.snapshot_properties)
+            return Summary(self._label, **summary.additional_properties)
+
+        def _process_manifests(self, manifests: list[Any]) -> list[Any]:
+            # a manifest of an earlier snapshot listing no live file (only the files that snapshot deleted) is
+            # left out, as pyiceberg's fast append leaves it out; the data manifests merged in tiers
+            data = [m for m in manifests if m.content == ManifestContent.DATA
+                    and (_live(m) or m.added_snapshot_id == self._snapshot_id)]
+            merger = _ManifestMergeManager(0, 0, True, self)
+            while (chosen := merge_tiers([_live(m) for m in data])) is not None:
+                by_spec: dict[int, list[Any]] = {}
+                for index in chosen:
+                    by_spec.setdefault(data[index].partition_spec_id, []).append(data[index])
+                if all(len(group) == 1 for group in by_spec.values()):
+                    break  # one manifest per spec in this tier: nothing to merge
+                merged = [merger._create_manifest(spec, group) for spec, group in by_spec.items()]
+                data = merged + [m for i, m in enumerate(data) if i not in set(chosen)]
+            return data + [m for m in manifests if m.content != ManifestContent.DATA]
+
+    return MirrorFiles
+
+
+def _live(manifest: Any) -> int:
+    """The entries of a manifest a scan reads (added and existing files)."""
+    return (manifest.added_files_count or 0) + (manifest.existing_files_count or 0)
+
+
 def _commit_batch(
-    storage: Storage, transaction: Any, batch: int, snap: Snapshot, known: dict[str, Any], zone: str
+    storage: Storage, transaction: Any, batch: int, files: CommittedFiles, whole: bool, known: dict[str, Any],
+    zone: str, swap_key: str | None,
 ) -> tuple[int, int]:
-    """Stage the snapshot mirroring log batch ``batch`` (its files ``snap``) in ``transaction``, ``known`` the
-    table's files before it (updated): (files added, files removed)."""
-    table = snap.files.table
+    """Stage the snapshot mirroring log batch ``batch`` in ``transaction``, ``known`` the table's files before
+    it (updated): ``files`` are the batch's snapshot (``whole``: the files ``known`` lacks are dropped) or only
+    the files the batch added; ``swap_key``: the key of the optimize committed as that batch, if it is one.
+    (files added, files removed)."""
+    table = files.table
     outside = [p for p in table.column("outside_path").to_pylist() if p is not None]
     if outside:
         raise IcebergSyncError(
             f"{storage.display(storage.root)}: the log commits {len(outside)} file(s) outside the output root "
             f"(first: {outside[0]}); the Iceberg table lists files under its location only. Nothing was committed."
         )
-    locations = [_location(storage, p.as_py()) for p in snap.files.paths()]
+    locations = [_location(storage, p.as_py()) for p in files.paths()]
     live = set(locations)
     # a file the log commits twice (two entries, read twice by Spark's readers) is listed once, as Delta does
     first = {location: i for i, location in reversed(list(enumerate(locations)))}
     new = sorted(i for location, i in first.items() if location not in known)
-    gone = [location for location in known if location not in live]
+    gone = [location for location in known if location not in live] if whole else []
     added = []
     if new:
         fresh = Snapshot(storage, batch, CommittedFiles(storage, table.take(new)))
@@ -433,14 +529,49 @@ def _commit_batch(
             added = list(pool.map(
                 lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files
             ))
-    update = transaction.update_snapshot(snapshot_properties={MARKER: str(batch)})
-    with (update.overwrite() if gone else update.fast_append()) as producer:
+    root = _location(storage, storage.root).rstrip("/") + "/"
+    swaps = bool(new) and set(table.column("batch_id").take(new).to_pylist()) == {batch}
+    operation = snapshot_operation(len(added), [g[len(root):] for g in gone], swap_key, swaps)
+    with _mirror_producer()(transaction, operation, {MARKER: str(batch)}) as producer:
         for location in gone:
             producer.delete_data_file(known.pop(location))
         for data_file in added:
             producer.append_data_file(data_file)
             known[data_file.file_path] = data_file
     return len(added), len(gone)
+
+
+def _all_new(storage: Storage, since: Snapshot, known: dict[str, Any]) -> bool:
+    """Whether the files the batches of ``since`` (:func:`~parquet_sink.read.reader.snapshot_after`) commit all
+    carry their batch id and none is in the table yet: then each batch's snapshot is the table's files and its
+    own, and the sync reads only those batches' log files."""
+    table = since.files.table
+    return table.column("batch_id").null_count == 0 and not any(
+        _location(storage, p.as_py()) in known for p in since.files.paths()
+    )
+
+
+def _new_batches(storage: Storage, since: Snapshot, first: int) -> Any:
+    """(batch, the files it added, False, None) for each batch from ``first`` to ``since``'s latest: the steps
+    of a sync whose batches only add files (:func:`_all_new`)."""
+    table = since.files.table
+    ids = table.column("batch_id")
+    for batch in range(first, since.latest_batch_id + 1):
+        own = CommittedFiles(storage, table.filter(pc.equal(ids, batch)))
+        yield batch, Snapshot(storage, batch, own), False, None
+
+
+def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
+    """(batch, its snapshot, True, the key of the optimize committed as it or None) for each batch from
+    ``first`` to the latest of ``log_snap`` whose snapshot the log still holds (a batch before a compaction's
+    retention is mirrored by the next one)."""
+    swaps = {r.log_batch_id: figures[0] for r in records_of(log_snap.table) if (figures := optimize_figures(r))}
+    for batch in range(first, log_snap.latest + 1):
+        try:
+            snap = snapshot_of_log(log, log_snap, None if batch == log_snap.latest else batch)
+        except SnapshotExpiredError:
+            continue
+        yield batch, snap, True, swaps.get(batch)
 
 
 @names_output
@@ -489,8 +620,10 @@ def _sync(
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
     previous = None if existing is None else _check_ours(existing, storage, name)
-    newest = snapshot(path, storage_options=options)
-    latest = newest.latest_batch_id
+    log = MetadataLog(path, storage=storage, cleanup=False)
+    since = None if previous is None else snapshot_after(path, previous, storage_options=options)
+    log_snap = None if since is not None else read_snapshot(log)
+    latest = since.latest_batch_id if since is not None else log_snap.latest
 
     def result(current: Any, **kw: Any) -> IcebergSyncResult:
         snap = None if current is None else current.current_snapshot()
@@ -509,6 +642,8 @@ def _sync(
         return result(existing)
     transaction = existing.transaction() if existing is not None else None
     known = _data_files(existing, key)
+    if since is not None and not _all_new(storage, since, known):
+        since, log_snap = None, read_snapshot(log)
     added = removed = snapshots = staged = 0
     committed = existing
 
@@ -523,16 +658,14 @@ def _sync(
         _KNOWN[key] = (table.metadata_location, dict(known))
         return table
 
-    for batch in range(0 if previous is None else previous + 1, latest + 1):
-        try:
-            snap = newest if batch == latest else snapshot(path, as_of_batch=batch, storage_options=options)
-        except SnapshotExpiredError:  # a batch before a compaction's retention: mirrored by a later one
-            continue
+    first = 0 if previous is None else previous + 1
+    steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
+    for batch, snap, whole, swap_key in steps:
         if transaction is None:
             if not snap.files.table.num_rows:
                 continue  # no file committed yet: no schema to create the table with
             transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema, _partition_columns(snap))
-        more, fewer = _commit_batch(storage, transaction, batch, snap, known, time_zone)
+        more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
         if staged == _BATCHES_PER_COMMIT and batch < latest:
             committed, staged = commit(transaction), 0
