@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import math
 import shutil
 import time
 import uuid
@@ -29,7 +30,9 @@ from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError
 from parquet_sink.iceberg import sync as iceberg_sync
 from parquet_sink.iceberg.sync import MARKER
 from parquet_sink.log.entry import LogEntry
+from parquet_sink.log.snapshot import read_snapshot
 from parquet_sink.storage.filesystem import Storage
+from tests.delta.readers import spark_style_batch
 from tests.helpers.filters import fixed_or_fuzzed
 
 
@@ -328,3 +331,75 @@ def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: f
     run()
     while time.monotonic() < deadline:
         run()
+
+
+def test_operations_say_what_each_batch_did(tmp_path):
+    """Each snapshot's operation says what its log batch did, as the Delta mirror's dataChange says it: files
+    added an append, retention dropping files at a compaction a delete, an optimize's swap a replace (the rows
+    unchanged: incremental Iceberg readers skip it); every snapshot reads its batch's rows."""
+    root = tmp_path / "out"
+    log = MetadataLog(str(root), compact_interval=3, retention="7d", cleanup=False)
+    spark_style_batch(log, _table(0), (), old=True)  # retention drops it at the compaction (batch 2)
+    spark_style_batch(log, _table(1), (), old=False)
+    sync_iceberg(str(root))
+    spark_style_batch(log, _table(2).slice(0, 0), (), old=False)  # the compaction: drops batch 0's file only
+    spark_style_batch(log, _table(3), (), old=False)
+    spark_style_batch(log, _table(4), (), old=False)
+    sync_iceberg(str(root))
+    assert optimize(str(root), spark_sink_stopped=True).files_removed == 3
+    result = sync_iceberg(str(root))
+    table = StaticTable.from_metadata(result.metadata_location)
+    operations = {int(s.summary[MARKER]): s.summary.operation.value for s in table.metadata.snapshots}
+    latest = result.log_batch
+    assert operations[latest] == "replace" and result.files_removed == 3
+    waits = [b for b in range(5, latest)]  # the optimize's empty batches up to its compaction batch
+    assert operations == {0: "append", 1: "append", 2: "delete", 3: "append", 4: "append",
+                          **{b: "append" for b in waits}, latest: "replace"}
+    swap = table.current_snapshot()
+    assert swap.summary["deleted-data-files"] == "3" and swap.summary["total-records"] == str(3 * 5)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+
+
+def test_snapshot_operation_and_merge_tiers_decide():
+    """The pure decisions: the operation of a batch's snapshot, and which manifests a snapshot merges."""
+    from parquet_sink.read.history import optimize_key
+
+    swapped = ["k=a/p-0.parquet", "k=a/p-1.parquet"]
+    assert iceberg_sync.snapshot_operation(3, [], None, False) == "append"
+    assert iceberg_sync.snapshot_operation(0, swapped, None, False) == "delete"
+    assert iceberg_sync.snapshot_operation(1, swapped, optimize_key(swapped), True) == "replace"
+    assert iceberg_sync.snapshot_operation(1, swapped + ["old.parquet"], optimize_key(swapped), True) == "overwrite"
+    assert iceberg_sync.snapshot_operation(2, swapped, optimize_key(swapped), False) == "overwrite"
+    assert iceberg_sync.merge_tiers([1, 1, 200], fanout=3) is None
+    assert iceberg_sync.merge_tiers([1, 0, 1, 200], fanout=3) == [0, 1, 2]
+    assert iceberg_sync.merge_tiers([3, 5, 4, 1, 1], fanout=3) == [0, 1, 2]  # tier 1 (3..8) is full
+    assert iceberg_sync.merge_tiers([9, 9, 1, 1, 9], fanout=3) == [0, 1, 4]
+
+
+def test_a_sync_per_batch_does_work_of_its_batch_not_of_the_table(tmp_path, monkeypatch):
+    """The work of a sync after each batch does not grow with the batches before it: the manifest list stays
+    within the merge tiers' bound, each manifest entry is rewritten once per tier it climbs (entries written in
+    all stay within files x tiers), and an in-step sync reads only its batch's log file (the whole log only at a
+    compaction batch)."""
+    fanout, batches = 3, 25
+    monkeypatch.setattr(iceberg_sync, "MERGE_FANOUT", fanout)
+    whole_reads = []
+    monkeypatch.setattr(iceberg_sync, "read_snapshot", lambda log: whole_reads.append(1) or read_snapshot(log))
+    root = tmp_path / "out"
+    written, lists = 0, []
+    for version in range(batches):
+        write_batch(str(root), _table(version, rows=2), app_id="a", version=version, compact_interval=10)
+        result = sync_iceberg(str(root))
+        table = StaticTable.from_metadata(result.metadata_location)
+        manifests = table.current_snapshot().manifests(table.io)
+        lists.append(len(manifests))
+        written += sum(m.added_files_count + m.existing_files_count for m in manifests
+                       if m.added_snapshot_id == result.snapshot_id)
+    tiers = math.ceil(math.log(batches, fanout)) + 1
+    assert max(lists) <= (fanout - 1) * tiers + 1, lists
+    assert written <= batches * tiers, written
+    assert len(whole_reads) == 1 + batches // 10  # the first sync, then each compaction batch's
+    _assert_same(table.scan().to_arrow(), root)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
