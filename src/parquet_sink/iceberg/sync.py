@@ -131,6 +131,12 @@ def _location(storage: Storage, path: str) -> str:
     return path if storage.is_local else f"{storage.protocol}://{path}"
 
 
+def _path(storage: Storage, location: str) -> str:
+    """The fsspec path of the location :func:`_location` gave."""
+    scheme = f"{storage.protocol}://"
+    return location[len(scheme):] if not storage.is_local and location.startswith(scheme) else location
+
+
 _S3_IO = {  # delta-rs's (object_store's) S3 options, as Storage gives them, to pyiceberg's FileIO properties
     "aws_access_key_id": "s3.access-key-id", "aws_secret_access_key": "s3.secret-access-key",
     "aws_session_token": "s3.session-token", "aws_endpoint_url": "s3.endpoint", "aws_region": "s3.region",
@@ -679,6 +685,92 @@ def _sync(
     return result(committed, files_added=added, files_removed=removed, snapshots=snapshots, created=existing is None)
 
 
+def expired_snapshots(snapshots: list[tuple[int, int]], current: int | None, cutoff_ms: int) -> set[int]:
+    """The ids of the snapshots (``(id, timestamp_ms)``, oldest first: the table's linear history) that stopped
+    being current before ``cutoff_ms``: each but ``current`` whose next snapshot was committed before it. A
+    snapshot current at any moment within the retention stays (time travel to any time within it reads what an
+    Iceberg reader read then), as Delta keeps a version while a newer one is younger than its retention. Pure.
+
+    Example: ``expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 250)`` -> ``{1}``.
+    """
+    return {
+        snapshot_id for (snapshot_id, _), (_, next_ms) in zip(snapshots, snapshots[1:])
+        if next_ms < cutoff_ms and snapshot_id != current
+    }
+
+
+def _history(metadata: Any) -> list[tuple[int, int]]:
+    return [(s.snapshot_id, s.timestamp_ms) for s in sorted(metadata.snapshots, key=lambda s: s.sequence_number or 0)]
+
+
+def expire_snapshots(storage: Storage, older_than_ms: int) -> list[int]:
+    """Expire the snapshots of the output's table without catalog that stopped being current more than
+    ``older_than_ms`` ago (:func:`expired_snapshots`), in one commit: its metadata then names no file those
+    alone referenced, which ``vacuum`` may delete. The ids expired (none without such a table).
+
+    Example: ``expire_snapshots(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``[4108..., 7730...]``.
+    """
+    if current_metadata(storage) is None:
+        return []
+    require_pyiceberg(f"vacuum({storage.display(storage.root)!r})")
+    key = (storage.root, None)
+    with _sync_lock(key):
+        _, _, table = _load(storage, None, None)
+        current = table.current_snapshot()
+        cutoff = int(time.time() * 1000) - older_than_ms
+        expired = sorted(expired_snapshots(_history(table.metadata), current and current.snapshot_id, cutoff))
+        if expired:
+            before = table.metadata_location
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            cached = _KNOWN.get(key)
+            if cached is not None and cached[0] == before:  # the same files: the cache follows the new version
+                _KNOWN[key] = (table.metadata_location, cached[1])
+            logger.info("%s: expired %d Iceberg snapshot(s) older than the retention",
+                        storage.display(storage.root), len(expired))
+    return expired
+
+
+def referenced_files(storage: Storage, older_than_ms: int) -> set[str]:
+    """The fsspec paths of the data files an Iceberg table of the output may still read: those of every snapshot
+    of the table without catalog that :func:`expire_snapshots` keeps, and of every snapshot of each catalog
+    table whose metadata lives with the output (its newest metadata files: vacuum cannot expire a catalog's
+    snapshots, so their files are all kept). Empty when the output keeps no Iceberg table.
+
+    Example: ``referenced_files(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``{'/data/events/k=a/part-0...parquet'}``.
+    """
+    directory = storage.join(ICEBERG_DIR)
+    if not storage.exists(directory):
+        return set()
+    require_pyiceberg(f"vacuum({storage.display(storage.root)!r})")
+    from pyiceberg.table import StaticTable
+
+    cutoff = int(time.time() * 1000) - older_than_ms
+    kept: set[str] = set()
+    read: set[str] = set()  # manifests shared by snapshots are read once
+    for table_dir in storage.ls_names(directory):
+        names = [n for n in map(posixpath.basename, storage.ls_names(table_dir)) if _METADATA_FILE.match(n)]
+        if not names:
+            continue
+        newest = max(int(_METADATA_FILE.match(n).group(1)) for n in names)
+        for name in names:
+            if int(_METADATA_FILE.match(name).group(1)) != newest:
+                continue
+            table = StaticTable.from_metadata(_location(storage, posixpath.join(table_dir, name)), properties=_io_properties(storage))
+            current = table.current_snapshot()
+            expired = (expired_snapshots(_history(table.metadata), current and current.snapshot_id, cutoff)
+                       if posixpath.basename(table_dir) == posixpath.basename(METADATA_DIR) else set())
+            for snap in table.metadata.snapshots:
+                if snap.snapshot_id in expired:
+                    continue
+                for manifest in snap.manifests(table.io):
+                    if manifest.manifest_path in read:
+                        continue
+                    read.add(manifest.manifest_path)
+                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                        kept.add(_path(storage, entry.data_file.file_path))
+    return kept
+
+
 __all__ = [
     "INSTALL",
     "MARKER",
@@ -686,7 +778,10 @@ __all__ = [
     "METADATA_DIR",
     "IcebergSyncResult",
     "current_metadata",
+    "expire_snapshots",
+    "expired_snapshots",
     "metadata_dir",
+    "referenced_files",
     "require_pyiceberg",
     "sync_iceberg",
 ]
