@@ -25,7 +25,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 from pyiceberg.table import StaticTable
 
-from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch
+from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, vacuum, write_batch
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError
 from parquet_sink.iceberg import sync as iceberg_sync
 from parquet_sink.iceberg.sync import MARKER
@@ -273,38 +273,47 @@ _AT = st.datetimes(_dt.datetime(1, 1, 2), _dt.datetime(9999, 12, 30), timezones=
 _DECIMAL = st.decimals(-(10**28) + 1, 10**28 - 1, places=10, allow_nan=False, allow_infinity=False)
 
 
+_ACTIONS = ("", "sync", "optimize", "vacuum", "expire")  # after a batch: nothing, sync, optimize, vacuum("7d"), vacuum(0)
+
+
 @st.composite
 def _histories(draw):
     """Batches of random rows (nullable ints at their limits, strings beyond U+FFFF and longer than the bounds
     Iceberg keeps, floats with infinities, dates and UTC timestamps of years 1..9999, decimals of 38 digits;
-    partition values with the null partition), a sync after some of them, an optimize after one."""
+    partition values with the null partition), each followed by an action of :data:`_ACTIONS`: a sync, an
+    optimize, a vacuum within the retention (keeps every snapshot) or past it (expires all but the current)."""
     partitioned = draw(st.booleans())
     batches = draw(st.lists(st.lists(st.tuples(st.none() | _INT, st.none() | _TEXT, st.none() | _FLOAT,
                                                st.none() | _DAY, st.none() | _AT, st.none() | _DECIMAL,
                                                st.sampled_from(["a", "b", None])),
                                      max_size=4), min_size=1, max_size=5))
-    syncs = draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
-    return partitioned, batches, syncs, draw(st.none() | st.integers(0, len(batches) - 1))
+    actions = draw(st.lists(st.sampled_from(_ACTIONS), min_size=len(batches), max_size=len(batches)))
+    return partitioned, batches, actions
 
 
-def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[bool], optimize_after: int | None) -> None:
+def _check_history(root: Path, partitioned: bool, batches: list, actions: list[str]) -> None:
     schema = pa.schema([("i", pa.int64()), ("s", pa.string()), ("f", pa.float64()), ("d", pa.date32()),
                         ("t", pa.timestamp("us", "UTC")), ("dec", pa.decimal128(38, 10)), ("p", pa.string())])
-    for version, (rows, sync) in enumerate(zip(batches, syncs)):
+    for version, (rows, action) in enumerate(zip(batches, actions)):
         table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=schema)
         write_batch(str(root), table, app_id="a", version=version, partition_by=["p"] if partitioned else None)
-        if optimize_after == version:
+        if action == "optimize":
             optimize(str(root))
-        if sync:
+        elif action in ("sync", "vacuum", "expire"):
             sync_iceberg(str(root))
+        if action == "vacuum":
+            vacuum(str(root), "7d")
+        elif action == "expire":
+            vacuum(str(root), _dt.timedelta(0), allow_short_retention=True)
     result = sync_iceberg(str(root))
     if result.metadata_location is None:  # no file committed: no table
         assert not len(committed_files(str(root)))
         return
     table = StaticTable.from_metadata(result.metadata_location)
     _assert_same(table.scan().to_arrow(), root)
-    for batch, snapshot_id in _snapshots_by_batch(table).items():
+    for batch, snapshot_id in _snapshots_by_batch(table).items():  # every snapshot within the retention
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+        _assert_same(pl.scan_iceberg(table, snapshot_id=snapshot_id).collect().to_arrow(), root, as_of_batch=batch)
     for index, column in enumerate(schema.names[:-1]):  # filters that prune by the manifests' bounds
         values = sorted({row[index] for rows in batches for row in rows if row[index] is not None})
         for value in values[:1] + values[-1:]:
@@ -314,16 +323,22 @@ def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[boo
     assert sync_iceberg(str(root)).snapshots == 0
 
 
-def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float) -> None:
-    """Random batches, syncs and an optimize (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
-    random search): every snapshot reads read_committed(as_of_batch=b)'s rows, the current one and its scans
+def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float, monkeypatch) -> None:
+    """Random batches with syncs, optimizes and vacuums interleaved (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
+    random search): every snapshot left within the retention reads read_committed(as_of_batch=b)'s rows through
+    pyiceberg and polars' scan_iceberg, the current one and its scans
     filtered on each data column (at its smallest and largest value: the manifests' bounds prune) read
     read_committed's with the same filter, and a last sync is a no-op."""
+
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # no polars_iceberg plugin: pyiceberg plans
 
     @fixed_or_fuzzed(fuzz_minutes, 3, 10)
     @given(_histories())
     # found by the search: a file one sync appends and deletes (an optimize's swap after it, in the same sync)
-    @example((False, [[], [(None, None, None, None, None, None, "a")]], [False, False], 1))
+    @example((False, [[], [(None, None, None, None, None, None, "a")]], ["", "optimize"]))
+    # optimizes and vacuums interleaved: time travel to each snapshot left, the expired ones gone
+    @example((True, [[(1, "x", 1.0, None, None, None, "a")], [(2, None, None, None, None, None, "b")],
+                     [(3, None, None, None, None, None, "a")]], ["sync", "optimize", "expire"]))
     def run(history) -> None:
         _check_history(tmp_path_factory.mktemp("iceberg-history") / "out", *history)
 
