@@ -211,12 +211,15 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
                 f"sync_iceberg({where!r}): table={identifier!r} names a table in a catalog: pass catalog= too, or "
                 "neither (the metadata alone, with the output). Nothing was committed."
             )
+        name = (_NAMESPACE, "output")
+        metadata = current_metadata(storage)
+        opened = _OPENED.get(storage.root)
+        if opened is not None and metadata is not None and opened.metadata_location == metadata:
+            return opened.catalog, name, opened  # what this process committed or opened last: still current
         local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
                            **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
-        name = (_NAMESPACE, "output")
-        metadata = current_metadata(storage)
-        return local, name, None if metadata is None else local.register_table(name, metadata)
+        return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
     if not isinstance(identifier, str) or "." not in identifier:
         raise ParameterError(
             f"sync_iceberg({where!r}): with a catalog, table= names the table as 'namespace.name', not "
@@ -268,6 +271,18 @@ def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
 # committed last and the data files its current snapshot lists, so the next sync of the same table costs its
 # batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
 _KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+# per process, per output root: the table without catalog (bound to its in-memory catalog) this process committed
+# or opened last, used again while its metadata file is the newest (no new catalog, no metadata read)
+_OPENED: dict[str, Any] = {}
+
+
+def _opened(storage: Storage, identifier: str | None, table: Any) -> Any:
+    """``table``, remembered in :data:`_OPENED` when it is the table without catalog (``identifier`` None)."""
+    if identifier is None:
+        _OPENED[storage.root] = table
+    return table
+
+
 # one lock per table in this process: syncs in threads of one process take turns (a table without a catalog
 # commits through an in-process catalog, which would let both write the same version)
 _sync_lock = TableLocks()
@@ -457,19 +472,27 @@ def merge_tiers(live_entries: list[int], fanout: int = MERGE_FANOUT) -> list[int
 
 @functools.cache
 def _mirror_producer() -> type:
-    """pyiceberg's overwrite snapshot producer (its manifests that hold no dropped file kept unread, the others
-    rewritten without them) labelled with the operation the sync names (pyiceberg 0.12 has no producer of
+    """pyiceberg's overwrite snapshot producer (its manifests that hold no dropped file kept, the others rewritten
+    without them; none read when nothing is dropped) labelled with the operation the sync names (pyiceberg 0.12 has no producer of
     ``replace`` snapshots, and its summary code computes the totals of ``overwrite``, ``delete`` and ``append``
     only: the totals are computed as an overwrite's, then the label set), its manifests merged in tiers
     (:func:`merge_tiers`)."""
     from pyiceberg.manifest import ManifestContent
     from pyiceberg.table.snapshots import Operation
-    from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+    from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _OverwriteFiles
 
     class MirrorFiles(_OverwriteFiles):
         def __init__(self, transaction: Any, label: str, properties: dict[str, str]) -> None:
             super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=properties)
             self._label = Operation(label)
+
+        # a snapshot that drops no file reads no manifest, as a fast append (the overwrite's partition filter
+        # cannot rule out a manifest of an unpartitioned table: it would read every one)
+        def _existing_manifests(self) -> list[Any]:
+            return super()._existing_manifests() if self._deleted_data_files else _FastAppendFiles._existing_manifests(self)
+
+        def _deleted_entries(self) -> list[Any]:
+            return super()._deleted_entries() if self._deleted_data_files else []
 
         def _summary(self, snapshot_properties: Any = None) -> Any:
             from pyiceberg.table.snapshots import Summary
@@ -662,7 +685,7 @@ def _sync(
                 f"batches up to {_marker(committed.current_snapshot()) if committed is not None else None}. Sync again."
             ) from exc
         _KNOWN[key] = (table.metadata_location, dict(known))
-        return table
+        return _opened(storage, key[1], table)
 
     first = 0 if previous is None else previous + 1
     steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
