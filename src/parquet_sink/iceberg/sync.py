@@ -5,10 +5,13 @@ the data), built on pyiceberg's ``add_files`` path: data files written elsewhere
 through the table's name mapping, their statistics from the footer by pyiceberg's own code
 (``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it).
 
-One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped (an optimize's
-swap, retention at a compaction) are deleted in an overwrite; each snapshot's summary records the log batch
+One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped are deleted, in
+a ``replace`` snapshot for an optimize's swap (rows unchanged: incremental readers skip it), a ``delete`` for
+retention at a compaction (:func:`snapshot_operation`, the Delta mirror's ``dataChange=false`` rule); manifests
+are merged in tiers (:func:`merge_tiers`) so the manifest list stays small; each snapshot's summary records the log batch
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
-sync in step does nothing). The snapshots of one sync are one catalog commit (one metadata file), or one per
+sync in step does nothing; one a batch behind reads only that batch's log file). ``vacuum`` expires the snapshots
+past its retention (:func:`expire_snapshots`) and keeps the files the others reference (:func:`referenced_files`). The snapshots of one sync are one catalog commit (one metadata file), or one per
 :data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
 one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
 the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
