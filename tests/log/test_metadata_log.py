@@ -357,7 +357,8 @@ def test_gap_and_missing_compact_are_typed(tmp_path):
         MetadataLog(root, compact_interval=3).all_files()
     (tmp_path / "_spark_metadata" / "5.compact").unlink()
     (tmp_path / "_spark_metadata" / "6").write_bytes(b"v1")
-    (tmp_path / "_spark_metadata" / "5").write_bytes(b"v1")  # a plain file where a compact file belongs
+    (tmp_path / "_spark_metadata" / "5").write_bytes(b"v1")  # a plain file where a compact file belongs, and
+    (tmp_path / "_spark_metadata" / "4").unlink()  # no chain as written either (from 2.compact: 4 is missing)
     with pytest.raises(errors.MissingLogFileError, match=r"5\.compact"):
         MetadataLog(root, compact_interval=3).all_files()
 

@@ -205,3 +205,57 @@ def test_first_writers_racing_on_each_store_agree_on_one_interval(backend):
     assert list(errors) == [loser] and isinstance(errors[loser], OutputSettingsError), errors
     assert sorted(_names(url, options)) == list(range(3))
     _check(url, interval, [0, 1, 2] if loser == "b" else [10, 11, 12], options)
+
+
+SESSION_INTERVAL = "spark.sql.streaming.fileSink.log.compactInterval"
+
+
+def _spark_sink(spark, out: str, batch: int, ids: range, session_interval: int | None) -> None:
+    """Spark's own file sink commits ``ids`` as log batch ``batch``, its log made in a session whose compact interval
+    is ``session_interval`` (None: Spark's default, 10): it goes by that interval while the log holds no compact
+    file, whatever the output recorded."""
+    from tests.helpers.spark_util import spark_sink_batch
+
+    if session_interval is not None:
+        spark.conf.set(SESSION_INTERVAL, str(session_interval))
+    try:
+        spark_sink_batch(spark, spark.createDataFrame([(i,) for i in ids], "id long"), out, batch)
+    finally:
+        spark.conf.unset(SESSION_INTERVAL)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    recorded=st.sampled_from([2, 3, 5]),
+    steps=st.lists(st.sampled_from(["ours", "spark", "spark-3", "spark-output"]), min_size=3, max_size=8),
+)
+# Spark's sink in a default session after write_batch(compact_interval=3) wrote 2 where the record names
+# 2.compact: every reader of ours stopped on MissingLogFileError (5.compact), Spark's read every row
+@example(recorded=3, steps=["ours", "spark", "spark", "spark", "spark", "spark", "spark"])
+@example(recorded=2, steps=["ours", "spark", "spark", "ours", "ours", "spark-3", "ours", "spark"])
+def test_spark_sink_at_its_session_interval_and_our_writers_agree_on_every_row(tmp_path_factory, spark, recorded,
+                                                                               steps):
+    """Spark's own sink names a batch by its session's interval until the log holds a compact file (Spark's
+    ``CompactibleFileStreamLog.compactInterval``); our writers by the recorded one. Whatever the names, every
+    reader of ours, and Spark's reader in a default session, return every committed row once, and each writer goes
+    on (a compaction of ours reads the log as written)."""
+    out = str(tmp_path_factory.mktemp("spark-intervals") / "out")
+    _append(out, "a", 0, range(0, 3), recorded)
+    expected, version = list(range(3)), 1
+    for step in steps:
+        batch, ids = len(expected) // 3, range(len(expected), len(expected) + 3)
+        if step == "ours":
+            assert _append(out, "a", version, ids, None) == batch
+            version += 1
+        else:
+            session = {"spark": None, "spark-3": 3, "spark-output": recorded}[step]
+            try:
+                _spark_sink(spark, out, batch, ids, session)
+            except Exception as exc:  # Spark's sink compacting by its own interval found no such chain
+                assert session != recorded and "BATCH_METADATA_NOT_FOUND" in str(exc), (session, _names(out), exc)
+                assert max(_names(out)) == batch - 1  # it committed nothing
+                continue
+        expected += ids
+        assert sorted(read_committed(out, columns=["id"]).column("id").to_pylist()) == expected, _names(out)
+    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == expected, _names(out)
+    assert MetadataLog(out).check() == []

@@ -52,6 +52,7 @@ CASES = {
     "vacuum": (["{good}", "--dry-run"], ["{corrupt}", "--dry-run"], ["{good}", "--older-than", "1d"]),
     "delta-sync": (["{good}"], ["{nowhere}"], ["{good}", "--time-zone"]),
     "optimize": (["{good}", "--dry-run"], ["{nowhere}"], ["{good}", "--target-file-size"]),
+    "iceberg-sync": (["{good}"], ["{nowhere}"], ["{good}", "--table"]),
     "doctor": (["{good}", "--app-id", "a", "--version", "2"], ["{good}", "--checkpoint", "{ckpt}"], ["{good}"]),
 }
 
@@ -179,6 +180,10 @@ BAD_INPUTS = {
     "optimize --sort-by id --z-order id": (["optimize", "{good}", "--sort-by", "id", "--z-order", "id"],
                                           ["--sort-by id", "--z-order id"]),
     "delta-sync --time-zone Mars/Base": (["delta-sync", "{good}", "--time-zone", "Mars/Base"], ["--time-zone 'Mars/Base'"]),
+    "iceberg-sync --table db.events": (["iceberg-sync", "{good}", "--table", "db.events"],
+                                       ["--table 'db.events'", "--catalog-uri"]),
+    "iceberg-sync --table events": (["iceberg-sync", "{good}", "--catalog-uri", "sqlite:///:memory:", "--table",
+                                     "events"], ["--table"]),
     "doctor --version -1": (["doctor", "{good}", "--app-id", "a", "--version", "-1"], ["--version must"]),
     "doctor --app-id ''": (["doctor", "{good}", "--app-id", "", "--version", "1"], ["--app-id must"]),
 }
@@ -191,7 +196,7 @@ def test_input_errors_name_the_commands_options_not_the_python_parameters(capsys
     (``older_than=1d ... Pass allow_short_retention=True``): every parameter of the library function the command
     calls that one of its options feeds is absent from the message (as ``name=`` or as a word), the options
     are there; the Python API's own message is unchanged."""
-    from parquet_sink import doctor, sync_delta_log, vacuum
+    from parquet_sink import doctor, sync_delta_log, sync_iceberg, vacuum
     from parquet_sink.maintenance import optimize
 
     args, expected = BAD_INPUTS[case]
@@ -200,7 +205,8 @@ def test_input_errors_name_the_commands_options_not_the_python_parameters(capsys
     assert code == 2, (code, out, err)
     for fragment in expected:
         assert fragment in message, (fragment, message)
-    function = {"vacuum": vacuum, "optimize": optimize, "delta-sync": sync_delta_log, "doctor": doctor}[args[0]]
+    function = {"vacuum": vacuum, "optimize": optimize, "delta-sync": sync_delta_log, "doctor": doctor,
+                "iceberg-sync": sync_iceberg}[args[0]]
     sub = build_parser()._subparsers._group_actions[0].choices[args[0]]
     fed = {o[2:].replace("-", "_") for o in _options(sub)} | {action.dest for action in sub._actions}
     parameters = [p for p in inspect.signature(function).parameters if p in fed]  # the parameters options feed
@@ -339,10 +345,11 @@ def test_the_remedy_for_an_empty_log_file_works_when_followed(capsys, tmp_path):
     assert sorted(read_committed(out)["id"].to_pylist()) == [0, 1, 10, 11, 20, 21]
 
 
-@pytest.mark.parametrize("command", ["vacuum", "delta-sync", "doctor"])
+@pytest.mark.parametrize("command", ["vacuum", "delta-sync"])
 def test_compact_interval_is_refused_where_it_would_be_ignored(capsys, paths, command):
-    """vacuum, delta-sync and doctor infer the log's compaction interval: --compact-interval was accepted and ignored
-    (docs/cli.md said every command takes it); now a usage error, exit 2, nothing done."""
+    """vacuum and delta-sync infer the log's compaction interval: --compact-interval was accepted and ignored
+    (docs/cli.md said every command takes it); now a usage error, exit 2, nothing done. (doctor takes it as the
+    writer's argument: tests/write/test_output_settings.py.)"""
     code, out, _ = _run(capsys, command, ["{good}", "--compact-interval", "5"], paths, as_json=True)
     assert code == 2 and "--compact-interval" in json.loads(out)["error"], out
 

@@ -29,7 +29,8 @@ from parquet_sink import MetadataLog, ParquetSink, committed_files, committed_ve
 from parquet_sink.errors import OutputSettingsError, ParameterError
 from parquet_sink.log.entry import CommitRecord
 from parquet_sink.log.files import SETTINGS_RECORD, parse_batch_name
-from parquet_sink.maintenance import optimize
+from parquet_sink.cli.main import main as cli_main
+from parquet_sink.maintenance import doctor, optimize
 from parquet_sink.read.history import OPTIMIZE_APP_ID
 from parquet_sink.write.sink import decide_batch
 from tests.helpers.spark_util import spark_sink_batch
@@ -116,7 +117,7 @@ def test_a_batch_id_only_sink_continues_after_its_optimize(spark, tmp_path: Path
     assert decide_batch(7, neighbour, None, 3) == ("foreign", None)
 
 
-def test_a_contradicting_argument_is_refused_and_the_remedy_changes_the_settings(tmp_path: Path) -> None:
+def test_a_contradicting_argument_is_refused_and_the_remedy_changes_the_settings(tmp_path: Path, capsys) -> None:
     out = str(tmp_path / "out")
     write_batch(out, pa.table({"id": [0]}), app_id="a", version=0, min_batches_to_retain=1000, retention="7d")
     log_dir = Path(out) / "_spark_metadata"
@@ -127,6 +128,14 @@ def test_a_contradicting_argument_is_refused_and_the_remedy_changes_the_settings
     assert out in message and "min_batches_to_retain=10" in message
     assert "min_batches_to_retain=1000" in message and "retention='7d'" in message and "compact_interval=10" in message
     assert "Omit the argument" in message and SETTINGS_RECORD in message
+    # doctor predicts it for a query's restart, in the same words; its advice taken literally (omit it): a go
+    ckpt = str(tmp_path / "ckpt")
+    command = ["doctor", out, "--checkpoint", ckpt, "--on-foreign-query", "append"]
+    assert cli_main([*command, "--min-batches-to-retain", "10"]) == 1
+    printed = capsys.readouterr().out
+    assert "OutputSettingsError" in printed and message in printed.replace("\n", " ")
+    assert cli_main(command) == 0
+    capsys.readouterr()
     with pytest.raises(OutputSettingsError, match="compact_interval=3"):
         write_batch(out, pa.table({"id": [1]}), app_id="a", version=1, compact_interval=3)
     assert sorted(os.listdir(log_dir)) == before and committed_version(out, "a") == 0
@@ -169,13 +178,14 @@ def _options(intervals, durations, counts):
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=_options([2, 10], ["10m", "0s"], [1, 100]), second=_options([2, 10], ["10m", "0s"], [1, 100]),
-       later=st.sampled_from(["write_batch", "optimize"]))
+       later=st.sampled_from(["write_batch", "optimize", "cli optimize"]))
 def test_every_writer_applies_the_recorded_settings_and_refuses_only_a_contradiction(
     tmp_path_factory, first: dict, second: dict, later: str
 ) -> None:
-    """A first writer's settings (given or Spark's defaults) are recorded; a later writer or optimize given
-    ``second`` is refused exactly when a setting it gives differs from the recorded one (durations by length),
-    with nothing committed, and otherwise commits under the recorded settings, which stay as they were."""
+    """A first writer's settings (given or Spark's defaults) are recorded; a later writer or optimize (the
+    function or the CLI) given ``second`` is refused exactly when a setting it gives differs from the recorded one
+    (durations by length), with nothing committed, and otherwise commits under the recorded settings, which stay as
+    they were. ``doctor`` given the same options predicts the refusal in the writer's words."""
     out = str(tmp_path_factory.mktemp("settings") / "out")
     write_batch(out, pa.table({"id": [0]}), app_id="a", version=0, **first)
     write_batch(out, pa.table({"id": [1]}), app_id="a", version=1)
@@ -193,12 +203,20 @@ def test_every_writer_applies_the_recorded_settings_and_refuses_only_a_contradic
     def run() -> None:
         if later == "write_batch":
             write_batch(out, pa.table({"id": [2]}), app_id="a", version=2, **second)
-        else:
+        elif later == "optimize":
             optimize(out, **second)
+        else:
+            flags = [f"--{k.replace('_', '-')}={v}" for k, v in second.items() if v is not None]
+            if cli_main(["optimize", out, *flags]) == 1:
+                raise OutputSettingsError("the CLI exited 1")
 
+    plan = doctor(out, app_id="a", version=2, **second).plan
+    assert (plan.action == "settings") == contradicts, plan
     if contradicts:
-        with pytest.raises(OutputSettingsError):
+        with pytest.raises(OutputSettingsError) as refused:
             run()
+        if later == "write_batch":
+            assert str(refused.value) in plan.message
         names = [n for n in os.listdir(Path(out) / "_spark_metadata") if n[0].isdigit()]
         assert max(int(n.split(".")[0]) for n in names) == latest
     else:

@@ -18,8 +18,8 @@ from parquet_sink import committed_files, read_committed
 from tests.conftest import make_backend
 
 ROOT = Path(__file__).resolve().parents[2]
-OPEN_FILE_LIMIT = 1024
-VALUES = 1100  # partition values in the one batch, more than the limit (each value a file: time grows with it)
+OPEN_FILE_LIMIT = 640
+VALUES = 700  # partition values in the one batch, more than the limit (each value a file: time grows with it)
 ROWS = 2 * VALUES
 
 
@@ -30,7 +30,7 @@ def _limit_open_files() -> None:
 BACKENDS = ["local", "moto"]
 
 
-def test_thousands_of_partition_values_under_open_file_limit(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_more_partition_values_than_the_open_file_limit(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """On each backend in turn, in one child: one driver (one JVM start for both) and its Python workers, all under
     the limit; the object store's query runs in processes the local one used, so nothing it leaked is forgiven. Each
     backend's run is checked on its own (a failed run does not stop the next one)."""

@@ -7,6 +7,7 @@ import argparse
 
 from ..delta.sync import sync_delta_log
 from ..errors import LogError, ParameterError
+from ..iceberg.sync import sync_iceberg
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, optimize, read_output, vacuum, verify
 from . import PROG
@@ -260,6 +261,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         z_order=args.z_order,
         dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval,
         storage_options=storage_options(args), progress=progress, spark_sink_stopped=args.spark_sink_stopped,
+        retention=args.retention, min_batches_to_retain=args.min_batches_to_retain, cleanup_delay=args.cleanup_delay,
     )
     plan = result.plan
     storage = plan.storage
@@ -344,6 +346,43 @@ def _cmd_delta_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_iceberg_sync(args: argparse.Namespace) -> int:
+    """``iceberg-sync PATH``: the Iceberg table follows ``_spark_metadata`` (catalog properties never printed)."""
+    properties = dict(args.catalog_prop)
+    if args.catalog is not None:  # --catalog-uri
+        properties["uri"] = args.catalog
+    result = sync_iceberg(
+        args.path, catalog=properties or None, table=args.table, storage_options=storage_options(args),
+        time_zone=args.time_zone,
+    )
+    data = {
+        "ok": True,
+        "path": result.path,
+        "table": args.table,
+        "metadata_location": result.metadata_location,
+        "snapshot_id": result.snapshot_id,
+        "log_batch": result.log_batch,
+        "previous_log_batch": result.previous_log_batch,
+        "snapshots": result.snapshots,
+        "created": result.created,
+        "added": result.files_added,
+        "removed": result.files_removed,
+    }
+    name = f"Iceberg table {args.table}" if args.table else "Iceberg table"
+    if result.metadata_location is None:
+        text = f"{result.path}: no committed file yet, no Iceberg table written"
+    elif result.snapshots:
+        text = (
+            f"{result.path}: {name} {'created' if result.created else 'updated'}: mirrors log batch "
+            f"{result.log_batch} (was {result.previous_log_batch}) in {result.snapshots} snapshot(s), "
+            f"{result.files_added} file(s) added, {result.files_removed} removed\nmetadata: {result.metadata_location}"
+        )
+    else:
+        text = f"{result.path}: {name} already mirrors log batch {result.log_batch}\nmetadata: {result.metadata_location}"
+    emit(args, data, text)
+    return 0
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor PATH --checkpoint CKPT``: what a restart from the checkpoint will do to the output;
     ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do."""
@@ -355,6 +394,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         args.path, checkpoint=args.checkpoint, app_id=args.app_id, version=args.app_version,
         storage_options=storage_options(args), on_foreign_query=args.on_foreign_query,
         batch_id_only=args.batch_id_only, spark_sink_stopped=args.spark_sink_stopped,
+        compact_interval=args.compact_interval, retention=args.retention,
+        min_batches_to_retain=args.min_batches_to_retain, cleanup_delay=args.cleanup_delay,
     )
     output, ckpt, plan = diagnosis.output, diagnosis.checkpoint, diagnosis.plan
     if ckpt is None:

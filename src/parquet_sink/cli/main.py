@@ -16,6 +16,9 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   atomically (safe while the stream runs); progress on a terminal, a summary of files and bytes before and after.
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
   Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
+* ``iceberg-sync PATH [--catalog-uri URI] [--catalog-prop KEY=VALUE ...] [--table NS.NAME]``: create or bring up
+  to date the output's Iceberg table, in a catalog or (without one) its metadata alone with the output, so every
+  Iceberg reader reads exactly the committed files (needs ``pip install "parquet-sink[iceberg]"``).
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
   ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
 
@@ -40,7 +43,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .. import __version__
@@ -57,14 +60,29 @@ logger = logging.getLogger(__name__)
 INTERRUPTED = 130  # the exit code of a command cut short by Ctrl-C (SIGINT), as shells report it: 128 + 2
 
 
-def _age(text: str) -> str:
-    from ..log.compaction import parse_duration_ms  # pyarrow: only when a command uses a duration
+def _catalog_property(text: str) -> tuple[str, str]:
+    """``key=value`` -> (key, value), both strings as pyiceberg takes catalog properties; errors never echo
+    the value (it may be a secret)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError("expected key=value")
+    return key.strip(), value
 
-    try:
-        parse_duration_ms(text, "--older-than")  # the floor is checked with --allow-short-retention known
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace(", or a datetime.timedelta", "")) from exc
-    return text.strip()
+
+def _duration(flag: str) -> Callable[[str], str]:
+    """An argparse type for a duration option named ``flag``: checked by the rule every entry point applies (a
+    floor, as vacuum's with ``--allow-short-retention``, is checked where the other options are known)."""
+
+    def parse(text: str) -> str:
+        from ..log.compaction import parse_duration_ms  # pyarrow: only when a command uses a duration
+
+        try:
+            parse_duration_ms(text, flag)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace(", or a datetime.timedelta", "")) from exc
+        return text.strip()
+
+    return parse
 
 
 def _interval(text: str) -> int:
@@ -146,6 +164,22 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=f"_cmd_{name}", command_parser=sub)
         return sub
 
+    def log_settings(sub: argparse.ArgumentParser) -> None:
+        """The output's log settings as the writers take them (``retention=`` ...): None applies the recorded
+        ones, another value than those is refused (OutputSettingsError)."""
+        sub.add_argument(
+            "--retention", metavar="DURATION", type=_duration("--retention"),
+            help="the output's retention (7d, 12h): default the one recorded with the output; another is refused",
+        )
+        sub.add_argument(
+            "--min-batches-to-retain", metavar="N", type=_interval,
+            help="the output's min_batches_to_retain: default the recorded one; another is refused",
+        )
+        sub.add_argument(
+            "--cleanup-delay", metavar="DURATION", type=_duration("--cleanup-delay"),
+            help="the output's cleanup_delay (10m, 0s): default the recorded one; another is refused",
+        )
+
     ls = command("ls", "list committed batches and the log's compaction state", reads_interval=True)
     ls.add_argument("--rows", action="store_true", help="count the rows the log does not record (batches of Spark's sink or older versions) from the Parquet footers")
     show = command("show", "show the log entries of one batch", reads_interval=True)
@@ -160,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--older-than",
         metavar="DURATION",
         default="7d",
-        type=_age,
+        type=_duration("--older-than"),
         help="only files older than this, with its unit (12h, 7d; default 7d, the minimum unless "
         "--allow-short-retention): younger ones may still be read through an older snapshot",
     )
@@ -209,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a partition is rewritten, a lone one too); not with --sort-by",
     )
     optimize.add_argument("--dry-run", action="store_true", help="say what would be rewritten, write nothing")
+    log_settings(optimize)
     optimize.add_argument("--compression", default="snappy", help="Parquet codec of the new files (default snappy)")
     optimize.add_argument(
         "--spark-sink-stopped",
@@ -234,6 +269,28 @@ def build_parser() -> argparse.ArgumentParser:
         "it, or it diverged; Delta readers lose its history)",
     )
     delta_sync.set_defaults(run="_cmd_delta_sync")
+    iceberg_sync = command(
+        "iceberg-sync",
+        "create or bring up to date the output's Apache Iceberg table, one snapshot per log batch, listing exactly "
+        "the committed files",
+    )
+    iceberg_sync.add_argument(
+        "--catalog-uri", metavar="URI", dest="catalog",  # sync_iceberg's parameter (see _spelling)
+        help="the pyiceberg catalog's uri property (sqlite:///catalog.db, postgresql://..., http://rest-catalog; "
+        "pyiceberg infers the catalog's type from it); without a catalog the table's metadata lives with the output",
+    )
+    iceberg_sync.add_argument(
+        "--catalog-prop", metavar="KEY=VALUE", type=_catalog_property, action="append", default=[],
+        help="a pyiceberg catalog property, repeatable (type=rest, warehouse=..., name=NAME to read the catalog "
+        "NAME of ~/.pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables: the way to pass credentials)",
+    )
+    iceberg_sync.add_argument("--table", metavar="NS.NAME", help="the table's identifier in the catalog (with a catalog)")
+    iceberg_sync.add_argument(
+        "--time-zone", default="UTC", metavar="ZONE",
+        help="the zone timestamp partition directories were written in (the writer's spark.sql.session.timeZone; "
+        "default UTC)",
+    )
+    iceberg_sync.set_defaults(run="_cmd_iceberg_sync")
     doctor = command(
         "doctor",
         "explain what restarting a ParquetSink query from its checkpoint (or rerunning a write_batch app) will do",
@@ -259,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the sink (or write_batch) runs with spark_sink_stopped=True: the query of Spark's own file sink that "
         "committed the newest log batch is stopped for good",
     )
+    doctor.add_argument(
+        "--compact-interval", metavar="N", type=_interval,
+        help="the sink's (or write_batch's) compact_interval: another than the output's is refused",
+    )
+    log_settings(doctor)
     return parser
 
 

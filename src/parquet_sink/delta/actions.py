@@ -43,7 +43,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..partitioning import java_double_str
-from ..statistics import LeafPath, LeafStatistics, data_statistics, file_statistics
+from ..statistics import LeafPath, LeafStatistics
+from ..table_formats import DATE_MAX_US as DELTA_MAX_US
+from ..table_formats import DATE_MIN_US as DELTA_MIN_US
+from ..table_formats import date_micros, in_date_range, leaf_statistics
 from .errors import DeltaLogError, DeltaRangeError
 
 # Delta on Spark keeps string statistics to a 32-character prefix (dataSkippingStringPrefixLength): the
@@ -51,11 +54,7 @@ from .errors import DeltaLogError, DeltaRangeError
 STRING_PREFIX = 32
 
 _EPOCH = _dt.datetime(1970, 1, 1)
-_US = _dt.timedelta(microseconds=1)
-# Delta's (and Spark's) range of dates and timestamps: 0001-01-01 to 9999-12-31, in microseconds from the epoch
-DELTA_MIN_US = (_dt.datetime(1, 1, 1) - _EPOCH) // _US
-DELTA_MAX_US = (_dt.datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // _US
-_PER_US = {"s": (1_000_000, 1), "ms": (1000, 1), "us": (1, 1), "ns": (1, 1000)}  # (multiply, divide)
+# Delta's (and Spark's) range of dates and timestamps, DELTA_MIN_US..DELTA_MAX_US: the table formats' shared one
 
 
 def _refusal(typ: pa.DataType) -> str | None:
@@ -196,13 +195,6 @@ class _Number:
         self.text = text
 
 
-def _micros(scalar: pa.Scalar, bound: str) -> int:
-    """A timestamp scalar in microseconds from the epoch, a nanosecond min rounded down, a max up."""
-    multiply, divide = _PER_US[scalar.type.unit]
-    value = scalar.value * multiply
-    return value // divide if bound == "min" else -(-value // divide)
-
-
 def _timestamp_text(micros: int, bound: str) -> str:
     """A timestamp bound in Delta's statistics format, milliseconds: a min truncated down, a max rounded up,
     but not past Delta's last millisecond (9999-12-31T23:59:59.999: there the protocol's truncated max, which
@@ -237,24 +229,6 @@ def out_of_range(column: str, what: str) -> DeltaRangeError:
     )
 
 
-def dated_fields(fields: pa.StructType | pa.Schema) -> list[pa.Field]:
-    """The date and timestamp columns of ``fields``, and the structs holding such fields at any depth (pruned
-    to them): the columns whose values :func:`file_stats` checks against Delta's range (lists and maps carry no
-    Delta statistics).
-
-    Example: ``dated_fields(pa.schema([("n", pa.int64()), ("t", pa.date32())]))`` -> ``[pa.field("t", pa.date32())]``.
-    """
-    found = []
-    for f in fields:
-        if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type):
-            found.append(f)
-        elif pa.types.is_struct(f.type):
-            nested = dated_fields(f.type)
-            if nested:
-                found.append(f.with_type(pa.struct(nested)))
-    return found
-
-
 def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) -> Any:
     """A footer bound as Delta's statistics JSON holds it, or None to leave it out (binary, NaN, infinities);
     DeltaLogError for a date or timestamp outside Delta's range."""
@@ -262,12 +236,11 @@ def _stat_value(scalar: pa.Scalar | None, bound: str, column: str, what: str) ->
         return None
     typ = scalar.type
     if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
-        micros = _micros(scalar, bound) if pa.types.is_timestamp(typ) else scalar.cast(pa.date32()).value * 86_400_000_000
-        if not DELTA_MIN_US <= micros <= DELTA_MAX_US:
+        if not in_date_range(scalar, bound):
             raise out_of_range(column, what)
         if pa.types.is_date(typ):
             return _date_text(scalar.as_py())
-        return _timestamp_text(micros, bound)
+        return _timestamp_text(date_micros(scalar, bound), bound)
     value = scalar.as_py()
     if isinstance(value, decimal.Decimal):
         return _Number(format(value, "f"))
@@ -328,22 +301,6 @@ def _writer_schema(metadata: pq.FileMetaData) -> pa.Schema:
         return pa.schema([])
 
 
-def _unbounded(
-    fields: pa.StructType | pa.Schema, leaves: dict[LeafPath, LeafStatistics], prefix: LeafPath, rows: int
-) -> list[LeafPath]:
-    """The leaves of ``fields`` (through structs) the footer gives no bounds for although they hold values,
-    binary left out (Delta has no binary bounds)."""
-    found = []
-    for field in fields:
-        path = prefix + (field.name,)
-        if pa.types.is_struct(field.type):
-            found += _unbounded(field.type, leaves, path, rows)
-        elif path in leaves and not pa.types.is_binary(field.type) and leaves[path].min is None:
-            if leaves[path].null_count != rows:
-                found.append(path)
-    return found
-
-
 def file_stats(parquet: pq.ParquetFile, schema: pa.Schema, what: str = "a committed file") -> str:
     """The ``stats`` JSON of a Delta add action from a Parquet file's footer: ``numRecords``, and per data column
     of ``schema`` (the table's columns, partition columns left out) its ``minValues``, ``maxValues`` and
@@ -369,24 +326,10 @@ def file_stats(parquet: pq.ParquetFile, schema: pa.Schema, what: str = "a commit
     return _json(_statistics(parquet, schema, what))
 
 
-def check_dates(parquet: pq.ParquetFile, schema: pa.Schema, what: str) -> None:
-    """DeltaRangeError naming the column and ``what`` when a date or timestamp column of ``schema`` (or a struct's
-    field) holds a value outside Delta's range in the file ``parquet``, found as :func:`file_stats` finds it:
-    from the footer's bounds, from those columns' data where the footer has none (INT96).
-
-    Example: ``check_dates(pq.ParquetFile("part-0.parquet"), pa.schema([("t", pa.timestamp("us"))]), "batch 3")``.
-    """
-    dated = dated_fields(schema)
-    if dated:
-        _statistics(parquet, pa.schema(dated), what)
-
-
 def _statistics(parquet: pq.ParquetFile, schema: pa.Schema, what: str) -> dict[str, Any]:
     """:func:`file_stats` before its JSON encoding."""
-    metadata = parquet.metadata
-    out: dict[str, Any] = {"numRecords": metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    leaves = file_statistics(metadata)
-    leaves.update(data_statistics(parquet, _unbounded(schema, leaves, (), metadata.num_rows)))
+    out: dict[str, Any] = {"numRecords": parquet.metadata.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    leaves = leaf_statistics(parquet, schema)
     _fill(schema, leaves, (), out, what)
     return out
 
@@ -395,5 +338,5 @@ def _statistics(parquet: pq.ParquetFile, schema: pa.Schema, what: str) -> dict[s
 
 __all__ = [
     "DELTA_MAX_US", "DELTA_MIN_US", "STRING_PREFIX", "delta_partition_value", "delta_schema", "delta_type", "file_stats",
-    "check_dates", "dated_fields", "out_of_range",
+    "out_of_range",
 ]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..errors import ParquetSinkError
+from ..table_formats import TableFormatRefusal
 
 
 class DeltaLogError(ParquetSinkError):
@@ -12,14 +13,11 @@ class DeltaLogError(ParquetSinkError):
     zone differ, a column has a type or a value Delta cannot hold, or concurrent commits kept winning."""
 
 
-class DeltaRangeError(DeltaLogError):
+class DeltaRangeError(DeltaLogError, TableFormatRefusal):
     """A date or timestamp outside 0001-01-01..9999-12-31, which no Delta log can hold: a sync refuses the file
     that holds it, and a writer of an output that keeps a Delta log refuses the batch before its commit (nothing
-    committed, its files deleted). ``column`` names the column (``s.f`` for a struct's field)."""
-
-    def __init__(self, message: str, column: str) -> None:
-        super().__init__(message)
-        self.column = column
+    committed, its files deleted: :func:`~parquet_sink.table_formats.refuse_before_commit`). ``column`` names the
+    column (``s.f`` for a struct's field)."""
 
 
 __all__ = ["DeltaLogError", "DeltaRangeError"]

@@ -77,8 +77,8 @@ from ..read.reader import (
     unreadable_file,
 )
 from ..storage.filesystem import Storage
-from ..table_formats import TableLocks
-from .actions import check_dates, dated_fields, delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
+from ..table_formats import TableFormat, TableLocks
+from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError, DeltaRangeError
 
 logger = logging.getLogger(__name__)
@@ -1182,43 +1182,14 @@ def has_delta_log(storage: Storage) -> bool:
     return storage.exists(storage.join(DELTA_DIR))
 
 
-def refuse_out_of_range(
-    storage: Storage, files: Iterable[tuple[str, int]], schema: pa.Schema, what: str, delta_log: bool
-) -> None:
-    """Before a writer commits a batch's ``files`` (path, size), whose data columns are ``schema``, to an output
-    that keeps a Delta log (``delta_log``: the writer keeps one; else a ``_delta_log`` exists): DeltaRangeError
-    when a file holds a date or timestamp outside 0001-01-01..9999-12-31, which no Delta log can hold (every
-    later sync would refuse the file and Delta readers would stay at the batch before, for good). The batch's
-    files are deleted first: nothing of it is committed or left. Costs nothing for a batch without a date or
-    timestamp column; else one existence check of ``_delta_log`` (without ``delta_log``) and the footers (and the
-    data of such columns without footer bounds: INT96), as the sync after the commit reads them
-    (:func:`~parquet_sink.delta.actions.check_dates`).
-
-    Example: ``refuse_out_of_range(storage, [(path, size)], schema, "write_batch of version 3 of app 'a'", True)``.
-    """
-    files = list(files)
-    if not dated_fields(schema) or not (delta_log or has_delta_log(storage)):
-        return
-    try:
-        for path, size in files:
-            with open_sized(storage, path, size) as parquet:
-                check_dates(parquet, schema, storage.display(path))
-    except DeltaRangeError as exc:
-        for path, _ in files:
-            storage.delete(path)
-        where = storage.display(storage.root)
-        raise DeltaRangeError(
-            f"{what}: column {exc.column!r} holds a value outside 0001-01-01..9999-12-31 (the range of Delta dates "
-            f"and timestamps), and {where} keeps a Delta log ({DELTA_DIR}), which can never list such a file: "
-            "every later sync would fail and Delta readers would stay at the batch before. Nothing was committed "
-            "and the batch's files were deleted. Write such values as null or within that range (filter or clamp "
-            "them before the writer), or write them to an output without a Delta log.",
-            exc.column,
-        ) from exc
+# the Delta log as the writers' check before a commit sees it (:func:`~parquet_sink.table_formats.refuse_before_commit`):
+# dates and timestamps outside 0001..9999 refused (DeltaRangeError); its types are checked by the sync
+DELTA = TableFormat("a Delta log", DELTA_DIR, lambda schema: [], DeltaRangeError)
 
 
 __all__ = [
     "APP_ID",
+    "DELTA",
     "CHECKED",
     "DELTA_DIR",
     "MARKER",
@@ -1233,7 +1204,6 @@ __all__ = [
     "foreign_commits",
     "has_delta_log",
     "read_delta_state",
-    "refuse_out_of_range",
     "referenced_files",
     "require_deltalake",
     "sync_after_commit",

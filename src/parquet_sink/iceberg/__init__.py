@@ -4,7 +4,9 @@ Delta-to-Iceberg translation and of Delta UniForm (Iceberg metadata beside the d
 sink already wrote and committed, built on the path of pyiceberg's ``add_files`` (files without field ids, read by
 name mapping). Needs the ``pyiceberg`` package (``pip install "parquet-sink[iceberg]"``), imported only when used.
 
-:mod:`.sync` decides what each Iceberg snapshot holds and commits it through pyiceberg.
+:mod:`.sync` decides what each Iceberg snapshot holds and commits it through pyiceberg; :mod:`.follow` is the
+writers' side (``iceberg=``: the sync after each commit, and what a batch to an output with an Iceberg table is
+refused for before its commit).
 
 Layering: imports ``errors``, ``parquet_read``, ``table_formats`` (what it shares with ``delta``), ``storage``,
 ``log`` and ``read``; beside ``delta`` (neither imports the other); ``table`` imports it.
@@ -16,14 +18,17 @@ Example::
     3
 """
 
-from .errors import IcebergDependencyError, IcebergSyncError
+from .errors import IcebergDependencyError, IcebergRefusalError, IcebergSyncError
+from .follow import IcebergTarget
 from .sync import METADATA_DIR, IcebergSyncResult, current_metadata, require_pyiceberg, sync_iceberg
 
 __all__ = [
     "METADATA_DIR",
     "IcebergDependencyError",
+    "IcebergRefusalError",
     "IcebergSyncError",
     "IcebergSyncResult",
+    "IcebergTarget",
     "current_metadata",
     "require_pyiceberg",
     "sync_iceberg",

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import ParameterError, SnapshotExpiredError, names_output
+from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
 from ..log.entry import records_of
@@ -75,6 +76,7 @@ ICEBERG_DIR = f"{HIDDEN_DIR}/.iceberg"
 METADATA_DIR = f"{ICEBERG_DIR}/.metadata"  # of the table kept without a catalog; a catalog's: .<ns.name> beside it
 MARKER = "parquet-sink.log-batch-id"  # snapshot summary key: the log batch the snapshot mirrors
 INSTALL = 'pip install "parquet-sink[iceberg]"'
+RETRIES = "commit.retry.num-retries"  # pyiceberg's TableProperties.COMMIT_NUM_RETRIES
 NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field ids: columns are found by name
 _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
@@ -88,6 +90,11 @@ _BATCHES_PER_COMMIT = 16
 # at 100,000 files) and each entry is rewritten once per tier it climbs: O(log n), never the table per commit
 # (pyiceberg's own merge packs bins of up to 8 MB and rewrites the newest bin every min-count commits)
 MERGE_FANOUT = 8
+_ATTEMPTS = 10  # syncs of one table racing through its catalog: the loser reads the table again, this many times
+
+
+class _LostRace(IcebergSyncError):
+    """Another commit to the table (another process's sync) won the catalog's swap: read the table again."""
 
 
 def require_pyiceberg(what: str) -> ModuleType:
@@ -211,8 +218,8 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
     if catalog is None:
         if identifier is not None:
             raise ParameterError(
-                f"sync_iceberg({where!r}): table={identifier!r} names a table in a catalog: pass catalog= too, or "
-                "neither (the metadata alone, with the output). Nothing was committed."
+                f"table={identifier!r} needs catalog= too (or neither: the metadata alone, with the output). "
+                "Nothing was committed."
             )
         name = (_NAMESPACE, "output")
         metadata = current_metadata(storage)
@@ -225,8 +232,7 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
     if not isinstance(identifier, str) or "." not in identifier:
         raise ParameterError(
-            f"sync_iceberg({where!r}): with a catalog, table= names the table as 'namespace.name', not "
-            f"{identifier!r}. Nothing was committed."
+            f"with catalog=, table= is an identifier 'namespace.name', not {identifier!r}. Nothing was committed."
         )
     opened = _open_catalog(catalog, where)
     namespace = identifier.rpartition(".")[0]
@@ -319,12 +325,12 @@ def _nulls_as_strings(arrow: pa.Schema) -> pa.Schema:
 def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
     """The Iceberg schema (fresh field ids) of the Arrow schema ``arrow``; IcebergSyncError naming the column
     when a type has no Iceberg counterpart."""
-    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, _pyarrow_to_schema_without_ids
     from pyiceberg.schema import assign_fresh_schema_ids
 
     try:
         return assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(_nulls_as_strings(arrow)))
-    except (TypeError, ValueError) as exc:  # pyiceberg: UnsupportedPyArrowTypeException is a TypeError
+    except (TypeError, ValueError, UnsupportedPyArrowTypeException) as exc:
         raise IcebergSyncError(
             f"{where}: the committed files hold a column Iceberg has no type for ({exc}). Nothing was committed; "
             "write such columns with an Iceberg type (cast unsigned integers to a wider signed type, times and "
@@ -359,6 +365,10 @@ def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, part
     properties = {
         "write.metadata.path": _location(storage, storage.join(metadata_dir(name if isinstance(name, str) else None))),
         NAME_MAPPING: create_mapping_from_schema(schema).model_dump_json(),
+        # pyiceberg (0.12 on) retries a commit another commit beat by applying the same snapshots again on top of
+        # the winner's: for a mirror that appends the winner's batches twice. A lost commit fails instead, and the
+        # sync reads the table again (_LostRace)
+        RETRIES: "0",
     }
     return catalog.create_table_transaction(
         name, schema, location=_location(storage, storage.root), partition_spec=spec, properties=properties
@@ -639,6 +649,11 @@ def sync_iceberg(
     require_output(storage)
     key = (storage.root, None if table is None else str(table))
     with _sync_lock(key):
+        for attempt in range(1, _ATTEMPTS):
+            try:
+                return _sync(path, storage, options, catalog, table, time_zone, started, key)
+            except _LostRace as lost:
+                logger.info("%s (attempt %d of %d): reading the table again", lost, attempt, _ATTEMPTS)
         return _sync(path, storage, options, catalog, table, time_zone, started, key)
 
 
@@ -647,7 +662,7 @@ def _sync(
     started: float, key: tuple[str, str | None],
 ) -> IcebergSyncResult:
     """:func:`sync_iceberg` under the table's lock (``key``: the table in this process)."""
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
@@ -673,6 +688,8 @@ def _sync(
     if latest is None or (previous is not None and previous >= latest):
         return result(existing)
     transaction = existing.transaction() if existing is not None else None
+    if existing is not None and existing.properties.get(RETRIES) != "0":  # a table made before: from its next commit
+        transaction.set_properties({RETRIES: "0"})
     known = _data_files(existing, key)
     if since is not None and not _all_new(storage, since, known):
         since, log_snap = None, read_snapshot(log)
@@ -680,14 +697,16 @@ def _sync(
     committed = existing
 
     def commit(staging: Any) -> Any:
+        failpoint("iceberg_commit")
         try:
             table = staging.commit_transaction()
-        except CommitFailedException as exc:
-            raise IcebergSyncError(
+        except (CommitFailedException, TableAlreadyExistsError) as exc:
+            raise _LostRace(
                 f"{where}: another commit to the Iceberg table {name} won ({exc}); this sync committed the log "
                 f"batches up to {_marker(committed.current_snapshot()) if committed is not None else None}. Sync again."
             ) from exc
         _KNOWN[key] = (table.metadata_location, dict(known))
+        failpoint("iceberg_after_commit")
         return _opened(storage, key[1], table)
 
     first = 0 if previous is None else previous + 1

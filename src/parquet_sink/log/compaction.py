@@ -307,6 +307,20 @@ def infer_interval(default_interval: int, listing: Listing) -> int | None:
     return None
 
 
+def chain_as_written(latest: int, listing: Listing) -> list[tuple[int, str]] | None:
+    """(batch id, path) of the log files a snapshot at ``latest`` reads by the names ``listing`` holds, whatever
+    the interval: the newest compact file <= ``latest`` (none: from batch 0), then every batch after it; None when
+    one of those is missing.
+
+    Example: ``chain_as_written(3, {0: ".../0", 1: ".../1.compact", 2: ".../2", 3: ".../3"})`` ->
+    ``[(1, ".../1.compact"), (2, ".../2"), (3, ".../3")]``.
+    """
+    start = max((b for b, path in listing.items() if b <= latest and is_compact_path(path)), default=0)
+    if any(b not in listing for b in range(start, latest + 1)):
+        return None
+    return [(b, listing[b]) for b in range(start, latest + 1)]
+
+
 @dataclass
 class _SourcePlan:
     """What pass one of a compaction learned about one source file (rows count from 0, in file order)."""
@@ -650,22 +664,26 @@ class CompactibleLog(LogFiles):
         """(batch id, path) of the files a snapshot at ``latest`` reads, checked against ``listing``:
         MissingLogFileError names the first one that is missing (or plain where a compact file belongs).
 
-        A log without any compact file (a writer with a larger interval that has not compacted yet) is
-        read as the plain deltas ``0..latest``, unless ``interval`` is given explicitly.
+        The files are those the interval names (``interval``, else the log's), or else those the log holds as it
+        was written (:func:`chain_as_written`): the newest compact file <= ``latest`` (none: from batch 0) and every
+        delta after it. Writers that disagree on the interval leave such a chain: a writer with a larger interval
+        that has not compacted yet, or Spark's own sink, which goes by its session's interval while the log has
+        no compact file (whatever the output recorded), so its ``N`` stands where the recorded interval names
+        ``N.compact``. A compact file holds every live entry before it, so the chain is the snapshot; a batch
+        missing from it is still the MissingLogFileError.
         """
-        if interval is None and self.listing_interval(listing) is None:
-            if all(b in listing and not is_compact_path(listing[b]) for b in range(latest + 1)):
-                return [(b, listing[b]) for b in range(latest + 1)]
         interval = interval or self.interval_for(listing)
         files = []
         for batch_id in self.batches_read_at(latest, interval):
             expected = self.batch_path(batch_id, interval)
             if listing.get(batch_id) != expected:
+                written = chain_as_written(latest, listing)
+                if written is not None:
+                    return written
                 raise MissingLogFileError(
                     f"log file {self.display(expected)} (batch {batch_id}) is missing: the chain of batches up to "
                     f"{latest} needs it. It was deleted or never written; restore it from backup. Data of "
-                    "this batch cannot be told apart from uncommitted files without it. If the output was "
-                    "written with another compact interval, pass compact_interval= to the reader."
+                    "this batch cannot be told apart from uncommitted files without it."
                 )
             files.append((batch_id, expected))
         return files
@@ -1025,6 +1043,7 @@ __all__ = [
     "DEFAULT_COMPACT_INTERVAL",
     "LogOptions",
     "LogSettings",
+    "chain_as_written",
     "check_positive_int",
     "derive_compact_interval",
     "infer_interval",

@@ -15,13 +15,16 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from ..errors import ParameterError, names_output
+from ..errors import OutputSettingsError, ParameterError, names_output
 from ..log.compaction import check_flags
+from ..log.metadata_log import MetadataLog
 from ..log.entry import attribute, committed_by_spark_sink
 from ..log.files import check_output_root
 from ..read.chain import check_app_version, decide_write, version_record
@@ -83,7 +86,7 @@ class RestartPlan:
 
     batch: int  # the first batch the sink will be called with
     replay: bool  # Spark re-runs a batch it had started
-    action: Action
+    action: Union[Action, Literal["settings"]]  # "settings": refused with OutputSettingsError, whatever else holds
     log_batch: int | None
     message: str
     warnings: list[str] = field(default_factory=list)
@@ -291,11 +294,17 @@ def doctor(
     on_foreign_query: Literal["error", "append"] = "error",
     batch_id_only: bool = False,
     spark_sink_stopped: bool = False,
+    compact_interval: int | None = None,
+    retention: str | datetime.timedelta | None = None,
+    min_batches_to_retain: int | None = None,
+    cleanup_delay: str | datetime.timedelta | None = None,
 ) -> Diagnosis:
     """Predict a restart of the query whose checkpoint is ``checkpoint`` (``on_foreign_query`` and
     ``batch_id_only`` as the sink is configured: ``allow_batch_id_only`` without ``checkpoint_location``), or a
     rerun of ``write_batch(path, ..., app_id=app_id, version=version)``. Give one of the two. Reads only.
-    ``spark_sink_stopped``: as the sink's and ``write_batch``'s option.
+    ``spark_sink_stopped``, ``compact_interval``, ``retention``, ``min_batches_to_retain``, ``cleanup_delay``: as
+    the sink's and ``write_batch``'s options (one that contradicts the settings recorded with the output: the
+    plan is the writer's OutputSettingsError, action ``"settings"``).
 
     Example::
 
@@ -308,16 +317,40 @@ def doctor(
     checked_version = None if app_id is None else check_app_version(app_id, version)
     # as the writers refuse it: an output's log directory (or a file) is no output, and not an empty one
     check_output_root(path, Storage(path, dict(storage_options or {})))
+    # as every writer checks its log settings before it writes: the same checks, the same words
+    log = MetadataLog(
+        path, storage_options=dict(storage_options or {}), compact_interval=compact_interval, retention=retention,
+        min_batches_to_retain=min_batches_to_retain, cleanup_delay=cleanup_delay,
+    )
     output = read_output(path, storage_options=storage_options, must_exist=False)
     if app_id is not None and checked_version is not None:
-        return Diagnosis(output, None, plan_app_write(output, app_id, checked_version, spark_sink_stopped))
+        plan = _refused_by_settings(log, plan_app_write(output, app_id, checked_version, spark_sink_stopped),
+                                    f"write_batch of app {app_id} version {checked_version}")
+        return Diagnosis(output, None, plan)
     assert checkpoint is not None
     ckpt = Checkpoint.read(checkpoint, storage_options)
     plan = plan_restart(
         ckpt, output, append=on_foreign_query == "append", batch_id_only=batch_id_only,
         spark_sink_stopped=spark_sink_stopped,
     )
+    plan = _refused_by_settings(log, plan, f"the sink, at batch {plan.batch},")
     return Diagnosis(output, ckpt, plan, spark_sink_plan(ckpt, output, plan.batch))
+
+
+def _refused_by_settings(log: MetadataLog, plan: RestartPlan, who: str) -> RestartPlan:
+    """``plan``, or the refusal a writer configured as ``log`` meets first, before anything else it decides: an
+    option contradicting the settings recorded with the output (:meth:`~parquet_sink.log.compaction.
+    CompactibleLog.check_settings`)."""
+    if not log.storage.exists(log.log_dir):
+        return plan
+    try:
+        log.check_settings()
+    except OutputSettingsError as exc:
+        return dataclasses.replace(
+            plan, action="settings", log_batch=None, warnings=[],
+            message=f"{who} will refuse to write with OutputSettingsError: {exc}",
+        )
+    return plan
 
 
 __all__ = ["Checkpoint", "Diagnosis", "RestartPlan", "doctor", "plan_app_write", "plan_restart", "spark_sink_plan"]

@@ -41,7 +41,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..delta.sync import refuse_out_of_range, require_deltalake, sync_after_commit
+from ..delta.sync import DELTA, require_deltalake, sync_after_commit
+from ..iceberg import follow as iceberg_follow
+from ..table_formats import refuse_before_commit
 from ..read.chain import app_commits, check_app_version, decide_write, version_record
 from ..read.history import newest_commit_time, next_commit_time
 from ..errors import CommitConflictError, ParameterError, SchemaMismatchError, StaleVersionError, call_text, names_output
@@ -274,6 +276,7 @@ def write_batch(
     allow_existing_files: bool = False,
     ignore_changed_data: bool = False,
     delta_log: bool = False,
+    iceberg: bool | Mapping[str, Any] | None = None,
     spark_sink_stopped: bool = False,
     retention: str | _dt.timedelta | None = None,
     min_batches_to_retain: int | None = None,
@@ -308,6 +311,13 @@ def write_batch(
             the log (:func:`~parquet_sink.sync_delta_log`); its failure is logged, never raised. Data no Delta
             log can hold (a date or timestamp outside 0001..9999) is refused before the commit on an output that
             keeps one, with or without this flag (DeltaRangeError, nothing committed, the files deleted).
+        iceberg: after the commit (or a skip), bring the output's Iceberg table in step with the log
+            (:func:`~parquet_sink.sync_iceberg`); its failure is logged, never raised, and the next call catches
+            up. True: the table's metadata alone, with the output; ``{"catalog": ..., "table": "ns.name"}``: the
+            table in that catalog (a pyiceberg ``Catalog`` or its properties). Needs ``pip install
+            "parquet-sink[iceberg]"``. Data no Iceberg table can hold (a type Iceberg lacks, a date or timestamp
+            outside 0001..9999) is refused before the commit on an output that keeps one, with or without this
+            argument (IcebergRefusalError, nothing committed, the files deleted).
         spark_sink_stopped: the query of Spark's own file sink that committed the output's newest log batch is
             stopped for good. Without it such an output is refused (SparkSinkBatchError, nothing written): that
             query skips every batch id the log holds, so this commit would make it lose its next batch.
@@ -335,6 +345,7 @@ def write_batch(
         check_positive_int("max_records_per_file", max_records_per_file, "use None for no limit")
     if delta_log:
         require_deltalake(f"write_batch(..., delta_log=True) to {path}")
+    target = iceberg_follow.iceberg_target(iceberg, f"write_batch({os.fspath(path)!r})")
     partition_by = check_partition_by(partition_by)
     log = MetadataLog(
         path, storage_options=storage_options, compact_interval=compact_interval, retention=retention,
@@ -423,8 +434,9 @@ def write_batch(
                 if not statuses and not partition_by and not data_files(snap.table).num_rows:
                     statuses = write_schema_file(spec, table.schema)  # as the sink: readers get the schema
                 data_schema = pa.schema([f for f in table.schema if f.name not in partition_by])
-                refuse_out_of_range(
-                    log.storage, [(s.path, s.size) for s in statuses], data_schema, f"write_batch of {what}", delta_log
+                refuse_before_commit(
+                    log.storage, [(s.path, s.size) for s in statuses], data_schema, f"write_batch of {what}",
+                    [(DELTA, delta_log), (iceberg_follow.ICEBERG, target is not None)],
                 )
                 failpoint("before_commit")
             record = CommitRecord.new(log_batch, app_id, version, fingerprint)
@@ -458,4 +470,8 @@ def write_batch(
             lease.end(staged=False)
     if delta_log:
         sync_after_commit(path, storage_options, f"log batch {result.log_batch_id} ({what})", time_zone)
+    if target is not None:
+        iceberg_follow.sync_after_commit(
+            os.fspath(path), storage_options, target, f"log batch {result.log_batch_id} ({what})", time_zone
+        )
     return result

@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
 
-from ..delta.sync import refuse_out_of_range, require_deltalake, sync_after_commit
+from ..delta.sync import DELTA, require_deltalake, sync_after_commit
+from ..iceberg import follow as iceberg_follow
+from ..table_formats import refuse_before_commit
 from .rewrite import DEFAULT_TARGET_FILE_SIZE, BackgroundOptimizer, parse_file_size
 from .dependencies import require_sink_dependencies
 from ..errors import (
@@ -174,6 +176,16 @@ class ParquetSink:
             batch catches up. Needs ``pip install "parquet-sink[delta]"``. A batch no Delta log can hold (a date
             or timestamp outside 0001..9999) is refused before its commit on an output that keeps one, with or
             without this flag (:class:`~parquet_sink.delta.DeltaRangeError`, its files deleted).
+        iceberg: after each batch's commit (and on a replay), bring the output's Iceberg table in step with the
+            log on the driver (:func:`~parquet_sink.sync_iceberg`), so every Iceberg reader reads exactly the
+            committed files; a failure is logged, never raised, and the next batch catches up. True: the table's
+            metadata alone, with the output (``sync_iceberg(path).metadata_location`` opens it);
+            ``{"catalog": ..., "table": "ns.name"}``: the table in that catalog (a pyiceberg ``Catalog`` or its
+            properties, such as ``{"type": "sql", "uri": "sqlite:///catalog.db"}``: properties pickle, for Spark
+            Connect). Needs ``pip install "parquet-sink[iceberg]"``. A batch no Iceberg table can hold (a type
+            Iceberg lacks, a date or timestamp outside 0001..9999) is refused before its commit on an output that
+            keeps one, with or without this argument (:class:`~parquet_sink.iceberg.IcebergRefusalError`, its
+            files deleted).
         optimize_every, target_file_size: after every ``optimize_every``-th batch of the stream, compact the
             output's small files into files near ``target_file_size`` (bytes or ``"128MB"``) on a driver thread,
             off the batch's critical path (:class:`~parquet_sink.write.rewrite.BackgroundOptimizer`, reachable as
@@ -222,6 +234,7 @@ class ParquetSink:
         writer: Literal["auto", "spark", "arrow"] = "auto",
         allow_existing_files: bool = False,
         delta_log: bool = False,
+        iceberg: bool | Mapping[str, Any] | None = None,
         check_storage: bool = True,
         optimize_every: int | None = None,
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE,
@@ -236,6 +249,7 @@ class ParquetSink:
             parse_file_size(target_file_size)  # checked whether or not optimize_every asks for it yet
             if delta_log:
                 require_deltalake(f"ParquetSink({path!r}, delta_log=True)")
+            self.iceberg = iceberg_follow.iceberg_target(iceberg, call)
             _check_parameters(
                 partition_by=partition_by,
                 compact_interval=compact_interval,
@@ -410,7 +424,7 @@ class ParquetSink:
                 self, batch_id, query_id, state.queries[query_id].log_batch_id,
             )
             self._recent.append(progress)
-            self._sync_delta(df, f"batch {batch_id} of query {query_id}")
+            self._sync_mirrors(df, f"batch {batch_id} of query {query_id}")
             return
         # no committed file yet: an empty batch commits a schema-only file, as Spark's sink, so readers get the schema
         schema_file = state.schema is None and not self.partition_by
@@ -450,8 +464,9 @@ class ParquetSink:
             if not statuses and schema_file and path != "staged":
                 statuses = write_schema_file(WriteSpec(storage, (), codec, None), _arrow_schema(df))
             progress.write_seconds = time.monotonic() - started
-            refuse_out_of_range(
-                storage, [(s.path, s.size) for s in statuses], data_schema, f"{self}, batch {batch_id}", self.delta_log
+            refuse_before_commit(
+                storage, [(s.path, s.size) for s in statuses], data_schema, f"{self}, batch {batch_id}",
+                [(DELTA, self.delta_log), (iceberg_follow.ICEBERG, self.iceberg is not None)],
             )
             failpoint("before_commit")
 
@@ -474,16 +489,20 @@ class ParquetSink:
             self, batch_id, query_id, target, progress.rows, progress.files, progress.bytes,
             progress.write_seconds, progress.commit_seconds,
         )
-        self._sync_delta(df, f"batch {batch_id} of query {query_id} (log batch {target})")
+        self._sync_mirrors(df, f"batch {batch_id} of query {query_id} (log batch {target})")
         if self.optimizer is not None:
             self.optimizer.after_batch(batch_id, codec)
 
-    def _sync_delta(self, df: DataFrame, what: str) -> None:
-        """With ``delta_log``: the Delta log follows the commit (never failing the batch); timestamp partition
-        directories are in the session time zone."""
+    def _sync_mirrors(self, df: DataFrame, what: str) -> None:
+        """With ``delta_log`` (``iceberg``): the Delta log (the Iceberg table) follows the commit (never failing
+        the batch); timestamp partition directories are in the session time zone."""
+        if not self.delta_log and self.iceberg is None:
+            return
+        time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
         if self.delta_log:
-            time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
             sync_after_commit(self.path, self.storage_options, what, time_zone)
+        if self.iceberg is not None:
+            iceberg_follow.sync_after_commit(self.path, self.storage_options, self.iceberg, what, time_zone)
 
     def _writer_path(self, df: DataFrame, batch: InFlightBatch) -> Literal["staged", "in_place", "arrow"]:
         """How this batch is written (``writer`` in the class docstring): Spark's writer into staging on a store

@@ -1,0 +1,188 @@
+"""Kills and races of the Iceberg mirror, in child processes, no Spark. A child running write_batch(...,
+iceberg=...) is SIGKILLed inside sync_iceberg (failpoints ``iceberg_commit``: snapshots staged, nothing
+committed; ``iceberg_after_commit``: the catalog commit made) and at random hits of them; after the restart the
+table lists each committed file once, one snapshot per log batch, every snapshot reading read_committed's rows.
+Two processes syncing one catalog table at once both finish: the catalog's atomic swap lets one commit, the
+loser reads the table again and goes on from the winner's batch (never appending a file twice)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import StaticTable
+
+from parquet_sink import MetadataLog, read_committed, write_batch
+from parquet_sink.iceberg import current_metadata
+from parquet_sink.iceberg.sync import RETRIES
+from parquet_sink.storage.filesystem import Storage
+from tests.iceberg.readers import assert_mirrors
+from tests.iceberg.test_sync import _catalog_properties, _table
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = """
+import json, sys
+import pyarrow as pa
+from parquet_sink import sync_iceberg, write_batch
+out, target, app, first, last = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+if app == "-":  # a sync only
+    print(json.dumps({"log_batch": sync_iceberg(out, **target).log_batch}))
+else:
+    for version in range(first, last):
+        ids = [version * 10 + i + (1000 if app == "b" else 0) for i in range(5)]
+        table = pa.table({"i": ids, "s": [f"s{i}" for i in ids], "k": [["a", "b c", None][i % 3] for i in ids]})
+        write_batch(out, table, app_id=app, version=version, partition_by=["k"], iceberg=target or True)
+    print(json.dumps({"done": True}))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _polars_plans_through_pyiceberg(monkeypatch):
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
+def _start(out: Path, target: dict, app: str, versions: range, failpoints: str = "") -> subprocess.Popen:
+    env = dict(os.environ, PARQUET_SINK_FAILPOINTS=failpoints)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(out), json.dumps(target), app, str(versions.start), str(versions.stop)],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def _run(out: Path, target: dict, app: str, versions: range, failpoints: str = "") -> tuple[int, str, str]:
+    child = _start(out, target, app, versions, failpoints)
+    stdout, stderr = child.communicate(timeout=180)
+    return child.returncode, stdout, stderr
+
+
+def _catalog_target(tmp_path: Path) -> dict:
+    return {"catalog": _catalog_properties(tmp_path), "table": "db.events"}
+
+
+def _table_of(tmp_path: Path, out: Path, target: dict):
+    """The table as it is (read, not synced)."""
+    if not target:
+        return StaticTable.from_metadata(current_metadata(Storage(str(out))))
+    properties = target["catalog"]
+    return SqlCatalog("c", uri=properties["uri"], warehouse=properties["warehouse"]).load_table(target["table"])
+
+
+def _marker(tmp_path: Path, out: Path, target: dict) -> int:
+    return int(_table_of(tmp_path, out, target).current_snapshot().summary["parquet-sink.log-batch-id"])
+
+
+@pytest.mark.parametrize("kind", ["metadata", "catalog"])
+def test_killed_inside_the_sync_then_restarted(tmp_path, kind):
+    """The write_batch of version 1 is SIGKILLed inside its sync before the catalog commit (iceberg_commit): the
+    batch is committed, the table still mirrors batch 0, never a half. Rerunning version 1 (a skip for the log,
+    whose sync catches up) and version 2, killed after its sync's commit (iceberg_after_commit, its second hit):
+    the table mirrors batch 2. Version 3 then leaves one snapshot per batch, each file once."""
+    out = tmp_path / "out"
+    target = {} if kind == "metadata" else _catalog_target(tmp_path)
+    assert _run(out, target, "a", range(1))[0] == 0
+    code, stdout, _ = _run(out, target, "a", range(1, 2), "iceberg_commit=kill")
+    assert code == -signal.SIGKILL and "done" not in stdout
+    assert MetadataLog(str(out)).latest_batch_id() == 1 and _marker(tmp_path, out, target) == 0
+    code, stdout, _ = _run(out, target, "a", range(1, 3), "iceberg_after_commit=kill@2")
+    assert code == -signal.SIGKILL and "done" not in stdout
+    assert MetadataLog(str(out)).latest_batch_id() == 2 and _marker(tmp_path, out, target) == 2
+    assert _run(out, target, "a", range(3, 4))[0] == 0
+    assert sorted(assert_mirrors(_table_of(tmp_path, out, target), out, latest=3)) == [0, 1, 2, 3]
+
+
+def test_killed_at_random_hits_then_restarted(tmp_path):
+    """Rounds of a child writing versions 0..7 with a catalog table, each killed at a random hit of a sync
+    failpoint, or at a random moment, then restarted from version 0 (the committed ones are skips whose sync
+    catches up): at the end every log batch has one snapshot and every file is listed once."""
+    seed = int(os.environ.get("ICEBERG_KILL_SEED") or random.SystemRandom().randrange(2**32))
+    rng = random.Random(seed)
+    out = tmp_path / "out"
+    target = _catalog_target(tmp_path)
+    history = []
+    for failpoints in (f"iceberg_commit=kill@{rng.randint(1, 6)}", f"iceberg_after_commit=kill@{rng.randint(1, 6)}",
+                       ""):
+        child = _start(out, target, "a", range(8), failpoints)
+        try:
+            child.communicate(timeout=rng.uniform(0.5, 4.0) if not failpoints else 180)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+        history.append((failpoints or "timer", child.returncode, MetadataLog(str(out)).latest_batch_id()))
+    code, _, stderr = _run(out, target, "a", range(8))
+    assert code == 0, (seed, history, stderr[-2000:])
+    try:
+        assert sorted(assert_mirrors(_table_of(tmp_path, out, target), out, latest=7)) == list(range(8))
+    except AssertionError as exc:
+        raise AssertionError(f"seed {seed} (ICEBERG_KILL_SEED): {history}: {exc}") from exc
+
+
+def _wait_stopped(process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if Path(f"/proc/{process.pid}/stat").read_text().split(") ")[1].startswith("T"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the child did not stop at its failpoint: {process.communicate()}")
+
+
+def test_two_syncs_race_through_the_catalog(tmp_path):
+    """The table mirrors batch 0; sync A stops with batches 1..3 staged (failpoint iceberg_commit=stop); two more
+    batches are written and sync B commits 1..5; A goes on: its commit loses the catalog's swap, it reads the
+    table again, finds it at batch 5 and commits nothing. Both exit 0; one snapshot per batch, no file twice.
+    Before, pyiceberg's own retry of the lost commit applied A's snapshots again on top of B's: batches 1..3
+    twice, their files listed twice."""
+    out = tmp_path / "out"
+    target = _catalog_target(tmp_path)
+    for version in range(4):
+        write_batch(str(out), _table(version), app_id="a", version=version, partition_by=["k"],
+                    iceberg=target if version == 0 else None)
+    stopped = _start(out, target, "-", range(0), "iceberg_commit=stop")
+    _wait_stopped(stopped)
+    try:
+        for version in range(4, 6):
+            write_batch(str(out), _table(version), app_id="a", version=version, partition_by=["k"])
+        code, stdout, stderr = _run(out, target, "-", range(0))
+        assert code == 0 and json.loads(stdout) == {"log_batch": 5}, stderr[-2000:]
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    stdout, stderr = stopped.communicate(timeout=180)
+    assert stopped.returncode == 0 and json.loads(stdout) == {"log_batch": 5}, stderr[-2000:]
+    assert sorted(assert_mirrors(_table_of(tmp_path, out, target), out, latest=5)) == list(range(6))
+
+
+def test_two_writers_keep_one_catalog_table(tmp_path):
+    """Two processes append to a new output at once (apps a and b, each with iceberg= the same catalog table):
+    their log commits, their syncs and the table's creation race; both finish, and the table mirrors the log: one snapshot per log
+    batch, each file once, every snapshot reading read_committed's rows."""
+    out = tmp_path / "out"
+    target = _catalog_target(tmp_path)
+    children = [_start(out, target, app, range(6)) for app in ("a", "b")]
+    for child in children:
+        _, stderr = child.communicate(timeout=300)
+        assert child.returncode == 0, stderr[-2000:]
+    assert read_committed(str(out)).num_rows == 5 * 12
+    assert sorted(assert_mirrors(_table_of(tmp_path, out, target), out, latest=11)) == list(range(12))
+
+
+def test_a_table_without_the_retry_property_gets_it(tmp_path):
+    """A table whose properties let pyiceberg retry a lost commit by applying it again (one made before the
+    property, or changed by hand) gets commit.retry.num-retries=0 back with the next sync's commit."""
+    out = tmp_path / "out"
+    target = _catalog_target(tmp_path)
+    write_batch(str(out), _table(0), app_id="a", version=0, iceberg=target)
+    table = _table_of(tmp_path, out, target)
+    assert table.properties[RETRIES] == "0"
+    with table.transaction() as transaction:
+        transaction.remove_properties(RETRIES)
+    assert RETRIES not in _table_of(tmp_path, out, target).properties
+    write_batch(str(out), _table(1), app_id="a", version=1, iceberg=target)
+    assert _table_of(tmp_path, out, target).properties[RETRIES] == "0"

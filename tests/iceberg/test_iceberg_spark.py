@@ -1,0 +1,52 @@
+"""The issue's "done when", with Spark: a foreachBatch stream with ``ParquetSink(..., iceberg={catalog, table})``
+is SIGKILLed inside the sync after a commit (its driver, JVM and workers), restarted from its checkpoint, run to
+its end and optimized; the table reads, through pyiceberg (the catalog's table and its metadata file) and
+polars, the rows read_committed reads, at every snapshot, each input row once; a table kept without a catalog
+(the metadata alone, with the output) reads the same; Spark's own reader ignores the Iceberg metadata."""
+
+from __future__ import annotations
+
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import StaticTable
+
+from parquet_sink import MetadataLog, optimize, sync_iceberg
+from tests.helpers.crash_util import (
+    assert_ok, assert_same_ids, assert_sigkilled, committed_ids, run_child, run_in_process, spark_ids, write_inputs,
+)
+from tests.iceberg.readers import assert_mirrors
+from tests.iceberg.test_sync import _catalog_properties
+
+
+def test_stream_killed_in_its_sync_restarted_and_optimized(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    properties = _catalog_properties(tmp_path)
+    out = tmp_path / "out"
+    ids = write_inputs(tmp_path / "in", range(6), 10)
+    config = {
+        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
+        "max_files_per_trigger": 1,
+        "sink": {"compact_interval": 3,
+                 "iceberg": {"catalog": properties, "table": "db.events"}},
+    }
+    # the third batch's sync dies before its catalog commit: log batch 2 committed, the table at batch 1
+    child = run_child(tmp_path, config, failpoints="iceberg_commit=kill@3")
+    assert_sigkilled(child)
+    catalog = SqlCatalog("c", uri=properties["uri"], warehouse=properties["warehouse"])
+    assert MetadataLog(str(out)).latest_batch_id() == 2
+    assert_mirrors(catalog.load_table("db.events"), out, latest=1)
+
+    assert_ok(run_in_process(spark, tmp_path, config))  # the restart: batch 3's sync catches batch 2 up
+    assert optimize(str(out), target_file_size="1MB").committed
+    result = sync_iceberg(str(out), catalog=properties, table="db.events")
+    latest = MetadataLog(str(out)).latest_batch_id()  # the optimize's swap, after its empty padding batches
+    assert (result.snapshots, result.files_removed, result.files_added) == (latest - 5, 6, 1)
+    table = catalog.load_table("db.events")
+    by_batch = assert_mirrors(table, out, latest=latest)
+    assert sorted(by_batch) == list(range(latest + 1))  # one per log batch: the stream's and the optimize's
+    assert_mirrors(StaticTable.from_metadata(table.metadata_location), out, latest=latest)
+    assert_same_ids(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist(), ids, "pyiceberg")
+    assert_same_ids(committed_ids(out), ids, "read_committed")
+
+    alone = StaticTable.from_metadata(sync_iceberg(str(out)).metadata_location)  # the metadata with the output
+    assert sorted(assert_mirrors(alone, out, latest=latest)) == sorted(by_batch)
+    assert_same_ids(spark_ids(spark, out), ids, "spark.read.parquet")  # the Iceberg metadata is hidden from Spark
