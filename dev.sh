@@ -20,7 +20,21 @@ setup() {
     # the published extras, plus the repository's own test and benchmark needs (PEP 735 groups)
     .venv/bin/python -m pip install --quiet -e ".[spark,azure,s3,connect,delta,iceberg]" --group dev
     node_modules
+    duckdb_iceberg
     export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+}
+
+# duckdb with its iceberg extension, pinned in .ci/duckdb-iceberg.txt (the registry's extension packages are of
+# duckdb 1.4.4 only), in a venv of its own: the duckdb oracle of tests/iceberg/test_duckdb.py. Rebuilt when the pins
+# change; a failed install leaves no venv (the test then fails on CI, skips elsewhere, naming this step).
+duckdb_iceberg() {
+    local venv=.venvs/duckdb-iceberg pins=.ci/duckdb-iceberg.txt
+    if [ -f "$venv/pins.txt" ] && cmp -s "$pins" "$venv/pins.txt"; then
+        return 0
+    fi
+    rm -rf "$venv"
+    python3 -m venv "$venv" && "$venv/bin/python" -m pip install --quiet -r "$pins" && cp "$pins" "$venv/pins.txt" \
+        || { echo "setup: the duckdb-iceberg venv did not build" >&2; rm -rf "$venv"; }
 }
 
 node_modules() {

@@ -100,8 +100,8 @@ def _table(start: int, rows: int, partitioned: bool):
     return pa.table(columns)
 
 
-def build(shape: str, out: str, files: int) -> None:
-    """The output of ``shape`` with ``files`` data files under ``out``, and its Delta log."""
+def build(shape: str, out: str, files: int, delta: bool = True) -> None:
+    """The output of ``shape`` with ``files`` data files under ``out``, and its Delta log (``delta``)."""
     from parquet_sink import sync_delta_log, write_batch
 
     rows = files * ROWS_PER_FILE
@@ -117,7 +117,8 @@ def build(shape: str, out: str, files: int) -> None:
                     partition_by=["p"] if partitioned else None)
         if shape == "big":  # the small append after a big batch (issue 58 items 1 and 2)
             write_batch(out, _table(rows, ROWS_PER_FILE, False), app_id="growth", version=1)
-    sync_delta_log(out)
+    if delta:
+        sync_delta_log(out)
 
 
 def twin(out: str, target: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 from .common import Stat, percentile, ratio_stat
 from .filter_bench import section as filter_section
 from .growth_bench import section as growth_section
+from .iceberg_bench import section as iceberg_section
 from .object_store_bench import section as store_section
 from .stream_bench import EMPTY, SPARK_EMPTY
 
@@ -246,6 +247,8 @@ def markdown(ctx: dict[str, Any], png_name: str) -> str:
         _optimize_section(w, ctx["optimize"])
     if ctx.get("growth"):
         w(growth_section(ctx["growth"]))
+    if ctx.get("iceberg"):
+        w(iceberg_section(ctx["iceberg"]))
     w("## Where we are behind, and why / what would close it\n")
     for para in analysis(ctx):
         w(para + "\n")

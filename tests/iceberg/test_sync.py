@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import math
 import shutil
 import time
 import uuid
@@ -24,12 +25,14 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 from pyiceberg.table import StaticTable
 
-from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, write_batch
+from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, vacuum, write_batch
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError
 from parquet_sink.iceberg import sync as iceberg_sync
 from parquet_sink.iceberg.sync import MARKER
 from parquet_sink.log.entry import LogEntry
+from parquet_sink.log.snapshot import read_snapshot
 from parquet_sink.storage.filesystem import Storage
+from tests.delta.readers import spark_style_batch
 from tests.helpers.filters import fixed_or_fuzzed
 
 
@@ -159,7 +162,7 @@ def test_optimize_then_sync(tmp_path):
     result = sync_iceberg(str(root))
     assert result.files_removed == replaced and 0 < result.files_added < replaced
     table = StaticTable.from_metadata(result.metadata_location)
-    assert table.current_snapshot().summary.operation.value == "overwrite"
+    assert table.current_snapshot().summary.operation.value == "replace"
     _assert_same(table.scan().to_arrow(), root)
     for batch, snapshot_id in _snapshots_by_batch(table).items():
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
@@ -270,38 +273,47 @@ _AT = st.datetimes(_dt.datetime(1, 1, 2), _dt.datetime(9999, 12, 30), timezones=
 _DECIMAL = st.decimals(-(10**28) + 1, 10**28 - 1, places=10, allow_nan=False, allow_infinity=False)
 
 
+_ACTIONS = ("", "sync", "optimize", "vacuum", "expire")  # after a batch: nothing, sync, optimize, vacuum("7d"), vacuum(0)
+
+
 @st.composite
 def _histories(draw):
     """Batches of random rows (nullable ints at their limits, strings beyond U+FFFF and longer than the bounds
     Iceberg keeps, floats with infinities, dates and UTC timestamps of years 1..9999, decimals of 38 digits;
-    partition values with the null partition), a sync after some of them, an optimize after one."""
+    partition values with the null partition), each followed by an action of :data:`_ACTIONS`: a sync, an
+    optimize, a vacuum within the retention (keeps every snapshot) or past it (expires all but the current)."""
     partitioned = draw(st.booleans())
     batches = draw(st.lists(st.lists(st.tuples(st.none() | _INT, st.none() | _TEXT, st.none() | _FLOAT,
                                                st.none() | _DAY, st.none() | _AT, st.none() | _DECIMAL,
                                                st.sampled_from(["a", "b", None])),
                                      max_size=4), min_size=1, max_size=5))
-    syncs = draw(st.lists(st.booleans(), min_size=len(batches), max_size=len(batches)))
-    return partitioned, batches, syncs, draw(st.none() | st.integers(0, len(batches) - 1))
+    actions = draw(st.lists(st.sampled_from(_ACTIONS), min_size=len(batches), max_size=len(batches)))
+    return partitioned, batches, actions
 
 
-def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[bool], optimize_after: int | None) -> None:
+def _check_history(root: Path, partitioned: bool, batches: list, actions: list[str]) -> None:
     schema = pa.schema([("i", pa.int64()), ("s", pa.string()), ("f", pa.float64()), ("d", pa.date32()),
                         ("t", pa.timestamp("us", "UTC")), ("dec", pa.decimal128(38, 10)), ("p", pa.string())])
-    for version, (rows, sync) in enumerate(zip(batches, syncs)):
+    for version, (rows, action) in enumerate(zip(batches, actions)):
         table = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=schema)
         write_batch(str(root), table, app_id="a", version=version, partition_by=["p"] if partitioned else None)
-        if optimize_after == version:
+        if action == "optimize":
             optimize(str(root))
-        if sync:
+        elif action in ("sync", "vacuum", "expire"):
             sync_iceberg(str(root))
+        if action == "vacuum":
+            vacuum(str(root), "7d")
+        elif action == "expire":
+            vacuum(str(root), _dt.timedelta(0), allow_short_retention=True)
     result = sync_iceberg(str(root))
     if result.metadata_location is None:  # no file committed: no table
         assert not len(committed_files(str(root)))
         return
     table = StaticTable.from_metadata(result.metadata_location)
     _assert_same(table.scan().to_arrow(), root)
-    for batch, snapshot_id in _snapshots_by_batch(table).items():
+    for batch, snapshot_id in _snapshots_by_batch(table).items():  # every snapshot within the retention
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+        _assert_same(pl.scan_iceberg(table, snapshot_id=snapshot_id).collect().to_arrow(), root, as_of_batch=batch)
     for index, column in enumerate(schema.names[:-1]):  # filters that prune by the manifests' bounds
         values = sorted({row[index] for rows in batches for row in rows if row[index] is not None})
         for value in values[:1] + values[-1:]:
@@ -311,16 +323,22 @@ def _check_history(root: Path, partitioned: bool, batches: list, syncs: list[boo
     assert sync_iceberg(str(root)).snapshots == 0
 
 
-def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float) -> None:
-    """Random batches, syncs and an optimize (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
-    random search): every snapshot reads read_committed(as_of_batch=b)'s rows, the current one and its scans
+def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: float, monkeypatch) -> None:
+    """Random batches with syncs, optimizes and vacuums interleaved (a fixed seed and a few examples; ``--fuzz-minutes`` for a long
+    random search): every snapshot left within the retention reads read_committed(as_of_batch=b)'s rows through
+    pyiceberg and polars' scan_iceberg, the current one and its scans
     filtered on each data column (at its smallest and largest value: the manifests' bounds prune) read
     read_committed's with the same filter, and a last sync is a no-op."""
+
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # no polars_iceberg plugin: pyiceberg plans
 
     @fixed_or_fuzzed(fuzz_minutes, 3, 10)
     @given(_histories())
     # found by the search: a file one sync appends and deletes (an optimize's swap after it, in the same sync)
-    @example((False, [[], [(None, None, None, None, None, None, "a")]], [False, False], 1))
+    @example((False, [[], [(None, None, None, None, None, None, "a")]], ["", "optimize"]))
+    # optimizes and vacuums interleaved: time travel to each snapshot left, the expired ones gone
+    @example((True, [[(1, "x", 1.0, None, None, None, "a")], [(2, None, None, None, None, None, "b")],
+                     [(3, None, None, None, None, None, "a")]], ["sync", "optimize", "expire"]))
     def run(history) -> None:
         _check_history(tmp_path_factory.mktemp("iceberg-history") / "out", *history)
 
@@ -328,3 +346,75 @@ def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: f
     run()
     while time.monotonic() < deadline:
         run()
+
+
+def test_operations_say_what_each_batch_did(tmp_path):
+    """Each snapshot's operation says what its log batch did, as the Delta mirror's dataChange says it: files
+    added an append, retention dropping files at a compaction a delete, an optimize's swap a replace (the rows
+    unchanged: incremental Iceberg readers skip it); every snapshot reads its batch's rows."""
+    root = tmp_path / "out"
+    log = MetadataLog(str(root), compact_interval=3, retention="7d", cleanup=False)
+    spark_style_batch(log, _table(0), (), old=True)  # retention drops it at the compaction (batch 2)
+    spark_style_batch(log, _table(1), (), old=False)
+    sync_iceberg(str(root))
+    spark_style_batch(log, _table(2).slice(0, 0), (), old=False)  # the compaction: drops batch 0's file only
+    spark_style_batch(log, _table(3), (), old=False)
+    spark_style_batch(log, _table(4), (), old=False)
+    sync_iceberg(str(root))
+    assert optimize(str(root), spark_sink_stopped=True).files_removed == 3
+    result = sync_iceberg(str(root))
+    table = StaticTable.from_metadata(result.metadata_location)
+    operations = {int(s.summary[MARKER]): s.summary.operation.value for s in table.metadata.snapshots}
+    latest = result.log_batch
+    assert operations[latest] == "replace" and result.files_removed == 3
+    waits = [b for b in range(5, latest)]  # the optimize's empty batches up to its compaction batch
+    assert operations == {0: "append", 1: "append", 2: "delete", 3: "append", 4: "append",
+                          **{b: "append" for b in waits}, latest: "replace"}
+    swap = table.current_snapshot()
+    assert swap.summary["deleted-data-files"] == "3" and swap.summary["total-records"] == str(3 * 5)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+
+
+def test_snapshot_operation_and_merge_tiers_decide():
+    """The pure decisions: the operation of a batch's snapshot, and which manifests a snapshot merges."""
+    from parquet_sink.read.history import optimize_key
+
+    swapped = ["k=a/p-0.parquet", "k=a/p-1.parquet"]
+    assert iceberg_sync.snapshot_operation(3, [], None, False) == "append"
+    assert iceberg_sync.snapshot_operation(0, swapped, None, False) == "delete"
+    assert iceberg_sync.snapshot_operation(1, swapped, optimize_key(swapped), True) == "replace"
+    assert iceberg_sync.snapshot_operation(1, swapped + ["old.parquet"], optimize_key(swapped), True) == "overwrite"
+    assert iceberg_sync.snapshot_operation(2, swapped, optimize_key(swapped), False) == "overwrite"
+    assert iceberg_sync.merge_tiers([1, 1, 200], fanout=3) is None
+    assert iceberg_sync.merge_tiers([1, 0, 1, 200], fanout=3) == [0, 1, 2]
+    assert iceberg_sync.merge_tiers([3, 5, 4, 1, 1], fanout=3) == [0, 1, 2]  # tier 1 (3..8) is full
+    assert iceberg_sync.merge_tiers([9, 9, 1, 1, 9], fanout=3) == [0, 1, 4]
+
+
+def test_a_sync_per_batch_does_work_of_its_batch_not_of_the_table(tmp_path, monkeypatch):
+    """The work of a sync after each batch does not grow with the batches before it: the manifest list stays
+    within the merge tiers' bound, each manifest entry is rewritten once per tier it climbs (entries written in
+    all stay within files x tiers), and an in-step sync reads only its batch's log file (the whole log only at a
+    compaction batch)."""
+    fanout, batches = 3, 25
+    monkeypatch.setattr(iceberg_sync, "MERGE_FANOUT", fanout)
+    whole_reads = []
+    monkeypatch.setattr(iceberg_sync, "read_snapshot", lambda log: whole_reads.append(1) or read_snapshot(log))
+    root = tmp_path / "out"
+    written, lists = 0, []
+    for version in range(batches):
+        write_batch(str(root), _table(version, rows=2), app_id="a", version=version, compact_interval=10)
+        result = sync_iceberg(str(root))
+        table = StaticTable.from_metadata(result.metadata_location)
+        manifests = table.current_snapshot().manifests(table.io)
+        lists.append(len(manifests))
+        written += sum(m.added_files_count + m.existing_files_count for m in manifests
+                       if m.added_snapshot_id == result.snapshot_id)
+    tiers = math.ceil(math.log(batches, fanout)) + 1
+    assert max(lists) <= (fanout - 1) * tiers + 1, lists
+    assert written <= batches * tiers, written
+    assert len(whole_reads) == 1 + batches // 10  # the first sync, then each compaction batch's
+    _assert_same(table.scan().to_arrow(), root)
+    for batch, snapshot_id in _snapshots_by_batch(table).items():
+        _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)

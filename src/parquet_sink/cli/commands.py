@@ -179,6 +179,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "in_flight_kept": len(plan.in_flight),
         "before_log_kept": len(plan.before_log),
         "delta_kept": len(plan.delta_kept),
+        "iceberg_kept": len(plan.iceberg_kept),
         "replaced_kept": len(plan.replaced_kept),
         "nested_kept": len(plan.nested_kept),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
@@ -218,6 +219,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         lines.append(
             f"kept {len(plan.delta_kept)} file(s) a Delta version within the Delta log's retention (and "
             f"{args.older_than}) may read (time travel)"
+        )
+    if plan.iceberg_kept:
+        lines.append(
+            f"kept {len(plan.iceberg_kept)} file(s) an Iceberg snapshot within {args.older_than} (or of a catalog's "
+            "table) references (time travel)"
         )
     if plan.replaced_kept:
         lines.append(

@@ -5,10 +5,13 @@ the data), built on pyiceberg's ``add_files`` path: data files written elsewhere
 through the table's name mapping, their statistics from the footer by pyiceberg's own code
 (``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it).
 
-One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped (an optimize's
-swap, retention at a compaction) are deleted in an overwrite; each snapshot's summary records the log batch
+One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped are deleted, in
+a ``replace`` snapshot for an optimize's swap (rows unchanged: incremental readers skip it), a ``delete`` for
+retention at a compaction (:func:`snapshot_operation`, the Delta mirror's ``dataChange=false`` rule); manifests
+are merged in tiers (:func:`merge_tiers`) so the manifest list stays small; each snapshot's summary records the log batch
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
-sync in step does nothing). The snapshots of one sync are one catalog commit (one metadata file), or one per
+sync in step does nothing; one a batch behind reads only that batch's log file). ``vacuum`` expires the snapshots
+past its retention (:func:`expire_snapshots`) and keeps the files the others reference (:func:`referenced_files`). The snapshots of one sync are one catalog commit (one metadata file), or one per
 :data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
 one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
 the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
@@ -32,7 +35,9 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 import posixpath
 import re
@@ -44,13 +49,20 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import ParameterError, SnapshotExpiredError, names_output
 from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
-from ..read.reader import CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot, unreadable_file
+from ..log.entry import records_of
+from ..log.metadata_log import MetadataLog
+from ..log.snapshot import read_snapshot
+from ..read.history import optimize_figures, optimize_key
+from ..read.reader import (
+    CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot_after, snapshot_of_log, unreadable_file,
+)
 from ..storage.filesystem import Storage
 from ..table_formats import TableLocks
 from .errors import IcebergDependencyError, IcebergSyncError
@@ -73,6 +85,11 @@ _FOOTER_THREADS = 8
 # metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
 # (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
 _BATCHES_PER_COMMIT = 16
+# manifests merged in tiers (an LSM's): a snapshot merges the manifests of one tier (live entries 1..7, 8..63,
+# 64..511, ...) once it holds this many, so the manifest list holds at most about this many per tier (a few dozen
+# at 100,000 files) and each entry is rewritten once per tier it climbs: O(log n), never the table per commit
+# (pyiceberg's own merge packs bins of up to 8 MB and rewrites the newest bin every min-count commits)
+MERGE_FANOUT = 8
 _ATTEMPTS = 10  # syncs of one table racing through its catalog: the loser reads the table again, this many times
 
 
@@ -122,6 +139,12 @@ class IcebergSyncResult:
 def _location(storage: Storage, path: str) -> str:
     """The location pyiceberg's FileIO opens the fsspec ``path`` of ``storage`` by."""
     return path if storage.is_local else f"{storage.protocol}://{path}"
+
+
+def _path(storage: Storage, location: str) -> str:
+    """The fsspec path of the location :func:`_location` gave."""
+    scheme = f"{storage.protocol}://"
+    return location[len(scheme):] if not storage.is_local and location.startswith(scheme) else location
 
 
 _S3_IO = {  # delta-rs's (object_store's) S3 options, as Storage gives them, to pyiceberg's FileIO properties
@@ -198,12 +221,15 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
                 f"table={identifier!r} needs catalog= too (or neither: the metadata alone, with the output). "
                 "Nothing was committed."
             )
+        name = (_NAMESPACE, "output")
+        metadata = current_metadata(storage)
+        opened = _OPENED.get(storage.root)
+        if opened is not None and metadata is not None and opened.metadata_location == metadata:
+            return opened.catalog, name, opened  # what this process committed or opened last: still current
         local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
                            **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
-        name = (_NAMESPACE, "output")
-        metadata = current_metadata(storage)
-        return local, name, None if metadata is None else local.register_table(name, metadata)
+        return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
     if not isinstance(identifier, str) or "." not in identifier:
         raise ParameterError(
             f"with catalog=, table= is an identifier 'namespace.name', not {identifier!r}. Nothing was committed."
@@ -254,6 +280,18 @@ def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
 # committed last and the data files its current snapshot lists, so the next sync of the same table costs its
 # batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
 _KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+# per process, per output root: the table without catalog (bound to its in-memory catalog) this process committed
+# or opened last, used again while its metadata file is the newest (no new catalog, no metadata read)
+_OPENED: dict[str, Any] = {}
+
+
+def _opened(storage: Storage, identifier: str | None, table: Any) -> Any:
+    """``table``, remembered in :data:`_OPENED` when it is the table without catalog (``identifier`` None)."""
+    if identifier is None:
+        _OPENED[storage.root] = table
+    return table
+
+
 # one lock per table in this process: syncs in threads of one process take turns (a table without a catalog
 # commits through an in-process catalog, which would let both write the same version)
 _sync_lock = TableLocks()
@@ -412,24 +450,114 @@ def _data_file(
     return data_file
 
 
+def snapshot_operation(added: int, gone: list[str], swap_key: str | None, adds_are_the_swaps: bool) -> str:
+    """The Iceberg operation of the snapshot mirroring one log batch that adds ``added`` files and drops the
+    files of root-relative paths ``gone``: ``append`` (nothing dropped), ``delete`` (files dropped, none added:
+    retention at a compaction), ``replace`` (an optimize's swap alone: the batch is an optimize whose commit
+    record's key ``swap_key`` is :func:`~parquet_sink.read.history.optimize_key` of the dropped files, and the
+    files added are the swap's own, ``adds_are_the_swaps``: the data is unchanged, incremental readers skip it),
+    else ``overwrite`` (an optimize retention dropped files with, or one mirrored together with other batches).
+    Pure. The Delta mirror's rule for ``dataChange=false``.
+
+    Example: ``snapshot_operation(2, ["k=a/p-0.parquet", "k=a/p-1.parquet"], optimize_key([...]), True)`` -> ``'replace'``.
+    """
+    if not gone:
+        return "append"
+    if not added:
+        return "delete"
+    return "replace" if adds_are_the_swaps and swap_key == optimize_key(gone) else "overwrite"
+
+
+def merge_tiers(live_entries: list[int], fanout: int = MERGE_FANOUT) -> list[int] | None:
+    """The indexes of manifests (of ``live_entries`` live entries each) that a snapshot merges next: the
+    manifests of the lowest tier (``floor(log_fanout(entries))``, an empty manifest tier 0) that holds
+    ``fanout`` or more; None when no tier does. Pure; applied until None, it leaves fewer than ``fanout``
+    manifests a tier.
+
+    Example: ``merge_tiers([1, 1, 1, 200], fanout=3)`` -> ``[0, 1, 2]``; ``merge_tiers([3, 200], fanout=3)`` -> ``None``.
+    """
+    tiers: dict[int, list[int]] = {}
+    for index, entries in enumerate(live_entries):
+        tiers.setdefault(int(math.log(entries, fanout)) if entries > 1 else 0, []).append(index)
+    full = [tier for tier, indexes in tiers.items() if len(indexes) >= fanout]
+    return tiers[min(full)] if full else None
+
+
+@functools.cache
+def _mirror_producer() -> type:
+    """pyiceberg's overwrite snapshot producer (its manifests that hold no dropped file kept, the others rewritten
+    without them; none read when nothing is dropped) labelled with the operation the sync names (pyiceberg 0.12 has no producer of
+    ``replace`` snapshots, and its summary code computes the totals of ``overwrite``, ``delete`` and ``append``
+    only: the totals are computed as an overwrite's, then the label set), its manifests merged in tiers
+    (:func:`merge_tiers`)."""
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _OverwriteFiles
+
+    class MirrorFiles(_OverwriteFiles):
+        def __init__(self, transaction: Any, label: str, properties: dict[str, str]) -> None:
+            super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=properties)
+            self._label = Operation(label)
+
+        # a snapshot that drops no file reads no manifest, as a fast append (the overwrite's partition filter
+        # cannot rule out a manifest of an unpartitioned table: it would read every one)
+        def _existing_manifests(self) -> list[Any]:
+            return super()._existing_manifests() if self._deleted_data_files else _FastAppendFiles._existing_manifests(self)
+
+        def _deleted_entries(self) -> list[Any]:
+            return super()._deleted_entries() if self._deleted_data_files else []
+
+        def _summary(self, snapshot_properties: Any = None) -> Any:
+            from pyiceberg.table.snapshots import Summary
+
+            summary = super()._summary(self.snapshot_properties)
+            return Summary(self._label, **summary.additional_properties)
+
+        def _process_manifests(self, manifests: list[Any]) -> list[Any]:
+            # a manifest of an earlier snapshot listing no live file (only the files that snapshot deleted) is
+            # left out, as pyiceberg's fast append leaves it out; the data manifests merged in tiers
+            data = [m for m in manifests if m.content == ManifestContent.DATA
+                    and (_live(m) or m.added_snapshot_id == self._snapshot_id)]
+            merger = _ManifestMergeManager(0, 0, True, self)
+            while (chosen := merge_tiers([_live(m) for m in data])) is not None:
+                by_spec: dict[int, list[Any]] = {}
+                for index in chosen:
+                    by_spec.setdefault(data[index].partition_spec_id, []).append(data[index])
+                if all(len(group) == 1 for group in by_spec.values()):
+                    break  # one manifest per spec in this tier: nothing to merge
+                merged = [merger._create_manifest(spec, group) for spec, group in by_spec.items()]
+                data = merged + [m for i, m in enumerate(data) if i not in set(chosen)]
+            return data + [m for m in manifests if m.content != ManifestContent.DATA]
+
+    return MirrorFiles
+
+
+def _live(manifest: Any) -> int:
+    """The entries of a manifest a scan reads (added and existing files)."""
+    return (manifest.added_files_count or 0) + (manifest.existing_files_count or 0)
+
+
 def _commit_batch(
-    storage: Storage, transaction: Any, batch: int, snap: Snapshot, known: dict[str, Any], zone: str
+    storage: Storage, transaction: Any, batch: int, files: CommittedFiles, whole: bool, known: dict[str, Any],
+    zone: str, swap_key: str | None,
 ) -> tuple[int, int]:
-    """Stage the snapshot mirroring log batch ``batch`` (its files ``snap``) in ``transaction``, ``known`` the
-    table's files before it (updated): (files added, files removed)."""
-    table = snap.files.table
+    """Stage the snapshot mirroring log batch ``batch`` in ``transaction``, ``known`` the table's files before
+    it (updated): ``files`` are the batch's snapshot (``whole``: the files ``known`` lacks are dropped) or only
+    the files the batch added; ``swap_key``: the key of the optimize committed as that batch, if it is one.
+    (files added, files removed)."""
+    table = files.table
     outside = [p for p in table.column("outside_path").to_pylist() if p is not None]
     if outside:
         raise IcebergSyncError(
             f"{storage.display(storage.root)}: the log commits {len(outside)} file(s) outside the output root "
             f"(first: {outside[0]}); the Iceberg table lists files under its location only. Nothing was committed."
         )
-    locations = [_location(storage, p.as_py()) for p in snap.files.paths()]
+    locations = [_location(storage, p.as_py()) for p in files.paths()]
     live = set(locations)
     # a file the log commits twice (two entries, read twice by Spark's readers) is listed once, as Delta does
     first = {location: i for i, location in reversed(list(enumerate(locations)))}
     new = sorted(i for location, i in first.items() if location not in known)
-    gone = [location for location in known if location not in live]
+    gone = [location for location in known if location not in live] if whole else []
     added = []
     if new:
         fresh = Snapshot(storage, batch, CommittedFiles(storage, table.take(new)))
@@ -443,14 +571,49 @@ def _commit_batch(
             added = list(pool.map(
                 lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files
             ))
-    update = transaction.update_snapshot(snapshot_properties={MARKER: str(batch)})
-    with (update.overwrite() if gone else update.fast_append()) as producer:
+    root = _location(storage, storage.root).rstrip("/") + "/"
+    swaps = bool(new) and set(table.column("batch_id").take(new).to_pylist()) == {batch}
+    operation = snapshot_operation(len(added), [g[len(root):] for g in gone], swap_key, swaps)
+    with _mirror_producer()(transaction, operation, {MARKER: str(batch)}) as producer:
         for location in gone:
             producer.delete_data_file(known.pop(location))
         for data_file in added:
             producer.append_data_file(data_file)
             known[data_file.file_path] = data_file
     return len(added), len(gone)
+
+
+def _all_new(storage: Storage, since: Snapshot, known: dict[str, Any]) -> bool:
+    """Whether the files the batches of ``since`` (:func:`~parquet_sink.read.reader.snapshot_after`) commit all
+    carry their batch id and none is in the table yet: then each batch's snapshot is the table's files and its
+    own, and the sync reads only those batches' log files."""
+    table = since.files.table
+    return table.column("batch_id").null_count == 0 and not any(
+        _location(storage, p.as_py()) in known for p in since.files.paths()
+    )
+
+
+def _new_batches(storage: Storage, since: Snapshot, first: int) -> Any:
+    """(batch, the files it added, False, None) for each batch from ``first`` to ``since``'s latest: the steps
+    of a sync whose batches only add files (:func:`_all_new`)."""
+    table = since.files.table
+    ids = table.column("batch_id")
+    for batch in range(first, since.latest_batch_id + 1):
+        own = CommittedFiles(storage, table.filter(pc.equal(ids, batch)))
+        yield batch, Snapshot(storage, batch, own), False, None
+
+
+def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
+    """(batch, its snapshot, True, the key of the optimize committed as it or None) for each batch from
+    ``first`` to the latest of ``log_snap`` whose snapshot the log still holds (a batch before a compaction's
+    retention is mirrored by the next one)."""
+    swaps = {r.log_batch_id: figures[0] for r in records_of(log_snap.table) if (figures := optimize_figures(r))}
+    for batch in range(first, log_snap.latest + 1):
+        try:
+            snap = snapshot_of_log(log, log_snap, None if batch == log_snap.latest else batch)
+        except SnapshotExpiredError:
+            continue
+        yield batch, snap, True, swaps.get(batch)
 
 
 @names_output
@@ -504,8 +667,10 @@ def _sync(
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
     previous = None if existing is None else _check_ours(existing, storage, name)
-    newest = snapshot(path, storage_options=options)
-    latest = newest.latest_batch_id
+    log = MetadataLog(path, storage=storage, cleanup=False)
+    since = None if previous is None else snapshot_after(path, previous, storage_options=options)
+    log_snap = None if since is not None else read_snapshot(log)
+    latest = since.latest_batch_id if since is not None else log_snap.latest
 
     def result(current: Any, **kw: Any) -> IcebergSyncResult:
         snap = None if current is None else current.current_snapshot()
@@ -526,6 +691,8 @@ def _sync(
     if existing is not None and existing.properties.get(RETRIES) != "0":  # a table made before: from its next commit
         transaction.set_properties({RETRIES: "0"})
     known = _data_files(existing, key)
+    if since is not None and not _all_new(storage, since, known):
+        since, log_snap = None, read_snapshot(log)
     added = removed = snapshots = staged = 0
     committed = existing
 
@@ -540,18 +707,16 @@ def _sync(
             ) from exc
         _KNOWN[key] = (table.metadata_location, dict(known))
         failpoint("iceberg_after_commit")
-        return table
+        return _opened(storage, key[1], table)
 
-    for batch in range(0 if previous is None else previous + 1, latest + 1):
-        try:
-            snap = newest if batch == latest else snapshot(path, as_of_batch=batch, storage_options=options)
-        except SnapshotExpiredError:  # a batch before a compaction's retention: mirrored by a later one
-            continue
+    first = 0 if previous is None else previous + 1
+    steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
+    for batch, snap, whole, swap_key in steps:
         if transaction is None:
             if not snap.files.table.num_rows:
                 continue  # no file committed yet: no schema to create the table with
             transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema, _partition_columns(snap))
-        more, fewer = _commit_batch(storage, transaction, batch, snap, known, time_zone)
+        more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
         if staged == _BATCHES_PER_COMMIT and batch < latest:
             committed, staged = commit(transaction), 0
@@ -565,6 +730,92 @@ def _sync(
     return result(committed, files_added=added, files_removed=removed, snapshots=snapshots, created=existing is None)
 
 
+def expired_snapshots(snapshots: list[tuple[int, int]], current: int | None, cutoff_ms: int) -> set[int]:
+    """The ids of the snapshots (``(id, timestamp_ms)``, oldest first: the table's linear history) that stopped
+    being current before ``cutoff_ms``: each but ``current`` whose next snapshot was committed before it. A
+    snapshot current at any moment within the retention stays (time travel to any time within it reads what an
+    Iceberg reader read then), as Delta keeps a version while a newer one is younger than its retention. Pure.
+
+    Example: ``expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 250)`` -> ``{1}``.
+    """
+    return {
+        snapshot_id for (snapshot_id, _), (_, next_ms) in zip(snapshots, snapshots[1:])
+        if next_ms < cutoff_ms and snapshot_id != current
+    }
+
+
+def _history(metadata: Any) -> list[tuple[int, int]]:
+    return [(s.snapshot_id, s.timestamp_ms) for s in sorted(metadata.snapshots, key=lambda s: s.sequence_number or 0)]
+
+
+def expire_snapshots(storage: Storage, older_than_ms: int) -> list[int]:
+    """Expire the snapshots of the output's table without catalog that stopped being current more than
+    ``older_than_ms`` ago (:func:`expired_snapshots`), in one commit: its metadata then names no file those
+    alone referenced, which ``vacuum`` may delete. The ids expired (none without such a table).
+
+    Example: ``expire_snapshots(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``[4108..., 7730...]``.
+    """
+    if current_metadata(storage) is None:
+        return []
+    require_pyiceberg(f"vacuum({storage.display(storage.root)!r})")
+    key = (storage.root, None)
+    with _sync_lock(key):
+        _, _, table = _load(storage, None, None)
+        current = table.current_snapshot()
+        cutoff = int(time.time() * 1000) - older_than_ms
+        expired = sorted(expired_snapshots(_history(table.metadata), current and current.snapshot_id, cutoff))
+        if expired:
+            before = table.metadata_location
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            cached = _KNOWN.get(key)
+            if cached is not None and cached[0] == before:  # the same files: the cache follows the new version
+                _KNOWN[key] = (table.metadata_location, cached[1])
+            logger.info("%s: expired %d Iceberg snapshot(s) older than the retention",
+                        storage.display(storage.root), len(expired))
+    return expired
+
+
+def referenced_files(storage: Storage, older_than_ms: int) -> set[str]:
+    """The fsspec paths of the data files an Iceberg table of the output may still read: those of every snapshot
+    of the table without catalog that :func:`expire_snapshots` keeps, and of every snapshot of each catalog
+    table whose metadata lives with the output (its newest metadata files: vacuum cannot expire a catalog's
+    snapshots, so their files are all kept). Empty when the output keeps no Iceberg table.
+
+    Example: ``referenced_files(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``{'/data/events/k=a/part-0...parquet'}``.
+    """
+    directory = storage.join(ICEBERG_DIR)
+    if not storage.exists(directory):
+        return set()
+    require_pyiceberg(f"vacuum({storage.display(storage.root)!r})")
+    from pyiceberg.table import StaticTable
+
+    cutoff = int(time.time() * 1000) - older_than_ms
+    kept: set[str] = set()
+    read: set[str] = set()  # manifests shared by snapshots are read once
+    for table_dir in storage.ls_names(directory):
+        names = [n for n in map(posixpath.basename, storage.ls_names(table_dir)) if _METADATA_FILE.match(n)]
+        if not names:
+            continue
+        newest = max(int(_METADATA_FILE.match(n).group(1)) for n in names)
+        for name in names:
+            if int(_METADATA_FILE.match(name).group(1)) != newest:
+                continue
+            table = StaticTable.from_metadata(_location(storage, posixpath.join(table_dir, name)), properties=_io_properties(storage))
+            current = table.current_snapshot()
+            expired = (expired_snapshots(_history(table.metadata), current and current.snapshot_id, cutoff)
+                       if posixpath.basename(table_dir) == posixpath.basename(METADATA_DIR) else set())
+            for snap in table.metadata.snapshots:
+                if snap.snapshot_id in expired:
+                    continue
+                for manifest in snap.manifests(table.io):
+                    if manifest.manifest_path in read:
+                        continue
+                    read.add(manifest.manifest_path)
+                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                        kept.add(_path(storage, entry.data_file.file_path))
+    return kept
+
+
 __all__ = [
     "INSTALL",
     "MARKER",
@@ -572,7 +823,10 @@ __all__ = [
     "METADATA_DIR",
     "IcebergSyncResult",
     "current_metadata",
+    "expire_snapshots",
+    "expired_snapshots",
     "metadata_dir",
+    "referenced_files",
     "require_pyiceberg",
     "sync_iceberg",
 ]

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from ..arrow_versions import nonzero
 from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError, names_output
+from ..iceberg import sync as iceberg
 from ..log.compaction import check_flags, parse_duration_ms
 from ..log.entry import (
     BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, record_rows, records_of,
@@ -72,6 +73,7 @@ class VacuumPlan:
     dead_staging: list[str]
     before_log: list[FileInfo] = field(default_factory=list)
     delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within retention may read them
+    iceberg_kept: list[FileInfo] = field(default_factory=list)  # an Iceberg snapshot within retention reads them
     # files an optimize replaced less than older_than ago: the snapshot before it (time travel) still reads them
     replaced_kept: list[FileInfo] = field(default_factory=list)
     orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
@@ -95,7 +97,9 @@ def find_orphans(
     this one) are that log's, never orphans (``nested_kept``). With a Delta log, a file that a
     Delta version within the table's retention or ``older_than_ms`` may read (the latest version's, or removed by a
     commit still in the Delta log or more recently than that retention, or by a tombstone stamped in the future) is
-    kept (``delta_kept``, :func:`parquet_sink.delta.referenced_files`).
+    kept (``delta_kept``, :func:`parquet_sink.delta.referenced_files`). With an Iceberg table (``sync_iceberg``), a
+    file a snapshot within ``older_than_ms`` references is kept (``iceberg_kept``,
+    :func:`parquet_sink.iceberg.sync.referenced_files`; every snapshot's of a catalog's table).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
     (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
@@ -160,6 +164,7 @@ def find_orphans(
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
     in_delta = referenced_files(storage, older_than_ms) if has_delta_log(storage) else set()
+    in_iceberg = iceberg.referenced_files(storage, older_than_ms)
     replaced = _replaced_files(url, storage_options, swaps)
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
@@ -178,6 +183,8 @@ def find_orphans(
             plan.in_flight.append(info)
         elif info.path in in_delta:
             plan.delta_kept.append(info)
+        elif info.path in in_iceberg:
+            plan.iceberg_kept.append(info)
         elif info.path in replaced:
             plan.replaced_kept.append(info)
         elif not include_before_log and (first_commit_ms is None or info.mtime_ms < first_commit_ms):
@@ -294,7 +301,10 @@ def vacuum(
     """Delete the orphan data files under ``path`` older than ``older_than`` (a duration with its unit: ``"12h"``,
     ``"7d"``, or a ``timedelta``; at least :data:`SAFE_AGE` unless ``allow_short_retention``, see
     :func:`check_age`), then the directories that left empty (unless a batch is in flight), the leases and
-    staging directories of dead attempts, and the log's columnar copies whose compact file is gone. ``dry_run``: delete nothing, report what would go. Refuses (LogError)
+    staging directories of dead attempts, and the log's columnar copies whose compact file is gone. The snapshots
+    of the output's Iceberg table without catalog that stopped being current more than ``older_than`` ago are
+    expired first (:func:`parquet_sink.iceberg.sync.expire_snapshots`), and the files the others reference kept.
+    ``dry_run``: delete nothing, report what would go. Refuses (LogError)
     when the log cannot be read. Safe while writers run (see :func:`find_orphans`).
 
     Example::
@@ -307,6 +317,8 @@ def vacuum(
     """
     check_flags(dry_run=dry_run, allow_short_retention=allow_short_retention, include_files_before_log=include_files_before_log)
     age_ms = check_age(older_than, allow_short_retention)
+    if not dry_run:  # the Iceberg snapshots past the retention go first: then no metadata names what is deleted
+        iceberg.expire_snapshots(Storage(os.fspath(path), dict(storage_options or {})), age_ms)
     plan = find_orphans(path, storage_options, age_ms, include_files_before_log)
     result = VacuumResult(plan, _age_text(older_than), dry_run)
     if dry_run:
