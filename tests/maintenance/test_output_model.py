@@ -558,7 +558,7 @@ REGRESSIONS = {
         ("sink_batch", dict(_SINK, rows=[_row(5.0)], writer="spark", replay=True)),
     ], ()),
 }
-KNOWN_DEFECTS = {"replay-after-spark-compaction"}
+KNOWN_DEFECTS: set[str] = set()
 
 
 @pytest.mark.parametrize("name", [
