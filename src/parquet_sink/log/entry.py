@@ -8,10 +8,11 @@ followed by a fingerprint of its data).
 
 A *commit record* (the streaming query id, its batch id, a unique commit id) is the batch's first entry, an
 entry of its own that Spark skips (``isDir: true``, size 0), with the record and the batch's figures as extra
-keys. It makes replays idempotent per query, tells a second query apart from a replay, and makes every commit
+keys (the figures on the first data entry too). It makes replays idempotent per query, tells a second query apart from a replay, and makes every commit
 payload unique (for lost-acknowledgement read-back on object stores). Delta files keep every record and leave
 ``batchId`` to the file name; compaction stamps ``batchId`` on every entry and keeps only the records decisions
-and ``parquet-sink ls`` need (:func:`records_to_keep`), dropping the others' entries (a batch's figures stay).
+and ``parquet-sink ls`` need (:func:`records_to_keep`), dropping the others' entries (a batch's figures stay,
+on its first data entry or, for a batch without files, on an entry of its own pointing at the log directory).
 Records of older versions ride on the batch's first data entry as extra keys (compaction strips them there).
 
 Spark's own file sink, compacting a log our writers also wrote, rewrites every entry with its seven keys only
@@ -308,13 +309,17 @@ class CommitRecord:
         self, storage: Storage, now_ms: int, data: Sequence[LogEntry], rows: int | None = None
     ) -> list[LogEntry]:
         """The entries of a batch committing ``data`` with this record: first the record's own entry
-        (:meth:`to_entry`) with the commit time ``now_ms`` and the batch's ``rows`` (what
-        :func:`parquet_sink.history` reports), then ``data``.
+        (:meth:`to_entry`) with the batch's figures, the commit time ``now_ms`` and its ``rows`` (what
+        :func:`parquet_sink.history` reports), then ``data``, the first data entry with the figures too: a
+        compaction that no longer keeps the record drops its entry, the figures stay on the data entry.
 
         Example: ``record.log_entries(storage, now, [LogEntry("file:///o/a.parquet", 10)], rows=5)[0].extra["batchRows"]``.
         """
         figures = {COMMIT_TIME_KEY: now_ms} if rows is None else {COMMIT_TIME_KEY: now_ms, BATCH_ROWS_KEY: rows}
-        return [self.to_entry(storage, now_ms, figures), *data]
+        own = self.to_entry(storage, now_ms, figures)
+        if not data:
+            return [own]
+        return [own, dataclasses.replace(data[0], extra={**data[0].extra, **figures}), *data[1:]]
 
     @property
     def marker_name(self) -> str:
