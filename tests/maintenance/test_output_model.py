@@ -90,7 +90,6 @@ class OutputModel(RuleBasedStateMachine):
     spark_every = 1  # Spark's reader checks every n-th run (its jobs cost most of a run)
     max_kills = 1  # SIGKILLed children a run
     sink_kills = False  # kills of a sink's batch too (a Spark driver of its own each: long runs only)
-    skip_known = True  # leave out the shapes of known defects not fixed yet (their regression examples are xfail)
     predicates: tuple[str, ...] = ()  # Spark's pushdown checks at the end of a run (none: 3 of _PREDICATES in turn)
     runs = 0
 
@@ -198,8 +197,6 @@ class OutputModel(RuleBasedStateMachine):
         given = self._settings(how, which)
         options = dict(app_id="app", partition_by=self.partition_by, delta_log=self.delta, **given,
                        **self._stopped(stopped))
-        if replay and self.skip_known and self.version and self._last_batch <= self.spark_compacted:
-            replay = False  # a known defect, REGRESSIONS["replay-after-spark-compaction"] (the app's record dropped)
         if self.spark_newest and not stopped and not (replay and self.version) and not self._contradicts(given):
             table = pa.Table.from_pylist(self._number(rows), schema=SCHEMA)
             return self._refused(lambda: write_batch(self.out, table, version=self.version, **options),
@@ -233,8 +230,6 @@ class OutputModel(RuleBasedStateMachine):
         its rows); a query's first batch on an output others wrote is refused with on_foreign_query="error"."""
         given = self._settings(how, which)
         last = self.done.get(query)
-        if replay and self.skip_known and last is not None and self.done_at[query] <= self.spark_compacted:
-            replay = False  # a known defect, REGRESSIONS["replay-after-spark-compaction"]
         batch_id = last if replay and last is not None else (-1 if last is None else last) + 1
         skipped = replay and last is not None
         foreign = last is None and bool(self.snapshots) and refuse_foreign
@@ -545,10 +540,10 @@ REGRESSIONS = {
         *[("append", dict(rows=[_row(3.0)], replay=False, how="omit", which=0, stopped=False))] * 4,
         ("sink_batch", dict(_SINK, rows=[_row(4.0)], writer="spark", fresh=False)),
     ], ()),
-    # NOT FIXED: Spark's own sink writing a compaction batch of the output rewrites every entry with Spark's keys
-    # only, dropping our commit records (and statistics); the query's record gone, a replay of its last batch after
-    # a restart (on_foreign_query="append", spark_sink_stopped=True) is committed again: its rows twice (so is a
-    # write_batch retry of an app's last version, spark_sink_stopped=True)
+    # Spark's own sink writing a compaction batch of the output rewrites every entry with Spark's keys only,
+    # dropping our commit records (and statistics); the query's record gone, a replay of its last batch after a
+    # restart (on_foreign_query="append", spark_sink_stopped=True) was committed again: its rows twice (so was a
+    # write_batch retry of an app's last version). A record's entry now names it in its path, which Spark keeps
     "replay-after-spark-compaction": ([
         ("start", dict(partitioned=False, interval=2, delta=False, retention=None, retain=None, delay=None)),
         ("sink_batch", dict(_SINK, rows=[_row(1.0)], writer="spark")),
@@ -568,7 +563,7 @@ KNOWN_DEFECTS: set[str] = set()
 def test_output_model_regressions(spark, tmp_path, name: str) -> None:
     steps, predicates = REGRESSIONS[name]
     machine = type("OutputModelHere", (OutputModel,), {"root": str(tmp_path), "spark": spark, "spark_every": 1,
-                                                       "predicates": predicates, "skip_known": False})
+                                                       "predicates": predicates})
     state = machine()
     for rule_name, arguments in steps:
         getattr(state, rule_name)(**arguments)

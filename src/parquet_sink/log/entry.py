@@ -77,7 +77,7 @@ _FIELD = r"[A-Za-z0-9_~-]+"
 # a record's path: the log directory, then its name (one segment: no "/", no "..", no "%")
 _MARKER = (
     r"/_spark_metadata/\.commit\.(?P<log>\d+)\.(?P<query_batch>-?\d+)\.(?P<commit>" + _FIELD + r")\."
-    r"(?P<query>n|q" + _FIELD + r")$"
+    r"(?P<query>n|q[A-Za-z0-9_~-]*)$"
 )
 _MARKER_RE = re.compile(_MARKER)
 _ESCAPE_RE = re.compile(rb"~([0-9A-F]{2})")
