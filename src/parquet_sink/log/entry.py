@@ -8,8 +8,9 @@ followed by a fingerprint of its data).
 
 A *commit record* (the streaming query id, its batch id, a unique commit id) is the batch's first entry, an
 entry of its own that Spark skips (``isDir: true``, size 0), with the record and the batch's figures as extra
-keys (the figures on the first data entry too). It makes replays idempotent per query, tells a second query apart from a replay, and makes every commit
-payload unique (for lost-acknowledgement read-back on object stores). Delta files keep every record and leave
+keys (the figures on the first data entry too). It makes replays idempotent per query, tells a second query
+apart from a replay, and makes every commit payload unique (for lost-acknowledgement read-back on object
+stores). Delta files keep every record and leave
 ``batchId`` to the file name; compaction stamps ``batchId`` on every entry and keeps only the records decisions
 and ``parquet-sink ls`` need (:func:`records_to_keep`), dropping the others' entries (a batch's figures stay,
 on its first data entry or, for a batch without files, on an entry of its own pointing at the log directory).
