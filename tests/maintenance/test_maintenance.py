@@ -241,8 +241,10 @@ def test_vacuum_decodes_no_log_entry_one_by_one(tmp_path, monkeypatch):
     monkeypatch.setattr(LogEntry, "from_json", classmethod(counted))
     plan = vacuum(str(out), "0s", allow_short_retention=True, dry_run=True).plan
     assert [i.path for i in plan.orphans] == sorted(str(o) for o in orphans)
-    # only the lines of batch 1's small log file (a block of at most 32 lines is parsed line by line, once: by the
-    # snapshot, which the check does not repeat); none of batch 0's 60
-    assert len(decoded) <= 2
-    assert all(json.loads(json.loads(line)["stats"])["minValues"]["id"] >= 60 for line in decoded)
+    # only the lines of batch 1's small log file, its record's entry and two files (a block of at most 32 lines is
+    # parsed line by line, once: by the snapshot, which the check does not repeat); none of batch 0's 60
+    assert len(decoded) <= 3
+    entries = [json.loads(line) for line in decoded]
+    assert all(json.loads(e["stats"])["minValues"]["id"] >= 60 for e in entries if not e["isDir"])
+    assert all("/_spark_metadata/.commit.1." in e["path"] for e in entries if e["isDir"])
     assert read_committed(str(out)).num_rows == 62
