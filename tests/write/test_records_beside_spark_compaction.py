@@ -106,11 +106,13 @@ def test_a_record_s_entry_names_every_id_exactly() -> None:
     """Any query or app id and commit id (spaces, dots, slashes, '~', '%', non-ASCII) round-trips through the name."""
     from parquet_sink.log.entry import LogEntry, with_marker_records, entries_table
 
-    for query in ("a b/c.d~e%f", "λ-ü", None, ""):
-        record = CommitRecord(12, query, 7, "9f1c0a7e5b3d2c41-5e0d")
+    for query, query_batch in (("a b/c.d~e%f", 7), ("λ-ü", 12), (None, 12), ("", 0)):
+        record = CommitRecord(12, query, query_batch, "9f1c0a7e5b3d2c41-5e0d")
         name = record.marker_name
         assert "/" not in name and "%" not in name and ".." not in name
         bare = LogEntry(f"file:///o/_spark_metadata/{name}", 0, True, 1, 0, 0, "add")  # as Spark's compaction left it
         assert CommitRecord.from_entry(LogEntry.from_json(bare.to_json())) == record
         table = with_marker_records(entries_table([LogEntry("file:///o/a.parquet", 5), bare]))
         assert records_of(table) == [record]
+        # column-wise as one by one: a compact file's columnar copy equals its JSON parsed (verify compares them)
+        assert table == entries_table([LogEntry("file:///o/a.parquet", 5), LogEntry.from_json(bare.to_json())])

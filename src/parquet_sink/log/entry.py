@@ -435,7 +435,9 @@ def with_marker_records(table: pa.Table) -> pa.Table:
     found = pc.extract_regex(paths.filter(named), _MARKER).flatten()  # one row per record entry, every field set
     log, query_batch, commit, query = (found[i] for i in range(4))
     query = pc.if_else(pc.equal(query, "n"), pa.scalar(None, pa.string()), pc.utf8_slice_codeunits(query, 1))
-    values = {BATCH_KEY: log.cast(pa.int64()), QUERY_BATCH_KEY: query_batch.cast(pa.int64())}
+    log, query_batch = log.cast(pa.int64()), query_batch.cast(pa.int64())
+    # as the entry's keys say it (CommitRecord.keys): no queryBatchId when it is the log batch id
+    values = {BATCH_KEY: log, QUERY_BATCH_KEY: pc.if_else(pc.equal(log, query_batch), pa.scalar(None, pa.int64()), query_batch)}
     for key, column in ((COMMIT_ID_KEY, commit), (QUERY_ID_KEY, query)):
         escaped = pc.any(pc.match_substring(column, "~")).as_py()
         values[key] = pa.array([None if v is None else _unescape(v) for v in column.to_pylist()], pa.string()) if escaped else column
