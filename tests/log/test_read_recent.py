@@ -70,7 +70,7 @@ def test_a_damaged_end_line_is_named(tmp_path, monkeypatch):
     path.write_bytes(path.read_bytes()[:-30] + b"not json at all" + b"}" * 15)
     with pytest.raises(CorruptLogError, match=r"_spark_metadata/0 \(batch 0\), line 1 from the end"):
         read_recent(log)
-    with pytest.raises(CorruptLogError, match=r"_spark_metadata/0 \(batch 0\), line 101"):  # as the whole read
+    with pytest.raises(CorruptLogError, match=r"_spark_metadata/0 \(batch 0\), line 102"):  # as the whole read
         read_snapshot(log)
 
 
@@ -80,9 +80,10 @@ def test_ends_are_not_taken_from_a_batch_without_a_first_record(tmp_path, monkey
     monkeypatch.setattr(log_files, "END_BYTES", 512)
     log = MetadataLog(str(tmp_path / "out"), cleanup=False)
     entries = _entries(log, 0, "app", 100)
-    assert log.add(0, entries[1:50] + entries[:1] + entries[50:])  # the record on an entry in the middle
+    assert log.add(0, entries[1:50] + entries[:1] + entries[50:])  # the record's entry in the middle
     assert log.add(1, _entries(log, 1, "spark", 100))
     recent = read_recent(log)
     assert [r.log_batch_id for r in records_of(recent.table)] == [0] == [r.log_batch_id for r in records_of(read_snapshot(log).table)]
     paths = [p.rsplit("/", 1)[-1] for p in recent.table.column("path").to_pylist()]
-    assert paths == ["b0-00000.parquet", "b0-00099.parquet", "b1-00099.parquet"]  # the record, each newest file
+    # the batch's figures (on its first data entry), the record, each newest file
+    assert paths == ["b0-00000.parquet", CommitRecord.from_entry(entries[0]).marker_name, "b0-00099.parquet", "b1-00099.parquet"]

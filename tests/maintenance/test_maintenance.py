@@ -241,8 +241,25 @@ def test_vacuum_decodes_no_log_entry_one_by_one(tmp_path, monkeypatch):
     monkeypatch.setattr(LogEntry, "from_json", classmethod(counted))
     plan = vacuum(str(out), "0s", allow_short_retention=True, dry_run=True).plan
     assert [i.path for i in plan.orphans] == sorted(str(o) for o in orphans)
-    # only the lines of batch 1's small log file (a block of at most 32 lines is parsed line by line, once: by the
-    # snapshot, which the check does not repeat); none of batch 0's 60
-    assert len(decoded) <= 2
-    assert all(json.loads(json.loads(line)["stats"])["minValues"]["id"] >= 60 for line in decoded)
+    # only the lines of batch 1's small log file, its record's entry and two files (a block of at most 32 lines is
+    # parsed line by line, once: by the snapshot, which the check does not repeat); none of batch 0's 60
+    assert len(decoded) <= 3
+    entries = [json.loads(line) for line in decoded]
+    assert all(json.loads(e["stats"])["minValues"]["id"] >= 60 for e in entries if not e["isDir"])
+    assert all("/_spark_metadata/.commit.1." in e["path"] for e in entries if e["isDir"])
     assert read_committed(str(out)).num_rows == 62
+
+
+def test_vacuum_follows_a_moved_output_past_its_records_entries(tmp_path):
+    """A record's entry is named after the record under the log directory (no file has that name): in an output moved
+    elsewhere, vacuum resolves data entries to the new root and leaves the records' entries alone (resolved, such a
+    name is no file under the new root, and was taken for a file outside it: OutsideRootError)."""
+    before, out = tmp_path / "before", tmp_path / "after"
+    write_batch(str(before), pa.table({"id": [0, 1]}), app_id="load job", version=0)
+    write_batch(str(before), pa.table({"id": pa.array([], pa.int64())}), app_id="load job", version=1)
+    before.rename(out)
+    orphan = out / "part-00001-orphan.c000.snappy.parquet"
+    pq.write_table(pa.table({"id": [-1]}), orphan)
+    plan = vacuum(str(out), "0s", allow_short_retention=True, dry_run=True).plan
+    assert [i.path for i in plan.orphans] == [str(orphan)]
+    assert read_committed(str(out)).column("id").to_pylist() == [0, 1]

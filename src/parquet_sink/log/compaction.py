@@ -328,6 +328,7 @@ class _SourcePlan:
     records: list[tuple[int, CommitRecord]] = field(default_factory=list)  # (row, record)
     standalone: set[int] = field(default_factory=set)  # rows of records on an entry of their own
     figured: set[int] = field(default_factory=set)  # rows carrying a batch's figures (commit time, rows)
+    carried: dict[int, int] = field(default_factory=dict)  # data entries carrying their batch's figures -> batch
     drop: set[int] = field(default_factory=set)  # rows dropped whatever records are kept: retention, old markers
     replaced: set[int] = field(default_factory=set)  # removed data entries carrying figures: the figures stay
     sidecar: Sidecar | None = None  # a compact source's columnar copy (its rows from ``direct`` on)
@@ -356,6 +357,10 @@ class _SourcePlan:
         self.standalone.update(offset + row for row in nonzero(own))
         figured = pc.is_valid(table.column(COMMIT_TIME_KEY))
         self.figured.update(offset + row for row in nonzero(figured))
+        carried = nonzero(pc.and_(figured, pc.invert(pc.or_(has_record, table.column("isDir")))))
+        if carried:
+            batches = table.column(BATCH_KEY).take(pa.array(carried, pa.int64())).to_pylist()
+            self.carried.update((offset + row, batch) for row, batch in zip(carried, batches) if batch is not None)
         markers = nonzero(pc.is_valid(table.column(EXPIRED_KEY)))
         dropped = {offset + row for row in markers}
         if markers:
@@ -386,7 +391,8 @@ class _SourcePlan:
 
     def rewrites(self, keep: set[int]) -> tuple[set[int], dict[int, str]]:
         """(rows to drop, rows to rewrite -> how) once the records to keep are known: a record not kept
-        loses its keys (``"strip"``; its own entry goes, unless it carries the batch's figures, which stay);
+        loses its keys (``"strip"``; its own entry goes, unless it carries the batch's figures and the next
+        row, the batch's first data entry, does not carry them too: they stay);
         a kept record on a data entry that retention drops stays, as an entry of its own (``"standalone"``);
         the figures of a replaced data entry whose record is not kept stay as an entry of their own
         (``"figures"``), so ``history`` and ``as_of_time`` still know when its batch was committed."""
@@ -394,7 +400,8 @@ class _SourcePlan:
         for row, record in self.records:
             kept = record.log_batch_id in keep
             if row in self.standalone:
-                if not kept and row in self.figured:
+                follow = self.carried.get(row + 1) == record.log_batch_id and row + 1 not in self.drop
+                if not kept and row in self.figured and not follow:
                     rewrite[row] = "strip"
                 elif not kept:
                     drop.add(row)

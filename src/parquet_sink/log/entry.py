@@ -6,13 +6,23 @@ ignores: ``batchId`` (so entries stay attributable after compaction) and, on a c
 streaming query id, the query's own batch id and a unique commit id (for a ``write_batch`` commit,
 followed by a fingerprint of its data).
 
-A *commit record* (the streaming query id, its batch id, a unique commit id) rides on the batch's first
-data entry as extra keys, or, for a batch without files, on an entry of its own that Spark skips
-(``isDir: true``, size 0, pointing at the log directory). It makes replays idempotent per query, tells a
-second query apart from a replay, and makes every commit payload unique (for lost-acknowledgement
-read-back on object stores). Delta files keep every record and leave ``batchId`` to the file name;
-compaction stamps ``batchId`` on every entry and keeps only the records decisions and ``parquet-sink ls``
-need (:func:`records_to_keep`), stripping the others' keys from their data entries.
+A *commit record* (the streaming query id, its batch id, a unique commit id) is the batch's first entry, an
+entry of its own that Spark skips (``isDir: true``, size 0), with the record and the batch's figures as extra
+keys (the figures on the first data entry too). It makes replays idempotent per query, tells a second query
+apart from a replay, and makes every commit payload unique (for lost-acknowledgement read-back on object
+stores). Delta files keep every record and leave
+``batchId`` to the file name; compaction stamps ``batchId`` on every entry and keeps only the records decisions
+and ``parquet-sink ls`` need (:func:`records_to_keep`), dropping the others' entries (a batch's figures stay,
+on its first data entry or, for a batch without files, on an entry of its own pointing at the log directory).
+Records of older versions ride on the batch's first data entry as extra keys (compaction strips them there).
+
+Spark's own file sink, compacting a log our writers also wrote, rewrites every entry with its seven keys only
+(``CompactibleFileStreamLog.compact`` re-serialises each ``SinkFileStatus``): every key of ours is gone, the
+seven fields stay verbatim. So the record's entry also says the record in its path, a name under the log
+directory that no file has (:meth:`CommitRecord.marker_name`, ``_spark_metadata/.commit.<log batch>.<query
+batch>.<commit id>.<query id>``, escaped to URI-safe bytes): an entry without the keys but with such a path
+(:func:`with_marker_records`, :meth:`LogEntry.from_json`) is read as the record it names, so exactly-once
+decisions survive Spark's compaction (docs/design.md, "Spark's own sink on the same output").
 
 Example::
 
@@ -25,12 +35,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import re
 import secrets
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from ..storage.filesystem import Storage
@@ -58,6 +71,17 @@ _REQUIRED = (
 )
 REQUIRED_KEYS = tuple(k for k, _ in _REQUIRED)
 _REQUIRED_SET = frozenset(REQUIRED_KEYS)
+
+MARKER_PREFIX = ".commit."  # a record entry's name under _spark_metadata (CommitRecord.marker_name)
+_SAFE = frozenset((string.ascii_letters + string.digits + "_-").encode())
+_FIELD = r"[A-Za-z0-9_~-]+"
+# a record's path: the log directory, then its name (one segment: no "/", no "..", no "%")
+_MARKER = (
+    r"/_spark_metadata/\.commit\.(?P<log>\d+)\.(?P<query_batch>-?\d+)\.(?P<commit>" + _FIELD + r")\."
+    r"(?P<query>n|q[A-Za-z0-9_~-]*)$"
+)
+_MARKER_RE = re.compile(_MARKER)
+_ESCAPE_RE = re.compile(rb"~([0-9A-F]{2})")
 
 # The columns the columnar reader keeps: Spark's seven keys, the batch id, the commit record's keys, the file's stats.
 ENTRY_SCHEMA = pa.schema(
@@ -134,6 +158,11 @@ class LogEntry:
                 raise ValueError(f"key {key!r} has wrong type {type(value).__name__}")
         logged_batch = obj.pop(BATCH_KEY, None)
         extra = {k: v for k, v in obj.items() if k not in _REQUIRED_SET}
+        logged = logged_batch if isinstance(logged_batch, int) and not isinstance(logged_batch, bool) else batch_id
+        named = _marker(obj["path"]) if obj["isDir"] and COMMIT_ID_KEY not in extra else None
+        if named is not None:  # a record whose keys Spark's compaction dropped: its path says it
+            extra.update(named.keys)
+            logged = named.log_batch_id
         return cls(
             obj["path"],
             obj["size"],
@@ -142,7 +171,7 @@ class LogEntry:
             obj["blockReplication"],
             obj["blockSize"],
             obj["action"],
-            logged_batch if isinstance(logged_batch, int) and not isinstance(logged_batch, bool) else batch_id,
+            logged,
             extra,
         )
 
@@ -280,23 +309,35 @@ class CommitRecord:
     def log_entries(
         self, storage: Storage, now_ms: int, data: Sequence[LogEntry], rows: int | None = None
     ) -> list[LogEntry]:
-        """The entries of a batch committing ``data`` with this record: the record's keys, with the commit
-        time ``now_ms`` and the batch's ``rows`` (what :func:`parquet_sink.history` reports), on the first data
-        entry, or on an entry of its own (:meth:`to_entry`) for a batch without files.
+        """The entries of a batch committing ``data`` with this record: first the record's own entry
+        (:meth:`to_entry`) with the batch's figures, the commit time ``now_ms`` and its ``rows`` (what
+        :func:`parquet_sink.history` reports), then ``data``, the first data entry with the figures too: a
+        compaction that no longer keeps the record drops its entry, the figures stay on the data entry.
 
         Example: ``record.log_entries(storage, now, [LogEntry("file:///o/a.parquet", 10)], rows=5)[0].extra["batchRows"]``.
         """
         figures = {COMMIT_TIME_KEY: now_ms} if rows is None else {COMMIT_TIME_KEY: now_ms, BATCH_ROWS_KEY: rows}
+        own = self.to_entry(storage, now_ms, figures)
         if not data:
-            return [self.to_entry(storage, now_ms, figures)]
-        first = data[0]
-        return [dataclasses.replace(first, extra={**first.extra, **self.keys, **figures}), *data[1:]]
+            return [own]
+        return [own, dataclasses.replace(data[0], extra={**data[0].extra, **figures}), *data[1:]]
+
+    @property
+    def marker_name(self) -> str:
+        """The name of this record's entry under ``_spark_metadata`` (no file has it): the log batch id, the query
+        batch id, the commit id and the query id (``n`` for none, else ``q`` and the id), each byte outside
+        ``[A-Za-z0-9_-]`` as ``~XX``. Spark's compaction keeps a path verbatim, so the record survives it.
+
+        Example: ``CommitRecord(7, "my app", 3, "9f1c-5e0d").marker_name`` -> ``'.commit.7.3.9f1c-5e0d.qmy~20app'``.
+        """
+        query = "n" if self.query_id is None else "q" + _escape(self.query_id)
+        return f"{MARKER_PREFIX}{self.log_batch_id}.{self.query_batch_id}.{_escape(self.commit_id)}.{query}"
 
     def to_entry(self, storage: Storage, now_ms: int, figures: dict[str, int] | None = None) -> LogEntry:
-        """An entry of its own carrying this record (``isDir``, size 0, pointing at the log directory) and the
-        batch's ``figures`` (:func:`figures_of`)."""
+        """An entry of its own carrying this record (``isDir``, size 0, named :meth:`marker_name` under the log
+        directory) and the batch's ``figures`` (:func:`figures_of`)."""
         return LogEntry(
-            storage.to_uri(storage.join("_spark_metadata")),
+            storage.to_uri(storage.join("_spark_metadata", self.marker_name)),
             0,
             True,
             now_ms,
@@ -342,11 +383,68 @@ def records_of(table: pa.Table) -> list[CommitRecord]:
 
 
 def without_record(entry: LogEntry) -> LogEntry:
-    """``entry`` without commit record keys (a data entry whose record compaction no longer keeps).
+    """``entry`` without commit record keys (an entry whose record compaction no longer keeps); a record's own
+    entry then points at the log directory itself (its path no longer names the record).
 
-    Example: ``without_record(record.log_entries(st, 0, [e])[0]) == e``.
+    Example: ``without_record(old_format_entries[0]) == data_entry``.
     """
-    return dataclasses.replace(entry, extra={k: v for k, v in entry.extra.items() if k not in _RECORD_KEYS})
+    path = entry.path.rsplit("/", 1)[0] if entry.is_dir and _MARKER_RE.search(entry.path) else entry.path
+    return dataclasses.replace(
+        entry, path=path, extra={k: v for k, v in entry.extra.items() if k not in _RECORD_KEYS}
+    )
+
+
+def _escape(text: str) -> str:
+    return "".join(chr(b) if b in _SAFE else f"~{b:02X}" for b in text.encode())
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: bytes([int(m.group(1), 16)]), text.encode()).decode("utf-8", "replace")
+
+
+def _marker(path: str) -> CommitRecord | None:
+    """The record a record entry's path names (:meth:`CommitRecord.marker_name`), None for any other path."""
+    found = _MARKER_RE.search(path)
+    if found is None:
+        return None
+    query = found["query"]
+    return CommitRecord(
+        int(found["log"]), None if query == "n" else _unescape(query[1:]), int(found["query_batch"]),
+        _unescape(found["commit"]),
+    )
+
+
+def with_marker_records(table: pa.Table) -> pa.Table:
+    """``table`` (of :data:`ENTRY_SCHEMA`) with the record of every record entry that lost its keys (a compact
+    file Spark's own sink wrote: only its seven keys stay) read from its path, as :meth:`LogEntry.from_json`
+    reads one entry: its ``batchId`` and commit record columns filled. Column-wise; the table itself when no
+    directory entry lacks a record (every log but one Spark compacted after us).
+
+    Example: ``with_marker_records(spark_compact_table).column("queryId")`` -> ``[None, 'q1', ...]``.
+    """
+    if not table.num_rows:
+        return table
+    lost = pc.and_(table.column("isDir"), pc.is_null(table.column(COMMIT_ID_KEY)))
+    if not pc.any(lost).as_py():
+        return table
+    paths = pc.if_else(lost, table.column("path"), pa.scalar(None, pa.string())).combine_chunks()
+    named = pc.match_substring_regex(paths, _MARKER)  # null where not lost
+    named = pc.fill_null(named, False)
+    if not pc.any(named).as_py():
+        return table
+    found = pc.extract_regex(paths.filter(named), _MARKER).flatten()  # one row per record entry, every field set
+    log, query_batch, commit, query = (found[i] for i in range(4))
+    query = pc.if_else(pc.equal(query, "n"), pa.scalar(None, pa.string()), pc.utf8_slice_codeunits(query, 1))
+    log, query_batch = log.cast(pa.int64()), query_batch.cast(pa.int64())
+    # as the entry's keys say it (CommitRecord.keys): no queryBatchId when it is the log batch id
+    values = {BATCH_KEY: log, QUERY_BATCH_KEY: pc.if_else(pc.equal(log, query_batch), pa.scalar(None, pa.int64()), query_batch)}
+    for key, column in ((COMMIT_ID_KEY, commit), (QUERY_ID_KEY, query)):
+        escaped = pc.any(pc.match_substring(column, "~")).as_py()
+        values[key] = pa.array([None if v is None else _unescape(v) for v in column.to_pylist()], pa.string()) if escaped else column
+    for key, column in values.items():
+        index = table.schema.get_field_index(key)
+        table = table.set_column(index, key, pc.replace_with_mask(table.column(key).combine_chunks(), named, column))
+    return table
 
 
 def figures_of(entry: LogEntry) -> dict[str, int]:

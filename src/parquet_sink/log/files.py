@@ -47,7 +47,7 @@ from .sidecar import (
     log_memory_pool,
     sidecar_path,
 )
-from .entry import BATCH_KEY, COMMIT_ID_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table
+from .entry import BATCH_KEY, COMMIT_ID_KEY, ENTRY_SCHEMA, REQUIRED_KEYS, LogEntry, entries_table, with_marker_records
 from ..storage.filesystem import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
@@ -524,7 +524,13 @@ class LogFiles:
         (:func:`~parquet_sink.log.lines.parse_lines`), else with ``pyarrow.json`` (a line pyarrow skips, a
         missing key or a wrong type fails a check on the whole block); a block that fails, or of at most
         :data:`_FEW_LINES` lines, is parsed line by line, which raises CorruptLogError naming the exact line.
+        A record entry whose keys Spark's compaction dropped is read from its path
+        (:func:`~parquet_sink.log.entry.with_marker_records`).
         Returns (entries, which lines are in the layout, or None when a JSON parser read the block)."""
+        table, layout = self._parse_block_layout(block, path, batch_id)
+        return with_marker_records(table), layout
+
+    def _parse_block_layout(self, block: Block, path: str, batch_id: int) -> tuple[pa.Table, pa.BooleanArray | None]:
         parsed = parse_lines(block.data, block.lines)
         if parsed is not None:
             return parsed

@@ -54,7 +54,7 @@ from .inspect import Progress, _silent
 logger = logging.getLogger(__name__)
 
 # the entry columns vacuum reads: paths and times, and the commit records (not the statistics, most of the bytes)
-_ENTRY_COLUMNS = ["path", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY]
+_ENTRY_COLUMNS = ["path", "isDir", "modificationTime", BATCH_KEY, QUERY_ID_KEY, QUERY_BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY]
 
 
 @dataclass
@@ -133,7 +133,9 @@ def find_orphans(
     if problems:
         raise _refusal(storage, problems)
     entries = log_snap.table
-    relative, outside = resolve_paths(storage, entries.column("path"), entries.column(BATCH_KEY), False)
+    # what the entries name, but for commit records' own entries (named after their record, not after a file)
+    named_entries = entries.filter(pc.invert(pc.and_(entries.column("isDir"), pc.is_valid(entries.column(COMMIT_ID_KEY)))))
+    relative, outside = resolve_paths(storage, named_entries.column("path"), named_entries.column(BATCH_KEY), False)
     paths = pa.array([i.path for i in listed], pa.string())
     mtimes = np.fromiter((i.mtime_ms for i in listed), np.int64, len(listed))
     named = full_paths(storage, relative, outside).combine_chunks()

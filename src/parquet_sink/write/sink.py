@@ -11,9 +11,9 @@ optimistic transactions do: :mod:`parquet_sink.write.conflicts`) and drop the le
 readers exactly when its log file exists. The log directory exists before the output's first data file
 (:func:`~parquet_sink.write.inflight.start_output`), as with Spark's sink.
 
-Each commit carries one *commit record*: extra keys Spark ignores, on the batch's first data entry (on an
-entry of its own that Spark skips when the batch wrote no file), naming the streaming query, the query's
-own batch id and a unique commit id. It makes replays idempotent per query, lets a second query be told
+Each commit carries one *commit record*: the batch's first log entry, one of its own that Spark skips, named
+after the record (so that it survives a compaction by Spark's own sink: :mod:`parquet_sink.log.entry`), naming
+the streaming query, the query's own batch id and a unique commit id. It makes replays idempotent per query, lets a second query be told
 apart from a replay, and makes every commit payload unique (for lost-acknowledgement read-back on object
 stores).
 """
