@@ -46,7 +46,6 @@ from parquet_sink import (
     MetadataLog, ParquetSink, committed_files, count_committed, errors, history, optimize, read_committed, snapshot,
     sync_delta_log, vacuum, verify, write_batch,
 )
-from parquet_sink.log.compaction import derive_compact_interval
 from tests.helpers.crash_util import assert_group_gone, start_child
 from tests.helpers.filters import FilterCase, assert_filters_agree, filters, run_model, sorted_rows
 from tests.helpers.spark_util import spark_sink_batch
@@ -91,7 +90,6 @@ class OutputModel(RuleBasedStateMachine):
     spark_every = 1  # Spark's reader checks every n-th run (its jobs cost most of a run)
     max_kills = 1  # SIGKILLed children a run
     sink_kills = False  # kills of a sink's batch too (a Spark driver of its own each: long runs only)
-    skip_known = True  # leave out the shapes of known defects not fixed yet (their regression examples are xfail)
     predicates: tuple[str, ...] = ()  # Spark's pushdown checks at the end of a run (none: 3 of _PREDICATES in turn)
     runs = 0
 
@@ -282,9 +280,6 @@ class OutputModel(RuleBasedStateMachine):
         committed"), nothing written."""
         batch = max(self.snapshots) + (0 if replay else 1)
         interval = self.recorded["compact_interval"]
-        compacts = [b for b, path in MetadataLog(self.out, cleanup=False).list_names().items() if path.endswith(".compact")]
-        if self.skip_known and len(compacts) == 1 and derive_compact_interval(interval, compacts[0]) != interval:
-            return  # a known defect, REGRESSIONS["spark-sink-derives-another-interval-from-a-lone-compact-file"]
         rows = self._number(rows)
         frame = self.spark.createDataFrame([tuple(r[c] for c in SCHEMA.names) for r in rows], SPARK_SCHEMA)
         self.spark.conf.set(SESSION_INTERVAL, str(interval))  # read by its log, when made
@@ -344,8 +339,6 @@ class OutputModel(RuleBasedStateMachine):
         what = data.draw(st.sampled_from(["write_batch", "optimize"] * 2 + ["sink"] * self.sink_kills), label="call")
         if what == "optimize" and not self.snapshots:
             return
-        if what == "optimize" and self.skip_known and self.delta and self.spark_newest:
-            return  # a known defect, REGRESSIONS["optimize-killed-after-its-commit-leaves-the-delta-log-behind"]
         self.kills += 1
         points = {"write_batch": WRITE_KILLS, "optimize": OPTIMIZE_KILLS, "sink": SINK_KILLS}[what]
         point = data.draw(st.sampled_from(points), label="failpoint")
@@ -570,9 +563,9 @@ REGRESSIONS = {
         ("spark_sink", dict(rows=[_row(4.0)], replay=False)),
         ("sink_batch", dict(_SINK, rows=[_row(5.0)], writer="spark", replay=True)),
     ], ()),
-    # NOT FIXED: cleanup (min_batches_to_retain=1, cleanup_delay="0s") left 5.compact alone, of interval 3; Spark's own
-    # sink (its session's interval 3) derives another interval from it (deriveCompactInterval: 6) and writes batch 8
-    # as a delta, where every reader of ours, going by the recorded 3, needs 8.compact: MissingLogFileError
+    # cleanup (min_batches_to_retain=1, cleanup_delay="0s") left 5.compact alone, of interval 3; Spark's own sink (its
+    # session's interval 3) derives another interval from it (deriveCompactInterval: 6) and writes batch 8 as a delta,
+    # where every reader of ours, going by the recorded 3, needed 8.compact: MissingLogFileError (now read as written)
     "spark-sink-derives-another-interval-from-a-lone-compact-file": ([
         ("start", dict(partitioned=False, interval=3, delta=False, retention=None, retain=1, delay="0s")),
         *[("append", dict(rows=[_row(1.0)], replay=False, how="omit", which=0, stopped=True))] * 5,
@@ -580,9 +573,9 @@ REGRESSIONS = {
         *[("append", dict(rows=[_row(3.0)], replay=False, how="omit", which=0, stopped=True))] * 2,
         ("spark_sink", dict(rows=[_row(4.0)], replay=False)),
     ], ()),
-    # NOT FIXED: an optimize after a batch of Spark's own sink (spark_sink_stopped), killed after its commit and before
-    # its Delta sync; run again, it finds nothing to do and commits nothing: the Delta log stays behind Spark's
-    # batch, whose rows delta-rs's readers miss
+    # an optimize after a batch of Spark's own sink (spark_sink_stopped), killed after its commit and before its Delta
+    # sync; run again, it found nothing to do and committed nothing: the Delta log stayed behind Spark's batch, whose
+    # rows delta-rs's readers missed (now it syncs the Delta log with nothing to rewrite too)
     "optimize-killed-after-its-commit-leaves-the-delta-log-behind": ([
         ("start", dict(partitioned=False, interval=None, delta=True, retention=None, retain=None, delay=None)),
         *[("append", dict(rows=[_row(1.0)], replay=False, how="omit", which=0, stopped=True))] * 2,
@@ -590,18 +583,13 @@ REGRESSIONS = {
         ("killed", dict(rows=[], data=_Draws("optimize", "optimize_after_commit"))),
     ], ()),
 }
-KNOWN_DEFECTS = {"spark-sink-derives-another-interval-from-a-lone-compact-file",
-                 "optimize-killed-after-its-commit-leaves-the-delta-log-behind"}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not fixed yet")) if n in KNOWN_DEFECTS else n
-    for n in sorted(REGRESSIONS)
-])
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_output_model_regressions(spark, tmp_path, name: str) -> None:
     steps, predicates = REGRESSIONS[name]
     machine = type("OutputModelHere", (OutputModel,), {"root": str(tmp_path), "spark": spark, "spark_every": 1,
-                                                       "predicates": predicates, "skip_known": False})
+                                                       "predicates": predicates})
     state = machine()
     for rule_name, arguments in steps:
         getattr(state, rule_name)(**arguments)
