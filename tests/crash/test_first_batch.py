@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from parquet_sink import read_committed, write_batch
+from parquet_sink import read_committed, vacuum, write_batch
 from parquet_sink.log.metadata_log import STARTED_MARKER
 from parquet_sink.storage.filesystem import Storage
 from tests.helpers.chain_child import writer_rows
@@ -144,3 +144,33 @@ def test_existing_dataset_is_still_refused_and_gets_no_log_directory(tmp_path: P
         assert not (out / "_spark_metadata").exists()
     assert write_batch(str(out), pa.table({"id": [2]}), app_id="a", version=0, allow_existing_files=True).committed
     assert read_committed(str(out)).column("id").to_pylist() == [2]
+
+
+def test_a_writer_killed_mid_file_leaves_no_partial_file_under_a_data_files_name(tmp_path: Path) -> None:
+    """write_batch SIGKILLed with a data file begun (failpoint ``file_open``, a second batch of an output): before,
+    the file stood under its final name with 0 bytes, and a glob over the output (duckdb's ``**/*.parquet``)
+    failed on it ("too small to be a Parquet file"). Now it is written under a hidden in-progress name beside it
+    and renamed once whole: globs read exactly the committed rows, ``vacuum`` deletes the leftover, the rerun
+    commits once."""
+    import duckdb
+
+    out = str(tmp_path / "out")
+    first = writer_rows(1, 0, 30)
+    write_batch(out, first, app_id="a", version=0, partition_by=["app"])
+    config = {"mode": "writer", "out": out, "app_id": "a", "app_index": 1, "versions": [1], "rows": 30,
+              "partition_by": ["app"]}
+    assert_sigkilled(run_child(tmp_path / "children", config, script=CHAIN_CHILD, failpoints="file_open=kill"))
+    left = [p for p in Path(out).rglob("*") if p.name.endswith(".inprogress")]
+    assert len(left) == 1 and left[0].name.startswith("."), left
+    glob = f"{out}/**/*.parquet"
+    assert sorted(duckdb.sql(f"select id from read_parquet('{glob}')").fetchall()) == sorted(
+        (i,) for i in first.column("id").to_pylist())
+
+    result = write_batch(out, writer_rows(1, 1, 30), app_id="a", version=1, partition_by=["app"])
+    assert result.committed and result.log_batch_id == 1
+    expected = first.column("id").to_pylist() + writer_rows(1, 1, 30).column("id").to_pylist()
+    assert_same_ids(read_committed(out).column("id").to_pylist(), expected, "after the rerun")
+    assert sorted(duckdb.sql(f"select id from read_parquet('{glob}')").fetchall()) == sorted((i,) for i in expected)
+    # the killed call's lease ended with the rerun's commit: its leftover is an orphan like any uncommitted file
+    removed = vacuum(out, older_than="0s", allow_short_retention=True)
+    assert [Path(f.path).name for f in removed.plan.orphans] == [left[0].name] and not left[0].exists()

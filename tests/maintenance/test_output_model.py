@@ -72,7 +72,7 @@ HOW = st.sampled_from(["omit"] * 4 + ["same", "contradict"])  # what a writer pa
 SESSION_INTERVAL, SESSION_CODEC = "spark.sql.streaming.fileSink.log.compactInterval", "spark.sql.parquet.compression.codec"
 FOOTER_CODEC = {"snappy": "SNAPPY", "zstd": "ZSTD", "gzip": "GZIP"}
 # failpoints a write_batch or an optimize child is killed at (None: a random moment of the call)
-WRITE_KILLS = [None, "before_write", "task_write", "before_commit", "commit_publish", "compaction", "sidecar",
+WRITE_KILLS = [None, "before_write", "file_open", "task_write", "before_commit", "commit_publish", "compaction", "sidecar",
                "after_commit", "delta_commit"]
 SINK_KILLS = ["before_write", "task_write", "before_publish", "publish_rename", "before_commit", "commit_publish",
               "compaction", "sidecar", "after_commit", "delta_commit"]  # a random moment: the JVM's start is most

@@ -139,10 +139,12 @@ def test_log_entry_climbing_out_of_the_root(tmp_path, capsys, climb):
     outside.write_bytes(b"not yours")
     os.utime(outside, (0, 0))  # old enough for any vacuum threshold
     log = out / "_spark_metadata" / "1"
-    header, first, *rest = log.read_text().splitlines()
-    entry = json.loads(first)
+    header, *lines = log.read_text().splitlines()
+    data = next(i for i, line in enumerate(lines) if not json.loads(line)["isDir"])  # after the record's own entry
+    entry = json.loads(lines[data])
     entry["path"] = f"file://{out}{climb}"
-    log.write_text("\n".join([header, json.dumps(entry, separators=(",", ":")), *rest]) + "\n")
+    lines[data] = json.dumps(entry, separators=(",", ":"))
+    log.write_text("\n".join([header, *lines]) + "\n")
     for read in (read_committed, committed_files, lambda p: read_committed(p, allow_outside_root=True)):
         with pytest.raises(OutsideRootError, match=r"batch 1 .*climbs out of its directory with '\.\.'"):
             read(str(out))

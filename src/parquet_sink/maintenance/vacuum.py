@@ -48,6 +48,7 @@ from ..read.chain import app_commits
 from ..read.history import optimize_figures
 from ..read.reader import snapshot
 from ..storage.filesystem import FileInfo, Storage
+from ..storage.paths import IN_PROGRESS_SUFFIX, is_in_progress
 from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
 from .inspect import Progress, _silent
 
@@ -87,8 +88,9 @@ def find_orphans(
     older_than_ms: int = 0,
     include_before_log: bool = False,
 ) -> VacuumPlan:
-    """Data files (:func:`~parquet_sink.partitioning.is_data_file`) under ``url`` that no entry of the latest
-    snapshot references, and the log's columnar copies whose compact file Spark's log cleanup deleted (older than
+    """Data files (:func:`~parquet_sink.partitioning.is_data_file`, and those a dead writer left half-written under
+    :func:`~parquet_sink.storage.paths.in_progress_name`) under ``url`` that no entry of the latest snapshot
+    references, and the log's columnar copies whose compact file Spark's log cleanup deleted (older than
     ``older_than_ms``, and at least :data:`~parquet_sink.log.files.ORPHANED_COPY_AGE_MS`). Refuses (raises) if any log file is unreadable. Files older than the log's first
     commit (older than every committed file and log file, by logged time and time on storage), or every
     unreferenced file of a log without batches, are kept unless ``include_before_log``: they may be a dataset
@@ -177,7 +179,7 @@ def find_orphans(
     # only the files no entry names are looked at one by one (most files of an output are committed)
     for info in sorted((listed[i] for i in np.flatnonzero(~is_committed)), key=lambda i: i.path):
         relative_path = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
-        if not is_data_file(relative_path):
+        if not is_data_file(_published_name(relative_path)):
             continue
         if any(relative_path.startswith(root) for root in nested):
             plan.nested_kept.append(info)
@@ -194,6 +196,15 @@ def find_orphans(
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
+
+
+def _published_name(relative_path: str) -> str:
+    """The name a data file a writer was writing under :func:`~parquet_sink.storage.paths.in_progress_name` gets
+    once whole (an orphan like any uncommitted data file when its writer died); any other path as it is."""
+    if not is_in_progress(relative_path):
+        return relative_path
+    head, slash, name = relative_path.rpartition("/")
+    return f"{head}{slash}{name[1 : -len(IN_PROGRESS_SUFFIX)]}"
 
 
 def _refusal(storage: Storage, problems: Sequence[LogError]) -> LogError:
@@ -320,7 +331,10 @@ def vacuum(
     check_flags(dry_run=dry_run, allow_short_retention=allow_short_retention, include_files_before_log=include_files_before_log)
     age_ms = check_age(older_than, allow_short_retention)
     if not dry_run:  # the Iceberg snapshots past the retention go first: then no metadata names what is deleted
-        iceberg.expire_snapshots(Storage(os.fspath(path), dict(storage_options or {})), age_ms)
+        storage = Storage(os.fspath(path), dict(storage_options or {}))
+        storage.check_reachable()  # a wrong account or path is refused in seconds, before anything changes
+        require_output(storage)
+        iceberg.expire_snapshots(storage, age_ms)
     plan = find_orphans(path, storage_options, age_ms, include_files_before_log)
     result = VacuumResult(plan, _age_text(older_than), dry_run)
     if dry_run:

@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 from ..errors import ParameterError, StorageError, UnsupportedStorageError
 from . import commits, reachability
 from .errors import ErrorTranslator, TranslatedFile, backend_errors
-from .paths import HadoopPaths, azure_account_name, key_root, local_file_url
+from .paths import HadoopPaths, azure_account_name, in_progress_name, key_root, local_file_url
 
 _AZURE_SCHEMES = {"abfs", "abfss", "az", "wasb", "wasbs"}
 _CONTAINER_STORES = {"s3", "abfs"}  # fsspec protocols whose paths start with a bucket or container
@@ -189,6 +189,33 @@ class _TranslatedFs:
                 return attribute(*args, **kwargs)
 
         return translated
+
+
+class _RenamedOnClose:
+    """A local file written under ``temporary``, renamed to ``path`` once closed (and removed if its close fails)."""
+
+    def __init__(self, opened: IO[bytes], temporary: str, path: str) -> None:
+        self._opened, self._temporary, self._path = opened, temporary, path
+
+    def close(self) -> None:
+        if self._opened.closed:
+            return
+        try:
+            self._opened.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(self._temporary)
+            raise
+        os.replace(self._temporary, self._path)
+
+    def __enter__(self) -> _RenamedOnClose:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._opened, name)
 
 
 class Storage:
@@ -430,19 +457,26 @@ class Storage:
         return self.fs.cat_file(path, start=start, end=end)
 
     @backend_errors
-    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+    def open(self, path: str, mode: str = "rb", *, publish: bool = False, **kwargs: Any) -> IO[bytes]:
         """Open for reading, or for writing a data file (parent directories created where needed). The file's
         reads, writes and close (an object store's upload) raise StorageErrors too. On local disk a parent a vacuum
-        removed between its creation and the open (an empty directory to it) is made again, a few times."""
+        removed between its creation and the open (an empty directory to it) is made again, a few times.
+
+        ``publish``: a data file that appears under its name only whole, when closed: on local disk it is written
+        under :func:`~.paths.in_progress_name` and renamed (a writer killed mid-file leaves no partial file that a
+        glob over the output would read); an object store's upload is whole already."""
         if "w" in mode and self.is_local:
+            target = in_progress_name(path) if publish else path
             for attempt in range(_OPEN_ATTEMPTS):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 try:
-                    opened = self.fs.open(path, mode, **kwargs)
+                    opened = self.fs.open(target, mode, **kwargs)
                     break
                 except FileNotFoundError:
                     if attempt == _OPEN_ATTEMPTS - 1:
                         raise
+            if publish:
+                opened = _RenamedOnClose(opened, target, path)
         else:
             opened = self.fs.open(path, mode, **kwargs)
         return TranslatedFile(opened, self.errors, self.display(path))  # type: ignore[return-value]

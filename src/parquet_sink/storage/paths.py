@@ -28,6 +28,28 @@ _AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azu
 # connection string fields -> adlfs's option names
 _CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
                       "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
+IN_PROGRESS_SUFFIX = ".inprogress"  # a local data file being written: .<its name>.inprogress (in_progress_name)
+
+
+def in_progress_name(path: str) -> str:
+    """Where a local data file ``path`` is written before it gets its name: hidden beside it (Spark's listings and
+    globs such as ``**/*.parquet`` skip it), so a writer killed mid-file leaves no partial file under a data file's
+    name; ``vacuum`` deletes the ones a dead writer left.
+
+    Example: ``in_progress_name("/o/k=1/part-0.parquet") == "/o/k=1/.part-0.parquet.inprogress"``.
+    """
+    head, _, name = path.rpartition("/")
+    return f"{head}/.{name}{IN_PROGRESS_SUFFIX}"
+
+
+def is_in_progress(relative_path: str) -> bool:
+    """Whether a root-relative path is a local data file still being written (:func:`in_progress_name`), or left
+    behind by a writer that died.
+
+    Example: ``is_in_progress("k=1/.part-0.parquet.inprogress") is True``.
+    """
+    name = relative_path.rpartition("/")[2]
+    return name.startswith(".") and name.endswith(".parquet" + IN_PROGRESS_SUFFIX)
 
 
 def _object_store_azure_options(given: Mapping[str, Any], fs: Any) -> dict[str, str]:

@@ -147,7 +147,8 @@ class _FileWriter:
 
     def _open(self, schema: pa.Schema, rule: FooterRule = FooterRule()) -> None:
         self.path = self.next_path()
-        self.handle = self.spec.storage.open(self.path, "wb")
+        self.handle = self.spec.storage.open(self.path, "wb", publish=True)
+        failpoint("file_open")  # a file begun, not whole: under its in-progress name on local disk
         self.writer = pq.ParquetWriter(
             self.handle, schema, compression=self.spec.compression, use_deprecated_int96_timestamps=self.spec.int96,
             **rule.writer_options(schema),

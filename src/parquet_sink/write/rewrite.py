@@ -496,7 +496,7 @@ def _write_bin(
     for start, stop in zip(bounds, bounds[1:]):
         name = f"part-{len(written):05d}-{uuid.uuid4()}.c000{codec_extension(compression)}.parquet"
         path = storage.join(bin_.directory, name) if bin_.directory else storage.join(name)
-        with storage.translating("writing", path), storage.open(path, "wb") as handle:
+        with storage.translating("writing", path), storage.open(path, "wb", publish=True) as handle:
             footer, stats = _write_rows(table.slice(start, stop - start), handle, parquet_codec(compression), int96)
         written.append((path, footer, stats))
     storage.sync_files([path for path, _, _ in written])
