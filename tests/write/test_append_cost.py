@@ -81,7 +81,8 @@ def test_history_with_a_limit_reads_the_newest_batches_not_the_first_big_one(tmp
         assert newest.column("query_batch_id").to_pylist() == list(range(9, -1, -1))
         assert newest.to_pylist() == history(out).slice(0, 10).to_pylist()
         assert history(out, limit=11).column("files").to_pylist()[-1] == files  # a limit taking it in counts it
-    assert work[2000] == work[200] <= 40, work
+    # the same at both sizes: ten batches of two entries (the record's own, the file), the first batch's ends
+    assert work[2000] == work[200] <= 50, work
 
 
 def test_history_with_a_limit_after_a_compaction_decodes_the_copy_s_key_columns_only(tmp_path, monkeypatch):

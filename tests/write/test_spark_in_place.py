@@ -89,7 +89,8 @@ def test_stream_written_in_place_through_s3a(moto_server, bucket, tmp_path: Path
     on_store, committed = _store_files(moto_server, out)
     assert on_store == committed  # no staging, no empty file, nothing uncommitted
     log = Storage(out, options)
-    entry = json.loads(log.read_bytes(log.join("_spark_metadata", "1")).decode().splitlines()[1])
+    lines = log.read_bytes(log.join("_spark_metadata", "1")).decode().splitlines()[1:]
+    entry = next(e for e in map(json.loads, lines) if not e["isDir"])  # the data entry, after the record's own
     stats = json.loads(entry["stats"])
     assert stats["numRecords"] > 0 and stats["minValues"]["id"] >= 1000 and stats["maxValues"]["id"] < 2000
     assert [p["rows"] for p in child.progress()] == [ROWS] * 4
