@@ -56,6 +56,11 @@ class IcebergTarget:
         return shlex.join(words)
 
 
+def _shown(value: Any) -> str:
+    """``value`` for an error message: a mapping by its keys only (its values may be catalog secrets)."""
+    return f"a dict with the keys {sorted(map(str, value))}" if isinstance(value, Mapping) else repr(value)
+
+
 def iceberg_target(value: Any, call: str) -> IcebergTarget | None:
     """The Iceberg table a writer keeps in step, from its ``iceberg=`` argument: None/False (none), True (the
     metadata alone, with the output), or a mapping with ``catalog`` (a pyiceberg ``Catalog`` or its properties:
@@ -73,7 +78,7 @@ def iceberg_target(value: Any, call: str) -> IcebergTarget | None:
         raise ParameterError(
             f"iceberg must be True (the table's metadata with the output) or a dict with exactly the keys "
             f"'catalog' and 'table' (such as {{'catalog': {{'type': 'sql', 'uri': 'sqlite:///catalog.db'}}, "
-            f"'table': 'db.events'}}), not {value!r}. Nothing was written."
+            f"'table': 'db.events'}}), not {_shown(value)}. Nothing was written."
         )
     catalog, table = value["catalog"], value["table"]
     if not isinstance(table, str) or "." not in table.strip(".") or table != table.strip():
