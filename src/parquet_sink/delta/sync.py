@@ -211,9 +211,16 @@ def _load_table(storage: Storage, version: int | None = None) -> Any:
     try:
         return deltalake.DeltaTable(uri, storage_options=options, version=version)
     except (deltalake.exceptions.DeltaError, OSError) as exc:
-        require_output(storage)  # a path that is no output (a file, a typo): NotAnOutputError says so
-        _check_newest_commit(storage)  # delta-rs failed on a damaged commit: name it and the remedy
-        raise delta_failure(storage, "reading", exc) from exc
+        raise _unreadable(storage, exc) from exc
+
+
+def _unreadable(storage: Storage, exc: Exception) -> DeltaLogError:
+    """The error for delta-rs failing to read the output's Delta log with ``exc``; raises a more precise one first:
+    NotAnOutputError for a path that is no output (a file, a typo), DeltaLogError naming a damaged newest commit
+    and its remedy."""
+    require_output(storage)
+    _check_newest_commit(storage)
+    return delta_failure(storage, "reading", exc)
 
 
 def _files_of(storage: Storage, table: Any) -> dict[str, int]:
@@ -259,9 +266,7 @@ def read_delta_state(storage: Storage, deltalake: ModuleType | None = None) -> D
         if not deltalake.DeltaTable.is_deltatable(uri, options):
             return None
     except (deltalake.exceptions.DeltaError, OSError) as exc:
-        require_output(storage)
-        _check_newest_commit(storage)
-        raise delta_failure(storage, "reading", exc) from exc
+        raise _unreadable(storage, exc) from exc
     table = _load_table(storage)
     files = _files_of(storage, table)
     _check_newest_commit(storage)  # delta-rs may read past a damaged last line, or stop before a damaged commit

@@ -48,7 +48,7 @@ from ..read.chain import app_commits
 from ..read.history import optimize_figures
 from ..read.reader import snapshot
 from ..storage.filesystem import FileInfo, Storage
-from ..storage.paths import IN_PROGRESS_SUFFIX, is_in_progress
+from ..storage.paths import published_name
 from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
 from .inspect import Progress, _silent
 
@@ -179,7 +179,7 @@ def find_orphans(
     # only the files no entry names are looked at one by one (most files of an output are committed)
     for info in sorted((listed[i] for i in np.flatnonzero(~is_committed)), key=lambda i: i.path):
         relative_path = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
-        if not is_data_file(_published_name(relative_path)):
+        if not is_data_file(published_name(relative_path)):  # a dead writer's half file: an orphan too
             continue
         if any(relative_path.startswith(root) for root in nested):
             plan.nested_kept.append(info)
@@ -196,15 +196,6 @@ def find_orphans(
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
-
-
-def _published_name(relative_path: str) -> str:
-    """The name a data file a writer was writing under :func:`~parquet_sink.storage.paths.in_progress_name` gets
-    once whole (an orphan like any uncommitted data file when its writer died); any other path as it is."""
-    if not is_in_progress(relative_path):
-        return relative_path
-    head, slash, name = relative_path.rpartition("/")
-    return f"{head}{slash}{name[1 : -len(IN_PROGRESS_SUFFIX)]}"
 
 
 def _refusal(storage: Storage, problems: Sequence[LogError]) -> LogError:

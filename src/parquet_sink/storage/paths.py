@@ -8,6 +8,7 @@ delta-rs's storage options.
 from __future__ import annotations
 
 import os
+import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
@@ -28,28 +29,28 @@ _AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azu
 # connection string fields -> adlfs's option names
 _CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
                       "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
-IN_PROGRESS_SUFFIX = ".inprogress"  # a local data file being written: .<its name>.inprogress (in_progress_name)
+_IN_PROGRESS = re.compile(r"(?P<head>(?:.*/)?)\.(?P<name>[^/]+\.parquet)\.inprogress")  # in_progress_name's names
 
 
 def in_progress_name(path: str) -> str:
     """Where a local data file ``path`` is written before it gets its name: hidden beside it (Spark's listings and
     globs such as ``**/*.parquet`` skip it), so a writer killed mid-file leaves no partial file under a data file's
-    name; ``vacuum`` deletes the ones a dead writer left.
+    name; ``vacuum`` deletes the ones a dead writer left (:func:`published_name`).
 
     Example: ``in_progress_name("/o/k=1/part-0.parquet") == "/o/k=1/.part-0.parquet.inprogress"``.
     """
     head, _, name = path.rpartition("/")
-    return f"{head}/.{name}{IN_PROGRESS_SUFFIX}"
+    return f"{head}/.{name}.inprogress"
 
 
-def is_in_progress(relative_path: str) -> bool:
-    """Whether a root-relative path is a local data file still being written (:func:`in_progress_name`), or left
-    behind by a writer that died.
+def published_name(path: str) -> str:
+    """The name the file at :func:`in_progress_name` ``path`` gets once whole (the data file a dead writer left it
+    for); any other path as it is.
 
-    Example: ``is_in_progress("k=1/.part-0.parquet.inprogress") is True``.
+    Example: ``published_name("k=1/.part-0.parquet.inprogress") == "k=1/part-0.parquet"``.
     """
-    name = relative_path.rpartition("/")[2]
-    return name.startswith(".") and name.endswith(".parquet" + IN_PROGRESS_SUFFIX)
+    match = _IN_PROGRESS.fullmatch(path)
+    return path if match is None else match["head"] + match["name"]
 
 
 def _object_store_azure_options(given: Mapping[str, Any], fs: Any) -> dict[str, str]:

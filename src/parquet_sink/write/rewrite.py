@@ -615,9 +615,11 @@ def optimize(
     where = storage.display(storage.root)
     if plan.bins:  # a dry run is refused as the run would be
         _refuse_spark_sink(snap, where, spark_sink_stopped)
-    keeps_delta = has_delta_log(storage) if delta_log is None else delta_log
+    def keeps_delta() -> bool:
+        return has_delta_log(storage) if delta_log is None else delta_log
+
     if dry_run or not plan.bins:
-        if keeps_delta and not dry_run:  # nothing to rewrite: the Delta log in step all the same (a run killed
+        if not dry_run and keeps_delta():  # nothing to rewrite: the Delta log in step all the same (a run killed
             # after its commit and before its sync, then run again, finds nothing to do and left it behind)
             result.delta = sync_after_commit(path, storage_options, "the optimize (nothing to rewrite)", None)
         result.seconds = time.monotonic() - started
@@ -655,7 +657,7 @@ def optimize(
         lease = _commit(log, result, written, interval, lease, snap, began_ms, spark_sink_stopped)
     finally:
         lease.end(staged=False)
-    if keeps_delta and result.committed:
+    if result.committed and keeps_delta():
         what = f"the optimize at log batch {result.log_batch_id}"
         result.delta = sync_after_commit(path, storage_options, what, None)
     result.seconds = time.monotonic() - started
