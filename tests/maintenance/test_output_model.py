@@ -128,6 +128,14 @@ class OutputModel(RuleBasedStateMachine):
     def _expected(self) -> pa.Table:
         return pa.Table.from_pylist(self.rows, schema=SCHEMA)
 
+    def _as_read(self) -> pa.Table:
+        """The committed rows typed as Spark's reader and read_committed type them: a partition column whose
+        directories are all the default (null) partition is of the null type (Spark's NullType)."""
+        table = self._expected()
+        if self.partition_by and table.column("p").null_count == len(table):
+            table = table.set_column(table.schema.get_field_index("p"), "p", pa.nulls(len(table)))
+        return table
+
     def _number(self, rows: list[dict]) -> list[dict]:
         return [{"id": len(self.rows) + i} | r for i, r in enumerate(rows)]
 
@@ -407,7 +415,7 @@ class OutputModel(RuleBasedStateMachine):
     def filtered_reads(self, data: st.DataObject) -> None:
         case = FilterCase(KINDS, [], [self.rows], 1)
         chosen = [data.draw(filters(case)) for _ in range(3)]
-        assert_filters_agree(self.out, self._expected(), chosen, None)
+        assert_filters_agree(self.out, self._as_read(), chosen, None)
         if not self.delta or self.delta_behind or not deltalake.DeltaTable.is_deltatable(self.out):
             return
         # delta-rs's own readers, with its own statistics: a float column holding NaN or an infinity has no JSON
@@ -576,6 +584,14 @@ REGRESSIONS = {
     # an optimize after a batch of Spark's own sink (spark_sink_stopped), killed after its commit and before its Delta
     # sync; run again, it found nothing to do and committed nothing: the Delta log stayed behind Spark's batch, whose
     # rows delta-rs's readers missed (now it syncs the Delta log with nothing to rewrite too)
+    # a partitioned output whose rows all had a null p (the default partition directory alone): read_committed
+    # and Spark's reader type p as null (NullType), the model expected int32 (a defect of the model)
+    "a-partition-column-of-nulls-alone-is-of-the-null-type": ([
+        ("start", dict(partitioned=True, interval=None, delta=False, retention=None, retain=None, delay=None)),
+        ("append", dict(rows=[_row(math.nan, 0, "a")], replay=False, how="omit", which=0, stopped=False)),
+        ("filtered_reads", dict(data=_Draws(~~pc.field("x").is_null(), pc.field("x") == pa.scalar(None, pa.float64()),
+                                            pc.field("n") >= 0))),
+    ], ()),
     "optimize-killed-after-its-commit-leaves-the-delta-log-behind": ([
         ("start", dict(partitioned=False, interval=None, delta=True, retention=None, retain=None, delay=None)),
         *[("append", dict(rows=[_row(1.0)], replay=False, how="omit", which=0, stopped=True))] * 2,
