@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parquet_sink.log.compaction import derive_compact_interval, infer_interval
+from parquet_sink.log.compaction import chain_as_written, derive_compact_interval, expired_below, infer_interval
 
 
 @given(st.integers(1, 200), st.integers(0, 5000))
@@ -53,3 +53,38 @@ def test_a_writer_restarted_after_cleanup_keeps_its_interval():
         assert infer_interval(3, listing) == 3
     assert derive_compact_interval(3, 5) == 6  # Spark's own rule, unchanged
     assert infer_interval(10, {5: "/o/_spark_metadata/5.compact"}) == 6  # another interval asked for: Spark's rule
+
+
+@given(st.lists(st.sampled_from([2, 3, 5, 10]), min_size=1, max_size=4), st.lists(st.integers(1, 8), min_size=1,
+       max_size=4), st.integers(1, 12), st.sampled_from([2, 3, 10]))
+def test_cleanup_never_breaks_a_chain_a_reader_may_take(intervals, runs, retain, interval):
+    """A log written by writers at drawn intervals in turn (ours at the recorded one, Spark's own sink at one it
+    derived or its session's), each naming its compaction batches by its own: cleanup after the newest batch under
+    the recorded ``interval`` deletes no log file a snapshot from ``current + 1 - retain`` on reads (Spark's rule
+    alone deleted below the batch the interval names, a delta where another writer wrote one), and where every
+    writer kept the recorded interval it is Spark's rule."""
+    listing, batch = {}, 0
+    for writer_interval, run in zip(intervals, runs):
+        for _ in range(run):
+            name = f"{batch}.compact" if batch and (batch + 1) % writer_interval == 0 else f"{batch}"
+            listing[batch] = f"/o/_spark_metadata/{name}"
+            batch += 1
+    current = batch - 1
+    below = expired_below(current, interval, retain, listing)
+    if below is None:
+        assert interval > current + 1 - retain
+        return
+    kept = {b: p for b, p in listing.items() if b >= below}
+    for b in range(max(current + 1 - retain, 0), current + 1):
+        assert chain_as_written(b, kept) == chain_as_written(b, listing), b
+    if set(intervals) == {interval}:
+        min_batch_id = current + 1 - retain
+        assert below == min_batch_id - min_batch_id % interval - 1
+
+
+def test_cleanup_after_spark_sink_wrote_a_delta_where_the_interval_names_a_compact_file():
+    """Interval 3, cleanup had left 5.compact alone; Spark's own sink derived 6 from it and wrote 8 as a delta: after
+    batch 9, Spark's rule (8) deleted 5.compact, 6 and 7, which the chain up to 9 reads (the output model's find)."""
+    listing = {5: "/o/_spark_metadata/5.compact"} | {b: f"/o/_spark_metadata/{b}" for b in (6, 7, 8, 9)}
+    assert expired_below(9, 3, 1, listing) == 5
+    assert expired_below(9, 3, 1, listing | {8: "/o/_spark_metadata/8.compact"}) == 8

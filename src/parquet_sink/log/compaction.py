@@ -321,6 +321,25 @@ def chain_as_written(latest: int, listing: Listing) -> list[tuple[int, str]] | N
     return [(b, listing[b]) for b in range(start, latest + 1)]
 
 
+def expired_below(current_batch_id: int, interval: int, min_batches_to_retain: int, listing: Listing) -> int | None:
+    """The batch below which every log file has expired after committing ``current_batch_id``: Spark's rule
+    (``deleteExpiredLog``: the compaction batch before ``current_batch_id + 1 - min_batches_to_retain``), but never
+    past the newest compact file ``listing`` holds at or below it (0: none); None while Spark's rule expires
+    nothing yet. Every snapshot a reader may still take
+    starts its chain (:func:`chain_as_written`) at a compact file at or after the one returned, so deleting below it
+    never breaks one, even where a writer at another interval (Spark's own sink deriving its interval from a lone
+    compact file) wrote a delta where ``interval`` names a compact file.
+
+    Example: ``expired_below(9, 3, 1, {5: ".../5.compact", 6: ".../6", 7: ".../7", 8: ".../8"}) == 5`` (Spark's
+    rule alone: 8, deleting 5.compact, 6 and 7 that the chain up to 9 reads).
+    """
+    min_batch_id = current_batch_id + 1 - min_batches_to_retain
+    if interval > min_batch_id:
+        return None
+    threshold = min_batch_id - (min_batch_id % interval) - 1
+    return max((b for b, path in listing.items() if b <= threshold and is_compact_path(path)), default=0)
+
+
 @dataclass
 class _SourcePlan:
     """What pass one of a compaction learned about one source file (rows count from 0, in file order)."""
@@ -1027,12 +1046,10 @@ class CompactibleLog(LogFiles):
         Example: ``log.cleanup(120)`` -> ``['/out/_spark_metadata/0', ...]``.
         """
         listing = listing if listing is not None else super().list_names()
-        interval = self.interval_for(listing)
         settings = self.settings
-        min_batch_id = current_batch_id + 1 - settings.min_batches_to_retain
-        if interval > min_batch_id:
+        threshold = expired_below(current_batch_id, self.interval_for(listing), settings.min_batches_to_retain, listing)
+        if threshold is None:
             return []
-        threshold = min_batch_id - (min_batch_id % interval) - 1
         candidates = {p for b, p in listing.items() if b < threshold} | set(listing.temps)
         candidates |= {p for b, p in listing.sidecars.items() if b < threshold or b not in listing}
         candidates |= set(listing.superseded)
@@ -1051,6 +1068,7 @@ __all__ = [
     "LogOptions",
     "LogSettings",
     "chain_as_written",
+    "expired_below",
     "check_positive_int",
     "derive_compact_interval",
     "infer_interval",
