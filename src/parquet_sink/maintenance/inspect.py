@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError, names_output
-from ..log.compaction import check_compact_interval, duration_text
+from ..log.compaction import DEFAULT_COMPACT_INTERVAL, check_compact_interval, duration_text, named_by_another_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
@@ -328,7 +328,8 @@ def verify(
     with contextlib.suppress(ParquetSinkError, OSError):  # a log that cannot be read is a problem above already
         snap_log = read_snapshot(log, compact_interval)
         behind = spark_sink_behind(records_of(snap_log.table), min(snap_log.listing, default=0), snap_log.latest)
-        warnings += [behind] if behind else []
+        other = other_interval_warning(snap_log.listing, log.recorded_interval(), storage.display)
+        warnings += [w for w in (behind, other) if w]
     if latest is not None and has_delta_log(storage):
         try:
             delta_problems, delta_warnings = compare_logs(path, storage_options=storage_options)
@@ -339,6 +340,35 @@ def verify(
         except ParquetSinkError as exc:
             problems.append(f"the Delta log could not be compared with the log: {exc}")
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
+
+
+def other_interval_warning(listing: Mapping[int, str], recorded: int | None, display: Callable[[str], str]) -> str | None:
+    """A warning when log batches after the newest compact file are named by another compact interval than the
+    ``recorded`` one (:func:`~parquet_sink.log.compaction.named_by_another_interval`: Spark's own sink in a session
+    at another interval): which batches, the interval their names imply, the recorded one and the remedy. None
+    without a recorded interval or such a batch. ``display`` shows a log file's path. ``verify`` and ``doctor`` say it.
+
+    Example: ``other_interval_warning({0: ".../0", 1: ".../1", 2: ".../2"}, 3, str)`` -> ``"log batch 2 (.../2) is a
+    delta where the output's recorded compact interval 3 names 2.compact: ..."``.
+    """
+    if recorded is None:
+        return None
+    batches, implied = named_by_another_interval(listing, recorded)
+    if not batches:
+        return None
+    them = "them" if len(batches) > 1 else "it"
+    compaction = max(batches) + recorded  # the recorded interval's next compaction batch: the log holds none past it
+    default = ", Spark's default" if implied == DEFAULT_COMPACT_INTERVAL else ""
+    return (
+        f"log batch{'es' if len(batches) > 1 else ''} {', '.join(map(str, batches))} "
+        f"({', '.join(display(listing[b]) for b in batches)}) {'are deltas' if len(batches) > 1 else 'is a delta'} where the output's recorded compact interval {recorded} names {', '.join(f'{b}.compact' for b in batches)}: "
+        f"another interval named {them} (e.g. {implied}{default}), as Spark's own file sink names batches by its "
+        "session's spark.sql.streaming.fileSink.log.compactInterval until the log holds a compact file. parquet-sink "
+        f"reads the log as written, but Spark's own sink stops on BATCH_METADATA_NOT_FOUND when it compacts across "
+        f"{them}. Run Spark's sink with spark.sql.streaming.fileSink.log.compactInterval={recorded}, after log batch "
+        f"{compaction} ({compaction}.compact, which a writer of parquet-sink writes from the log as written): up to it, "
+        f"Spark's sink at interval {recorded} stops at its compaction too."
+    )
 
 
 def _nothing_committed(storage: Storage, latest: int) -> list[str]:
@@ -359,4 +389,4 @@ def _nothing_committed(storage: Storage, latest: int) -> list[str]:
     ]
 
 
-__all__ = ["Batch", "Output", "VerifyReport", "count_rows", "read_output", "verify"]
+__all__ = ["Batch", "Output", "VerifyReport", "count_rows", "other_interval_warning", "read_output", "verify"]
