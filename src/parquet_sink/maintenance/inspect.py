@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError, names_output
-from ..log.compaction import DEFAULT_COMPACT_INTERVAL, check_compact_interval, duration_text, named_by_another_interval
+from ..log.compaction import DEFAULT_COMPACT_INTERVAL, LogSettings, check_compact_interval, named_by_another_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
@@ -36,7 +36,7 @@ from ..log.snapshot import LogSnapshot, data_files, read_log_files, read_snapsho
 from ..parquet_read import read_footer
 from ..partitioning import is_data_file
 from ..read.history import batch_history
-from ..read.reader import CommittedFile, snapshot
+from ..read.reader import CommittedFile, removal_cause, snapshot
 from ..storage.filesystem import FileInfo, Storage
 from ..write.conflicts import spark_sink_behind
 
@@ -93,7 +93,6 @@ class Output:
             return []
         history = batch_history(self.log_snapshot).to_pylist()
         settings = self.log.recorded_settings()
-        retention = None if settings is None else settings.retention_ms
         optimizes = [h["log_batch_id"] for h in history if h["operation"] == "optimize"]
         story = []
         for h in history:
@@ -105,7 +104,7 @@ class Output:
                 int(committed.timestamp() * 1000) if committed is not None else batch.committed_ms if batch else None
             )
             files, size = h["files"], h["bytes"]
-            note = _note(h, counted, [k for k in optimizes if k > b], settings is None, retention)
+            note = _note(h, counted, [k for k in optimizes if k > b], settings)
             if files is None and batch is not None and b == self.first_batch:  # a compact file Spark wrote
                 files, size = len(batch.data_files), sum(e.size for e in batch.data_files)
                 note = f"the files of batches up to {b}: Spark's compact file does not say which batch added each"
@@ -155,23 +154,17 @@ class StoryRow:
     note: str
 
 
-def _note(
-    history: Mapping[str, Any], rows: int | None, later_optimizes: list[int], unrecorded: bool, retention_ms: int | None
-) -> str:
-    """Why a batch's figures read as they do (empty when they need no word)."""
+def _note(history: Mapping[str, Any], rows: int | None, later_optimizes: list[int], settings: LogSettings | None) -> str:
+    """Why a batch's figures read as they do (empty when they need no word): the cause of files gone is
+    :func:`~parquet_sink.read.reader.removal_cause`'s, as the errors word it."""
     operation = history["operation"]
     if operation == "optimize-wait":
         return "empty: brings the optimize after it to a compaction batch"
     done = f"rewrote {history['files_removed']} files of earlier batches" if operation == "optimize" else ""
     if history["files"] != 0 or not (rows or done):
         return done
-    replaced = f"files replaced by optimize (batch {later_optimizes[0]})" if later_optimizes else ""
-    if retention_ms is None and not unrecorded:
-        gone = replaced or "files no longer committed"
-    else:
-        expired = "expired by retention" if unrecorded else f"expired by retention ({duration_text(retention_ms)})"
-        gone = f"{replaced} or {expired}" if replaced else f"files {expired}"
-    return f"{done}; its files {gone.removeprefix('files ')}" if done else gone
+    gone = removal_cause(later_optimizes, settings)
+    return f"{done}; its files {gone}" if done else f"files {gone}"
 
 
 def read_output(
