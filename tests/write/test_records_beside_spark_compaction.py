@@ -53,20 +53,28 @@ def _once(spark, out: Path, expected: list[int]) -> None:
     assert verify(str(out)).ok
 
 
-@pytest.mark.parametrize("writer", ["spark", "arrow", "write_batch"])
-def test_a_replay_after_spark_s_compaction_commits_nothing(spark, tmp_path: Path, writer: str) -> None:
+def _committer(spark, tmp_path: Path, writer: str, **sink_options):
+    """``commit(ids, version, **options)``: ``write_batch`` of app "nightly load" at ``version`` into
+    ``tmp_path/out``, or the sink (``writer``'s path, ``sink_options``) with a checkpoint's query id at batch
+    ``version``; returns the write's result (the sink's ``last_progress``)."""
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    ckpt.mkdir()
+    ckpt.mkdir(exist_ok=True)
     (ckpt / "metadata").write_text(json.dumps({"id": "8c1d6f0e-query"}))
     if writer == "write_batch":
         def commit(ids: list[int], version: int, **options):
             return write_batch(str(out), pa.table({"id": ids}), app_id="nightly load", version=version, **options)
     else:
         def commit(ids: list[int], version: int, **options):
-            sink = ParquetSink(str(out), writer=writer, checkpoint_location=str(ckpt), on_foreign_query="append",
-                               **options)
+            sink = ParquetSink(str(out), writer=writer, checkpoint_location=str(ckpt), **sink_options, **options)
             sink(_frame(spark, ids), version)
             return sink.last_progress
+    return commit
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow", "write_batch"])
+def test_a_replay_after_spark_s_compaction_commits_nothing(spark, tmp_path: Path, writer: str) -> None:
+    out = tmp_path / "out"
+    commit = _committer(spark, tmp_path, writer, on_foreign_query="append")
     first = commit([0, 1], 0, compact_interval=2)
     assert first.log_batch_id == 0
     _spark_compacts(spark, out, [2])
@@ -123,17 +131,8 @@ def test_replays_after_compactions_that_thinned_the_records_commit_nothing(spark
     """Our compactions keep a query's first and newest record only (an app's every record: each carries its data's
     fingerprint); the replay of the newest batch (version), and a retry of an older version, commit nothing, before
     and after Spark's own sink compacted the thinned log."""
-    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "metadata").write_text(json.dumps({"id": "8c1d6f0e-query"}))
-    if writer == "write_batch":
-        def commit(ids: list[int], version: int, **options):
-            return write_batch(str(out), pa.table({"id": ids}), app_id="nightly load", version=version, **options)
-    else:
-        def commit(ids: list[int], version: int, **options):
-            sink = ParquetSink(str(out), writer=writer, checkpoint_location=str(ckpt), **options)
-            sink(_frame(spark, ids), version)
-            return sink.last_progress
+    out = tmp_path / "out"
+    commit = _committer(spark, tmp_path, writer)
     for batch in range(6):  # compactions at batches 1, 3 and 5
         assert commit([batch], batch, compact_interval=2).log_batch_id == batch
     records = records_of(read_snapshot(MetadataLog(str(out), cleanup=False)).table)
