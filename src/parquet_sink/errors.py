@@ -10,12 +10,14 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+import importlib
 import inspect
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
 _P = ParamSpec("_P")
@@ -56,6 +58,27 @@ class UnsafeStorageError(StorageError):
 
 class MissingDependencyError(ParquetSinkError, ImportError):
     """A package the sink needs at run time (pyspark, or pandas/pyarrow for ``mapInArrow``) is missing or too old."""
+
+    @classmethod
+    def require(cls, what: str, modules: Sequence[str], minimum: tuple[int, int], needs: str, install: str) -> ModuleType:
+        """The top-level package of ``modules`` once every one of them imports and its ``__version__`` is at least
+        ``minimum``; else this error class naming ``what`` needed it, what it ``needs`` (the package, its version
+        and parts, in words), what was found and the ``install`` command. The extras' packages (deltalake,
+        pyiceberg) are checked with it.
+
+        Example: ``DeltaDependencyError.require("sync_delta_log('/data/events')", ["deltalake.transaction"], (1, 0),
+        "the deltalake package (delta-rs) >= 1.0", INSTALL).__version__`` -> ``'1.6.6'``.
+        """
+        try:
+            for module in modules:
+                importlib.import_module(module)
+        except ImportError as exc:
+            raise cls(f"{what} needs {needs}, which is missing or older ({exc}). Install it with: {install}") from exc
+        package = importlib.import_module(modules[0].split(".")[0])
+        version = getattr(package, "__version__", "")
+        if tuple(int(p) for p in re.findall(r"\d+", version)[:2]) < minimum:
+            raise cls(f"{what} needs {needs}, found {package.__name__} {version}. Install it with: {install}")
+        return package
 
 
 class ExecutorDependencyError(MissingDependencyError):

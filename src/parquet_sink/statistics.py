@@ -92,21 +92,34 @@ def stored_hybrid(typ: pa.DataType, physical: str | None, hybrid: tuple[bool, bo
     return False
 
 
-def _leaves(field: pa.Field, path: LeafPath, repeated: bool) -> Iterator[tuple[LeafPath, pa.DataType, bool]]:
-    """The leaf columns of ``field`` in Parquet's column order: (tuple path, Arrow type, inside a list/map)."""
-    typ = field.type
+_LISTS = (pa.ListType, pa.LargeListType, pa.FixedSizeListType, pa.ListViewType, pa.LargeListViewType)
+
+
+def column_leaves(
+    typ: pa.DataType, path: LeafPath, array: pa.Array | None = None, repeated: bool = False
+) -> Iterator[tuple[LeafPath, pa.DataType, bool, pa.Array | None]]:
+    """The leaf columns of a column of type ``typ`` at ``path``, in Parquet's column order and under the names
+    pyarrow's writer gives them (a map's ``key_value.key`` / ``key_value.value``, a list's ``list.element``):
+    (tuple path, Arrow type, inside a list or map, the leaf's values in the column's values ``array`` when given,
+    dictionaries decoded). The one walk of nested columns: footers' statistics, the footer rule of a batch's rows,
+    the date range check of a file's columns.
+
+    Example: ``[p for p, *_ in column_leaves(pa.struct([("a", pa.list_(pa.float64()))]), ("s",))]`` ->
+    ``[('s', 'a', 'list', 'element')]``.
+    """
     if pa.types.is_dictionary(typ):
-        typ = typ.value_type
+        typ, array = typ.value_type, None if array is None else array.dictionary_decode()
     if pa.types.is_struct(typ):
-        for child in typ:
-            yield from _leaves(child, path + (child.name,), repeated)
+        for index, child in enumerate(typ):
+            values = None if array is None else array.field(index)
+            yield from column_leaves(child.type, path + (child.name,), values, repeated)
     elif pa.types.is_map(typ):
-        yield from _leaves(typ.key_field, path + ("key",), True)
-        yield from _leaves(typ.item_field, path + ("value",), True)
-    elif isinstance(typ, pa.ListType | pa.LargeListType | pa.FixedSizeListType | pa.ListViewType | pa.LargeListViewType):
-        yield from _leaves(typ.value_field, path + ("element",), True)
+        yield from column_leaves(typ.key_type, path + ("key_value", "key"), None if array is None else array.keys, True)
+        yield from column_leaves(typ.item_type, path + ("key_value", "value"), None if array is None else array.items, True)
+    elif isinstance(typ, _LISTS):
+        yield from column_leaves(typ.value_type, path + ("list", "element"), None if array is None else array.flatten(), True)
     else:
-        yield path, typ, repeated
+        yield path, typ, repeated, array
 
 
 def _bound(stats: Any, which: str, typ: pa.DataType, logical: dict[str, Any]) -> pa.Scalar | None:
@@ -157,12 +170,12 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
 
     Example: ``file_statistics(pq.read_metadata(path))[("x", "y")].max`` -> ``<pyarrow.StringScalar: 'zz'>``.
     """
-    leaves = [leaf for field in metadata.schema.to_arrow_schema() for leaf in _leaves(field, (field.name,), False)]
+    leaves = [leaf for field in metadata.schema.to_arrow_schema() for leaf in column_leaves(field.type, (field.name,))]
     if len(leaves) != metadata.num_columns:
         return {}
     found: dict[LeafPath, LeafStatistics] = {}
     hybrid = hybrid_calendar(metadata)
-    for index, (path, typ, repeated) in enumerate(leaves):
+    for index, (path, typ, repeated, _) in enumerate(leaves):
         if repeated:
             continue
         column_schema = metadata.schema.column(index)
@@ -189,23 +202,6 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
             low, high = _merge(low, high, bounds[0], "min"), _merge(low, high, bounds[1], "max")
         found[path] = LeafStatistics(low, high, nulls) if exact else LeafStatistics(None, None, nulls)
     return found
-
-
-def _float_leaves(array: pa.Array, path: str) -> Iterator[tuple[str, pa.Array]]:
-    """The float leaves of ``array`` (at dotted Parquet column path ``path``): (path, values)."""
-    typ = array.type
-    if pa.types.is_dictionary(typ):
-        array, typ = array.dictionary_decode(), typ.value_type
-    if pa.types.is_struct(typ):
-        for index, child in enumerate(typ):
-            yield from _float_leaves(array.field(index), f"{path}.{child.name}")
-    elif pa.types.is_map(typ):
-        yield from _float_leaves(array.keys, f"{path}.key_value.key")
-        yield from _float_leaves(array.items, f"{path}.key_value.value")
-    elif isinstance(typ, pa.ListType | pa.LargeListType | pa.FixedSizeListType):
-        yield from _float_leaves(array.flatten(), f"{path}.list.element")
-    elif pa.types.is_floating(typ) and not pa.types.is_float16(typ):
-        yield path, array
 
 
 @dataclass(frozen=True)
@@ -260,7 +256,10 @@ def footer_rule(table: pa.Table) -> FooterRule:
     nan, zero = set(), set()
     for index, field in enumerate(table.schema):
         for chunk in table.column(index).chunks:
-            for path, values in _float_leaves(chunk, field.name):
+            for leaf, typ, _, values in column_leaves(field.type, (field.name,), chunk):
+                if not pa.types.is_floating(typ) or pa.types.is_float16(typ):
+                    continue
+                path = ".".join(leaf)
                 if pc.any(pc.is_nan(values)).as_py():
                     nan.add(path)
                 if pc.any(pc.equal(values, 0.0)).as_py():
@@ -341,6 +340,6 @@ def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[Leaf
 
 
 __all__ = [
-    "LEGACY_KEYS", "SPARK_VERSION_KEY", "LeafPath", "LeafStatistics", "data_statistics", "file_statistics",
+    "LEGACY_KEYS", "SPARK_VERSION_KEY", "LeafPath", "LeafStatistics", "column_leaves", "data_statistics", "file_statistics",
     "FooterRule", "footer_rule", "hybrid_calendar", "merged", "nan_column_statistics", "hybrid_keys", "stored_hybrid",
 ]

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from .errors import ParquetSinkError
 from .parquet_read import open_sized
-from .statistics import LeafPath, LeafStatistics, data_statistics, file_statistics
+from .statistics import LeafPath, LeafStatistics, column_leaves, data_statistics, file_statistics
 
 if TYPE_CHECKING:
     from .storage.filesystem import Storage
@@ -150,14 +150,6 @@ def leaf_statistics(parquet: pq.ParquetFile, schema: pa.Schema | pa.StructType) 
     return leaves
 
 
-def _leaf_paths(fields: pa.StructType | pa.Schema, prefix: LeafPath) -> list[LeafPath]:
-    paths: list[LeafPath] = []
-    for field in fields:
-        path = prefix + (field.name,)
-        paths += _leaf_paths(field.type, path) if pa.types.is_struct(field.type) else [path]
-    return paths
-
-
 def columns_out_of_range(parquet: pq.ParquetFile, schema: pa.Schema) -> tuple[str | None, str | None]:
     """(the first date or timestamp column of ``schema``, ``s.f`` for a struct's field, holding a value outside
     :data:`DATE_RANGE` in ``parquet``; the first INT96 timestamp column holding one outside :data:`NANOS_RANGE`),
@@ -173,7 +165,7 @@ def columns_out_of_range(parquet: pq.ParquetFile, schema: pa.Schema) -> tuple[st
     int96 = {metadata.schema.column(i).path for i in range(metadata.num_columns)
              if metadata.schema.column(i).physical_type == "INT96"}
     found: list[str | None] = [None, None]
-    for path in _leaf_paths(dated, ()):
+    for path in (p for f in dated for p, _, repeated, _ in column_leaves(f.type, (f.name,)) if not repeated):
         stats = leaves.get(path)
         column = ".".join(path)
         for index, nanos in enumerate((False, True)):

@@ -259,3 +259,47 @@ def test_spark_sink_at_its_session_interval_and_our_writers_agree_on_every_row(t
         assert sorted(read_committed(out, columns=["id"]).column("id").to_pylist()) == expected, _names(out)
     assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == expected, _names(out)
     assert MetadataLog(out).check() == []
+
+
+def test_doctor_and_verify_name_the_batches_spark_s_sink_named_by_another_interval(tmp_path, spark, capsys):
+    """Spark's own sink in a default session (interval 10) after write_batch(compact_interval=3): batch 2 is a delta
+    where the recorded interval names 2.compact. verify and doctor say which batch, the interval, the recorded one
+    and the remedy; the remedy, run as written, holds: Spark's sink at interval 3 stops at its compaction (5) until a
+    writer of ours wrote 5.compact, then goes on, and nothing is left to warn about."""
+    from parquet_sink import doctor, verify
+    from parquet_sink.cli.main import main as cli_main
+
+    out = str(tmp_path / "out")
+    _append(out, "a", 0, range(0, 3), 3)
+    for batch in (1, 2):
+        _spark_sink(spark, out, batch, range(3 * batch, 3 * batch + 3), None)
+    assert _names(out) == {0: ["0"], 1: ["1"], 2: ["2"]}
+    warnings = verify(out).warnings
+    assert len(warnings) == 1 and verify(out).ok
+    warning = warnings[0]
+    for said in ("log batch 2 (", "/_spark_metadata/2) is a delta", "recorded compact interval 3 names 2.compact",
+                 "e.g. 10, Spark's default", "BATCH_METADATA_NOT_FOUND",
+                 "Run Spark's sink with spark.sql.streaming.fileSink.log.compactInterval=3, after log batch 5"):
+        assert said in warning, (said, warning)
+    diagnosis = doctor(out, app_id="a", version=1, spark_sink_stopped=True)
+    assert diagnosis.log_warnings == [warning] and diagnosis.plan.ok  # the plan (commit as log batch 3) stands
+    assert cli_main(["doctor", out, "--app-id", "a", "--version", "1", "--spark-sink-stopped"]) == 0
+    assert f"warning: {warning}" in capsys.readouterr().out
+    # the remedy as it says: at interval 3, Spark's sink stops at its compaction 5 (it wants 2.compact)...
+    for batch in (3, 4):
+        _spark_sink(spark, out, batch, range(3 * batch, 3 * batch + 3), 3)
+    with pytest.raises(Exception, match="BATCH_METADATA_NOT_FOUND"):
+        _spark_sink(spark, out, 5, range(15, 18), 3)
+    # ... until a writer of ours has written 5.compact (from the log as written); then it goes on
+    assert _append(out, "a", 1, range(15, 18), None) == 5
+
+    def interval_warnings() -> list[str]:
+        return [w for w in verify(out).warnings if "compactInterval" in w]
+
+    assert interval_warnings() == [] and doctor(out, app_id="a", version=2, spark_sink_stopped=True).log_warnings == []
+    for batch in range(6, 12):  # (by the interval it derives from 5.compact: 6, so 8 is a delta, 11.compact)
+        _spark_sink(spark, out, batch, range(3 * batch, 3 * batch + 3), 3)
+    assert interval_warnings() == [] and _names(out)[11] == ["11.compact"]
+    expected = list(range(36))
+    assert sorted(read_committed(out, columns=["id"]).column("id").to_pylist()) == expected
+    assert sorted(r.id for r in spark.read.parquet(out).select("id").collect()) == expected

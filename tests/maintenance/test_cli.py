@@ -210,10 +210,10 @@ def test_ls_and_history_tell_one_story(tmp_path: Path, retention: str | None) ->
     optimizes = [b["batch"] for b in listed if b["operation"] == "optimize"]
     if retention:
         assert [b["batch"] for b in gone] == list(range(3)) and not optimizes
-        assert {b["note"] for b in gone} == {"files expired by retention (1s)"}
+        assert {b["note"] for b in gone} == {"files expired by retention='1s'"}  # as SnapshotExpiredError words it
     else:
         assert [b["batch"] for b in gone] == list(range(3)) and optimizes == [5]
-        assert {b["note"] for b in gone} == {f"files replaced by optimize (batch {optimizes[0]})"}
+        assert {b["note"] for b in gone} == {f"files replaced by optimize (log batch {optimizes[0]})"}
         waits = [b["batch"] for b in listed if b["operation"] == "optimize-wait"]
         lines = cli("ls", out).stdout.splitlines()
         assert lines[0].split()[:2] == ["batch", "operation"] and "rows added" in lines[0] and "files now" in lines[0]

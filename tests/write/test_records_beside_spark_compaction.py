@@ -53,20 +53,28 @@ def _once(spark, out: Path, expected: list[int]) -> None:
     assert verify(str(out)).ok
 
 
-@pytest.mark.parametrize("writer", ["spark", "arrow", "write_batch"])
-def test_a_replay_after_spark_s_compaction_commits_nothing(spark, tmp_path: Path, writer: str) -> None:
+def _committer(spark, tmp_path: Path, writer: str, **sink_options):
+    """``commit(ids, version, **options)``: ``write_batch`` of app "nightly load" at ``version`` into
+    ``tmp_path/out``, or the sink (``writer``'s path, ``sink_options``) with a checkpoint's query id at batch
+    ``version``; returns the write's result (the sink's ``last_progress``)."""
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    ckpt.mkdir()
+    ckpt.mkdir(exist_ok=True)
     (ckpt / "metadata").write_text(json.dumps({"id": "8c1d6f0e-query"}))
     if writer == "write_batch":
         def commit(ids: list[int], version: int, **options):
             return write_batch(str(out), pa.table({"id": ids}), app_id="nightly load", version=version, **options)
     else:
         def commit(ids: list[int], version: int, **options):
-            sink = ParquetSink(str(out), writer=writer, checkpoint_location=str(ckpt), on_foreign_query="append",
-                               **options)
+            sink = ParquetSink(str(out), writer=writer, checkpoint_location=str(ckpt), **sink_options, **options)
             sink(_frame(spark, ids), version)
             return sink.last_progress
+    return commit
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow", "write_batch"])
+def test_a_replay_after_spark_s_compaction_commits_nothing(spark, tmp_path: Path, writer: str) -> None:
+    out = tmp_path / "out"
+    commit = _committer(spark, tmp_path, writer, on_foreign_query="append")
     first = commit([0, 1], 0, compact_interval=2)
     assert first.log_batch_id == 0
     _spark_compacts(spark, out, [2])
@@ -116,3 +124,29 @@ def test_a_record_s_entry_names_every_id_exactly() -> None:
         assert records_of(table) == [record]
         # column-wise as one by one: a compact file's columnar copy equals its JSON parsed (verify compares them)
         assert table == entries_table([LogEntry("file:///o/a.parquet", 5), LogEntry.from_json(bare.to_json())])
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow", "write_batch"])
+def test_replays_after_compactions_that_thinned_the_records_commit_nothing(spark, tmp_path: Path, writer: str) -> None:
+    """Our compactions keep a query's first and newest record only (an app's every record: each carries its data's
+    fingerprint); the replay of the newest batch (version), and a retry of an older version, commit nothing, before
+    and after Spark's own sink compacted the thinned log."""
+    out = tmp_path / "out"
+    commit = _committer(spark, tmp_path, writer)
+    for batch in range(6):  # compactions at batches 1, 3 and 5
+        assert commit([batch], batch, compact_interval=2).log_batch_id == batch
+    records = records_of(read_snapshot(MetadataLog(str(out), cleanup=False)).table)
+    kept = list(range(6)) if writer == "write_batch" else [0, 5]  # the old rule kept every compaction's end: 0, 1, 3, 5
+    assert [(r.log_batch_id, r.query_batch_id) for r in records] == [(b, b) for b in kept]
+    if writer == "write_batch":  # every record keeps its fingerprint: a retry of an old version is compared with it
+        assert all(r.fingerprint for r in records)
+    for version in (5, 2) if writer == "write_batch" else (5,):  # a query replays its newest batch only
+        again = commit([version], version)
+        assert (not again.committed and again.log_batch_id == 5) if writer == "write_batch" else again.skipped
+    _once(spark, out, list(range(6)))
+    _spark_compacts(spark, out, [6])  # Spark's sink: batch 6, then 7.compact with its seven keys only
+    records = records_of(read_snapshot(MetadataLog(str(out), cleanup=False)).table)
+    assert [(r.log_batch_id, r.query_batch_id) for r in records] == [(b, b) for b in kept]  # from the entries' names
+    again = commit([5], 5, spark_sink_stopped=True)
+    assert (not again.committed and again.log_batch_id == 5) if writer == "write_batch" else again.skipped
+    _once(spark, out, list(range(7)))

@@ -399,7 +399,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     )
     output, ckpt, plan = diagnosis.output, diagnosis.checkpoint, diagnosis.plan
     if ckpt is None:
-        return _doctor_app(args, output, plan)
+        return _doctor_app(args, output, plan, diagnosis.log_warnings)
     queries = output.queries()
     data = {
         "path": output.storage.display(output.storage.root),
@@ -418,6 +418,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         "ok": plan.ok,
         "message": plan.message,
         "warnings": plan.warnings,
+        "log_warnings": diagnosis.log_warnings,
         "spark_sink": None if diagnosis.spark_sink is None else {
             "next_batch": diagnosis.spark_sink.batch, "lost": list(diagnosis.spark_sink.lost),
             "message": diagnosis.spark_sink.message,
@@ -439,14 +440,14 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         committers = committers or "Spark's own file sink (no query ids)"
         log = f"output log: newest batch {output.latest}, committed by {committers}"
-    lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings]
+    lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings + diagnosis.log_warnings]
     if diagnosis.spark_sink is not None:
         lines.append(f"instead of ParquetSink: {diagnosis.spark_sink.message}")
     emit(args, data, "\n".join(lines))
     return 0 if plan.ok else 1
 
 
-def _doctor_app(args: argparse.Namespace, output: Output, plan: RestartPlan) -> int:
+def _doctor_app(args: argparse.Namespace, output: Output, plan: RestartPlan, log_warnings: list[str]) -> int:
     own = output.queries().get(args.app_id)
     data = {
         "path": output.storage.display(output.storage.root),
@@ -460,7 +461,8 @@ def _doctor_app(args: argparse.Namespace, output: Output, plan: RestartPlan) -> 
         "ok": plan.ok,
         "message": plan.message,
         "warnings": plan.warnings,
+        "log_warnings": log_warnings,
     }
     log = "output log: empty" if output.latest is None else f"output log: newest batch {output.latest}"
-    emit(args, data, "\n".join([log, plan.message] + [f"warning: {w}" for w in plan.warnings]))
+    emit(args, data, "\n".join([log, plan.message] + [f"warning: {w}" for w in plan.warnings + log_warnings]))
     return 0 if plan.ok else 1

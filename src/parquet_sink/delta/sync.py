@@ -110,18 +110,14 @@ class DeltaDependencyError(MissingDependencyError):
 
 
 def require_deltalake(what: str) -> ModuleType:
-    """The ``deltalake`` module, or DeltaDependencyError naming ``what`` needed it and how to install it.
+    """The ``deltalake`` module (1.0+: commits with explicit add actions), or DeltaDependencyError naming ``what``
+    needed it and how to install it.
 
     Example: ``require_deltalake("sync_delta_log('/data/events')").__version__`` -> ``'1.6.6'``.
     """
-    try:
-        import deltalake.transaction  # 1.0+: commits with explicit add actions
-    except ImportError as exc:
-        raise DeltaDependencyError(
-            f"{what} needs the deltalake package (delta-rs) >= 1.0, which is missing or older ({exc}). "
-            f"Install it with: {INSTALL}"
-        ) from exc
-    return deltalake
+    return DeltaDependencyError.require(
+        what, ["deltalake", "deltalake.transaction"], (1, 0), "the deltalake package (delta-rs) >= 1.0", INSTALL
+    )
 
 
 @dataclass(frozen=True)

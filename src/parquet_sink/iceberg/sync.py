@@ -102,18 +102,10 @@ def require_pyiceberg(what: str) -> ModuleType:
 
     Example: ``require_pyiceberg("sync_iceberg('/data/events')").__version__`` -> ``'0.12.0'``.
     """
-    try:
-        import pyiceberg
-        import pyiceberg.catalog.sql
-        import pyiceberg.io.pyarrow
-    except ImportError as exc:
-        raise IcebergDependencyError(
-            f"{what} needs the pyiceberg package >= 0.12 with its SQL catalog, which is missing ({exc}). "
-            f"Install it with: {INSTALL}"
-        ) from exc
-    if tuple(int(p) for p in re.findall(r"\d+", pyiceberg.__version__)[:2]) < (0, 12):
-        raise IcebergDependencyError(f"{what} needs pyiceberg >= 0.12, found {pyiceberg.__version__}. Install: {INSTALL}")
-    return pyiceberg
+    return IcebergDependencyError.require(
+        what, ["pyiceberg", "pyiceberg.catalog.sql", "pyiceberg.io.pyarrow"], (0, 12),
+        "the pyiceberg package >= 0.12 with its SQL catalog", INSTALL,
+    )
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,12 @@ import bisect
 import dataclasses
 import datetime as _dt
 import functools
+import itertools
 import json
 import logging
 import re
 import time
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -338,6 +339,33 @@ def expired_below(current_batch_id: int, interval: int, min_batches_to_retain: i
         return None
     threshold = min_batch_id - (min_batch_id % interval) - 1
     return max((b for b, path in listing.items() if b <= threshold and is_compact_path(path)), default=0)
+
+
+def named_by_another_interval(listing: Mapping[int, str], recorded: int) -> tuple[list[int], int]:
+    """The batches after the newest compact file of ``listing`` that the ``recorded`` compact interval names
+    ``N.compact``, and so does Spark's own sink run at it, but the log holds as the delta ``N`` (after the newest
+    compact file every batch is a delta), and an interval that names them so: Spark's default 10 when it does, else
+    the smallest above ``recorded``.
+
+    Spark's own sink names batches by its session's ``spark.sql.streaming.fileSink.log.compactInterval`` until the
+    log holds a compact file, then by the interval it derives from the newest one (``CompactibleFileStreamLog.
+    compactInterval``, :func:`derive_compact_interval`: with 5.compact newest, 6 for a session at 3); our readers read
+    such a log as written (:func:`chain_as_written`), but Spark's sink, compacting across such a batch at the recorded
+    interval (or at its own, across one of ours), stops on BATCH_METADATA_NOT_FOUND. Batches before the newest compact
+    file no sink reads again. Pure: ``doctor`` and ``verify`` warn with it. ([], 0) when none.
+
+    Example: ``named_by_another_interval({0: ".../0", 1: ".../1", 2: ".../2", 3: ".../3"}, 3) == ([2], 10)``.
+    """
+    newest = max((b for b, path in listing.items() if is_compact_path(path)), default=-1)
+    spark = recorded if newest < 0 else derive_compact_interval(recorded, newest)  # Spark's sink run at the recorded
+    batches = sorted(b for b in listing if b > newest and (b + 1) % recorded == 0 and (b + 1) % spark == 0)
+    if not batches:
+        return [], 0
+
+    def fits(interval: int) -> bool:
+        return all((b + 1) % interval for b in batches)
+
+    return batches, next(i for i in itertools.chain([DEFAULT_COMPACT_INTERVAL], itertools.count(recorded + 1)) if fits(i))
 
 
 @dataclass
@@ -1072,6 +1100,7 @@ __all__ = [
     "check_positive_int",
     "derive_compact_interval",
     "infer_interval",
+    "named_by_another_interval",
     "parse_duration_ms",
     "settings_conflicts",
 ]

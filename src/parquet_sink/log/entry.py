@@ -461,25 +461,46 @@ def _same_run(a: CommitRecord, b: CommitRecord) -> bool:
 
 
 def records_to_keep(records: Sequence[CommitRecord]) -> set[int]:
-    """The log batch ids whose commit record a compact file keeps (the others repeat what these say).
+    """The log batch ids whose commit record a compact file keeps, given the records of its sources in log order
+    (those the previous compact file kept, then every delta's, then the new batch's). Pure: compaction decides with
+    it, on the records alone.
 
-    A *run* is a stretch of consecutive log batches committed by one query. Kept: the first and the last
-    record of every run, and every record carrying a data fingerprint (the check of a version written
-    again by :func:`~parquet_sink.write_batch` compares it). So the newest record of each query (what
-    :func:`~parquet_sink.write.sink.decide_batch` needs) stays, and every batch still in the log can be
-    attributed to its query and query batch (:func:`attribute`).
+    Contract: every reader and writer answers from the kept records what it answered from all of them, since
+    :func:`attribute` infers a dropped record from its run's ends. A *run* is a stretch of records, adjacent in log
+    order, of one query whose log and query batch ids advance together (:func:`_same_run`), whatever batches without
+    a record lie between them (dropped by an earlier compaction: :func:`attribute` reads the gap as the run's too).
+    Kept, and needed:
+
+    * the newest record of each query or app, the last of its newest run: replay detection
+      (:func:`~parquet_sink.write.sink.decide_batch`, ``write_batch``'s
+      :func:`~parquet_sink.read.chain.decide_write`), ``on_foreign_query``, the newest batch's writer
+      (:func:`committed_by_spark_sink`) and the lost-acknowledgement read-back of the commit id just written;
+    * the first and the last record of every run: :func:`attribute` infers every batch between them (``ls``,
+      ``doctor``, the conflict checks of a lost race, :func:`~parquet_sink.read.chain.version_record`); batches
+      outside every run stay Spark's own sink's;
+    * every record carrying a fingerprint, whatever its age: ``write_batch`` compares a version written again with
+      it (an inferred record has none: a changed retry of an old version would pass unseen), and an optimize's
+      record carries its swap's figures (``history``, ``sync_delta_log``, ``sync_iceberg`` read them).
+
+    Dropped: the other records of a run (a streaming query's inner batches); their commit ids and ``queryId`` keys
+    go, their batch's figures stay (:meth:`CommitRecord.log_entries`). A snapshot at an older batch (time travel)
+    reads the log files of that batch, whose records the retained files keep (``min_batches_to_retain``); retention
+    drops data entries, never a kept record (it stays as an entry of its own). So one query's stream keeps two
+    records, however many compactions it went through.
 
     Example::
 
         >>> sorted(records_to_keep([CommitRecord(b, "q", b, str(b)) for b in range(5)]))
         [0, 4]
+        >>> sorted(records_to_keep([CommitRecord(0, "q", 0, "a"), CommitRecord(4, "q", 4, "b"), CommitRecord(5, "q", 5, "c")]))
+        [0, 5]
     """
     keep: set[int] = set()
     previous: CommitRecord | None = None
     for record in records:
         if record.fingerprint:
             keep.add(record.log_batch_id)
-        if previous is None or record.log_batch_id != previous.log_batch_id + 1 or not _same_run(previous, record):
+        if previous is None or not _same_run(previous, record):
             keep.add(record.log_batch_id)
             if previous is not None:
                 keep.add(previous.log_batch_id)

@@ -31,7 +31,7 @@ from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
 from ..write.conflicts import SparkSinkResume, spark_sink_refusal, spark_sink_resume, spark_sink_window
 from ..write.sink import Action, checkpoint_query_id, decide_batch
-from .inspect import Output, read_output
+from .inspect import Output, other_interval_warning, read_output
 
 
 @dataclass(frozen=True)
@@ -273,14 +273,17 @@ def spark_sink_plan(ckpt: Checkpoint, output: Output, batch: int) -> SparkSinkRe
 
 @dataclass
 class Diagnosis:
-    """:func:`doctor`'s answer: the output's log as read, the checkpoint (None for a ``write_batch`` app) and the
-    plan; for a checkpoint on an output Spark's own file sink wrote, ``spark_sink`` says what that sink would do with it
+    """:func:`doctor`'s answer: the output's log as read, the checkpoint (None for a ``write_batch`` app), the
+    plan and the log's own warnings; for a checkpoint on an output Spark's own file sink wrote, ``spark_sink`` says what that sink would do with it
     instead (going back from ``ParquetSink``: :func:`spark_sink_plan`)."""
 
     output: Output
     checkpoint: Checkpoint | None
     plan: RestartPlan
     spark_sink: SparkSinkResume | None = None
+    # what the log says to every writer, whatever the plan (:func:`~.inspect.other_interval_warning`: log batches
+    # Spark's own sink named by another compact interval than the output's); not the plan's: ``plan.ok`` stays
+    log_warnings: list[str] = field(default_factory=list)
 
 
 @names_output
@@ -323,10 +326,13 @@ def doctor(
         min_batches_to_retain=min_batches_to_retain, cleanup_delay=cleanup_delay,
     )
     output = read_output(path, storage_options=storage_options, must_exist=False)
+    names = {batch: info.path for batch, info in output.listing.items()}
+    other = other_interval_warning(names, log.recorded_interval(), output.storage.display)
+    log_warnings = [other] if other else []
     if app_id is not None and checked_version is not None:
         plan = _refused_by_settings(log, plan_app_write(output, app_id, checked_version, spark_sink_stopped),
                                     f"write_batch of app {app_id} version {checked_version}")
-        return Diagnosis(output, None, plan)
+        return Diagnosis(output, None, plan, log_warnings=log_warnings)
     assert checkpoint is not None
     ckpt = Checkpoint.read(checkpoint, storage_options)
     plan = plan_restart(
@@ -334,7 +340,7 @@ def doctor(
         spark_sink_stopped=spark_sink_stopped,
     )
     plan = _refused_by_settings(log, plan, f"the sink, at batch {plan.batch},")
-    return Diagnosis(output, ckpt, plan, spark_sink_plan(ckpt, output, plan.batch))
+    return Diagnosis(output, ckpt, plan, spark_sink_plan(ckpt, output, plan.batch), log_warnings)
 
 
 def _refused_by_settings(log: MetadataLog, plan: RestartPlan, who: str) -> RestartPlan:

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
 from ..errors import ParquetSinkError, names_output
-from ..log.compaction import check_compact_interval, duration_text
+from ..log.compaction import DEFAULT_COMPACT_INTERVAL, LogSettings, check_compact_interval, named_by_another_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
 from ..log.metadata_log import MetadataLog
@@ -36,7 +36,7 @@ from ..log.snapshot import LogSnapshot, data_files, read_log_files, read_snapsho
 from ..parquet_read import read_footer
 from ..partitioning import is_data_file
 from ..read.history import batch_history
-from ..read.reader import CommittedFile, snapshot
+from ..read.reader import CommittedFile, removal_cause, snapshot
 from ..storage.filesystem import FileInfo, Storage
 from ..write.conflicts import spark_sink_behind
 
@@ -93,7 +93,6 @@ class Output:
             return []
         history = batch_history(self.log_snapshot).to_pylist()
         settings = self.log.recorded_settings()
-        retention = None if settings is None else settings.retention_ms
         optimizes = [h["log_batch_id"] for h in history if h["operation"] == "optimize"]
         story = []
         for h in history:
@@ -105,7 +104,7 @@ class Output:
                 int(committed.timestamp() * 1000) if committed is not None else batch.committed_ms if batch else None
             )
             files, size = h["files"], h["bytes"]
-            note = _note(h, counted, [k for k in optimizes if k > b], settings is None, retention)
+            note = _note(h, counted, [k for k in optimizes if k > b], settings)
             if files is None and batch is not None and b == self.first_batch:  # a compact file Spark wrote
                 files, size = len(batch.data_files), sum(e.size for e in batch.data_files)
                 note = f"the files of batches up to {b}: Spark's compact file does not say which batch added each"
@@ -155,23 +154,17 @@ class StoryRow:
     note: str
 
 
-def _note(
-    history: Mapping[str, Any], rows: int | None, later_optimizes: list[int], unrecorded: bool, retention_ms: int | None
-) -> str:
-    """Why a batch's figures read as they do (empty when they need no word)."""
+def _note(history: Mapping[str, Any], rows: int | None, later_optimizes: list[int], settings: LogSettings | None) -> str:
+    """Why a batch's figures read as they do (empty when they need no word): the cause of files gone is
+    :func:`~parquet_sink.read.reader.removal_cause`'s, as the errors word it."""
     operation = history["operation"]
     if operation == "optimize-wait":
         return "empty: brings the optimize after it to a compaction batch"
     done = f"rewrote {history['files_removed']} files of earlier batches" if operation == "optimize" else ""
     if history["files"] != 0 or not (rows or done):
         return done
-    replaced = f"files replaced by optimize (batch {later_optimizes[0]})" if later_optimizes else ""
-    if retention_ms is None and not unrecorded:
-        gone = replaced or "files no longer committed"
-    else:
-        expired = "expired by retention" if unrecorded else f"expired by retention ({duration_text(retention_ms)})"
-        gone = f"{replaced} or {expired}" if replaced else f"files {expired}"
-    return f"{done}; its files {gone.removeprefix('files ')}" if done else gone
+    gone = removal_cause(later_optimizes, settings)
+    return f"{done}; its files {gone}" if done else f"files {gone}"
 
 
 def read_output(
@@ -328,7 +321,8 @@ def verify(
     with contextlib.suppress(ParquetSinkError, OSError):  # a log that cannot be read is a problem above already
         snap_log = read_snapshot(log, compact_interval)
         behind = spark_sink_behind(records_of(snap_log.table), min(snap_log.listing, default=0), snap_log.latest)
-        warnings += [behind] if behind else []
+        other = other_interval_warning(snap_log.listing, log.recorded_interval(), storage.display)
+        warnings += [w for w in (behind, other) if w]
     if latest is not None and has_delta_log(storage):
         try:
             delta_problems, delta_warnings = compare_logs(path, storage_options=storage_options)
@@ -339,6 +333,35 @@ def verify(
         except ParquetSinkError as exc:
             problems.append(f"the Delta log could not be compared with the log: {exc}")
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
+
+
+def other_interval_warning(listing: Mapping[int, str], recorded: int | None, display: Callable[[str], str]) -> str | None:
+    """A warning when log batches after the newest compact file are named by another compact interval than the
+    ``recorded`` one (:func:`~parquet_sink.log.compaction.named_by_another_interval`: Spark's own sink in a session
+    at another interval): which batches, the interval their names imply, the recorded one and the remedy. None
+    without a recorded interval or such a batch. ``display`` shows a log file's path. ``verify`` and ``doctor`` say it.
+
+    Example: ``other_interval_warning({0: ".../0", 1: ".../1", 2: ".../2"}, 3, str)`` -> ``"log batch 2 (.../2) is a
+    delta where the output's recorded compact interval 3 names 2.compact: ..."``.
+    """
+    if recorded is None:
+        return None
+    batches, implied = named_by_another_interval(listing, recorded)
+    if not batches:
+        return None
+    them = "them" if len(batches) > 1 else "it"
+    compaction = max(batches) + recorded  # the recorded interval's next compaction batch: the log holds none past it
+    default = ", Spark's default" if implied == DEFAULT_COMPACT_INTERVAL else ""
+    return (
+        f"log batch{'es' if len(batches) > 1 else ''} {', '.join(map(str, batches))} "
+        f"({', '.join(display(listing[b]) for b in batches)}) {'are deltas' if len(batches) > 1 else 'is a delta'} where the output's recorded compact interval {recorded} names {', '.join(f'{b}.compact' for b in batches)}: "
+        f"another interval named {them} (e.g. {implied}{default}), as Spark's own file sink names batches by its "
+        "session's spark.sql.streaming.fileSink.log.compactInterval until the log holds a compact file. parquet-sink "
+        f"reads the log as written, but Spark's own sink stops on BATCH_METADATA_NOT_FOUND when it compacts across "
+        f"{them}. Run Spark's sink with spark.sql.streaming.fileSink.log.compactInterval={recorded}, after log batch "
+        f"{compaction} ({compaction}.compact, which a writer of parquet-sink writes from the log as written): up to it, "
+        f"Spark's sink at interval {recorded} stops at its compaction too."
+    )
 
 
 def _nothing_committed(storage: Storage, latest: int) -> list[str]:
@@ -359,4 +382,4 @@ def _nothing_committed(storage: Storage, latest: int) -> list[str]:
     ]
 
 
-__all__ = ["Batch", "Output", "VerifyReport", "count_rows", "read_output", "verify"]
+__all__ = ["Batch", "Output", "VerifyReport", "count_rows", "other_interval_warning", "read_output", "verify"]

@@ -253,21 +253,32 @@ def _expired_snapshot(
     )
 
 
+def removal_cause(later_optimizes: Sequence[int], settings: LogSettings | None) -> str:
+    """Why committed files of a batch are no longer in the latest snapshot, in words: the optimizes committed after
+    it (``later_optimizes``, log batches, oldest first), the output's retention (``settings``: the recorded ones; None
+    when the output records none, then retention cannot be ruled out). Pure: the errors (:func:`drop_cause`) and
+    ``parquet-sink ls``'s notes say it alike.
+
+    Example: ``removal_cause([4], LogSettings())`` -> ``'replaced by optimize (log batch 4)'``;
+    ``removal_cause([], LogSettings(retention_ms=604_800_000))`` -> ``"expired by retention='7d'"``.
+    """
+    shown = ", ".join(map(str, later_optimizes[:3])) + (", ..." if len(later_optimizes) > 3 else "")
+    replaced = f"replaced by optimize (log batch{'es' if len(later_optimizes) > 1 else ''} {shown})"
+    if settings is not None and settings.retention_ms is None:
+        return replaced if later_optimizes else "dropped by an optimize or retention of an earlier release"
+    expired = "retention" if settings is None else f"retention={duration_text(settings.retention_ms)!r}"
+    return f"{replaced} or expired by {expired}" if later_optimizes else f"expired by {expired}"
+
+
 def drop_cause(log: MetadataLog, after: int, settings: LogSettings | None) -> str:
-    """What removed committed files of batches from ``after`` on from the latest snapshot, for a message: the
-    optimizes committed since (by log batch), the output's retention (``settings``: the recorded ones; None when
-    the output records none, then retention cannot be ruled out).
+    """What removed committed files of batches from ``after`` on from the latest snapshot, for a message
+    (:func:`removal_cause` of the optimizes committed since, by log batch, and ``settings``).
 
     Example: ``drop_cause(log, 0, LogSettings())`` -> ``'replaced by optimize (log batch 4)'``.
     """
     operations = batch_history(read_snapshot(log)).select(["log_batch_id", "operation"]).to_pylist()
     optimizes = [r["log_batch_id"] for r in operations if r["operation"] == "optimize" and r["log_batch_id"] > after]
-    shown = ", ".join(map(str, optimizes[:3])) + (", ..." if len(optimizes) > 3 else "")
-    replaced = f"replaced by optimize (log batch{'es' if len(optimizes) > 1 else ''} {shown})"
-    if settings is not None and settings.retention_ms is None:
-        return replaced if optimizes else "dropped by an optimize or retention of an earlier release"
-    expired = "retention" if settings is None else f"retention={duration_text(settings.retention_ms)!r}"
-    return f"{replaced} or expired by {expired}" if optimizes else f"expired by {expired}"
+    return removal_cause(optimizes, settings)
 
 
 class SnapshotOptions(TypedDict, total=False):
