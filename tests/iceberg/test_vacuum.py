@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyiceberg.table import StaticTable
 
 from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, vacuum
-from parquet_sink.iceberg import sync as iceberg_sync
+from parquet_sink.iceberg import expiry, sync as iceberg_sync
 from parquet_sink.iceberg.sync import MARKER
 from tests.delta.readers import spark_style_batch
 
@@ -82,7 +82,7 @@ def test_vacuum_keeps_what_snapshots_within_retention_read_and_expires_the_rest(
 
 def test_expired_snapshots_decides():
     """A snapshot expires once the one after it is older than the cutoff; the current one never does."""
-    assert iceberg_sync.expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 250) == {1}
-    assert iceberg_sync.expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 301) == {1, 2}
-    assert iceberg_sync.expired_snapshots([(1, 100)], 1, 10**9) == set()
-    assert iceberg_sync.expired_snapshots([], None, 10**9) == set()
+    assert expiry.expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 250) == {1}
+    assert expiry.expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 301) == {1, 2}
+    assert expiry.expired_snapshots([(1, 100)], 1, 10**9) == set()
+    assert expiry.expired_snapshots([], None, 10**9) == set()
