@@ -287,11 +287,17 @@ def _local_catalog() -> type:
     local disk (:class:`_PublishedOutput`), where pyiceberg's FileIO writes them in place."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.serializers import ToOutputFile
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
 
     class LocalCatalog(SqlCatalog):
         def __init__(self, storage: Storage, **properties: str) -> None:
             super().__init__("parquet-sink", **properties)
             self.storage = storage
+            # one in-memory database for every thread (the table is kept open for the next sync, which may run in
+            # another thread: an optimize's): SQLAlchemy gives each thread a database of its own otherwise
+            self.engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+            self._init_catalog()
 
         def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:  # type: ignore[override]
             if not self.storage.is_local:
@@ -319,7 +325,7 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         opened = _OPENED.get(storage.root)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
-        local = _local_catalog()(storage, uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
+        local = _local_catalog()(storage, uri="sqlite://", warehouse=_location(storage, storage.join(METADATA_DIR)),
                                  **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
