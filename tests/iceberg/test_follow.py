@@ -281,3 +281,29 @@ def test_optimize_leaves_a_catalog_table_it_is_not_given(tmp_path):
 
     metadata = StaticTable.from_metadata(current_metadata(Storage(str(root))))
     assert metadata.current_snapshot().summary["parquet-sink.log-batch-id"] == "3"
+
+
+def test_the_commands_reach_a_catalog_table(tmp_path, capsys):
+    """`parquet-sink optimize` and `vacuum` take the catalog table as `iceberg-sync` does: optimize syncs it after
+    the swap, vacuum past the retention expires its snapshots (JSON: the metadata files deleted); one of
+    --table and --catalog-uri without the other is a usage error naming both."""
+    import json
+
+    from parquet_sink.cli.main import main
+
+    root = tmp_path / "out"
+    target = _target("catalog", tmp_path)
+    for version in range(4):
+        write_batch(str(root), _table(version), app_id="a", version=version, partition_by=["k"], iceberg=target)
+    properties = _catalog_properties(tmp_path)
+    catalog = ["--catalog-uri", properties["uri"], "--catalog-prop", "name=c",
+               "--catalog-prop", f"warehouse={properties['warehouse']}", "--table", "db.events"]
+    assert main(["optimize", str(root), *catalog, "--json"]) == 0
+    latest = MetadataLog(str(root)).latest_batch_id()
+    assert json.loads(capsys.readouterr().out)["iceberg_log_batch"] == latest
+    assert main(["vacuum", str(root), "--older-than", "0s", "--allow-short-retention", *catalog, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["files"] and properties["uri"] not in json.dumps(data)
+    assert list(assert_mirrors(_load("catalog", tmp_path, root), root, latest=latest)) == [latest]
+    assert main(["vacuum", str(root), "--table", "db.events"]) == 2
+    assert "--catalog-uri" in capsys.readouterr().err
