@@ -93,7 +93,7 @@ from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
 from ..parquet_read import INT96_UNIT, unify_schemas
-from ..partitioning import DEFAULT_PARTITION_NAME, parse_partition_path, unescape_path_name
+from ..partitioning import DEFAULT_PARTITION_NAME, check_time_zone, parse_partition_path, unescape_path_name
 from ..read.history import (
     OPTIMIZE_APP_ID,
     newest_commit_time,
@@ -598,6 +598,7 @@ def optimize(
     if delta_log is not None:  # None: as the output has a Delta log
         check_flags(delta_log=delta_log)
     mirror = None if iceberg is None else iceberg_follow.iceberg_target(iceberg, f"optimize({path!r})")
+    check_time_zone(time_zone)
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
     for option, value in (("sort_by", sort_by), ("z_order", z_order)):
