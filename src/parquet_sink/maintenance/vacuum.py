@@ -108,8 +108,8 @@ def find_orphans(
     file a snapshot within ``older_than_ms`` references is kept (``iceberg_kept``,
     :func:`parquet_sink.iceberg.expiry.references`: of the table without catalog, and of the catalog table
     ``iceberg`` names; every snapshot's of another catalog's table), and the metadata files of those two that
-    no snapshot left needs are listed (``iceberg_stale``). ``now_ms``: the time the ages are measured from
-    (default now; vacuum passes the one it expired the Iceberg snapshots at).
+    no snapshot left needs are listed (``iceberg_stale``). ``now_ms``: the time the Iceberg snapshots' ages are
+    measured from (default now; vacuum passes the one it expired them at, so the plan expires no more).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
     (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
@@ -155,8 +155,7 @@ def find_orphans(
         batch[0]: listed[i].mtime_ms
         for i in nonzero(pc.starts_with(paths, log_files)) if (batch := parse_batch_name(listed[i].path))
     }
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    cutoff = now_ms - older_than_ms
+    cutoff = int(time.time() * 1000) - older_than_ms
     rows = record_rows(entries)
     records = records_of(rows)
     swaps = [  # optimizes committed within older_than: the snapshot before each keeps its files
@@ -177,7 +176,8 @@ def find_orphans(
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
     in_delta = referenced_files(storage, older_than_ms) if has_delta_log(storage) else set()
-    found = iceberg_expiry.references(storage, cutoff, now_ms, *_catalog_table(iceberg))
+    now_ms = cutoff + older_than_ms if now_ms is None else now_ms
+    found = iceberg_expiry.references(storage, now_ms - older_than_ms, now_ms, *_catalog_table(iceberg))
     in_iceberg = found.data_files
     replaced = _replaced_files(url, storage_options, swaps)
     prefix = storage.root.rstrip("/") + "/"
