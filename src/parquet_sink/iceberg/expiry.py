@@ -137,11 +137,21 @@ def stale_metadata(
     """
     version = int(_METADATA_FILE.match(current).group(1))
     versions = {name: int(m.group(1)) for name, _ in files if (m := _METADATA_FILE.match(name))}
+    written: dict[int, int] = {}  # version -> when its first file was written
+    for name, mtime_ms in files:
+        if name in versions:
+            written[versions[name]] = min(mtime_ms, written.get(versions[name], mtime_ms))
+    superseded: dict[int, int] = {}  # version -> when a later version was first written
+    later = None
+    for v in sorted(written, reverse=True):
+        if later is not None:
+            superseded[v] = later
+        later = written[v] if later is None else min(later, written[v])
     stale = []
     for name, mtime_ms in files:
         if name in versions:
-            superseded = min((t for n, t in files if versions.get(n, -1) > versions[name]), default=None)
-            if versions[name] < version - keep and superseded is not None and superseded < before_ms:
+            when = superseded.get(versions[name])
+            if versions[name] < version - keep and when is not None and when < before_ms:
                 stale.append(name)
         elif (name.endswith(".avro") and name not in needed) or _half_written(name):
             if mtime_ms < before_ms:
