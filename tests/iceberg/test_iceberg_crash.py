@@ -200,10 +200,10 @@ def test_vacuum_killed_deleting_metadata_then_rerun(tmp_path, kind):
     the vacuum run again deletes the rest (a third finds nothing stale) and the table reads the same."""
     out = tmp_path / "out"
     target = {} if kind == "metadata" else _catalog_target(tmp_path)
-    for version in range(12):
+    for version in range(4):
         write_batch(str(out), _table(version), app_id="a", version=version, iceberg=target or True)
     assert optimize(str(out)).committed
-    write_batch(str(out), _table(12), app_id="a", version=12, iceberg=target or True)
+    write_batch(str(out), _table(4), app_id="a", version=4, iceberg=target or True)
     latest = MetadataLog(str(out)).latest_batch_id()
     _age(out, 30)
     directory = out / METADATA_DIR if not target else out / "_exactly_once" / ".iceberg" / ".db.events"
