@@ -230,3 +230,80 @@ def test_the_command_syncs_into_a_catalog(tmp_path, capsys):
     assert table.metadata_location == data["metadata_location"]
     assert sorted(assert_mirrors(table, root, latest=1)) == [0, 1]
     assert main(argv) == 0 and json.loads(capsys.readouterr().out)["snapshots"] == 0
+
+
+@pytest.mark.parametrize("kind", ["metadata", "catalog"])
+def test_optimize_syncs_the_iceberg_table(tmp_path, kind):
+    """optimize brings the Iceberg table in step after its swap (a replace snapshot): the table without catalog
+    as the output keeps one (iceberg=None), a catalog's table when named (iceberg=); so does the sink's
+    optimize_every thread (BackgroundOptimizer, given the sink's iceberg=). Every snapshot reads read_committed's
+    rows. Before, the table stayed at the batch before the swap until the next write's sync."""
+    from parquet_sink.iceberg.sync import MARKER
+    from parquet_sink.write.rewrite import BackgroundOptimizer, optimize
+
+    root = tmp_path / "out"
+    target = _target(kind, tmp_path)
+    for version in range(4):
+        write_batch(str(root), _table(version), app_id="a", version=version, partition_by=["k"], iceberg=target)
+    result = optimize(str(root), iceberg=None if kind == "metadata" else target)
+    latest = MetadataLog(str(root)).latest_batch_id()
+    assert result.committed and result.iceberg is not None and result.iceberg.log_batch == latest
+    table = _load(kind, tmp_path, root)
+    assert table.current_snapshot().summary.operation.value == "replace"
+    assert int(table.current_snapshot().summary[MARKER]) == latest
+    assert sorted(assert_mirrors(table, root, latest=latest)) == list(range(latest + 1))
+
+    for version in range(4, 8):
+        write_batch(str(root), _table(version), app_id="a", version=version, partition_by=["k"])
+    sink = ParquetSink(str(root), iceberg=target, optimize_every=1)
+    assert sink.optimizer._options["iceberg"] == target
+    optimizer = BackgroundOptimizer(str(root), None, every=1, iceberg=target)
+    assert optimizer.after_batch(0) and optimizer.wait(120) and optimizer.error is None
+    assert optimizer.last.committed and optimizer.last.iceberg.log_batch == MetadataLog(str(root)).latest_batch_id()
+    assert sorted(assert_mirrors(_load(kind, tmp_path, root), root)) == list(range(optimizer.last.log_batch_id + 1))
+
+
+def test_optimize_leaves_a_catalog_table_it_is_not_given(tmp_path):
+    """Without iceberg=, optimize syncs no catalog table (it has no catalog: the next write's sync catches up),
+    nor, with iceberg=False, the table without catalog."""
+    from parquet_sink.write.rewrite import optimize
+
+    root = tmp_path / "out"
+    for version in range(4):
+        write_batch(str(root), _table(version), app_id="a", version=version, partition_by=["k"],
+                    iceberg=_target("catalog", tmp_path))
+    sync_iceberg(str(root))  # the table without catalog too
+    result = optimize(str(root), iceberg=False)
+    assert result.committed and result.iceberg is None
+    assert _load("catalog", tmp_path, root).current_snapshot().summary["parquet-sink.log-batch-id"] == "3"
+    from parquet_sink.iceberg import current_metadata
+    from parquet_sink.storage.filesystem import Storage
+
+    metadata = StaticTable.from_metadata(current_metadata(Storage(str(root))))
+    assert metadata.current_snapshot().summary["parquet-sink.log-batch-id"] == "3"
+
+
+def test_the_commands_reach_a_catalog_table(tmp_path, capsys):
+    """`parquet-sink optimize` and `vacuum` take the catalog table as `iceberg-sync` does: optimize syncs it after
+    the swap, vacuum past the retention expires its snapshots (JSON: the metadata files deleted); one of
+    --table and --catalog-uri without the other is a usage error naming both."""
+    import json
+
+    from parquet_sink.cli.main import main
+
+    root = tmp_path / "out"
+    target = _target("catalog", tmp_path)
+    for version in range(4):
+        write_batch(str(root), _table(version), app_id="a", version=version, partition_by=["k"], iceberg=target)
+    properties = _catalog_properties(tmp_path)
+    catalog = ["--catalog-uri", properties["uri"], "--catalog-prop", "name=c",
+               "--catalog-prop", f"warehouse={properties['warehouse']}", "--table", "db.events"]
+    assert main(["optimize", str(root), *catalog, "--json"]) == 0
+    latest = MetadataLog(str(root)).latest_batch_id()
+    assert json.loads(capsys.readouterr().out)["iceberg_log_batch"] == latest
+    assert main(["vacuum", str(root), "--older-than", "0s", "--allow-short-retention", *catalog, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["files"] and properties["uri"] not in json.dumps(data)
+    assert list(assert_mirrors(_load("catalog", tmp_path, root), root, latest=latest)) == [latest]
+    assert main(["vacuum", str(root), "--table", "db.events"]) == 2
+    assert "--catalog-uri" in capsys.readouterr().err

@@ -7,6 +7,7 @@ loser reads the table again and goes on from the winner's batch (never appending
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import random
@@ -20,21 +21,25 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
-from parquet_sink import MetadataLog, read_committed, write_batch
+from parquet_sink import MetadataLog, optimize, read_committed, vacuum, write_batch
 from parquet_sink.iceberg import current_metadata
-from parquet_sink.iceberg.sync import RETRIES
+from parquet_sink.iceberg.sync import METADATA_DIR, RETRIES
 from parquet_sink.storage.filesystem import Storage
 from tests.iceberg.readers import assert_mirrors
 from tests.iceberg.test_sync import _catalog_properties, _table
+from tests.iceberg.test_vacuum import _age, _age_all
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
-import json, sys
+import datetime, json, sys
 import pyarrow as pa
-from parquet_sink import sync_iceberg, write_batch
+from parquet_sink import sync_iceberg, vacuum, write_batch
 out, target, app, first, last = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 if app == "-":  # a sync only
     print(json.dumps({"log_batch": sync_iceberg(out, **target).log_batch}))
+elif app == "vacuum":  # past the retention
+    vacuum(out, datetime.timedelta(0), allow_short_retention=True, iceberg=target or None)
+    print(json.dumps({"done": True}))
 else:
     for version in range(first, last):
         ids = [version * 10 + i + (1000 if app == "b" else 0) for i in range(5)]
@@ -186,3 +191,65 @@ def test_a_table_without_the_retry_property_gets_it(tmp_path):
     assert RETRIES not in _table_of(tmp_path, out, target).properties
     write_batch(str(out), _table(1), app_id="a", version=1, iceberg=target)
     assert _table_of(tmp_path, out, target).properties[RETRIES] == "0"
+
+
+@pytest.mark.parametrize("kind", ["metadata", "catalog"])
+def test_vacuum_killed_deleting_metadata_then_rerun(tmp_path, kind):
+    """A vacuum past the retention SIGKILLed at its third metadata deletion (failpoint iceberg_vacuum): the table
+    (its current metadata file; the catalog's table) still reads read_committed's rows at every snapshot left;
+    the vacuum run again deletes the rest (a third finds nothing stale) and the table reads the same."""
+    out = tmp_path / "out"
+    target = {} if kind == "metadata" else _catalog_target(tmp_path)
+    for version in range(4):
+        write_batch(str(out), _table(version), app_id="a", version=version, iceberg=target or True)
+    assert optimize(str(out)).committed
+    write_batch(str(out), _table(4), app_id="a", version=4, iceberg=target or True)
+    latest = MetadataLog(str(out)).latest_batch_id()
+    _age(out, 30)
+    directory = out / METADATA_DIR if not target else out / "_exactly_once" / ".iceberg" / ".db.events"
+    _age_all(directory, 30)
+    files = set(directory.iterdir())
+    code, stdout, _ = _run(out, target, "vacuum", range(0), "iceberg_vacuum=kill@3")
+    assert code == -signal.SIGKILL and "done" not in stdout
+    assert len(files - set(directory.iterdir())) == 2  # two deleted, the third not
+    assert list(assert_mirrors(_table_of(tmp_path, out, target), out, latest=latest)) == [latest]
+    assert vacuum(str(out), _dt.timedelta(0), allow_short_retention=True, iceberg=target or None).plan.iceberg_stale
+    assert not vacuum(str(out), _dt.timedelta(0), allow_short_retention=True, iceberg=target or None).plan.iceberg_stale
+    assert list(assert_mirrors(_table_of(tmp_path, out, target), out, latest=latest)) == [latest]
+
+
+def test_sync_killed_writing_its_metadata_file(tmp_path):
+    """The table without catalog: a sync SIGKILLed halfway through writing its metadata file (failpoint
+    iceberg_metadata_write) leaves no torn metadata file (only a hidden one, which vacuum deletes once old), the
+    table at the batch before; the next write's sync catches up. Before, the half file kept its name and every
+    later sync failed on it until deleted by hand."""
+    out = tmp_path / "out"
+    for version in range(2):
+        write_batch(str(out), _table(version), app_id="a", version=version, partition_by=["k"],
+                    iceberg=True if version == 0 else None)
+    code, stdout, stderr = _run(out, {}, "-", range(0), "iceberg_metadata_write=kill")
+    assert code == -signal.SIGKILL and not stdout, stderr[-2000:]
+    assert MetadataLog(str(out)).latest_batch_id() == 1 and _marker(tmp_path, out, {}) == 0
+    for path in (out / METADATA_DIR).glob("*.metadata.json"):
+        json.loads(path.read_text())
+    assert [p.name for p in (out / METADATA_DIR).glob(".*.inprogress")]
+    write_batch(str(out), _table(2), app_id="a", version=2, partition_by=["k"], iceberg=True)
+    assert sorted(assert_mirrors(_table_of(tmp_path, out, {}), out, latest=2)) == [0, 1, 2]
+
+
+def test_a_torn_newest_metadata_file_is_passed_over(tmp_path):
+    """A torn newest metadata file (a sync of an earlier version killed while writing it in place): readers
+    finding the table by current_metadata and the next sync use the version before, the sync commits the next
+    version over it, and every snapshot reads read_committed's rows. Before, every sync failed on it."""
+    out = tmp_path / "out"
+    for version in range(2):
+        write_batch(str(out), _table(version), app_id="a", version=version, partition_by=["k"], iceberg=True)
+    whole = Path(current_metadata(Storage(str(out))))
+    version = int(whole.name.split("-", 1)[0])
+    torn = whole.with_name(f"{version + 1:05d}-0000-torn.metadata.json")
+    torn.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert current_metadata(Storage(str(out))) == str(whole)
+    write_batch(str(out), _table(2), app_id="a", version=2, partition_by=["k"], iceberg=True)
+    location = current_metadata(Storage(str(out)))
+    assert location not in (str(whole), str(torn)) and Path(location).name.startswith(f"{version + 1:05d}-")
+    assert sorted(assert_mirrors(StaticTable.from_metadata(location), out, latest=2)) == [0, 1, 2]

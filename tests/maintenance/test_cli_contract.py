@@ -184,6 +184,8 @@ BAD_INPUTS = {
                                        ["--table 'db.events'", "--catalog-uri"]),
     "iceberg-sync --table events": (["iceberg-sync", "{good}", "--catalog-uri", "sqlite:///:memory:", "--table",
                                      "events"], ["--table"]),
+    "vacuum --table db.events": (["vacuum", "{good}", "--table", "db.events"], ["--table", "--catalog-uri"]),
+    "optimize --time-zone Mars/Base": (["optimize", "{good}", "--time-zone", "Mars/Base"], ["--time-zone 'Mars/Base'"]),
     "doctor --version -1": (["doctor", "{good}", "--app-id", "a", "--version", "-1"], ["--version must"]),
     "doctor --app-id ''": (["doctor", "{good}", "--app-id", "", "--version", "1"], ["--app-id must"]),
 }

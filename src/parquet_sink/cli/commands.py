@@ -4,6 +4,7 @@ returns, as a table or (``--json``) for scripts. Imported only when a command ru
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..delta.sync import sync_delta_log
 from ..errors import LogError, ParameterError
@@ -163,7 +164,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
     result = vacuum(
         args.path, args.older_than, dry_run=args.dry_run, allow_short_retention=args.allow_short_retention,
         include_files_before_log=args.include_before_log,
-        storage_options=storage_options(args), progress=progress,
+        storage_options=storage_options(args), progress=progress, iceberg=_iceberg_table(args),
     )
     plan, removed_dirs = result.plan, result.removed_dirs
     storage, orphans = plan.storage, plan.orphans
@@ -180,6 +181,7 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         "before_log_kept": len(plan.before_log),
         "delta_kept": len(plan.delta_kept),
         "iceberg_kept": len(plan.iceberg_kept),
+        "iceberg_metadata": [storage.display(i.path) for i in plan.iceberg_stale],
         "replaced_kept": len(plan.replaced_kept),
         "nested_kept": len(plan.nested_kept),
         "removed_dirs": [storage.display(d) for d in removed_dirs],
@@ -205,6 +207,11 @@ def _cmd_vacuum(args: argparse.Namespace) -> int:
         )
     if plan.log_temps:
         lines.append(f"{verb} {len(plan.log_temps)} temporary file(s) of log commits that never finished")
+    if plan.iceberg_stale:
+        lines.append(
+            f"{verb} {len(plan.iceberg_stale)} Iceberg metadata file(s) (old metadata versions, manifest lists, "
+            "manifests) no snapshot left needs"
+        )
     if plan.young:
         lines.append(
             f"kept {len(plan.young)} unreferenced file(s) younger than {args.older_than}: they may belong to a "
@@ -262,6 +269,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         dry_run=args.dry_run, compression=args.compression, compact_interval=args.compact_interval,
         storage_options=storage_options(args), progress=progress, spark_sink_stopped=args.spark_sink_stopped,
         retention=args.retention, min_batches_to_retain=args.min_batches_to_retain, cleanup_delay=args.cleanup_delay,
+        iceberg=_iceberg_table(args), time_zone=args.time_zone,
     )
     plan = result.plan
     storage = plan.storage
@@ -285,6 +293,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         "empty_batches": result.padding_batches,
         "lost_races": result.conflicts,
         "abandoned_bins": len(result.abandoned),
+        "iceberg_log_batch": None if result.iceberg is None else result.iceberg.log_batch,
         "seconds": round(result.seconds, 3),
     }
     where = data["path"]
@@ -311,6 +320,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
             text += f"\n{len(result.padding_batches)} empty batch(es) committed to reach the compaction batch"
         if result.abandoned:
             text += f"\n{len(result.abandoned)} bin(s) given up: another writer removed one of their inputs first"
+    if result.iceberg is not None:
+        text += f"\nIceberg table in step: mirrors log batch {result.iceberg.log_batch}"
     emit(args, data, text)
     return 0
 
@@ -346,13 +357,33 @@ def _cmd_delta_sync(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_iceberg_sync(args: argparse.Namespace) -> int:
-    """``iceberg-sync PATH``: the Iceberg table follows ``_spark_metadata`` (catalog properties never printed)."""
+def _catalog(args: argparse.Namespace) -> dict[str, str] | None:
+    """The catalog properties of ``--catalog-uri`` and ``--catalog-prop``; None for neither."""
     properties = dict(args.catalog_prop)
     if args.catalog is not None:  # --catalog-uri
         properties["uri"] = args.catalog
+    return properties or None
+
+
+def _iceberg_table(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The catalog table of ``--catalog-uri``/``--catalog-prop`` and ``--table``, as the library's ``iceberg=``
+    takes it; None for none of them (the table kept without a catalog, if any). ParameterError for one without
+    the other."""
+    catalog = _catalog(args)
+    if catalog is None and args.table is None:
+        return None
+    if catalog is None or args.table is None:
+        raise ParameterError(
+            f"{'--table' if catalog is None else '--catalog-uri (or --catalog-prop)'} is missing: an Iceberg catalog's "
+            "table is named by both --catalog-uri (or --catalog-prop) and --table. Nothing was changed."
+        )
+    return {"catalog": catalog, "table": args.table}
+
+
+def _cmd_iceberg_sync(args: argparse.Namespace) -> int:
+    """``iceberg-sync PATH``: the Iceberg table follows ``_spark_metadata`` (catalog properties never printed)."""
     result = sync_iceberg(
-        args.path, catalog=properties or None, table=args.table, storage_options=storage_options(args),
+        args.path, catalog=_catalog(args), table=args.table, storage_options=storage_options(args),
         time_zone=args.time_zone,
     )
     data = {

@@ -9,7 +9,8 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   batch id or version) and the log's compaction state.
 * ``show PATH BATCH``: the log entries of one batch.
 * ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
-* ``vacuum PATH [--older-than 7d] [--allow-short-retention] [--dry-run] [--include-files-before-log]``: delete Parquet data files no
+* ``vacuum PATH [--older-than 7d] [--allow-short-retention] [--dry-run] [--include-files-before-log] [--catalog-uri URI
+  --catalog-prop KEY=VALUE --table NS.NAME]``: delete Parquet data files no
   committed batch references (files older than the log's first commit only when asked).
 * ``optimize PATH [--target-file-size 128MB] [--partition K=V] [--sort-by COL | --z-order COL] [--dry-run]``: rewrite the committed
   small files of each partition into files near the target size, swapped in with one commit every reader sees
@@ -164,6 +165,27 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=f"_cmd_{name}", command_parser=sub)
         return sub
 
+    def iceberg_catalog(sub: argparse.ArgumentParser, why: str) -> None:
+        """The Iceberg catalog table a command reaches, as ``iceberg-sync`` names it (``why``: what for)."""
+        sub.add_argument(
+            "--catalog-uri", metavar="URI", dest="catalog",  # sync_iceberg's parameter (see _spelling)
+            help="the pyiceberg catalog's uri property (sqlite:///catalog.db, postgresql://..., http://rest-catalog; "
+            f"pyiceberg infers the catalog's type from it){why}",
+        )
+        sub.add_argument(
+            "--catalog-prop", metavar="KEY=VALUE", type=_catalog_property, action="append", default=[],
+            help="a pyiceberg catalog property, repeatable (type=rest, warehouse=..., name=NAME to read the catalog "
+            "NAME of ~/.pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables: the way to pass credentials)",
+        )
+        sub.add_argument("--table", metavar="NS.NAME", help="the table's identifier in the catalog (with a catalog)")
+
+    def time_zone(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--time-zone", default="UTC", metavar="ZONE",
+            help="the zone timestamp partition directories were written in (the writer's spark.sql.session.timeZone; "
+            "default UTC)",
+        )
+
     def log_settings(sub: argparse.ArgumentParser) -> None:
         """The output's log settings as the writers take them (``retention=`` ...): None applies the recorded
         ones, another value than those is refused (OutputSettingsError)."""
@@ -211,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also delete unreferenced files older than the log's first commit (kept by default: they may be a "
         "dataset the output was created over)",
     )
+    iceberg_catalog(vacuum, ": expire that catalog table's snapshots past --older-than too (the table kept without a "
+                    "catalog always is); without it a catalog's table keeps every file")
     optimize = command(
         "optimize",
         "rewrite the committed small files of each partition into files near a target size, swapped in with one "
@@ -251,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the query of Spark's own file sink that committed the newest log batch is stopped for good (without "
         "it such an output is refused: that query would skip its next batches)",
     )
+    iceberg_catalog(optimize, ": sync that catalog table after the swap (the table kept without a catalog always is)")
+    time_zone(optimize)
     delta_sync = command(
         "delta-sync",
         "create or bring up to date the output's Delta Lake log (_delta_log), listing exactly the committed files",
@@ -274,22 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         "create or bring up to date the output's Apache Iceberg table, one snapshot per log batch, listing exactly "
         "the committed files",
     )
-    iceberg_sync.add_argument(
-        "--catalog-uri", metavar="URI", dest="catalog",  # sync_iceberg's parameter (see _spelling)
-        help="the pyiceberg catalog's uri property (sqlite:///catalog.db, postgresql://..., http://rest-catalog; "
-        "pyiceberg infers the catalog's type from it); without a catalog the table's metadata lives with the output",
-    )
-    iceberg_sync.add_argument(
-        "--catalog-prop", metavar="KEY=VALUE", type=_catalog_property, action="append", default=[],
-        help="a pyiceberg catalog property, repeatable (type=rest, warehouse=..., name=NAME to read the catalog "
-        "NAME of ~/.pyiceberg.yaml or PYICEBERG_CATALOG__NAME__* variables: the way to pass credentials)",
-    )
-    iceberg_sync.add_argument("--table", metavar="NS.NAME", help="the table's identifier in the catalog (with a catalog)")
-    iceberg_sync.add_argument(
-        "--time-zone", default="UTC", metavar="ZONE",
-        help="the zone timestamp partition directories were written in (the writer's spark.sql.session.timeZone; "
-        "default UTC)",
-    )
+    iceberg_catalog(iceberg_sync, "; without a catalog the table's metadata lives with the output")
+    time_zone(iceberg_sync)
     iceberg_sync.set_defaults(run="_cmd_iceberg_sync")
     doctor = command(
         "doctor",

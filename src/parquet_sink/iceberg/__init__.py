@@ -6,7 +6,8 @@ name mapping). Needs the ``pyiceberg`` package (``pip install "parquet-sink[iceb
 
 :mod:`.sync` decides what each Iceberg snapshot holds and commits it through pyiceberg; :mod:`.follow` is the
 writers' side (``iceberg=``: the sync after each commit, and what a batch to an output with an Iceberg table is
-refused for before its commit).
+refused for before its commit); :mod:`.expiry` is ``vacuum``'s (snapshots expired, metadata no snapshot left
+needs deleted).
 
 Layering: imports ``errors``, ``parquet_read``, ``table_formats`` (what it shares with ``delta``), ``storage``,
 ``log`` and ``read``; beside ``delta`` (neither imports the other); ``table`` imports it.

@@ -11,7 +11,7 @@ retention at a compaction (:func:`snapshot_operation`, the Delta mirror's ``data
 are merged in tiers (:func:`merge_tiers`) so the manifest list stays small; each snapshot's summary records the log batch
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
 sync in step does nothing; one a batch behind reads only that batch's log file). ``vacuum`` expires the snapshots
-past its retention (:func:`expire_snapshots`) and keeps the files the others reference (:func:`referenced_files`). The snapshots of one sync are one catalog commit (one metadata file), or one per
+past its retention and deletes what they alone referenced (:mod:`.expiry`). The snapshots of one sync are one catalog commit (one metadata file), or one per
 :data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
 one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
 the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -174,36 +175,134 @@ def _open_catalog(catalog: Any, where: str) -> Any:
 
 def current_metadata(storage: Storage) -> str | None:
     """The newest metadata file under :data:`METADATA_DIR` (the current version of a table kept without a
-    catalog), as a location pyiceberg opens; None when there is none. IcebergSyncError when two files hold the
-    newest version (two syncs without a catalog committed at once: which one is current cannot be told).
+    catalog), as a location pyiceberg opens; None when there is none. A torn newest file (a sync of an older
+    version killed while writing it on local disk, where metadata files are now written whole:
+    :func:`_local_catalog`) is passed over for the one before (:func:`newest_metadata`). IcebergSyncError when
+    two whole files hold the newest version (two syncs without a catalog committed at once: which one is
+    current cannot be told).
 
     Example: ``current_metadata(Storage("/data/events"))`` -> ``'/data/events/_exactly_once/.iceberg/.metadata/00003-....metadata.json'``.
     """
     directory = storage.join(METADATA_DIR)
     if not storage.exists(directory):
         return None
-    versions: dict[int, list[str]] = {}
-    for name in map(posixpath.basename, storage.ls_names(directory)):
-        match = _METADATA_FILE.match(name)
-        if match:
-            versions.setdefault(int(match.group(1)), []).append(name)
-    if not versions:
+    newest = whole_newest(storage, directory, list(map(posixpath.basename, storage.ls_names(directory))))
+    if not newest:
         return None
-    newest = versions[max(versions)]
     if len(newest) > 1:
         raise IcebergSyncError(
-            f"{storage.display(directory)} holds {len(newest)} metadata files of version {max(versions)} "
-            f"({sorted(newest)}): two syncs committed at once, and which is current cannot be told. Delete the "
-            f"directory {storage.display(storage.join(ICEBERG_DIR))} and sync again (Iceberg readers "
-            "lose the table's history)."
+            f"{storage.display(directory)} holds {len(newest)} metadata files of version "
+            f"{_METADATA_FILE.match(newest[0]).group(1)} ({newest}): two syncs committed at once, and which is current "
+            f"cannot be told. Delete the directory {storage.display(storage.join(ICEBERG_DIR))} and sync again "
+            "(Iceberg readers lose the table's history)."
         )
     return _location(storage, posixpath.join(directory, newest[0]))
+
+
+def newest_metadata(names: list[str], torn: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The metadata files (``NNNNN-<uuid>.metadata.json``) of the newest version among the file names
+    ``names`` of a table's metadata directory, leaving out the ``torn`` ones (not whole JSON: a sync killed while
+    writing it, before its commit, so never current); sorted, empty when there is none. Pure.
+
+    Example: ``newest_metadata(["00001-a.metadata.json", "00002-b.metadata.json"], {"00002-b.metadata.json"})``
+    -> ``['00001-a.metadata.json']``.
+    """
+    versions: dict[int, list[str]] = {}
+    for name in names:
+        match = _METADATA_FILE.match(name)
+        if match and name not in torn:
+            versions.setdefault(int(match.group(1)), []).append(name)
+    return sorted(versions[max(versions)]) if versions else []
+
+
+# metadata files known whole (written whole by this process, or read whole once): never read again to tell
+_WHOLE: set[str] = set()
+
+
+def whole_newest(storage: Storage, directory: str, names: list[str]) -> list[str]:
+    """:func:`newest_metadata` of ``names`` (in ``directory``), passing over torn files: on local disk a
+    metadata file not known whole is read and parsed once (on object stores an upload appears whole)."""
+    torn: set[str] = set()
+    while True:
+        newest = newest_metadata(names, torn)
+        found = set()
+        for name in newest:
+            path = posixpath.join(directory, name)
+            if not storage.is_local or path in _WHOLE:
+                continue
+            try:
+                json.loads(storage.read_bytes(path))
+                _WHOLE.add(path)
+            except ValueError:
+                found.add(name)
+        if not found:
+            return newest
+        logger.warning("%s: passing over the torn metadata file(s) %s (a sync killed while writing them; never "
+                       "committed): vacuum deletes them", storage.display(directory), sorted(found))
+        torn |= found
+
+
+class _PublishedOutput:
+    """A pyiceberg ``OutputFile`` whose stream collects a metadata file and, once closed without an error, writes
+    it through :meth:`Storage.open` with ``publish`` (on local disk under a hidden name, renamed once whole: a
+    sync killed mid-write leaves no torn metadata file), in two halves with the failpoint
+    ``iceberg_metadata_write`` between them (a kill there is a sync killed mid-write)."""
+
+    def __init__(self, storage: Storage, location: str) -> None:
+        self.storage, self.location = storage, location
+        self._parts: list[bytes] = []
+
+    def create(self, overwrite: bool = False) -> _PublishedOutput:
+        return self
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def __enter__(self) -> _PublishedOutput:
+        return self
+
+    def __exit__(self, error: type[BaseException] | None, *_: Any) -> None:
+        if error is not None:
+            return
+        data = b"".join(self._parts)
+        with self.storage.open(_path(self.storage, self.location), "wb", publish=True) as stream:
+            stream.write(data[: len(data) // 2])
+            stream.flush()
+            failpoint("iceberg_metadata_write")
+            stream.write(data[len(data) // 2 :])
+
+
+@functools.cache
+def _local_catalog() -> type:
+    """pyiceberg's SQL catalog (in memory, for the table without catalog) writing its metadata files whole on
+    local disk (:class:`_PublishedOutput`), where pyiceberg's FileIO writes them in place."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.serializers import ToOutputFile
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
+
+    class LocalCatalog(SqlCatalog):
+        def __init__(self, storage: Storage, **properties: str) -> None:
+            super().__init__("parquet-sink", **properties)
+            self.storage = storage
+            # one in-memory database for every thread (the table is kept open for the next sync, which may run in
+            # another thread: an optimize's): SQLAlchemy gives each thread a database of its own otherwise
+            self.engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+            self._init_catalog()
+
+        def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:  # type: ignore[override]
+            if not self.storage.is_local:
+                return SqlCatalog._write_metadata(metadata, io, metadata_path)
+            ToOutputFile.table_metadata(metadata, _PublishedOutput(self.storage, metadata_path))
+            _WHOLE.add(_path(self.storage, metadata_path))
+
+    return LocalCatalog
 
 
 def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, str | tuple[str, str], Any]:
     """(the catalog to commit through, the table's identifier there, the table or None when it does not exist
     yet). Without a catalog: an in-memory SQL catalog holding the table of :func:`current_metadata`."""
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
     where = storage.display(storage.root)
@@ -218,8 +317,8 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         opened = _OPENED.get(storage.root)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
-        local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
-                           **_io_properties(storage))
+        local = _local_catalog()(storage, uri="sqlite://", warehouse=_location(storage, storage.join(METADATA_DIR)),
+                                 **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
     if not isinstance(identifier, str) or "." not in identifier:
@@ -722,92 +821,6 @@ def _sync(
     return result(committed, files_added=added, files_removed=removed, snapshots=snapshots, created=existing is None)
 
 
-def expired_snapshots(snapshots: list[tuple[int, int]], current: int | None, cutoff_ms: int) -> set[int]:
-    """The ids of the snapshots (``(id, timestamp_ms)``, oldest first: the table's linear history) that stopped
-    being current before ``cutoff_ms``: each but ``current`` whose next snapshot was committed before it. A
-    snapshot current at any moment within the retention stays (time travel to any time within it reads what an
-    Iceberg reader read then), as Delta keeps a version while a newer one is younger than its retention. Pure.
-
-    Example: ``expired_snapshots([(1, 100), (2, 200), (3, 300)], 3, 250)`` -> ``{1}``.
-    """
-    return {
-        snapshot_id for (snapshot_id, _), (_, next_ms) in zip(snapshots, snapshots[1:])
-        if next_ms < cutoff_ms and snapshot_id != current
-    }
-
-
-def _history(metadata: Any) -> list[tuple[int, int]]:
-    return [(s.snapshot_id, s.timestamp_ms) for s in sorted(metadata.snapshots, key=lambda s: s.sequence_number or 0)]
-
-
-def expire_snapshots(storage: Storage, older_than_ms: int) -> list[int]:
-    """Expire the snapshots of the output's table without catalog that stopped being current more than
-    ``older_than_ms`` ago (:func:`expired_snapshots`), in one commit: its metadata then names no file those
-    alone referenced, which ``vacuum`` may delete. The ids expired (none without such a table).
-
-    Example: ``expire_snapshots(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``[4108..., 7730...]``.
-    """
-    if current_metadata(storage) is None:
-        return []
-    require_pyiceberg(f"vacuum({storage.display(storage.root)!r})")
-    key = (storage.root, None)
-    with _sync_lock(key):
-        _, _, table = _load(storage, None, None)
-        current = table.current_snapshot()
-        cutoff = int(time.time() * 1000) - older_than_ms
-        expired = sorted(expired_snapshots(_history(table.metadata), current and current.snapshot_id, cutoff))
-        if expired:
-            before = table.metadata_location
-            table.maintenance.expire_snapshots().by_ids(expired).commit()
-            cached = _KNOWN.get(key)
-            if cached is not None and cached[0] == before:  # the same files: the cache follows the new version
-                _KNOWN[key] = (table.metadata_location, cached[1])
-            logger.info("%s: expired %d Iceberg snapshot(s) older than the retention",
-                        storage.display(storage.root), len(expired))
-    return expired
-
-
-def referenced_files(storage: Storage, older_than_ms: int) -> set[str]:
-    """The fsspec paths of the data files an Iceberg table of the output may still read: those of every snapshot
-    of the table without catalog that :func:`expire_snapshots` keeps, and of every snapshot of each catalog
-    table whose metadata lives with the output (its newest metadata files: vacuum cannot expire a catalog's
-    snapshots, so their files are all kept). Empty when the output keeps no Iceberg table.
-
-    Example: ``referenced_files(Storage("/data/events"), parse_duration_ms("7d"))`` -> ``{'/data/events/k=a/part-0...parquet'}``.
-    """
-    directory = storage.join(ICEBERG_DIR)
-    if not storage.exists(directory):
-        return set()
-    require_pyiceberg(f"vacuum({storage.display(storage.root)!r})")
-    from pyiceberg.table import StaticTable
-
-    cutoff = int(time.time() * 1000) - older_than_ms
-    kept: set[str] = set()
-    read: set[str] = set()  # manifests shared by snapshots are read once
-    for table_dir in storage.ls_names(directory):
-        names = [n for n in map(posixpath.basename, storage.ls_names(table_dir)) if _METADATA_FILE.match(n)]
-        if not names:
-            continue
-        newest = max(int(_METADATA_FILE.match(n).group(1)) for n in names)
-        for name in names:
-            if int(_METADATA_FILE.match(name).group(1)) != newest:
-                continue
-            table = StaticTable.from_metadata(_location(storage, posixpath.join(table_dir, name)), properties=_io_properties(storage))
-            current = table.current_snapshot()
-            expired = (expired_snapshots(_history(table.metadata), current and current.snapshot_id, cutoff)
-                       if posixpath.basename(table_dir) == posixpath.basename(METADATA_DIR) else set())
-            for snap in table.metadata.snapshots:
-                if snap.snapshot_id in expired:
-                    continue
-                for manifest in snap.manifests(table.io):
-                    if manifest.manifest_path in read:
-                        continue
-                    read.add(manifest.manifest_path)
-                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                        kept.add(_path(storage, entry.data_file.file_path))
-    return kept
-
-
 __all__ = [
     "INSTALL",
     "MARKER",
@@ -815,10 +828,8 @@ __all__ = [
     "METADATA_DIR",
     "IcebergSyncResult",
     "current_metadata",
-    "expire_snapshots",
-    "expired_snapshots",
     "metadata_dir",
-    "referenced_files",
+    "newest_metadata",
     "require_pyiceberg",
     "sync_iceberg",
 ]

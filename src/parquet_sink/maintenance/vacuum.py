@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 from ..arrow_versions import nonzero
 from ..delta.sync import has_delta_log, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError, names_output
-from ..iceberg import sync as iceberg
+from ..iceberg import expiry as iceberg_expiry
+from ..iceberg.follow import IcebergTarget, iceberg_target
 from ..log.compaction import check_flags, parse_duration_ms
 from ..log.entry import (
     BATCH_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, QUERY_BATCH_KEY, QUERY_ID_KEY, CommitRecord, record_rows, records_of,
@@ -75,6 +76,8 @@ class VacuumPlan:
     before_log: list[FileInfo] = field(default_factory=list)
     delta_kept: list[FileInfo] = field(default_factory=list)  # a Delta version within retention may read them
     iceberg_kept: list[FileInfo] = field(default_factory=list)  # an Iceberg snapshot within retention reads them
+    # the Iceberg tables' own metadata files, manifest lists and manifests no snapshot left needs
+    iceberg_stale: list[FileInfo] = field(default_factory=list)
     # files an optimize replaced less than older_than ago: the snapshot before it (time travel) still reads them
     replaced_kept: list[FileInfo] = field(default_factory=list)
     orphaned_copies: list[FileInfo] = field(default_factory=list)  # columnar copies of compact files Spark deleted
@@ -87,6 +90,8 @@ def find_orphans(
     storage_options: Mapping[str, Any] | None = None,
     older_than_ms: int = 0,
     include_before_log: bool = False,
+    iceberg: IcebergTarget | None = None,
+    now_ms: int | None = None,
 ) -> VacuumPlan:
     """Data files (:func:`~parquet_sink.partitioning.is_data_file`, and those a dead writer left half-written under
     :func:`~parquet_sink.storage.paths.in_progress_name`) under ``url`` that no entry of the latest snapshot
@@ -101,7 +106,10 @@ def find_orphans(
     commit still in the Delta log or more recently than that retention, or by a tombstone stamped in the future) is
     kept (``delta_kept``, :func:`parquet_sink.delta.referenced_files`). With an Iceberg table (``sync_iceberg``), a
     file a snapshot within ``older_than_ms`` references is kept (``iceberg_kept``,
-    :func:`parquet_sink.iceberg.sync.referenced_files`; every snapshot's of a catalog's table).
+    :func:`parquet_sink.iceberg.expiry.references`: of the table without catalog, and of the catalog table
+    ``iceberg`` names; every snapshot's of another catalog's table), and the metadata files of those two that
+    no snapshot left needs are listed (``iceberg_stale``). ``now_ms``: the time the Iceberg snapshots' ages are
+    measured from (default now; vacuum passes the one it expired them at, so the plan expires no more).
 
     Order matters against a sink writing at the same time: the files are listed first, then the leases
     (:mod:`parquet_sink.write.inflight`), then the log. A listed file is then either committed in the log read
@@ -168,10 +176,13 @@ def find_orphans(
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
     in_delta = referenced_files(storage, older_than_ms) if has_delta_log(storage) else set()
-    in_iceberg = iceberg.referenced_files(storage, older_than_ms)
+    now_ms = cutoff + older_than_ms if now_ms is None else now_ms
+    found = iceberg_expiry.references(storage, now_ms - older_than_ms, now_ms, *_catalog_table(iceberg))
+    in_iceberg = found.data_files
     replaced = _replaced_files(url, storage_options, swaps)
     prefix = storage.root.rstrip("/") + "/"
     plan = VacuumPlan(storage, [], [], [], live, dead, [d.path for d in staging if d.path not in live_staging])
+    plan.iceberg_stale = found.stale
     # a younger temporary file may be a commit in flight
     plan.orphaned_copies, plan.log_temps = log.leftovers(max(older_than_ms, ORPHANED_COPY_AGE_MS))
     hidden = nonzero(pc.match_substring(paths, "/_"))  # a nested log's path holds one (most data files none)
@@ -196,6 +207,11 @@ def find_orphans(
         else:
             (plan.orphans if info.mtime_ms < cutoff else plan.young).append(info)
     return plan
+
+
+def _catalog_table(target: IcebergTarget | None) -> tuple[Any, str | None]:
+    """(catalog, table) of the Iceberg table ``target`` names; (None, None): the table kept without a catalog."""
+    return (None, None) if target is None else (target.catalog, target.table)
 
 
 def _refusal(storage: Storage, problems: Sequence[LogError]) -> LogError:
@@ -301,15 +317,20 @@ def vacuum(
     include_files_before_log: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     progress: Progress = _silent,
+    iceberg: bool | Mapping[str, Any] | None = None,
 ) -> VacuumResult:
     """Delete the orphan data files under ``path`` older than ``older_than`` (a duration with its unit: ``"12h"``,
     ``"7d"``, or a ``timedelta``; at least :data:`SAFE_AGE` unless ``allow_short_retention``, see
     :func:`check_age`), then the directories that left empty (unless a batch is in flight), the leases and
     staging directories of dead attempts, and the log's columnar copies whose compact file is gone. The snapshots
-    of the output's Iceberg table without catalog that stopped being current more than ``older_than`` ago are
-    expired first (:func:`parquet_sink.iceberg.sync.expire_snapshots`), and the files the others reference kept.
-    ``dry_run``: delete nothing, report what would go. Refuses (LogError)
-    when the log cannot be read. Safe while writers run (see :func:`find_orphans`).
+    of the output's Iceberg table without catalog, and with ``iceberg={"catalog": ..., "table": "ns.name"}`` (as
+    the writers take it) of that catalog's table, that stopped being current more than ``older_than`` ago are
+    expired first (:func:`parquet_sink.iceberg.expiry.expire_snapshots`, a catalog's through its own commit), the
+    files the others reference kept, and those tables' metadata files no snapshot left needs deleted
+    (:func:`parquet_sink.iceberg.expiry.stale_metadata`). Without ``iceberg``, a catalog's table keeps every
+    file its newest metadata lists. ``dry_run``: delete nothing, expire nothing, report what would go. Refuses
+    (LogError) when the log cannot be read; ParameterError for an ``iceberg`` the writers refuse,
+    IcebergSyncError when its table is another output's. Safe while writers run (see :func:`find_orphans`).
 
     Example::
 
@@ -321,12 +342,16 @@ def vacuum(
     """
     check_flags(dry_run=dry_run, allow_short_retention=allow_short_retention, include_files_before_log=include_files_before_log)
     age_ms = check_age(older_than, allow_short_retention)
+    target = iceberg_target(iceberg, f"vacuum({os.fspath(path)!r})")
+    now_ms = int(time.time() * 1000)  # one clock for the expiry and the plan: what expired is what goes
     if not dry_run:  # the Iceberg snapshots past the retention go first: then no metadata names what is deleted
         storage = Storage(os.fspath(path), dict(storage_options or {}))
         storage.check_reachable()  # a wrong account or path is refused in seconds, before anything changes
         require_output(storage)
-        iceberg.expire_snapshots(storage, age_ms)
-    plan = find_orphans(path, storage_options, age_ms, include_files_before_log)
+        iceberg_expiry.expire_snapshots(storage, now_ms - age_ms)
+        if target is not None and target.catalog is not None:
+            iceberg_expiry.expire_snapshots(storage, now_ms - age_ms, target.catalog, target.table)
+    plan = find_orphans(path, storage_options, age_ms, include_files_before_log, target, now_ms)
     result = VacuumResult(plan, _age_text(older_than), dry_run)
     if dry_run:
         return result
@@ -344,6 +369,7 @@ def vacuum(
         storage.remove_tree(staging)
     for lease in plan.dead_leases:
         storage.delete(lease.path)
+    iceberg_expiry.delete_stale(storage, plan.iceberg_stale)
     if not plan.live_leases:  # an in-flight batch may be about to write into an empty directory
         result.removed_dirs = remove_emptied_dirs(storage, [i.path for i in plan.orphans])
     return result

@@ -79,6 +79,8 @@ import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
 from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
+from ..iceberg import follow as iceberg_follow
+from ..iceberg.sync import METADATA_DIR, IcebergSyncResult
 from ..errors import (
     CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError, SparkSinkBatchError,
     names_output,
@@ -91,7 +93,7 @@ from ..log.files import require_output
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import LogSnapshot, data_files, read_snapshot, resolve_paths
 from ..parquet_read import INT96_UNIT, unify_schemas
-from ..partitioning import DEFAULT_PARTITION_NAME, parse_partition_path, unescape_path_name
+from ..partitioning import DEFAULT_PARTITION_NAME, check_time_zone, parse_partition_path, unescape_path_name
 from ..read.history import (
     OPTIMIZE_APP_ID,
     newest_commit_time,
@@ -217,8 +219,8 @@ class OptimizePlan:
 class OptimizeResult:
     """What :func:`optimize` did: the plan, whether the swap was committed and at which log batch, the files it
     added (their paths, bytes, rows), the empty batches committed to reach a compaction batch, the commit races
-    lost, the bins given up because another writer removed one of their inputs first, and the Delta log's sync
-    after the swap (None: no Delta log, or its sync failed and was logged)."""
+    lost, the bins given up because another writer removed one of their inputs first, and the Delta log's and the
+    Iceberg table's syncs after the swap (None: none kept, or its sync failed and was logged)."""
 
     plan: OptimizePlan
     dry_run: bool
@@ -232,6 +234,7 @@ class OptimizeResult:
     abandoned: list[Bin] = field(default_factory=list)
     seconds: float = 0.0
     delta: DeltaSyncResult | None = None
+    iceberg: IcebergSyncResult | None = None
 
     @property
     def files_added(self) -> int:
@@ -538,6 +541,8 @@ def optimize(
     retention: str | datetime.timedelta | None = None,
     min_batches_to_retain: int | None = None,
     cleanup_delay: str | datetime.timedelta | None = None,
+    iceberg: bool | Mapping[str, Any] | None = None,
+    time_zone: str = "UTC",
 ) -> OptimizeResult:
     """Rewrite the committed small files of the output at ``path`` into files near ``target_file_size`` (bytes,
     or a string such as ``"128MB"``), one partition directory at a time, and swap them in with one commit that
@@ -565,6 +570,13 @@ def optimize(
             the swap becomes an ``OPTIMIZE`` commit whose ``remove`` and ``add`` actions carry
             ``dataChange=false``, so Delta streaming readers skip it); None: when the output has a Delta log.
             Its failure is logged, never raised (the swap is committed; the next sync catches up).
+        iceberg: after the swap, bring the output's Iceberg table in step (:func:`~parquet_sink.sync_iceberg`: the
+            swap becomes a ``replace`` snapshot, which incremental Iceberg readers skip), as the writers take it:
+            True (the table kept without a catalog), ``{"catalog": ..., "table": "ns.name"}`` (that catalog's
+            table), False (none); None: the table without catalog when the output keeps one (its metadata
+            directory exists; a catalog's table is synced only when named). Its failure is logged, never raised.
+        time_zone: the zone timestamp partition directories were written in (the writer's session time zone), for
+            the Iceberg sync, as :func:`~parquet_sink.sync_iceberg` takes it.
         spark_sink_stopped: the query of Spark's own file sink that committed the output's newest log batch is
             stopped for good (see below), as the sink's and ``write_batch``'s option of that name.
 
@@ -585,6 +597,8 @@ def optimize(
     check_flags(dry_run=dry_run, spark_sink_stopped=spark_sink_stopped)
     if delta_log is not None:  # None: as the output has a Delta log
         check_flags(delta_log=delta_log)
+    mirror = None if iceberg is None else iceberg_follow.iceberg_target(iceberg, f"optimize({path!r})")
+    check_time_zone(time_zone)
     target = parse_file_size(target_file_size)
     codec_extension(compression)  # validate early
     for option, value in (("sort_by", sort_by), ("z_order", z_order)):
@@ -615,13 +629,18 @@ def optimize(
     where = storage.display(storage.root)
     if plan.bins:  # a dry run is refused as the run would be
         _refuse_spark_sink(snap, where, spark_sink_stopped)
-    def keeps_delta() -> bool:
-        return has_delta_log(storage) if delta_log is None else delta_log
+    def follow(what: str) -> None:
+        """The Delta log and the Iceberg table the output keeps follow the log (never failing the optimize)."""
+        if has_delta_log(storage) if delta_log is None else delta_log:
+            result.delta = sync_after_commit(path, storage_options, what, None)
+        kept = iceberg_follow.IcebergTarget() if iceberg is None and storage.exists(storage.join(METADATA_DIR)) else mirror
+        if kept is not None:
+            result.iceberg = iceberg_follow.sync_after_commit(path, storage_options, kept, what, time_zone)
 
     if dry_run or not plan.bins:
-        if not dry_run and keeps_delta():  # nothing to rewrite: the Delta log in step all the same (a run killed
-            # after its commit and before its sync, then run again, finds nothing to do and left it behind)
-            result.delta = sync_after_commit(path, storage_options, "the optimize (nothing to rewrite)", None)
+        if not dry_run:  # nothing to rewrite: the mirrors in step all the same (a run killed after its commit and
+            # before its sync, then run again, finds nothing to do and left them behind)
+            follow("the optimize (nothing to rewrite)")
         result.seconds = time.monotonic() - started
         return result
     interval = log.interval_for(snap.listing)
@@ -657,9 +676,8 @@ def optimize(
         lease = _commit(log, result, written, interval, lease, snap, began_ms, spark_sink_stopped)
     finally:
         lease.end(staged=False)
-    if result.committed and keeps_delta():
-        what = f"the optimize at log batch {result.log_batch_id}"
-        result.delta = sync_after_commit(path, storage_options, what, None)
+    if result.committed:
+        follow(f"the optimize at log batch {result.log_batch_id}")
     result.seconds = time.monotonic() - started
     return result
 
@@ -846,13 +864,14 @@ class BackgroundOptimizer:
         self, path: str, storage_options: Mapping[str, Any] | None, *, every: int,
         target_file_size: int | str = DEFAULT_TARGET_FILE_SIZE, compression: str = "snappy",
         delta_log: bool = False, spark_sink_stopped: bool = False, log_options: Mapping[str, Any] | None = None,
+        iceberg: bool | Mapping[str, Any] = False,
     ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ParameterError(f"optimize_every must be an integer >= 1 (batches), got {every!r}")
         self.path, self.every = path, every
         self._options = {
             "target_file_size": parse_file_size(target_file_size), "compression": compression,
-            "storage_options": dict(storage_options or {}), "delta_log": delta_log,
+            "storage_options": dict(storage_options or {}), "delta_log": delta_log, "iceberg": iceberg,
             "spark_sink_stopped": spark_sink_stopped, **(log_options or {}),
         }
         self.last: OptimizeResult | None = None
@@ -863,14 +882,16 @@ class BackgroundOptimizer:
         """Pickled with the sink (Spark Connect ships it to the server): the settings, not the thread."""
         return {**self.__dict__, "_thread": None, "last": None, "error": None}
 
-    def after_batch(self, batch_id: int, compression: str | None = None) -> bool:
+    def after_batch(self, batch_id: int, compression: str | None = None, time_zone: str = "UTC") -> bool:
         """Start an optimize after the stream's batch ``batch_id`` when it is an ``every``-th one
         (``(batch_id + 1) % every == 0``) and none runs; whether one was started. ``compression``: the codec the
-        batch was written with (the session's, for a sink given none), else the one given at construction."""
+        batch was written with (the session's, for a sink given none), else the one given at construction;
+        ``time_zone``: the session's, which timestamp partition directories were written in (the Iceberg sync)."""
         if (batch_id + 1) % self.every or (self._thread is not None and self._thread.is_alive()):
             return False
         self._thread = threading.Thread(
-            target=self._run, args=(batch_id, compression), name=f"parquet-sink optimize {self.path}", daemon=True
+            target=self._run, args=(batch_id, compression, time_zone), name=f"parquet-sink optimize {self.path}",
+            daemon=True,
         )
         self._thread.start()
         return True
@@ -882,10 +903,10 @@ class BackgroundOptimizer:
             thread.join(timeout)
         return thread is None or not thread.is_alive()
 
-    def _run(self, batch_id: int, compression: str | None = None) -> None:
+    def _run(self, batch_id: int, compression: str | None = None, time_zone: str = "UTC") -> None:
         what = f"{self.path}: the background optimize after batch {batch_id}"
         try:
-            options = {**self._options, "compression": compression or self._options["compression"]}
+            options = {**self._options, "compression": compression or self._options["compression"], "time_zone": time_zone}
             self.last = optimize(self.path, **options)
             self.error = None
             logger.info("%s: %d files replaced by %d (log batch %s)", what, self.last.files_removed,

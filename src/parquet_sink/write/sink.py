@@ -189,7 +189,8 @@ class ParquetSink:
         optimize_every, target_file_size: after every ``optimize_every``-th batch of the stream, compact the
             output's small files into files near ``target_file_size`` (bytes or ``"128MB"``) on a driver thread,
             off the batch's critical path (:class:`~parquet_sink.write.rewrite.BackgroundOptimizer`, reachable as
-            ``sink.optimizer``: its ``last`` result, its ``error``, ``wait()``); it never fails the query.
+            ``sink.optimizer``: its ``last`` result, its ``error``, ``wait()``); it never fails the query. The
+            Delta log (``delta_log``) and the Iceberg table (``iceberg``) follow its swap.
         spark_sink_stopped: the query of Spark's own file sink (``writeStream.format("parquet")``) that committed
             the output's newest log batch is stopped for good. Without it a batch that would commit after such a
             batch (``on_foreign_query="append"``, or a query continuing beside that sink) is refused with
@@ -285,7 +286,7 @@ class ParquetSink:
         self.optimizer = None if optimize_every is None else BackgroundOptimizer(
             self.path, self.storage_options, every=optimize_every, target_file_size=target_file_size,
             compression=self.compression or "snappy", delta_log=delta_log, spark_sink_stopped=spark_sink_stopped,
-            log_options={
+            iceberg=iceberg or False, log_options={
                 "compact_interval": compact_interval, "retention": retention,
                 "min_batches_to_retain": min_batches_to_retain, "cleanup_delay": cleanup_delay,
             },
@@ -458,8 +459,7 @@ class ParquetSink:
                     max_records_per_file=self.max_records_per_file, schema_file=schema_file,
                 )
             else:
-                time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-                spec = WriteSpec(storage, self.partition_by, codec, self.max_records_per_file, time_zone)
+                spec = WriteSpec(storage, self.partition_by, codec, self.max_records_per_file, _session_zone(df))
                 statuses = write_files(df, spec)
             if not statuses and schema_file and path != "staged":
                 statuses = write_schema_file(WriteSpec(storage, (), codec, None), _arrow_schema(df))
@@ -491,14 +491,14 @@ class ParquetSink:
         )
         self._sync_mirrors(df, f"batch {batch_id} of query {query_id} (log batch {target})")
         if self.optimizer is not None:
-            self.optimizer.after_batch(batch_id, codec)
+            self.optimizer.after_batch(batch_id, codec, _session_zone(df))
 
     def _sync_mirrors(self, df: DataFrame, what: str) -> None:
         """With ``delta_log`` (``iceberg``): the Delta log (the Iceberg table) follows the commit (never failing
         the batch); timestamp partition directories are in the session time zone."""
         if not self.delta_log and self.iceberg is None:
             return
-        time_zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        time_zone = _session_zone(df)
         if self.delta_log:
             sync_after_commit(self.path, self.storage_options, what, time_zone)
         if self.iceberg is not None:
@@ -840,6 +840,11 @@ def _is_streaming(df: DataFrame) -> bool:
         return bool(df.isStreaming)
     except Exception:  # noqa: BLE001 - a session gone, Spark Connect's server errors: the original error stands
         return False
+
+
+def _session_zone(df: DataFrame) -> str:
+    """The session time zone of ``df`` (which timestamp partition directories are written in)."""
+    return df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
