@@ -181,10 +181,16 @@ BAD_INPUTS = {
                                           ["--sort-by id", "--z-order id"]),
     "delta-sync --time-zone Mars/Base": (["delta-sync", "{good}", "--time-zone", "Mars/Base"], ["--time-zone 'Mars/Base'"]),
     "iceberg-sync --table db.events": (["iceberg-sync", "{good}", "--table", "db.events"],
-                                       ["--table 'db.events'", "--catalog-uri"]),
+                                       ["--catalog-uri (or --catalog-prop) is missing", "--table"]),
     "iceberg-sync --table events": (["iceberg-sync", "{good}", "--catalog-uri", "sqlite:///:memory:", "--table",
                                      "events"], ["--table"]),
-    "vacuum --table db.events": (["vacuum", "{good}", "--table", "db.events"], ["--table", "--catalog-uri"]),
+    "vacuum --table db.events": (["vacuum", "{good}", "--table", "db.events"],
+                                 ["--catalog-uri (or --catalog-prop) is missing", "--table"]),
+    "vacuum --catalog-uri": (["vacuum", "{good}", "--catalog-uri", "sqlite:///:memory:"], ["--table is missing"]),
+    # one rule for a table's name wherever it enters (sync_iceberg's table=, the writers' iceberg["table"])
+    **{f"{command} --table events": ([command, "{good}", "--catalog-uri", "sqlite:///:memory:", "--table", "events"],
+                                     ["--table is an identifier 'namespace.name', not 'events'"])
+       for command in ("vacuum", "optimize")},
     "optimize --time-zone Mars/Base": (["optimize", "{good}", "--time-zone", "Mars/Base"], ["--time-zone 'Mars/Base'"]),
     "doctor --version -1": (["doctor", "{good}", "--app-id", "a", "--version", "-1"], ["--version must"]),
     "doctor --app-id ''": (["doctor", "{good}", "--app-id", "", "--version", "1"], ["--app-id must"]),

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..delta.sync import sync_delta_log
 from ..errors import LogError, ParameterError
-from ..iceberg.sync import sync_iceberg
+from ..iceberg.sync import is_table_identifier, sync_iceberg
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, optimize, read_output, vacuum, verify
 from . import PROG
@@ -374,16 +374,23 @@ def _iceberg_table(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     if catalog is None or args.table is None:
         raise ParameterError(
-            f"{'--table' if catalog is None else '--catalog-uri (or --catalog-prop)'} is missing: an Iceberg catalog's "
-            "table is named by both --catalog-uri (or --catalog-prop) and --table. Nothing was changed."
+            f"{'--catalog-uri (or --catalog-prop)' if catalog is None else '--table'} is missing: pass both "
+            "--catalog-uri (or --catalog-prop) and --table, or neither (the Iceberg metadata kept with the output). "
+            "Nothing was changed."
+        )
+    if not is_table_identifier(args.table):  # in the options' words (the library's names iceberg['table'])
+        raise ParameterError(
+            f"with --catalog-uri (or --catalog-prop), --table is an identifier 'namespace.name', not {args.table!r}. "
+            "Nothing was changed."
         )
     return {"catalog": catalog, "table": args.table}
 
 
 def _cmd_iceberg_sync(args: argparse.Namespace) -> int:
     """``iceberg-sync PATH``: the Iceberg table follows ``_spark_metadata`` (catalog properties never printed)."""
+    target = _iceberg_table(args) or {}
     result = sync_iceberg(
-        args.path, catalog=_catalog(args), table=args.table, storage_options=storage_options(args),
+        args.path, catalog=target.get("catalog"), table=target.get("table"), storage_options=storage_options(args),
         time_zone=args.time_zone,
     )
     data = {

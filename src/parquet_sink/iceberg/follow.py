@@ -25,7 +25,7 @@ import pyarrow as pa
 from ..errors import ParameterError
 from ..table_formats import TableFormat
 from .errors import IcebergRefusalError
-from .sync import ICEBERG_DIR, IcebergSyncResult, require_pyiceberg, sync_iceberg
+from .sync import ICEBERG_DIR, IcebergSyncResult, is_table_identifier, require_pyiceberg, sync_iceberg
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def iceberg_target(value: Any, call: str) -> IcebergTarget | None:
             f"'table': 'db.events'}}), not {_shown(value)}. Nothing was written."
         )
     catalog, table = value["catalog"], value["table"]
-    if not isinstance(table, str) or "." not in table.strip(".") or table != table.strip():
+    if not is_table_identifier(table):
         raise ParameterError(f"iceberg['table'] names the table as 'namespace.name', not {table!r}. Nothing was written.")
     require_pyiceberg(f"{call} with iceberg={{'catalog': ..., 'table': {table!r}}}")
     from pyiceberg.catalog import Catalog

@@ -300,6 +300,15 @@ def _local_catalog() -> type:
     return LocalCatalog
 
 
+def is_table_identifier(value: object) -> bool:
+    """Whether ``value`` names a catalog's table as ``"namespace.name"`` (the one rule of ``sync_iceberg``'s
+    ``table=``, the writers' ``iceberg["table"]`` and the CLI's ``--table``).
+
+    Example: ``is_table_identifier("db.events") and not is_table_identifier("events")``.
+    """
+    return isinstance(value, str) and "." in value.strip(".") and value == value.strip()
+
+
 def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, str | tuple[str, str], Any]:
     """(the catalog to commit through, the table's identifier there, the table or None when it does not exist
     yet). Without a catalog: an in-memory SQL catalog holding the table of :func:`current_metadata`."""
@@ -321,7 +330,7 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
                                  **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
-    if not isinstance(identifier, str) or "." not in identifier:
+    if not is_table_identifier(identifier):
         raise ParameterError(
             f"with catalog=, table= is an identifier 'namespace.name', not {identifier!r}. Nothing was committed."
         )
@@ -828,6 +837,7 @@ __all__ = [
     "METADATA_DIR",
     "IcebergSyncResult",
     "current_metadata",
+    "is_table_identifier",
     "metadata_dir",
     "newest_metadata",
     "require_pyiceberg",
