@@ -519,9 +519,26 @@ class OutputModel(RuleBasedStateMachine):
                                             .select("id").collect())
                 finally:
                     self.spark.conf.unset("spark.sql.parquet.filterPushdown")
-            assert rows["true"] == rows["false"], predicate
+            if rows["true"] != rows["false"]:  # Spark's pushdown may lose rows of Spark's own writer's files only
+                lost = set(rows["false"]) - set(rows["true"])
+                assert set(rows["true"]) <= set(rows["false"]) and lost <= self._in_float_dictionaries(), predicate
         ids = sorted(r.id for r in self.spark.read.parquet(self.out).select("id").collect())
         assert ids == sorted(r["id"] for r in self.rows)
+
+
+    def _in_float_dictionaries(self) -> set[int]:
+        """Ids of the committed files whose ``x`` a parquet-mr writer dictionary-encoded: Spark's own sink does
+        (Spark's pushdown of ``x = -0.0D`` then skips such a file holding 0.0: its DictionaryFilter compares by
+        Double.equals, a defect of Spark's reader on Spark's own files; REGRESSIONS' spark-sink-files-with-a-zero);
+        our writers never write such a file (their float columns have no dictionary)."""
+        ids: set[int] = set()
+        for file in committed_files(self.out):
+            meta = pq.ParquetFile(file.path).metadata
+            x = meta.schema.names.index("x")
+            if (meta.created_by or "").startswith("parquet-mr") and any(
+                    meta.row_group(g).column(x).has_dictionary_page for g in range(meta.num_row_groups)):
+                ids.update(pq.read_table(file.path, columns=["id"]).column("id").to_pylist())
+        return ids
 
 
 def _typed_as(expected: pa.Table, delta_type: pa.DataType) -> pa.Table:
@@ -623,6 +640,14 @@ REGRESSIONS = {
                         stopped=False)),
         ("filtered_reads", dict(data=_Draws(*[pc.field("n").is_valid()] * 5))),
     ], ()),
+    # Spark's own sink dictionary-encoded [0.0, 0.0, 1.0, 0.0, 5.0]: Spark's pushdown of x = -0.0D lost its zeros
+    # (Spark's reader on Spark's own file: its DictionaryFilter compares by Double.equals); the model now asserts
+    # that every row pushdown loses is in such a file, which no writer of ours writes
+    "spark-sink-files-with-a-zero": ([
+        ("start", dict(partitioned=False, interval=None, delta=False, retention=None, retain=None, delay=None)),
+        ("append", dict(rows=[_row(0.0)], replay=False, how="omit", which=0, stopped=False)),
+        ("spark_sink", dict(rows=[_row(x) for x in (0.0, 0.0, 1.0, 0.0, 5.0)], replay=False)),
+    ], ("x = -0.0D",)),
     "optimize-killed-after-its-commit-leaves-the-delta-log-behind": ([
         ("start", dict(partitioned=False, interval=None, delta=True, retention=None, retain=None, delay=None)),
         *[("append", dict(rows=[_row(1.0)], replay=False, how="omit", which=0, stopped=True))] * 2,
