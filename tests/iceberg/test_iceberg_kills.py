@@ -148,12 +148,17 @@ FAILPOINTS = {
 
 @st.composite
 def _kill(draw, kind: str):
-    """None (no kill), ("at", failpoint, nth hit) or ("after", seconds into the step)."""
+    """None (no kill), ("at", failpoint, nth hit, then) or ("after", seconds into the step, then); ``then``: what
+    the restart does, "again" (the killed step) or "on" (the next step: a killed write's rows are lost unless
+    its batch was committed)."""
     choice = draw(st.sampled_from(["none", "at", "after"] if FAILPOINTS[kind] else ["none", "after"]))
+    if choice == "none":
+        return None
+    then = draw(st.sampled_from(["again", "on"]))
     if choice == "at":
-        return ("at", draw(st.sampled_from(FAILPOINTS[kind])), draw(st.integers(1, 2)))
+        return ("at", draw(st.sampled_from(FAILPOINTS[kind])), draw(st.integers(1, 2)), then)
     # most steps take 10 to 100 ms (a sync in step less): more draws early in the step
-    return ("after", draw(st.floats(0, 1).map(lambda x: round(0.12 * x * x, 4)))) if choice == "after" else None
+    return ("after", draw(st.floats(0, 1).map(lambda x: round(0.12 * x * x, 4))), then)
 
 
 @st.composite
@@ -235,10 +240,20 @@ def _run_lives(zygote: Zygote, tmp: Path, partitioned: bool, steps: list, kills:
         done, code = zygote.life(out, requests)
         if not code:
             break
-        kills.append((len(steps) - len(requests) + done, requests[done]["kill"]))
-        if MetadataLog(str(out)).latest_batch_id() is not None:
+        killed, started = requests[done], MetadataLog(str(out)).latest_batch_id() is not None
+        kills.append((len(steps) - len(requests) + done, killed["kill"]))
+        if started:
             _check_tables(out, targets)  # every snapshot a kill left reads its batch's rows
-        requests = [dict(requests[done], kill=None)] + requests[done + 1:]  # the restart: the killed step again
+        # the restart: the killed step again, or the next one (not before the output's first batch)
+        if killed["kill"][-1] == "again" or not started:
+            requests = [dict(killed, kill=None)] + requests[done + 1:]
+            continue
+        requests = requests[done + 1:]
+        if killed["kind"] == "write" and killed["table"].num_rows:  # its rows are there, all or none
+            ids = set(killed["table"].column("id").to_pylist())
+            there = ids & set(read_committed(str(out), columns=["id"]).column("id").to_pylist())
+            assert there in (ids, set()), (ids, there)
+            written = written if there else [row for row in written if row[0] not in ids]
     syncs = [{"kind": "sync", "target": target} for target in targets.values()]
     assert zygote.life(out, syncs) == (2, 0)
     expected = pa.Table.from_pylist([dict(zip(SCHEMA.names, row)) for row in written], schema=SCHEMA)
@@ -263,17 +278,19 @@ def test_killed_steps_restarted_match_read_committed(tmp_path_factory, fuzz_minu
 
     @fixed_or_fuzzed(fuzz_minutes, 3, 10)
     @given(_lives())
-    # the writes' syncs killed before and after their catalog commit, then the table without catalog synced
-    @example((True, [("write", (_A, "catalog"), ("at", "iceberg_commit", 1)),
-                     ("write", (_A, "catalog"), ("at", "iceberg_after_commit", 1)), ("sync", "metadata", None)]))
+    # the writes' syncs killed before (the write run again) and after their catalog commit (the next step), then
+    # the table without catalog synced
+    @example((True, [("write", (_A, "catalog"), ("at", "iceberg_commit", 1, "again")),
+                     ("write", (_A, "catalog"), ("at", "iceberg_after_commit", 1, "on")), ("sync", "metadata", None)]))
     # an optimize killed after its swap, the catalog's table synced, a vacuum past the retention killed at once,
     # then a write at its compaction batch
     @example((False, [("write", (_A, "metadata"), None), ("write", (_A, None), None),
-                      ("optimize", None, ("at", "optimize_after_commit", 1)), ("sync", "catalog", None),
-                      ("vacuum", "0s", ("after", 0.0)), ("write", (_A, "metadata"), ("at", "compaction", 1))]))
+                      ("optimize", None, ("at", "optimize_after_commit", 1, "on")), ("sync", "catalog", None),
+                      ("vacuum", "0s", ("after", 0.0, "again")),
+                      ("write", (_A, "metadata"), ("at", "compaction", 1, "again"))]))
     # found by the search: a batch of no rows (an unpartitioned output's empty file, listed by the table, which
     # a scan's plan leaves out: listed by the manifests), its write killed at once
-    @example((False, [("write", ([], "metadata"), None), ("write", ([], "metadata"), ("after", 0.0))]))
+    @example((False, [("write", ([], "metadata"), None), ("write", ([], "metadata"), ("after", 0.0, "again"))]))
     def run(lives) -> None:
         _check_lives(zygote, tmp_path_factory.mktemp("iceberg-kills"), *lives)
 
