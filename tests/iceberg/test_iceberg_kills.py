@@ -124,7 +124,8 @@ class Zygote:
             elif word == b"exit":
                 code = int(number)
                 if code not in (0, -9):
-                    raise AssertionError(f"{steps[done]['kind']} failed: {self.stderr_path.read_bytes()[offset:][-3000:]!r}")
+                    stderr = self.stderr_path.read_bytes()[offset:]
+                    raise AssertionError(f"{steps[done]['kind']} failed: {stderr[-3000:]!r}")
                 return done, code
         raise AssertionError(f"the zygote died: {self.stderr_path.read_bytes()[-3000:]!r}")
 
