@@ -62,8 +62,6 @@ def step(out, s):
     elif s["kind"] == "optimize":
         optimize(out, iceberg=s["iceberg"])
     else:
-        for target in s["in_step"]:  # (past the retention: see _requests)
-            sync_iceberg(out, **target)
         vacuum(out, s["retention"], allow_short_retention=True, iceberg=s["iceberg"])
 
 def life(out, steps):
@@ -199,10 +197,8 @@ def _requests(partitioned: bool, steps: list, targets: dict[str, dict]) -> tuple
         elif kind == "sync":
             request = {"target": targets[arg]}
         elif kind == "vacuum":
-            # past the retention, the tables are synced first: a table behind the log (or made later) would need
-            # the files of batches before an optimize that vacuum deletes (test_a_table_behind_an_optimize_...)
+            # past the retention, with tables behind the log (or made later): test_a_table_behind_an_optimize_...
             request = {"retention": _dt.timedelta(0) if arg[0] == "0s" else arg[0],
-                       "in_step": list(targets.values()) if arg[0] == "0s" else [],
                        "iceberg": arg[1] and (targets[arg[1]] or True)}
         else:
             request = {"iceberg": arg and (targets[arg] or True)}
@@ -312,15 +308,14 @@ def test_killed_steps_restarted_match_read_committed(tmp_path_factory, fuzz_minu
         zygote.close()
 
 
-@pytest.mark.xfail(strict=True, raises=MissingDataFileError, reason="found by the search: see the docstring")
 @pytest.mark.parametrize("table", ["behind", "made after"])
 def test_a_table_behind_an_optimize_and_a_vacuum_past_it_syncs(tmp_path, table) -> None:
-    """Found by the search (a defect left open): a batch the Iceberg table does not mirror yet (written without
-    iceberg=, or by any batch before a table made later), its files replaced by an optimize that did not sync
-    this table and deleted by a vacuum past the retention. Every later sync then fails (MissingDataFileError:
-    a snapshot per log batch, the batch's footers read) and the table stays behind for good; the remedy is to
-    drop it. read_committed(as_of_batch=) of that batch fails too, but the table should go on, mirroring such
-    batches by the next one whose files exist, as it does batches whose snapshot the log no longer holds."""
+    """Found by the search: a batch the Iceberg table does not mirror yet (written without iceberg=, or by any batch
+    before a table made later), its files replaced by an optimize that did not sync this table and deleted by a
+    vacuum past the retention. Every later sync failed (MissingDataFileError: a snapshot per log batch, the batch's
+    footers read) and the table stayed behind for good. Such a batch is now mirrored by the next one whose files
+    exist (the optimize's), as a batch whose snapshot the log no longer holds; a missing file still committed is
+    still the MissingDataFileError."""
     out = str(tmp_path / "out")
     target = {"catalog": _catalog_properties(tmp_path), "table": TABLE}
     row = pa.Table.from_pylist([dict(zip(SCHEMA.names, (0, *_A[0])))], schema=SCHEMA)
@@ -328,4 +323,12 @@ def test_a_table_behind_an_optimize_and_a_vacuum_past_it_syncs(tmp_path, table) 
     write_batch(out, row, app_id="a", version=1)
     optimize(out)
     assert vacuum(out, _dt.timedelta(0), allow_short_retention=True).plan.orphans
-    sync_iceberg(out, **target)
+    result = sync_iceberg(out, **target)
+    latest = MetadataLog(out).latest_batch_id()
+    assert result.log_batch == latest
+    for mirror in _tables(Path(out), target):
+        by_batch = assert_mirrors(mirror, Path(out), latest=latest)
+        assert sorted(by_batch) == ([0] if table == "behind" else []) + [latest]  # batch 1: by the optimize's
+    os.remove(committed_files(out)[0].path)  # a file the latest batch commits, missing: still refused
+    with pytest.raises(MissingDataFileError, match="missing from storage"):
+        sync_iceberg(out)  # a table made now: every batch from the first

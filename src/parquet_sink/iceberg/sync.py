@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..errors import ParameterError, SnapshotExpiredError, names_output
+from ..errors import MissingDataFileError, ParameterError, SnapshotExpiredError, names_output
 from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
@@ -716,6 +716,16 @@ def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
         yield batch, snap, True, swaps.get(batch)
 
 
+def _vacuumed_since(storage: Storage, log: MetadataLog, log_snap: Any, snap: Snapshot) -> bool:
+    """Whether a file of the earlier batch snapshot ``snap`` that the latest batch (of ``log_snap``) no longer commits
+    is missing from storage: an optimize replaced it (or retention dropped it) and ``vacuum`` deleted it past its
+    retention, before this table mirrored that batch (a table behind, or made later). Such a batch cannot be mirrored
+    (its footers are gone) and is mirrored by the next one, as a batch whose log snapshot expired; a missing file the
+    latest batch still commits is the MissingDataFileError. Read only when a batch's file is missing."""
+    latest = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
+    return any(not storage.exists(p) for p in snap.files.paths().to_pylist() if p not in latest)
+
+
 @names_output
 def sync_iceberg(
     path: str | os.PathLike[str],
@@ -812,11 +822,17 @@ def _sync(
     first = 0 if previous is None else previous + 1
     steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
     for batch, snap, whole, swap_key in steps:
-        if transaction is None:
-            if not snap.files.table.num_rows:
-                continue  # no file committed yet: no schema to create the table with
-            transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema, _partition_columns(snap))
-        more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
+        try:
+            if transaction is None:
+                if not snap.files.table.num_rows:
+                    continue  # no file committed yet: no schema to create the table with
+                transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema,
+                                         _partition_columns(snap))
+            more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
+        except MissingDataFileError:
+            if not whole or batch == latest or not _vacuumed_since(storage, log, log_snap, snap):
+                raise
+            continue  # mirrored by the next batch, as a batch whose log snapshot expired
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
         if staged == _BATCHES_PER_COMMIT and batch < latest:
             committed, staged = commit(transaction), 0
