@@ -45,6 +45,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from types import ModuleType
 from typing import Any
 
@@ -211,7 +212,6 @@ def current_metadata(storage: Storage) -> str | None:
 def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, str | tuple[str, str], Any]:
     """(the catalog to commit through, the table's identifier there, the table or None when it does not exist
     yet). Without a catalog: an in-memory SQL catalog holding the table of :func:`current_metadata`."""
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
     where = storage.display(storage.root)
@@ -226,7 +226,7 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         opened = _OPENED.get(storage.root)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
-        local = SqlCatalog("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
+        local = _output_catalog()("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
                            **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
@@ -243,6 +243,45 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         return opened, identifier, None
 
 
+@functools.cache
+def _output_catalog() -> type:
+    """The in-memory SQL catalog a table without catalog commits through: pyiceberg's, its commit applying the
+    updates by :func:`_applied` (pyiceberg's deep-copies the table's metadata, a cost of the snapshots kept) to
+    the metadata it wrote last (pyiceberg's reads it again from its file, parsing every snapshot)."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import StagedTable, Table
+    from pyiceberg.table.locations import load_location_provider
+
+    class OutputCatalog(SqlCatalog):
+        _written: tuple[str, Any] | None = None  # (the metadata file it wrote last, its metadata)
+
+        def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:
+            super()._write_metadata(metadata, io, metadata_path)
+            self._written = (metadata_path, metadata)
+
+        def _convert_orm_to_iceberg(self, orm_table: Any) -> Any:
+            if self._written is None or orm_table.metadata_location != self._written[0]:
+                return super()._convert_orm_to_iceberg(orm_table)
+            location, metadata = self._written
+            return Table(identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
+                         metadata=metadata, metadata_location=location,
+                         io=self._load_file_io(metadata.properties, location), catalog=self)
+
+        def _update_and_stage_table(self, current: Any, identifier: Any, requirements: Any, updates: Any) -> Any:
+            if current is None:
+                return super()._update_and_stage_table(current, identifier, requirements, updates)
+            for requirement in requirements:
+                requirement.validate(current.metadata)
+            metadata = _applied(current.metadata, updates, metadata_location=current.metadata_location)[2]
+            version = self._parse_metadata_version(current.metadata_location) + 1
+            location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+            return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location,
+                               io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
+
+    return OutputCatalog
+
+
 def _marker(snap: Any) -> int | None:
     """The log batch the Iceberg snapshot ``snap`` mirrors (its summary's :data:`MARKER`), None when it has none
     (pyiceberg's summary answers a missing key with None)."""
@@ -250,9 +289,11 @@ def _marker(snap: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
+def _check_ours(table: Any, storage: Storage, name: Any, checked: bool = False) -> int | None:
     """The log batch the table mirrors (its current snapshot's :data:`MARKER`; None: no snapshot yet);
-    IcebergSyncError when the table is another output's (its location) or another writer committed to it."""
+    IcebergSyncError when the table is another output's (its location) or another writer committed to it.
+    ``checked``: this process committed or read this metadata file before (:data:`_KNOWN`), its snapshots all
+    found ours then: they are not looked at again (a cost of the snapshots kept, per sync)."""
     where = storage.display(storage.root)
     remedy = (
         "The Iceberg table of a parquet-sink output is a read-only view of its _spark_metadata: write rows through "
@@ -264,7 +305,7 @@ def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
             f"{where}: the Iceberg table {name} is located at {table.location()}, not at this output. Nothing was "
             "committed; give another table name for this output."
         )
-    foreign = [s for s in table.metadata.snapshots if _marker(s) is None]
+    foreign = [] if checked else [s for s in table.metadata.snapshots if _marker(s) is None]
     if foreign:
         first = foreign[0]
         raise IcebergSyncError(
@@ -370,9 +411,65 @@ def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, part
         # sync reads the table again (_LostRace)
         RETRIES: "0",
     }
-    return catalog.create_table_transaction(
+    return _staged(catalog.create_table_transaction(
         name, schema, location=_location(storage, storage.root), partition_spec=spec, properties=properties
-    )
+    ))
+
+
+def _applied(base: Any, updates: tuple[Any, ...], since: tuple[Any, ...] = (), metadata: Any = None,
+             context: Any = None, metadata_location: str | None = None) -> tuple[Any, Any, Any]:
+    """(the metadata, as it is kept, of ``updates`` applied to the metadata ``base``; their context; the metadata
+    as pyiceberg's ``update_table_metadata`` returns it) without its deep copy of the result, which costs the
+    snapshots the table keeps on every read of a transaction's metadata (several per snapshot) and every commit.
+    pyiceberg's metadata models are frozen and its updates copy on write: the copy protects nothing here.
+    ``since``, ``metadata``, ``context``: the updates applied already, their result and context (None: none);
+    ``metadata_location``: the table's current metadata file, logged as ``update_table_metadata`` logs it."""
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
+    from pyiceberg.utils.datetime import datetime_to_millis
+
+    if context is None:
+        metadata, context = base, _TableMetadataUpdateContext()
+    for update in updates[len(since):]:
+        metadata = _apply_table_update(update, metadata, context)
+    result = metadata
+    if context.has_changes():
+        if metadata_location:
+            result = _update_table_metadata_log(result, metadata_location, base.last_updated_ms)
+        if result.last_updated_ms == base.last_updated_ms:
+            result = result.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    result.spec().check_compatible(result.schema())
+    result.sort_order().check_compatible(result.schema())
+    return metadata, context, result
+
+
+@functools.cache
+def _staged_class(base: type) -> type:
+    """``base`` (pyiceberg's ``Transaction`` or ``CreateTableTransaction``) whose ``table_metadata`` applies
+    (:func:`_applied`) only the updates staged since its last read, to the metadata that read made; pyiceberg's
+    applies every staged update again and deep-copies the result on each read."""
+
+    class Staged(base):  # type: ignore[misc, valid-type]
+        # (the table's metadata, the updates applied to it, their result, their context): the last read
+        _read: tuple[Any, tuple[Any, ...], Any, Any] | None = None
+
+        @property
+        def table_metadata(self) -> Any:
+            base_metadata, updates, read = self._table.metadata, self._updates, self._read
+            if (read is None or read[0] is not base_metadata or len(read[1]) > len(updates)
+                    or any(a is not b for a, b in zip(read[1], updates))):
+                read = (base_metadata, (), None, None)
+            metadata, context, result = _applied(base_metadata, updates, *read[1:])
+            self._read = (base_metadata, updates, metadata, context)
+            return result
+
+    Staged.__name__ = Staged.__qualname__ = f"Staged{base.__name__}"
+    return Staged
+
+
+def _staged(transaction: Any) -> Any:
+    """``transaction``, its metadata read as :func:`_staged_class` reads it."""
+    transaction.__class__ = _staged_class(type(transaction))
+    return transaction
 
 
 def _table_partition_types(transaction: Any, zone: str) -> dict[str, pa.DataType]:
@@ -666,7 +763,8 @@ def _sync(
 
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
-    previous = None if existing is None else _check_ours(existing, storage, name)
+    checked = existing is not None and _KNOWN.get(key, (None,))[0] == existing.metadata_location
+    previous = None if existing is None else _check_ours(existing, storage, name, checked)
     log = MetadataLog(path, storage=storage, cleanup=False)
     since = None if previous is None else snapshot_after(path, previous, storage_options=options)
     log_snap = None if since is not None else read_snapshot(log)
@@ -687,7 +785,7 @@ def _sync(
         )
     if latest is None or (previous is not None and previous >= latest):
         return result(existing)
-    transaction = existing.transaction() if existing is not None else None
+    transaction = _staged(existing.transaction()) if existing is not None else None
     if existing is not None and existing.properties.get(RETRIES) != "0":  # a table made before: from its next commit
         transaction.set_properties({RETRIES: "0"})
     known = _data_files(existing, key)
@@ -720,7 +818,7 @@ def _sync(
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
         if staged == _BATCHES_PER_COMMIT and batch < latest:
             committed, staged = commit(transaction), 0
-            transaction = committed.transaction()
+            transaction = _staged(committed.transaction())
     if transaction is None:
         return result(existing)
     if staged:
