@@ -212,6 +212,7 @@ def current_metadata(storage: Storage) -> str | None:
 def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, str | tuple[str, str], Any]:
     """(the catalog to commit through, the table's identifier there, the table or None when it does not exist
     yet). Without a catalog: an in-memory SQL catalog holding the table of :func:`current_metadata`."""
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
     where = storage.display(storage.root)
@@ -226,7 +227,7 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         opened = _OPENED.get(storage.root)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
-        local = _output_catalog()("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
+        local = _output_catalog(SqlCatalog)("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
                            **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
@@ -244,26 +245,27 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
 
 
 @functools.cache
-def _output_catalog() -> type:
-    """The in-memory SQL catalog a table without catalog commits through: pyiceberg's, its commit applying the
-    updates by :func:`_applied` (pyiceberg's deep-copies the table's metadata, a cost of the snapshots kept) to
-    the metadata it wrote last (pyiceberg's reads it again from its file, parsing every snapshot)."""
+def _output_catalog(base: type) -> type:
+    """``base`` (pyiceberg's SQL catalog, in memory: the one a table without catalog commits through) whose
+    commit applies the updates by :func:`_applied` (pyiceberg's deep-copies the table's metadata, a cost of the
+    snapshots kept) to the metadata it committed last (pyiceberg's reads it again from its file, parsing every
+    snapshot)."""
     from pyiceberg.catalog import Catalog
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import StagedTable, Table
     from pyiceberg.table.locations import load_location_provider
 
-    class OutputCatalog(SqlCatalog):
-        _written: tuple[str, Any] | None = None  # (the metadata file it wrote last, its metadata)
+    class OutputCatalog(base):  # type: ignore[misc, valid-type]
+        _committed: tuple[str, Any] | None = None  # (the metadata file it committed last, its metadata)
 
-        def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:
-            super()._write_metadata(metadata, io, metadata_path)
-            self._written = (metadata_path, metadata)
+        def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+            response = super().commit_table(table, requirements, updates)
+            self._committed = (response.metadata_location, response.metadata)
+            return response
 
         def _convert_orm_to_iceberg(self, orm_table: Any) -> Any:
-            if self._written is None or orm_table.metadata_location != self._written[0]:
+            if self._committed is None or orm_table.metadata_location != self._committed[0]:
                 return super()._convert_orm_to_iceberg(orm_table)
-            location, metadata = self._written
+            location, metadata = self._committed
             return Table(identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
                          metadata=metadata, metadata_location=location,
                          io=self._load_file_io(metadata.properties, location), catalog=self)
