@@ -82,9 +82,8 @@ NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field 
 _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
 _FOOTER_THREADS = 8
-# snapshots staged in one catalog commit: pyiceberg applies every staged update again each time a transaction's
-# metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
-# (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
+# snapshots staged in one catalog commit: a sync of many batches (the first of an output with a long log) commits
+# them this many at a time, each commit a consistent prefix (a sync that fails resumes after its last commit)
 _BATCHES_PER_COMMIT = 16
 # manifests merged in tiers (an LSM's): a snapshot merges the manifests of one tier (live entries 1..7, 8..63,
 # 64..511, ...) once it holds this many, so the manifest list holds at most about this many per tier (a few dozen
