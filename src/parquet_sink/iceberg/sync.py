@@ -226,8 +226,9 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         opened = _OPENED.get(storage.root)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
-        local = _output_catalog(SqlCatalog)("parquet-sink", uri="sqlite:///:memory:", warehouse=_location(storage, storage.join(METADATA_DIR)),
-                           **_io_properties(storage))
+        local = _output_catalog(SqlCatalog)("parquet-sink", uri="sqlite:///:memory:",
+                                            warehouse=_location(storage, storage.join(METADATA_DIR)),
+                                            **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
     if not isinstance(identifier, str) or "." not in identifier:
