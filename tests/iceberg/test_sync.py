@@ -11,6 +11,7 @@ import math
 import shutil
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -417,3 +418,38 @@ def test_a_sync_per_batch_does_work_of_its_batch_not_of_the_table(tmp_path, monk
     _assert_same(table.scan().to_arrow(), root)
     for batch, snapshot_id in _snapshots_by_batch(table).items():
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+
+
+def test_a_sync_per_batch_does_not_copy_or_read_the_snapshots_kept(tmp_path, monkeypatch):
+    """The work of an in-step sync does not grow with the snapshots the table keeps: at 3 and at 30 snapshots,
+    the sync after one more batch deep-copies no snapshot (pyiceberg's transaction applied its staged updates
+    again and deep-copied the table's metadata, every snapshot, on each read of it: ~17 times a batch, and its
+    catalog's commit once more), parses no metadata file (pyiceberg's commit read the one it wrote last again)
+    and reads the log-batch marker of as many snapshots (not every snapshot's, looking for another writer's)."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+    from pyiceberg.table.snapshots import Snapshot
+
+    work: Counter = Counter()
+    copy, parse, marker = Snapshot.__deepcopy__, TableMetadataUtil.parse_raw, iceberg_sync._marker
+    monkeypatch.setattr(Snapshot, "__deepcopy__", lambda self, memo=None: work.update(["copied"]) or copy(self, memo))
+    monkeypatch.setattr(TableMetadataUtil, "parse_raw", staticmethod(lambda data: work.update(["parsed"]) or parse(data)))
+    monkeypatch.setattr(iceberg_sync, "_marker", lambda snap: work.update(["marker"]) or marker(snap))
+
+    def in_step(root: Path, batches: int) -> list[Counter]:
+        for version in range(batches):
+            write_batch(str(root), _table(version, rows=2), app_id="a", version=version)
+        sync_iceberg(str(root))
+        counts = []
+        for version in range(batches, batches + 2):
+            write_batch(str(root), _table(version, rows=2), app_id="a", version=version)
+            work.clear()
+            result = sync_iceberg(str(root))
+            counts.append(Counter(work))
+        table = StaticTable.from_metadata(result.metadata_location)
+        assert len(table.metadata.snapshots) == batches + 2
+        _assert_same(table.scan().to_arrow(), root)
+        return counts
+
+    small, large = in_step(tmp_path / "small", 3), in_step(tmp_path / "large", 30)
+    assert small == large, (small, large)
+    assert not any(count["copied"] or count["parsed"] for count in large), large

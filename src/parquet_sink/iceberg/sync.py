@@ -46,6 +46,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from types import ModuleType
 from typing import Any
 
@@ -82,9 +83,8 @@ NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field 
 _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
 _FOOTER_THREADS = 8
-# snapshots staged in one catalog commit: pyiceberg applies every staged update again each time a transaction's
-# metadata is read (several times a snapshot), so a transaction of n snapshots costs n^2; a sync of many batches
-# (the first of an output with a long log) commits them this many at a time, each commit a consistent prefix
+# snapshots staged in one catalog commit: a sync of many batches (the first of an output with a long log) commits
+# them this many at a time, each commit a consistent prefix (a sync that fails resumes after its last commit)
 _BATCHES_PER_COMMIT = 16
 # manifests merged in tiers (an LSM's): a snapshot merges the manifests of one tier (live entries 1..7, 8..63,
 # 64..511, ...) once it holds this many, so the manifest list holds at most about this many per tier (a few dozen
@@ -326,8 +326,9 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         opened = _OPENED.get(storage.root)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
-        local = _local_catalog()(storage, uri="sqlite://", warehouse=_location(storage, storage.join(METADATA_DIR)),
-                                 **_io_properties(storage))
+        local = _output_catalog(_local_catalog())(storage, uri="sqlite://",
+                                                  warehouse=_location(storage, storage.join(METADATA_DIR)),
+                                                  **_io_properties(storage))
         local.create_namespace(_NAMESPACE)
         return local, name, None if metadata is None else _opened(storage, None, local.register_table(name, metadata))
     if not is_table_identifier(identifier):
@@ -343,6 +344,46 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
         return opened, identifier, None
 
 
+@functools.cache
+def _output_catalog(base: type) -> type:
+    """``base`` (pyiceberg's SQL catalog, in memory: the one a table without catalog commits through) whose
+    commit applies the updates by :func:`_applied` (pyiceberg's deep-copies the table's metadata, a cost of the
+    snapshots kept) to the metadata it committed last (pyiceberg's reads it again from its file, parsing every
+    snapshot)."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import StagedTable, Table
+    from pyiceberg.table.locations import load_location_provider
+
+    class OutputCatalog(base):  # type: ignore[misc, valid-type]
+        _committed: tuple[str, Any] | None = None  # (the metadata file it committed last, its metadata)
+
+        def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+            response = super().commit_table(table, requirements, updates)
+            self._committed = (response.metadata_location, response.metadata)
+            return response
+
+        def _convert_orm_to_iceberg(self, orm_table: Any) -> Any:
+            if self._committed is None or orm_table.metadata_location != self._committed[0]:
+                return super()._convert_orm_to_iceberg(orm_table)
+            location, metadata = self._committed
+            return Table(identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
+                         metadata=metadata, metadata_location=location,
+                         io=self._load_file_io(metadata.properties, location), catalog=self)
+
+        def _update_and_stage_table(self, current: Any, identifier: Any, requirements: Any, updates: Any) -> Any:
+            if current is None:
+                return super()._update_and_stage_table(current, identifier, requirements, updates)
+            for requirement in requirements:
+                requirement.validate(current.metadata)
+            metadata = _applied(current.metadata, updates, metadata_location=current.metadata_location)[2]
+            version = self._parse_metadata_version(current.metadata_location) + 1
+            location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+            return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location,
+                               io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
+
+    return OutputCatalog
+
+
 def _marker(snap: Any) -> int | None:
     """The log batch the Iceberg snapshot ``snap`` mirrors (its summary's :data:`MARKER`), None when it has none
     (pyiceberg's summary answers a missing key with None)."""
@@ -350,9 +391,11 @@ def _marker(snap: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
+def _check_ours(table: Any, storage: Storage, name: Any, checked: bool = False) -> int | None:
     """The log batch the table mirrors (its current snapshot's :data:`MARKER`; None: no snapshot yet);
-    IcebergSyncError when the table is another output's (its location) or another writer committed to it."""
+    IcebergSyncError when the table is another output's (its location) or another writer committed to it.
+    ``checked``: this process committed or read this metadata file before (:data:`_KNOWN`), its snapshots all
+    found ours then: they are not looked at again (a cost of the snapshots kept, per sync)."""
     where = storage.display(storage.root)
     remedy = (
         "The Iceberg table of a parquet-sink output is a read-only view of its _spark_metadata: write rows through "
@@ -364,7 +407,7 @@ def _check_ours(table: Any, storage: Storage, name: Any) -> int | None:
             f"{where}: the Iceberg table {name} is located at {table.location()}, not at this output. Nothing was "
             "committed; give another table name for this output."
         )
-    foreign = [s for s in table.metadata.snapshots if _marker(s) is None]
+    foreign = [] if checked else [s for s in table.metadata.snapshots if _marker(s) is None]
     if foreign:
         first = foreign[0]
         raise IcebergSyncError(
@@ -470,9 +513,65 @@ def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, part
         # sync reads the table again (_LostRace)
         RETRIES: "0",
     }
-    return catalog.create_table_transaction(
+    return _staged(catalog.create_table_transaction(
         name, schema, location=_location(storage, storage.root), partition_spec=spec, properties=properties
-    )
+    ))
+
+
+def _applied(base: Any, updates: tuple[Any, ...], since: tuple[Any, ...] = (), metadata: Any = None,
+             context: Any = None, metadata_location: str | None = None) -> tuple[Any, Any, Any]:
+    """(the metadata, as it is kept, of ``updates`` applied to the metadata ``base``; their context; the metadata
+    as pyiceberg's ``update_table_metadata`` returns it) without its deep copy of the result, which costs the
+    snapshots the table keeps on every read of a transaction's metadata (several per snapshot) and every commit.
+    pyiceberg's metadata models are frozen and its updates copy on write: the copy protects nothing here.
+    ``since``, ``metadata``, ``context``: the updates applied already, their result and context (None: none);
+    ``metadata_location``: the table's current metadata file, logged as ``update_table_metadata`` logs it."""
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
+    from pyiceberg.utils.datetime import datetime_to_millis
+
+    if context is None:
+        metadata, context = base, _TableMetadataUpdateContext()
+    for update in updates[len(since):]:
+        metadata = _apply_table_update(update, metadata, context)
+    result = metadata
+    if context.has_changes():
+        if metadata_location:
+            result = _update_table_metadata_log(result, metadata_location, base.last_updated_ms)
+        if result.last_updated_ms == base.last_updated_ms:
+            result = result.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    result.spec().check_compatible(result.schema())
+    result.sort_order().check_compatible(result.schema())
+    return metadata, context, result
+
+
+@functools.cache
+def _staged_class(base: type) -> type:
+    """``base`` (pyiceberg's ``Transaction`` or ``CreateTableTransaction``) whose ``table_metadata`` applies
+    (:func:`_applied`) only the updates staged since its last read, to the metadata that read made; pyiceberg's
+    applies every staged update again and deep-copies the result on each read."""
+
+    class Staged(base):  # type: ignore[misc, valid-type]
+        # (the table's metadata, the updates applied to it, their result, their context): the last read
+        _read: tuple[Any, tuple[Any, ...], Any, Any] | None = None
+
+        @property
+        def table_metadata(self) -> Any:
+            base_metadata, updates, read = self._table.metadata, self._updates, self._read
+            if (read is None or read[0] is not base_metadata or len(read[1]) > len(updates)
+                    or any(a is not b for a, b in zip(read[1], updates))):
+                read = (base_metadata, (), None, None)
+            metadata, context, result = _applied(base_metadata, updates, *read[1:])
+            self._read = (base_metadata, updates, metadata, context)
+            return result
+
+    Staged.__name__ = Staged.__qualname__ = f"Staged{base.__name__}"
+    return Staged
+
+
+def _staged(transaction: Any) -> Any:
+    """``transaction``, its metadata read as :func:`_staged_class` reads it."""
+    transaction.__class__ = _staged_class(type(transaction))
+    return transaction
 
 
 def _table_partition_types(transaction: Any, zone: str) -> dict[str, pa.DataType]:
@@ -776,7 +875,8 @@ def _sync(
 
     where = storage.display(storage.root)
     opened, name, existing = _load(storage, catalog, table)
-    previous = None if existing is None else _check_ours(existing, storage, name)
+    checked = existing is not None and _KNOWN.get(key, (None,))[0] == existing.metadata_location
+    previous = None if existing is None else _check_ours(existing, storage, name, checked)
     log = MetadataLog(path, storage=storage, cleanup=False)
     since = None if previous is None else snapshot_after(path, previous, storage_options=options)
     log_snap = None if since is not None else read_snapshot(log)
@@ -797,7 +897,7 @@ def _sync(
         )
     if latest is None or (previous is not None and previous >= latest):
         return result(existing)
-    transaction = existing.transaction() if existing is not None else None
+    transaction = _staged(existing.transaction()) if existing is not None else None
     if existing is not None and existing.properties.get(RETRIES) != "0":  # a table made before: from its next commit
         transaction.set_properties({RETRIES: "0"})
     known = _data_files(existing, key)
@@ -836,7 +936,7 @@ def _sync(
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
         if staged == _BATCHES_PER_COMMIT and batch < latest:
             committed, staged = commit(transaction), 0
-            transaction = committed.transaction()
+            transaction = _staged(committed.transaction())
     if transaction is None:
         return result(existing)
     if staged:
