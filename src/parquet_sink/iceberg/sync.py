@@ -619,6 +619,7 @@ def _data_file(
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.partitioning import _to_partition_representation
     from pyiceberg.typedef import Record
+    from pyiceberg.types import StringType
 
     what = f"committed file {storage.display(committed.path)} of batch {committed.batch_id}"
     schema = metadata.schema()
@@ -632,6 +633,11 @@ def _data_file(
     statistics = data_file_statistics_from_parquet_metadata(
         footer, compute_statistics_plan(schema, metadata.properties), parquet_path_to_id_mapping(schema)
     )
+    for aggregate in statistics.column_aggregates.values():
+        if isinstance(aggregate.primitive_type, StringType) and aggregate.current_max is not None:
+            # pyiceberg's own increment can make a surrogate (U+D7FF + 1), which no UTF-8 holds: the sync failed;
+            # the bound decided here is within the truncation length, so pyiceberg serializes it as it is
+            aggregate.current_max = string_upper_bound(aggregate.current_max, aggregate.trunc_length)
     keys = ds.get_partition_keys(fragment.partition_expression)
     spec = metadata.spec()
     values = [
@@ -647,6 +653,28 @@ def _data_file(
     # as pyiceberg sets it on the files it reads from a manifest
     data_file.spec_id = spec.spec_id
     return data_file
+
+
+def string_upper_bound(largest: str, length: int | None) -> str | None:
+    """The Iceberg upper bound of a string column whose largest value is ``largest`` under the metrics mode
+    ``truncate(length)`` (``None``: full), as Iceberg's ``UnicodeUtil.truncateStringMax``: ``largest`` itself
+    when it has at most ``length`` code points; else its first ``length`` code points with the last one that can
+    be incremented incremented and those after it dropped, the least string of at most ``length`` code points
+    above every string with that prefix (Iceberg orders strings by UTF-8 bytes, that is by code points; U+D7FF
+    goes to U+E000, as surrogates are not characters and UTF-8 cannot hold them); ``None`` (no upper bound,
+    which Iceberg reads as unknown) when every one of them is U+10FFFF. Never a bound below a value. Pure.
+
+    Example: ``string_upper_bound("ab\\U0010ffffz", 3)`` -> ``'ac'``; ``string_upper_bound("\\ud7ffab", 1)``
+    -> ``'\\ue000'``.
+    """
+    if length is None or len(largest) <= length:
+        return largest
+    prefix = largest[:length]
+    for end in range(length - 1, -1, -1):
+        point = ord(prefix[end])
+        if point < 0x10FFFF:
+            return prefix[:end] + chr(0xE000 if point == 0xD7FF else point + 1)
+    return None
 
 
 def snapshot_operation(added: int, gone: list[str], swap_key: str | None, adds_are_the_swaps: bool) -> str:
