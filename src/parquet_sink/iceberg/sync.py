@@ -3,7 +3,8 @@ Iceberg reader (pyiceberg, polars, duckdb, Trino, Snowflake, Athena) reads exact
 counterpart of Apache XTable's Delta-to-Iceberg translation and of Delta UniForm (Iceberg metadata written beside
 the data), built on pyiceberg's ``add_files`` path: data files written elsewhere, without Iceberg field ids, read
 through the table's name mapping, their statistics from the footer by pyiceberg's own code
-(``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it).
+(``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it), string upper bounds
+by :func:`string_upper_bound` (Iceberg's ``truncateStringMax``).
 
 One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped are deleted, in
 a ``replace`` snapshot for an optimize's swap (rows unchanged: incremental readers skip it), a ``delete`` for
