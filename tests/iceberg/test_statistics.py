@@ -155,7 +155,8 @@ def test_statistics_hold_each_files_rows_and_never_prune_matching_rows(tmp_path)
         ("t", FIRST), ("t", LAST), ("n", FIRST.replace(tzinfo=None)), ("n", LAST.replace(tzinfo=None)),
         ("d", _dt.date(1, 1, 1)), ("d", _dt.date(9999, 12, 31)), ("s", ASTRAL), ("s", LONG), ("s", TOP),
         ("s", HANGUL), ("dec", decimal.Decimal("99999999999999999999999999.123456789012")),
-        ("small", decimal.Decimal("-1.25")), ("t", _int96_batch()["t"][1].as_py()), ("n", _int96_batch()["n"][0].as_py()),
+        ("small", decimal.Decimal("-1.25")),
+        ("t", _int96_batch()["t"][1].as_py()), ("n", _int96_batch()["n"][0].as_py()),  # the INT96 file's
     ]
     for column, value in edges:
         iceberg = value.isoformat() if isinstance(value, (_dt.datetime, _dt.date)) else value
