@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import math
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from pyiceberg.table import StaticTable
 from pyiceberg.types import DoubleType, FloatType, StringType
 
 from parquet_sink import MetadataLog, read_committed, sync_iceberg, write_batch
-from parquet_sink.iceberg.sync import MARKER, string_upper_bound
+from parquet_sink.iceberg.sync import MARKER, statistics_plan, string_upper_bound
 from parquet_sink.log.entry import LogEntry
 from tests.iceberg.test_sync import _rows
 
@@ -189,3 +190,45 @@ def test_string_upper_bound_decides(largest, length, bound):
     if bound is not None:  # above every string of the truncated prefix, in UTF-8 byte order
         assert bound.encode() >= largest.encode() or largest.startswith(bound)
         assert bound.encode() > largest[:length].encode() + b"\xf4\x8f\xbf\xbf" * 4 or bound == largest
+
+
+def test_an_int96_file_spark_wrote_keeps_its_null_count_and_has_no_bound(spark, tmp_path):
+    """Spark's writer with outputTimestampType=INT96 puts the INT96 column's null count in the footer, no min or
+    max (Parquet leaves INT96's order undefined); pyiceberg's statistics refused that physical type, so every
+    sync of such an output failed. The file is listed with its counts and no bound on the column; filters on it
+    read read_committed's rows."""
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    try:
+        frame = spark.createDataFrame([(1, _dt.datetime(2000, 1, 1)), (2, None)], "i long, t timestamp")
+        frame.coalesce(1).write.parquet(str(tmp_path / "spark"))
+    finally:
+        spark.conf.unset("spark.sql.parquet.outputTimestampType")
+    root = tmp_path / "out"
+    root.mkdir()
+    [written] = (tmp_path / "spark").glob("*.parquet")
+    file = root / "part-spark-int96.parquet"
+    shutil.copy(written, file)
+    column = pq.ParquetFile(file).metadata.row_group(0).column(1)
+    assert (column.physical_type, column.statistics.null_count, column.statistics.has_min_max) == ("INT96", 1, False)
+    assert MetadataLog(str(root)).add(0, [LogEntry(file.as_uri(), file.stat().st_size, False, 0)])
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+
+    assert _assert_statistics_hold(table, root) == 1
+    [data_file] = [task.file for task in table.scan().plan_files()]
+    t = table.schema().find_field("t").field_id
+    assert data_file.null_value_counts[t] == 1 and t not in data_file.lower_bounds and t not in data_file.upper_bounds
+    moment = next(v for v in read_committed(str(root))["t"].to_pylist() if v is not None)
+    _assert_same(table.scan(row_filter=EqualTo("t", moment.isoformat())).to_arrow(), root, filter=pc.field("t") == moment)
+    _assert_same(table.scan(row_filter="t is null").to_arrow(), root, filter=pc.field("t").is_null())
+
+
+def test_statistics_plan_counts_int96_alone():
+    from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode, StatisticsCollector
+    from pyiceberg.types import LongType, TimestampType
+
+    truncate, none = MetricsMode(MetricModeTypes.TRUNCATE, 16), MetricsMode(MetricModeTypes.NONE)
+    plan = {1: StatisticsCollector(1, TimestampType(), truncate, "t"), 2: StatisticsCollector(2, TimestampType(), none, "u"),
+            3: StatisticsCollector(3, LongType(), truncate, "i")}
+    decided = statistics_plan(plan, {1, 2})
+    assert [decided[i].mode for i in (1, 2, 3)] == [MetricsMode(MetricModeTypes.COUNTS), none, truncate]
+    assert [decided[i].column_name for i in (1, 2, 3)] == ["t", "u", "i"]

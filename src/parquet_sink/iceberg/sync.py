@@ -4,7 +4,7 @@ counterpart of Apache XTable's Delta-to-Iceberg translation and of Delta UniForm
 the data), built on pyiceberg's ``add_files`` path: data files written elsewhere, without Iceberg field ids, read
 through the table's name mapping, their statistics from the footer by pyiceberg's own code
 (``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it), string upper bounds
-by :func:`string_upper_bound` (Iceberg's ``truncateStringMax``).
+by :func:`string_upper_bound` (Iceberg's ``truncateStringMax``), INT96 columns' counts alone (:func:`statistics_plan`).
 
 One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped are deleted, in
 a ``replace`` snapshot for an optimize's swap (rows unchanged: incremental readers skip it), a ``delete`` for
@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -631,9 +632,11 @@ def _data_file(
         raise unreadable_file(storage, committed, exc) or IcebergSyncError(
             f"reading {what} failed ({type(exc).__name__}: {exc}); nothing was committed to the Iceberg table."
         ) from exc
-    statistics = data_file_statistics_from_parquet_metadata(
-        footer, compute_statistics_plan(schema, metadata.properties), parquet_path_to_id_mapping(schema)
-    )
+    ids = parquet_path_to_id_mapping(schema)
+    columns = (footer.schema.column(i) for i in range(footer.num_columns))
+    int96 = {ids[c.path] for c in columns if c.physical_type == "INT96" and c.path in ids}
+    plan = statistics_plan(compute_statistics_plan(schema, metadata.properties), int96)
+    statistics = data_file_statistics_from_parquet_metadata(footer, plan, ids)
     for aggregate in statistics.column_aggregates.values():
         if isinstance(aggregate.primitive_type, StringType) and aggregate.current_max is not None:
             # pyiceberg's own increment can make a surrogate (U+D7FF + 1), which no UTF-8 holds: the sync failed;
@@ -654,6 +657,25 @@ def _data_file(
     # as pyiceberg sets it on the files it reads from a manifest
     data_file.spec_id = spec.spec_id
     return data_file
+
+
+def statistics_plan(plan: dict[int, Any], int96: set[int]) -> dict[int, Any]:
+    """pyiceberg's statistics plan (``compute_statistics_plan``'s collector per field id) for a file whose INT96
+    leaves are the field ids ``int96``: theirs collect counts alone (a mode ``none`` stays). Parquet leaves
+    INT96's order undefined, so no footer holds a min or max of it, and pyiceberg's bounds code refused the
+    physical type where a footer has its null count (Spark's does: every sync of an output Spark wrote with
+    ``outputTimestampType=INT96`` failed); no bound is what Iceberg reads as unknown. Pure.
+
+    Example: ``statistics_plan({1: <collector mode truncate(16)>}, {1})`` -> ``{1: <collector mode counts>}``.
+    """
+    from pyiceberg.io.pyarrow import MetricModeTypes, MetricsMode
+
+    counts = MetricsMode(MetricModeTypes.COUNTS)
+    return {
+        field_id: dataclasses.replace(collector, mode=counts)
+        if field_id in int96 and collector.mode.type != MetricModeTypes.NONE else collector
+        for field_id, collector in plan.items()
+    }
 
 
 def string_upper_bound(largest: str, length: int | None) -> str | None:
