@@ -227,8 +227,8 @@ def test_statistics_plan_counts_int96_alone():
     from pyiceberg.types import LongType, TimestampType
 
     truncate, none = MetricsMode(MetricModeTypes.TRUNCATE, 16), MetricsMode(MetricModeTypes.NONE)
-    plan = {1: StatisticsCollector(1, TimestampType(), truncate, "t"), 2: StatisticsCollector(2, TimestampType(), none, "u"),
-            3: StatisticsCollector(3, LongType(), truncate, "i")}
+    plan = {1: StatisticsCollector(1, TimestampType(), truncate, "t"),
+            2: StatisticsCollector(2, TimestampType(), none, "u"), 3: StatisticsCollector(3, LongType(), truncate, "i")}
     decided = statistics_plan(plan, {1, 2})
     assert [decided[i].mode for i in (1, 2, 3)] == [MetricsMode(MetricModeTypes.COUNTS), none, truncate]
     assert [decided[i].column_name for i in (1, 2, 3)] == ["t", "u", "i"]
