@@ -218,7 +218,8 @@ def test_an_int96_file_spark_wrote_keeps_its_null_count_and_has_no_bound(spark, 
     t = table.schema().find_field("t").field_id
     assert data_file.null_value_counts[t] == 1 and t not in data_file.lower_bounds and t not in data_file.upper_bounds
     moment = next(v for v in read_committed(str(root))["t"].to_pylist() if v is not None)
-    _assert_same(table.scan(row_filter=EqualTo("t", moment.isoformat())).to_arrow(), root, filter=pc.field("t") == moment)
+    equal = table.scan(row_filter=EqualTo("t", moment.isoformat())).to_arrow()
+    _assert_same(equal, root, filter=pc.field("t") == moment)
     _assert_same(table.scan(row_filter="t is null").to_arrow(), root, filter=pc.field("t").is_null())
 
 
