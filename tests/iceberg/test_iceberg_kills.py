@@ -50,7 +50,11 @@ ZYGOTE = r"""
 import base64, os, pickle, signal, sys, threading, traceback
 import pyarrow, pyarrow.dataset, pyarrow.parquet
 import pyiceberg.avro.decoder_fast, pyiceberg.catalog.noop, pyiceberg.catalog.sql, pyiceberg.io.pyarrow
-import pyiceberg.manifest, pyiceberg.table, sqlalchemy.dialects.sqlite, sqlite3, fsspec.implementations.chained
+import pyiceberg.manifest, pyiceberg.table, sqlalchemy.dialects.sqlite, sqlite3
+try:  # what newer fsspec releases import lazily (absent from the floors' 2024.12)
+    import fsspec.implementations.chained
+except ModuleNotFoundError:
+    pass
 from parquet_sink import failpoints, optimize, sync_iceberg, vacuum, write_batch
 
 def step(out, s):
