@@ -29,7 +29,7 @@ from typing import Any
 
 from ..failpoints import failpoint
 from ..storage.filesystem import FileInfo, Storage
-from ..storage.paths import in_progress_name
+from ..storage.paths import published_name
 from .errors import IcebergSyncError
 from .sync import (
     _ATTEMPTS, _KNOWN, _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, _check_ours, _io_properties, _load, _location,
@@ -153,16 +153,11 @@ def stale_metadata(
             when = superseded.get(versions[name])
             if versions[name] < version - keep and when is not None and when < before_ms:
                 stale.append(name)
-        elif (name.endswith(".avro") and name not in needed) or _half_written(name):
+        elif (name.endswith(".avro") and name not in needed) or (  # or a metadata file a dead sync half wrote
+                published_name(name) != name and _METADATA_FILE.match(published_name(name))):
             if mtime_ms < before_ms:
                 stale.append(name)
     return sorted(stale)
-
-
-def _half_written(name: str) -> bool:
-    """Whether ``name`` is where a metadata file is written before it gets its name (:func:`in_progress_name`)."""
-    inner = name[1:].removesuffix(".inprogress")
-    return bool(_METADATA_FILE.match(inner)) and in_progress_name(f"/{inner}") == f"/{name}"
 
 
 @dataclass(frozen=True)

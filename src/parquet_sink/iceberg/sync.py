@@ -866,13 +866,12 @@ def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
         yield batch, snap, True, swaps.get(batch)
 
 
-def _vacuumed_since(storage: Storage, log: MetadataLog, log_snap: Any, snap: Snapshot) -> bool:
-    """Whether a file of the earlier batch snapshot ``snap`` that the latest batch (of ``log_snap``) no longer commits
-    is missing from storage: an optimize replaced it (or retention dropped it) and ``vacuum`` deleted it past its
-    retention, before this table mirrored that batch (a table behind, or made later). Such a batch cannot be mirrored
-    (its footers are gone) and is mirrored by the next one, as a batch whose log snapshot expired; a missing file the
-    latest batch still commits is the MissingDataFileError. Read only when a batch's file is missing."""
-    latest = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
+def _vacuumed_since(storage: Storage, latest: set[str], snap: Snapshot) -> bool:
+    """Whether a file of the earlier batch snapshot ``snap`` that the latest batch (its files' paths ``latest``) no
+    longer commits is missing from storage: an optimize replaced it (or retention dropped it) and ``vacuum`` deleted
+    it past its retention, before this table mirrored that batch (a table behind, or made later). Such a batch cannot
+    be mirrored (its footers are gone) and is mirrored by the next one, as a batch whose log snapshot expired; a
+    missing file the latest batch still commits is the MissingDataFileError."""
     return any(not storage.exists(p) for p in snap.files.paths().to_pylist() if p not in latest)
 
 
@@ -971,6 +970,7 @@ def _sync(
         return _opened(storage, key[1], table)
 
     first = 0 if previous is None else previous + 1
+    latest_paths: set[str] | None = None  # the latest batch's files (whole mode), when a batch's file is missing
     steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
     for batch, snap, whole, swap_key in steps:
         try:
@@ -981,7 +981,11 @@ def _sync(
                                          _partition_columns(snap))
             more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
         except MissingDataFileError:
-            if not whole or batch == latest or not _vacuumed_since(storage, log, log_snap, snap):
+            if not whole or batch == latest:
+                raise
+            if latest_paths is None:  # read once, only when a batch's file is missing
+                latest_paths = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
+            if not _vacuumed_since(storage, latest_paths, snap):
                 raise
             continue  # mirrored by the next batch, as a batch whose log snapshot expired
         added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1

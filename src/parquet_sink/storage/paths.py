@@ -29,7 +29,7 @@ _AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azu
 # connection string fields -> adlfs's option names
 _CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
                       "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
-_IN_PROGRESS = re.compile(r"(?P<head>(?:.*/)?)\.(?P<name>[^/]+\.parquet)\.inprogress")  # in_progress_name's names
+_IN_PROGRESS = re.compile(r"(?P<head>(?:.*/)?)\.(?P<name>[^/]+)\.inprogress")  # in_progress_name's names
 
 
 def in_progress_name(path: str) -> str:
@@ -44,8 +44,8 @@ def in_progress_name(path: str) -> str:
 
 
 def published_name(path: str) -> str:
-    """The name the file at :func:`in_progress_name` ``path`` gets once whole (the data file a dead writer left it
-    for); any other path as it is.
+    """The name the file at :func:`in_progress_name` ``path`` gets once whole (the data file, or the Iceberg metadata
+    file, a dead writer left it for); any other path as it is.
 
     Example: ``published_name("k=1/.part-0.parquet.inprogress") == "k=1/part-0.parquet"``.
     """
