@@ -7,7 +7,8 @@ nulls):
   two queries (their ids from a checkpoint's ``metadata``) and of a sink without a query id, replays of a batch id
   (never written twice), a query's first batch refused on an output of others (``on_foreign_query="error"``), the
   session's compact interval (when a sink batch creates the output) and codec, ``compression=``;
-* ``optimize`` by bins, ``sort_by`` or ``z_order``; ``vacuum``; ``sync_delta_log``;
+* ``optimize`` by bins, ``sort_by`` or ``z_order``; ``vacuum``; ``sync_delta_log``; ``sync_iceberg`` (the table
+  without catalog, kept by every writer from then on with ``iceberg=True``, or from the first commit);
 * the output's settings (``compact_interval``, ``retention``, ``min_batches_to_retain``, ``cleanup_delay``) drawn
   at the start and recorded by the first commit; every later writer omits them, repeats them, or contradicts one
   (``OutputSettingsError``, nothing written);
@@ -17,7 +18,8 @@ nulls):
 After every step it checks every reader against the model: ``read_committed`` with and without drawn filters
 (pyarrow's filter over the model's rows as the oracle), ``count_committed``, the logged statistics, ``history``,
 time travel (exact from the oldest batch the settings promise, ``SnapshotExpiredError`` or exact before it),
-``verify``, delta-rs's readers with drawn filters, and the directory globs docs/design.md calls safe (duckdb, polars:
+``verify``, delta-rs's readers with drawn filters, pyiceberg's scans of the Iceberg table's current snapshot and
+of its oldest (at the log batch each records), and the directory globs docs/design.md calls safe (duckdb, polars:
 the model's rows, plus the files an ``optimize`` replaced until ``vacuum`` deletes them); at the end of a run
 ``spark.read.parquet`` with filter pushdown on, against Spark with it off (Spark SQL's float order: NaN above every
 number). ``--fuzz-minutes`` runs it long.
@@ -42,10 +44,15 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from pyiceberg.table import StaticTable
+
 from parquet_sink import (
     MetadataLog, ParquetSink, committed_files, count_committed, errors, history, optimize, read_committed, snapshot,
-    sync_delta_log, vacuum, verify, write_batch,
+    sync_delta_log, sync_iceberg, vacuum, verify, write_batch,
 )
+from parquet_sink.iceberg import current_metadata
+from parquet_sink.iceberg.sync import MARKER
+from parquet_sink.storage.filesystem import Storage
 from tests.helpers.crash_util import assert_group_gone, start_child
 from tests.helpers.filters import FilterCase, assert_filters_agree, filters, run_model, sorted_rows
 from tests.helpers.spark_util import spark_sink_batch
@@ -72,12 +79,13 @@ HOW = st.sampled_from(["omit"] * 4 + ["same", "contradict"])  # what a writer pa
 SESSION_INTERVAL, SESSION_CODEC = "spark.sql.streaming.fileSink.log.compactInterval", "spark.sql.parquet.compression.codec"
 FOOTER_CODEC = {"snappy": "SNAPPY", "zstd": "ZSTD", "gzip": "GZIP"}
 # failpoints a write_batch or an optimize child is killed at (None: a random moment of the call)
+MIRROR_KILLS = ["delta_commit", "iceberg_commit", "iceberg_after_commit", "iceberg_metadata_write"]
 WRITE_KILLS = [None, "before_write", "file_open", "task_write", "before_commit", "commit_publish", "compaction", "sidecar",
-               "after_commit", "delta_commit"]
+               "after_commit", *MIRROR_KILLS]
 SINK_KILLS = ["before_write", "task_write", "before_publish", "publish_rename", "before_commit", "commit_publish",
-              "compaction", "sidecar", "after_commit", "delta_commit"]  # a random moment: the JVM's start is most
+              "compaction", "sidecar", "after_commit", *MIRROR_KILLS]  # a random moment: the JVM's start is most
 OPTIMIZE_KILLS = [None, "optimize_write", "optimize_padding", "optimize_commit", "commit_publish", "compaction",
-                  "optimize_after_commit", "delta_commit"]
+                  "optimize_after_commit", *MIRROR_KILLS]
 
 
 def _ids(table: pa.Table) -> list[int]:
@@ -95,13 +103,14 @@ class OutputModel(RuleBasedStateMachine):
 
     @initialize(partitioned=st.booleans(), interval=st.sampled_from([None, 2, 3, 10]), delta=st.booleans(),
                 retention=st.sampled_from([None, "7d"]), retain=st.sampled_from([None, 1, 3]),
-                delay=st.sampled_from([None, "0s"]))
+                delay=st.sampled_from([None, "0s"]), iceberg=st.booleans())
     def start(self, partitioned: bool, interval: int | None, delta: bool, retention: str | None,
-              retain: int | None, delay: str | None) -> None:
+              retain: int | None, delay: str | None, iceberg: bool = False) -> None:
         self.name = uuid.uuid4().hex[:8]
         self.out = f"{self.root}/{self.name}"
         self.partition_by = ["p"] if partitioned else None
         self.delta = delta
+        self.iceberg = iceberg  # the output keeps an Iceberg table without catalog (every writer passes iceberg=True)
         # what the first writer passes (None: the default), and what its commit recorded (None: no commit yet)
         self.initial = {"compact_interval": interval, "retention": retention, "min_batches_to_retain": retain,
                         "cleanup_delay": delay}
@@ -122,6 +131,7 @@ class OutputModel(RuleBasedStateMachine):
         self.spark_compacted = -1  # the newest compaction batch Spark's sink wrote (our entries' statistics dropped)
         self.spark_newest = False  # Spark's sink committed the newest batch: ours commit after it only when told
         self.delta_behind = False  # Spark's sink committed after the Delta log's last sync (the next of ours syncs)
+        self.iceberg_behind = False  # the same for the Iceberg table
 
     # -- the model's bookkeeping ---------------------------------------------------------------------
 
@@ -179,7 +189,7 @@ class OutputModel(RuleBasedStateMachine):
         model knows: empty ones, an optimize's or a killed call's, holding the rows before)."""
         before = sorted(r["id"] for r in self.rows)
         if batch > max(self.snapshots, default=-1):  # a new batch of ours is the newest
-            self.spark_newest = self.delta_behind = False
+            self.spark_newest = self.delta_behind = self.iceberg_behind = False
         for empty in range(max(self.snapshots, default=-1) + 1, batch):
             self.snapshots[empty] = before
         self.rows += new_rows
@@ -203,8 +213,8 @@ class OutputModel(RuleBasedStateMachine):
         """write_batch of the next version, or a replay of the last one (skipped); after a batch of Spark's own
         sink, refused unless told that sink's query is stopped."""
         given = self._settings(how, which)
-        options = dict(app_id="app", partition_by=self.partition_by, delta_log=self.delta, **given,
-                       **self._stopped(stopped))
+        options = dict(app_id="app", partition_by=self.partition_by, delta_log=self.delta, iceberg=self.iceberg,
+                       **given, **self._stopped(stopped))
         if self.spark_newest and not stopped and not (replay and self.version) and not self._contradicts(given):
             table = pa.Table.from_pylist(self._number(rows), schema=SCHEMA)
             return self._refused(lambda: write_batch(self.out, table, version=self.version, **options),
@@ -241,7 +251,8 @@ class OutputModel(RuleBasedStateMachine):
         batch_id = last if replay and last is not None else (-1 if last is None else last) + 1
         skipped = replay and last is not None
         foreign = last is None and bool(self.snapshots) and refuse_foreign
-        options = dict(partition_by=self.partition_by, writer=writer, delta_log=self.delta, compression=compression,
+        options = dict(partition_by=self.partition_by, writer=writer, delta_log=self.delta, iceberg=self.iceberg,
+                       compression=compression,
                        on_foreign_query="error" if foreign else "append", **given, **self._stopped())
         if query is not None:
             options["checkpoint_location"] = self._checkpoint(query)
@@ -300,7 +311,7 @@ class OutputModel(RuleBasedStateMachine):
             self.spark_batches.add(batch)
             if (batch + 1) % self.recorded["compact_interval"] == 0:  # its compact file keeps Spark's keys only
                 self.spark_compacted = batch
-            self.spark_newest, self.delta_behind = True, self.delta
+            self.spark_newest, self.delta_behind, self.iceberg_behind = True, self.delta, self.iceberg
 
     @precondition(lambda self: self.snapshots)
     @rule(size=st.sampled_from(["2KB", "1MB"]), order=st.sampled_from(["bins", "sort_by", "z_order"]), how=HOW,
@@ -338,6 +349,12 @@ class OutputModel(RuleBasedStateMachine):
         sync_delta_log(self.out)
         self.delta, self.delta_behind = True, False  # the output keeps a Delta log from now on
 
+    @precondition(lambda self: self.snapshots and (not self.iceberg or self.iceberg_behind))
+    @rule()
+    def iceberg_sync(self) -> None:
+        sync_iceberg(self.out)
+        self.iceberg, self.iceberg_behind = True, False  # every writer keeps the table from now on
+
     @precondition(lambda self: self.kills < self.max_kills)
     @rule(rows=ROWS, data=st.data())
     def killed(self, rows: list[dict], data: st.DataObject) -> None:
@@ -364,11 +381,12 @@ class OutputModel(RuleBasedStateMachine):
                 ipc.write_table(table)
         if what == "write_batch":
             config["kwargs"] = dict(app_id="app", version=self.version, partition_by=self.partition_by,
-                                    delta_log=self.delta, **given, **self._stopped())
+                                    delta_log=self.delta, iceberg=self.iceberg, **given, **self._stopped())
         elif what == "sink":
             query = data.draw(st.sampled_from(["q0", "q1"]), label="query")
             config["batch_id"], config["spark_schema"] = self.done.get(query, -1) + 1, SPARK_SCHEMA
-            config["kwargs"] = dict(partition_by=self.partition_by, delta_log=self.delta, on_foreign_query="append",
+            config["kwargs"] = dict(partition_by=self.partition_by, delta_log=self.delta, iceberg=self.iceberg,
+                                    on_foreign_query="append",
                                     writer=data.draw(st.sampled_from(["spark", "arrow"]), label="writer"),
                                     checkpoint_location=self._checkpoint(query), **given, **self._stopped())
         child = start_child(Path(self.root, "children"), config, failpoints=f"{point}=kill" if point else None,
@@ -471,7 +489,25 @@ class OutputModel(RuleBasedStateMachine):
         elif self.delta:
             table = deltalake.DeltaTable(self.out).to_pyarrow_table(columns=["id"])
             assert _ids(table) == expected
+        if self.iceberg and not self.iceberg_behind:
+            self._iceberg(latest)
         self._globs(expected)
+
+    def _iceberg(self, latest: int) -> None:
+        """The Iceberg table without catalog is at the newest batch and reads its rows; its oldest snapshot (vacuum
+        expires those past its retention) reads the rows of the log batch it records."""
+        location = current_metadata(Storage(self.out))
+        if location is None:  # a log committing no file yet gets no table
+            assert not len(committed_files(self.out))
+            return
+        table = StaticTable.from_metadata(location)
+        current = table.current_snapshot()
+        assert int(current.summary[MARKER]) == latest, (current.summary, latest)
+        oldest = min(table.metadata.snapshots, key=lambda s: s.sequence_number)
+        for snap in {current.snapshot_id: current, oldest.snapshot_id: oldest}.values():
+            batch = int(snap.summary[MARKER])
+            assert _ids(table.scan(snapshot_id=snap.snapshot_id, selected_fields=("id",)).to_arrow()) == \
+                self.snapshots[batch], batch
 
     def _time_travel(self) -> None:
         """Every batch from the promised one (the retained log files, and since the last vacuum) reads its rows;
@@ -674,3 +710,29 @@ def test_output_model(spark, tmp_path, fuzz_minutes: float) -> None:
                    {"root": str(tmp_path), "spark": spark, "spark_every": 1 if fuzz_minutes else 4,
                     "max_kills": 3 if fuzz_minutes else 1, "sink_kills": bool(fuzz_minutes)})
     run_model(machine, fuzz_minutes, examples=6, steps=10, fuzz_examples=20, fuzz_steps=30)
+
+
+def test_output_model_keeps_the_iceberg_table_in_step(spark, tmp_path) -> None:
+    """Every writer, optimize, vacuum and a kill in the Iceberg sync, on an output keeping an Iceberg table without
+    catalog, with every check after each step (the long runs draw these; this walks each once)."""
+    machine = type("OutputModelHere", (OutputModel,), {"root": str(tmp_path), "spark": spark, "spark_every": 1,
+                                                       "predicates": ("x > 5",)})
+    state = machine()
+    append = dict(replay=False, how="omit", which=0, stopped=True)
+    steps = [
+        ("start", dict(partitioned=True, interval=2, delta=False, retention=None, retain=None, delay=None,
+                       iceberg=True)),
+        ("append", dict(append, rows=[_row(1.0, p=0), _row(2.0, p=1)])),
+        ("sink_batch", dict(_SINK, rows=[_row(3.0, p=1)], writer="arrow")),
+        ("spark_sink", dict(rows=[_row(4.0, p=0)], replay=False)),
+        ("killed", dict(rows=[_row(5.0, p=None)], data=_Draws("write_batch", "iceberg_commit"))),
+        ("optimize", dict(size="1MB", order="bins", how="omit", which=0)),
+        ("vacuum", dict(before_log=False)),
+        ("append", dict(append, rows=[_row(6.0, p=0)])),
+    ]
+    for rule_name, arguments in steps:
+        getattr(state, rule_name)(**arguments)
+        state.readers_agree()
+    table = StaticTable.from_metadata(current_metadata(Storage(state.out)))
+    assert _ids(table.scan(selected_fields=("id",)).to_arrow()) == list(range(6))
+    state.teardown()
