@@ -212,10 +212,10 @@ def hybrid_leaf_statistics(
     metadata: pq.FileMetaData, leaves: dict[LeafPath, LeafStatistics] | None = None
 ) -> dict[LeafPath, LeafStatistics]:
     """The leaves of ``leaves`` (a file's statistics of its stored values: ``file_statistics(metadata,
-    stored=True)``, its default, with ``data_statistics``' for leaves the footer has no bounds of) that Spark stored in the
-    hybrid calendar, with bounds of what Spark (and ``read_committed``) reads from them: a top-level column
-    :func:`to_proleptic` rebases gets :func:`proleptic_bounds`, a ``TimestampNTZ`` its own (never rebased), a date or
-    timestamp inside a struct none (Spark rebases it, ``read_committed`` does not: no bound holds both). Empty
+    stored=True)``, its default, with ``data_statistics``' for leaves the footer has no bounds of) that Spark
+    stored in the hybrid calendar, with bounds of what Spark (and ``read_committed``) reads from them: a top-level
+    column :func:`to_proleptic` rebases gets :func:`proleptic_bounds`, a ``TimestampNTZ`` its own (never rebased), a
+    date or timestamp inside a struct none (Spark rebases it, ``read_committed`` does not: no bound holds both). Empty
     for a file without the hybrid calendar's markers. The one rule of both table-format mirrors' statistics.
 
     A reader that rebases (Spark, Delta on Spark) then prunes exactly; one that reads the stored days (delta-rs,

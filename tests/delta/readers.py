@@ -205,7 +205,8 @@ def _bound_at(stats: dict, key: str, path: tuple[str, ...]) -> Any:
 
 
 def check_add_stats(root: str, add: dict, data_columns: pa.Schema, theirs: dict | None = None) -> None:
-    """The ``stats`` of the add action ``add`` hold true bounds of the file's data as Spark reads it (every non-NaN, non-null
+    """The ``stats`` of the add action ``add`` hold true bounds of the file's data as Spark reads it (every non-NaN,
+    non-null
     value within them; null counts exact); with ``theirs`` (delta-rs's stats of the same file), every bound
     delta-rs writes that is true is ours too where our file's footer has bounds for the column."""
     stats = json.loads(add["stats"], parse_float=decimal.Decimal)

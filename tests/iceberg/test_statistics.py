@@ -282,7 +282,8 @@ def test_statistics_plan_counts_int96_alone():
 # what Spark's LEGACY writer stores in the hybrid Julian calendar, one file each: a day after a Julian leap day the
 # Gregorian calendar lacks (1500-03-01); 1000-01-01 (stored as 1000-01-06) and the last Julian day (1582-10-04, stored
 # as 1582-10-14); year 1 (stored in year 0, proleptic) beside a day every reader reads alike (2000-01-01)
-_HYBRID_DAYS = [_dt.date(1500, 3, 1), _dt.date(1000, 1, 1), _dt.date(1582, 10, 4), _dt.date(1, 1, 1), _dt.date(2000, 1, 1)]
+_HYBRID_DAYS = [_dt.date(1500, 3, 1), _dt.date(1000, 1, 1), _dt.date(1582, 10, 4), _dt.date(1, 1, 1),
+                _dt.date(2000, 1, 1)]
 _AGREED = {4}  # the ids of rows every reader reads as Spark does (from 1582-10-15 on, nothing is rebased)
 
 
@@ -359,7 +360,8 @@ def test_spark_julian_calendar_files_are_bounded_as_spark_reads_them_in_both_mir
                 assert {f.path.rsplit("/", 1)[-1] for f in dataset.get_fragments(filter=arrow)} >= holding, what
                 expected = set(committed.filter(arrow)["i"].to_pylist()) & _AGREED
                 python = pl.lit(value) if column == "d" else pl.lit(value).dt.replace_time_zone("UTC")
-                compare = {"=": pl.col(column) == python, ">=": pl.col(column) >= python, "<=": pl.col(column) <= python}[op]
+                compare = {"=": pl.col(column) == python, ">=": pl.col(column) >= python,
+                           "<=": pl.col(column) <= python}[op]
                 for reader, ids in [
                     ("pyiceberg", table.scan(row_filter=expression).to_arrow()["i"]),
                     ("delta-rs", delta.to_pyarrow_table(filters=[(column, op, value)])["i"]),

@@ -133,7 +133,8 @@ _LEAP_1500 = _NEAR_1500 + int(np.flatnonzero(np.diff(gregorian_days(np.arange(_N
     micros=st.lists(st.integers(0, DAY_US - 1) | st.sampled_from([0, DAY_US // 2, DAY_US - 1]), min_size=6, max_size=6),
     offset=st.sampled_from([None, 0, -17_762, 5 * 3600 + 1]),  # a date; UTC; New York's and a made-up local mean time
 )
-@example(days=[_LEAP_1500, _LEAP_1500 + 1], micros=[DAY_US // 2, 0, 0, 0, 0, 0], offset=0)  # 02-29T12:00 reads after 03-01T00:00
+# 02-29T12:00 reads after 03-01T00:00
+@example(days=[_LEAP_1500, _LEAP_1500 + 1], micros=[DAY_US // 2, 0, 0, 0, 0, 0], offset=0)
 @example(days=[_LEAP_1500 + 1, _LEAP_1500], micros=[0, DAY_US // 2, 0, 0, 0, 0], offset=None)
 def test_proleptic_bounds_bound_every_value_spark_reads(days, micros, offset) -> None:
     """The bounds of what Spark reads from stored values within a footer's min..max hold every value Spark reads:

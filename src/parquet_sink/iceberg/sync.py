@@ -658,8 +658,10 @@ def _data_file(
     for field_id, leaf in hybrid.items():
         if leaf.min is not None and full[field_id].mode.type not in (MetricModeTypes.NONE, MetricModeTypes.COUNTS):
             typ, date = full[field_id].iceberg_type, pa.types.is_date32(leaf.min.type)  # days, else microseconds
-            serialized["lower_bounds"][field_id] = to_bytes(typ, leaf.min.value if date else timestamp_micros(leaf.min, "min"))
-            serialized["upper_bounds"][field_id] = to_bytes(typ, leaf.max.value if date else timestamp_micros(leaf.max, "max"))
+            low, high = (leaf.min.value, leaf.max.value) if date else (
+                timestamp_micros(leaf.min, "min"), timestamp_micros(leaf.max, "max"))
+            serialized["lower_bounds"][field_id] = to_bytes(typ, low)
+            serialized["upper_bounds"][field_id] = to_bytes(typ, high)
     keys = ds.get_partition_keys(fragment.partition_expression)
     spec = metadata.spec()
     values = [
