@@ -12,7 +12,8 @@ writers), float16 and INTERVAL leaves, strings that are not UTF-8, dates and tim
 in the hybrid Julian calendar (:func:`hybrid_calendar`; ``stored=True`` keeps their stored bounds, which
 :func:`parquet_sink.rebase.hybrid_leaf_statistics` turns into the bounds of what Spark reads); a zero float
 bound is ``-0.0`` as a min and ``0.0`` as a max (either may hide behind a zero in the footer). NaN is never in
-a bound, as Parquet orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row group lacks it.
+a bound, as Parquet orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row
+group lacks it.
 
 :func:`data_statistics` computes the same from the data, for leaves whose footer has no bounds.
 
