@@ -295,8 +295,9 @@ def test_spark_julian_calendar_files_are_bounded_as_spark_reads_them_in_both_mir
     date) and the Delta log had no bounds for such columns, so delta-rs's dataset skipped the file for every filter on
     them, 2000-01-01's row too. At the edges: every file holding a row read_committed returns is kept by
     pyiceberg's manifests and by delta-rs's statistics, and every reader returns the rows it reads as Spark does
-    (the stored days before 1582 are theirs: pyiceberg, delta-rs and polars do not rebase)."""
+    (the stored days before 1582 are theirs: pyiceberg, delta-rs, polars and duckdb do not rebase)."""
     import deltalake
+    import duckdb
     import polars as pl
 
     from parquet_sink import sync_delta_log
@@ -347,6 +348,8 @@ def test_spark_julian_calendar_files_are_bounded_as_spark_reads_them_in_both_mir
 
     delta = deltalake.DeltaTable(str(root))
     dataset = delta.to_pyarrow_dataset()
+    duck = duckdb.connect()
+    duck.register("delta_dataset", dataset)  # duckdb pushes the filter into delta-rs's dataset
     for day in _HYBRID_DAYS:
         noon = _dt.datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
         for column, value in (("d", day), ("t", noon)):
@@ -367,5 +370,7 @@ def test_spark_julian_calendar_files_are_bounded_as_spark_reads_them_in_both_mir
                     ("delta-rs", delta.to_pyarrow_table(filters=[(column, op, value)])["i"]),
                     ("delta-rs dataset", dataset.to_table(filter=arrow)["i"]),
                     ("polars", pl.scan_delta(str(root)).filter(compare).collect()["i"].to_arrow()),
+                    ("duckdb", pa.array([r[0] for r in duck.execute(
+                        f"SELECT i FROM delta_dataset WHERE {column} {op} ?", [value]).fetchall()], pa.int64())),
                 ]:
                     assert set(ids.to_pylist()) & _AGREED == expected, (reader, what)
