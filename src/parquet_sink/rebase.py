@@ -35,7 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .statistics import LEGACY_KEYS, SPARK_VERSION_KEY, hybrid_calendar, hybrid_keys, stored_hybrid
+from .statistics import (
+    LEGACY_KEYS, SPARK_VERSION_KEY, LeafPath, LeafStatistics, file_statistics, hybrid_calendar, hybrid_keys,
+    stored_hybrid,
+)
 
 GREGORIAN_START_DAY = -141427  # 1582-10-15 in days since 1970-01-01: the hybrid calendar is Julian before it
 _EPOCH_JDN = 2440588  # the Julian day number of 1970-01-01
@@ -176,6 +179,73 @@ def rows_to_proleptic(
     return table
 
 
+def proleptic_bounds(low: pa.Scalar, high: pa.Scalar, offset: int | None) -> tuple[pa.Scalar, pa.Scalar]:
+    """Bounds of what Spark reads (:func:`to_proleptic`) from a column whose stored values lie within
+    ``low``..``high`` (date32 or timestamp scalars; ``offset``: :func:`rebased_columns`' value of the column).
+
+    The rebase is monotonic for dates: a later hybrid day has a later (year, month, day), and the proleptic day of
+    a (year, month, day) grows with it, two days at most meeting (a Julian leap day the Gregorian calendar lacks,
+    1000-02-29, and the 1st of March after it both read as 1000-03-01), so the least and the greatest stored day
+    give the least and the greatest day read: the bounds are exact. For timestamps it is monotonic but at those
+    meetings, where the later day's early hours read before the leap day's late ones (1000-02-29T12:00 reads
+    as 1000-03-01T12:00, 1000-03-01T00:00 as itself): there a bound is widened to the whole day read (a lower
+    bound to its first instant, an upper bound to its last), still a bound of every value, no longer the value.
+
+    Example: ``proleptic_bounds(pa.scalar(-354280, pa.date32()), pa.scalar(10957, pa.date32()), None)`` ->
+    (1000-01-01, 2000-01-01) for stored days 1000-01-06 and 2000-01-01.
+    """
+    if pa.types.is_date32(low.type):
+        days = gregorian_days(np.array([low.value, high.value], np.int64))
+        return pa.scalar(int(days[0]), pa.date32()), pa.scalar(int(days[1]), pa.date32())
+    unit = low.type.unit
+    per_day = _UNITS_PER_DAY[unit]
+    shift = (offset or 0) * (per_day // 86_400)
+    moved = gregorian_instants(np.array([low.value, high.value], np.int64), unit, offset or 0)
+    day_low, day_high = (low.value + shift) // per_day, (high.value + shift) // per_day
+    read = gregorian_days(np.array([day_low, day_low + 1, day_high - 1, day_high], np.int64))
+    lower = int(read[0]) * per_day - shift if read[0] == read[1] else int(moved[0])  # the next day reads as this one
+    upper = int(read[3] + 1) * per_day - shift - 1 if read[2] == read[3] else int(moved[1])  # the day before does
+    return pa.scalar(lower, pa.int64()).cast(low.type), pa.scalar(upper, pa.int64()).cast(high.type)
+
+
+def hybrid_leaf_statistics(
+    metadata: pq.FileMetaData, leaves: dict[LeafPath, LeafStatistics] | None = None
+) -> dict[LeafPath, LeafStatistics]:
+    """The leaves of ``leaves`` (a file's statistics of its stored values: ``file_statistics(metadata,
+    stored=True)``, its default, with ``data_statistics``' for leaves the footer has no bounds of) that Spark
+    stored in the hybrid calendar, with bounds of what Spark (and ``read_committed``) reads from them: a top-level
+    column :func:`to_proleptic` rebases gets :func:`proleptic_bounds`, a ``TimestampNTZ`` its own (never rebased), a
+    date or timestamp inside a struct none (Spark rebases it, ``read_committed`` does not: no bound holds both). Empty
+    for a file without the hybrid calendar's markers. The one rule of both table-format mirrors' statistics.
+
+    A reader that rebases (Spark, Delta on Spark) then prunes exactly; one that reads the stored days (delta-rs,
+    polars, duckdb, pyiceberg: 1000-01-06 for 1000-01-01) never loses by it a row it reads as ``read_committed``
+    does (every value from 1582-10-15 on, which the rebase leaves as it is, lies within the bounds), and returns no
+    row ``read_committed`` leaves out that it would not return under the stored bounds.
+
+    Example: ``hybrid_leaf_statistics(footer, file_statistics(footer, stored=True))[("d",)].min`` ->
+    ``<pyarrow.Date32Scalar: datetime.date(1000, 1, 1)>`` (stored as 1000-01-06).
+    """
+    hybrid = hybrid_calendar(metadata)
+    if not any(hybrid):
+        return {}
+    if leaves is None:
+        leaves = file_statistics(metadata, stored=True)
+    rebased = rebased_columns(metadata, metadata.schema.to_arrow_schema())
+    physical = {metadata.schema.column(i).path: metadata.schema.column(i).physical_type
+                for i in range(metadata.num_columns)}
+    found = {}
+    for path, stats in leaves.items():
+        typ = next((b.type for b in (stats.min, stats.max) if b is not None), None)
+        if typ is None or not stored_hybrid(typ, physical.get(".".join(path)), hybrid):
+            continue
+        if len(path) > 1:
+            found[path] = LeafStatistics(None, None, stats.null_count)
+        elif path[0] in rebased and stats.min is not None and stats.max is not None:
+            found[path] = LeafStatistics(*proleptic_bounds(stats.min, stats.max, rebased[path[0]]), stats.null_count)
+    return found
+
+
 def proleptic_metadata(metadata: dict[bytes, bytes] | None) -> dict[bytes, bytes] | None:
     """Footer metadata for a file written from rebased values (``optimize``'s): ``metadata`` (an input's) without
     the keys that would make Spark read it in the hybrid calendar (the LEGACY markers, a Spark version before 3.1)."""
@@ -188,6 +258,6 @@ def proleptic_metadata(metadata: dict[bytes, bytes] | None) -> dict[bytes, bytes
 
 
 __all__ = [
-    "GREGORIAN_START_DAY", "before_gregorian", "gregorian_days", "gregorian_instants", "may_need_rebase", "proleptic_metadata",
-    "rebased_columns", "rows_to_proleptic", "to_proleptic",
+    "GREGORIAN_START_DAY", "before_gregorian", "gregorian_days", "gregorian_instants", "hybrid_leaf_statistics",
+    "may_need_rebase", "proleptic_bounds", "proleptic_metadata", "rebased_columns", "rows_to_proleptic", "to_proleptic",
 ]

@@ -9,9 +9,11 @@ Exact or absent: a bound is given only when it is a true bound of every non-null
 an approximation. Absent are the bounds of a column when one row group with values has no min/max (INT96
 timestamps, a writer that wrote none, values over the writer's statistics size), bounds that are NaN (older
 writers), float16 and INTERVAL leaves, strings that are not UTF-8, dates and timestamps Spark's writer stored
-in the hybrid Julian calendar (:func:`hybrid_calendar`); a zero float bound is ``-0.0`` as a min
-and ``0.0`` as a max (either may hide behind a zero in the footer). NaN is never in a bound, as Parquet
-orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row group lacks it.
+in the hybrid Julian calendar (:func:`hybrid_calendar`; ``stored=True`` keeps their stored bounds, which
+:func:`parquet_sink.rebase.hybrid_leaf_statistics` turns into the bounds of what Spark reads); a zero float
+bound is ``-0.0`` as a min and ``0.0`` as a max (either may hide behind a zero in the footer). NaN is never in
+a bound, as Parquet orders floats (IEEE: NaN satisfies no comparison). The null count is absent when one row
+group lacks it.
 
 :func:`data_statistics` computes the same from the data, for leaves whose footer has no bounds.
 
@@ -163,10 +165,12 @@ def _merge(low: pa.Scalar | None, high: pa.Scalar | None, value: pa.Scalar, whic
     return value if pc.less(value, current).as_py() == (which == "min") else current
 
 
-def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]:
+def file_statistics(metadata: pq.FileMetaData, stored: bool = False) -> dict[LeafPath, LeafStatistics]:
     """The :class:`LeafStatistics` of every leaf column of a file reached through structs only, keyed by tuple
     path (see the module docstring for what is left out). A footer whose columns do not line up with its
-    Arrow schema gives no statistics at all (``{}``) rather than statistics of the wrong column.
+    Arrow schema gives no statistics at all (``{}``) rather than statistics of the wrong column. ``stored``: the
+    leaves Spark stored in the hybrid calendar get the bounds of their stored values too (not what Spark reads:
+    for :func:`parquet_sink.rebase.hybrid_leaf_statistics`).
 
     Example: ``file_statistics(pq.read_metadata(path))[("x", "y")].max`` -> ``<pyarrow.StringScalar: 'zz'>``.
     """
@@ -185,7 +189,7 @@ def file_statistics(metadata: pq.FileMetaData) -> dict[LeafPath, LeafStatistics]
         low: pa.Scalar | None = None
         high: pa.Scalar | None = None
         nulls: int | None = 0
-        exact = not stored_hybrid(typ, column_schema.physical_type, hybrid)
+        exact = stored or not stored_hybrid(typ, column_schema.physical_type, hybrid)
         for group in range(metadata.num_row_groups):
             rows = metadata.row_group(group).num_rows
             stats = metadata.row_group(group).column(index).statistics
@@ -319,24 +323,17 @@ def _array_statistics(array: pa.Array) -> LeafStatistics:
 def data_statistics(parquet: pq.ParquetFile, paths: list[LeafPath]) -> dict[LeafPath, LeafStatistics]:
     """The :class:`LeafStatistics` of the leaves ``paths`` (reached through structs) computed from the data of
     ``parquet``, for leaves whose footer has none (INT96 timestamps, strings over the writer's statistics size):
-    exact min/max of the non-null, non-NaN values (None when there is none, or when Spark stored them in the
-    hybrid calendar: :func:`hybrid_calendar`; a zero as in the footer's rule) and the null count. Reads only the
-    top-level columns of ``paths``.
+    exact min/max of the non-null, non-NaN values as stored (None when there is none; a zero as in the footer's
+    rule; dates and timestamps Spark stored in the hybrid calendar as stored, which
+    :func:`parquet_sink.rebase.hybrid_leaf_statistics` turns into what Spark reads) and the null count. Reads
+    only the top-level columns of ``paths``.
 
     Example: ``data_statistics(pq.ParquetFile(path), [("at",)])[("at",)].max`` -> ``<pyarrow.TimestampScalar: ...>``.
     """
     if not paths:
         return {}
     table = parquet.read(columns=sorted({path[0] for path in paths}))  # a dotted name may select more: harmless
-    hybrid = hybrid_calendar(parquet.metadata)
-    found = {}
-    for path in paths:
-        array = _leaf_array(table, path)
-        if stored_hybrid(array.type, None, hybrid):
-            found[path] = LeafStatistics(None, None, array.null_count)
-        else:
-            found[path] = _array_statistics(array)
-    return found
+    return {path: _array_statistics(_leaf_array(table, path)) for path in paths}
 
 
 __all__ = [

@@ -6,7 +6,7 @@ decision, made before a writer commits a batch, of what a mirror the output keep
 statistics hold, and each format's types), so a batch no mirror can follow is refused with nothing written
 instead of committed and leaving the mirror behind for good.
 
-Layering: imports ``errors``, ``parquet_read`` and ``statistics`` only (``storage`` for its annotations);
+Layering: imports ``errors``, ``parquet_read``, ``rebase`` and ``statistics`` only (``storage`` for its annotations);
 ``delta``, ``iceberg`` and ``write`` import it.
 """
 
@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from .errors import ParquetSinkError
 from .parquet_read import open_sized
+from .rebase import hybrid_leaf_statistics
 from .statistics import LeafPath, LeafStatistics, column_leaves, data_statistics, file_statistics
 
 if TYPE_CHECKING:
@@ -143,10 +144,12 @@ def unbounded_leaves(
 
 def leaf_statistics(parquet: pq.ParquetFile, schema: pa.Schema | pa.StructType) -> dict[LeafPath, LeafStatistics]:
     """The exact statistics of the leaves of ``parquet``: the footer's, and for ``schema``'s leaves whose footer
-    has no bounds (INT96 timestamps, strings over the writer's statistics size) from their data."""
+    has no bounds (INT96 timestamps, strings over the writer's statistics size) from their data; the dates and
+    timestamps Spark stored in the hybrid calendar bounding what Spark reads (:func:`hybrid_leaf_statistics`)."""
     metadata = parquet.metadata
-    leaves = file_statistics(metadata)
+    leaves = file_statistics(metadata, stored=True)
     leaves.update(data_statistics(parquet, unbounded_leaves(schema, leaves, (), metadata.num_rows)))
+    leaves.update(hybrid_leaf_statistics(metadata, leaves))
     return leaves
 
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from parquet_sink import MetadataLog, committed_files, read_committed
 from parquet_sink.delta.actions import delta_schema
 from parquet_sink.log.entry import LogEntry
+from parquet_sink.rebase import to_proleptic
 from parquet_sink.partitioning import DEFAULT_PARTITION_NAME, parse_partition_path, unescape_path_name
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.parquet_files import WriteSpec, write_rows
@@ -204,12 +205,14 @@ def _bound_at(stats: dict, key: str, path: tuple[str, ...]) -> Any:
 
 
 def check_add_stats(root: str, add: dict, data_columns: pa.Schema, theirs: dict | None = None) -> None:
-    """The ``stats`` of the add action ``add`` hold true bounds of the file's data (every non-NaN, non-null
+    """The ``stats`` of the add action ``add`` hold true bounds of the file's data as Spark reads it (every non-NaN,
+    non-null
     value within them; null counts exact); with ``theirs`` (delta-rs's stats of the same file), every bound
     delta-rs writes that is true is ours too where our file's footer has bounds for the column."""
     stats = json.loads(add["stats"], parse_float=decimal.Decimal)
     parquet = pq.ParquetFile(f"{root}/{unquote(add['path'])}")
-    table, metadata = parquet.read(), parquet.metadata
+    metadata = parquet.metadata
+    table = to_proleptic(parquet.read(), metadata)  # as Spark reads it (a LEGACY writer's dates: rebased)
     assert stats["numRecords"] == table.num_rows
     leaves: dict = {}
     for field in data_columns:

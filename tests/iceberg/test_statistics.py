@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import json
 import math
 import shutil
 from pathlib import Path
@@ -20,13 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pyiceberg.conversions import from_bytes
-from pyiceberg.expressions import EqualTo, GreaterThanOrEqual, LessThanOrEqual
+from pyiceberg.expressions import EqualTo, GreaterThan, GreaterThanOrEqual, IsNaN, LessThan, LessThanOrEqual, NotNaN
 from pyiceberg.table import StaticTable
-from pyiceberg.types import DoubleType, FloatType, StringType
+from pyiceberg.types import DateType, DoubleType, FloatType, StringType
 
-from parquet_sink import MetadataLog, read_committed, sync_iceberg, write_batch
+from parquet_sink import MetadataLog, committed_files, read_committed, sync_iceberg, write_batch
 from parquet_sink.iceberg.sync import MARKER, statistics_plan, string_upper_bound
 from parquet_sink.log.entry import LogEntry
+from parquet_sink.rebase import to_proleptic
 from tests.iceberg.test_sync import _rows
 
 UTC = _dt.timezone.utc
@@ -59,6 +61,7 @@ def _int96_batch() -> pa.Table:
     outside it the batch is refused, tests/iceberg/test_follow.py)."""
     moments = [_dt.datetime(1677, 9, 22, tzinfo=UTC), _dt.datetime(2262, 4, 10, 23, 59, 59, 999999, tzinfo=UTC)]
     table = _batch(2).slice(0, 2).set_column(1, "t", pa.array(moments, pa.timestamp("us", "UTC")))
+    table = table.set_column(7, "f", pa.array([float("nan"), 1.5]))  # NaN beside footer bounds (pyarrow's: 1.5..1.5)
     return table.set_column(2, "n", pa.array([m.replace(tzinfo=None) for m in moments], pa.timestamp("us")))
 
 
@@ -85,11 +88,12 @@ def _key(field_type, value):
 
 
 def _assert_statistics_hold(table, root: Path) -> int:
-    """Every data file's counts and bounds hold its rows; returns how many files were checked."""
+    """Every data file's counts and bounds hold its rows, read as Spark reads them (a date Spark's LEGACY writer
+    stored in the hybrid calendar as the day Spark reads); returns how many files were checked."""
     schema = table.schema()
     files = [task.file for task in table.scan().plan_files()]
     for data_file in files:
-        rows = pq.read_table(data_file.file_path.removeprefix("file://"), coerce_int96_timestamp_unit="us")
+        rows = _read(data_file.file_path.removeprefix("file://"))
         assert data_file.record_count == rows.num_rows
         for field in schema.fields:
             where = f"{field.name} of {data_file.file_path}"
@@ -122,6 +126,28 @@ def _assert_statistics_hold(table, root: Path) -> int:
             if isinstance(typ, (FloatType, DoubleType)) and values and lower is not None:
                 assert lower == min(values), where  # -0.0 == 0.0, yet the bound is the least
     return len(files)
+
+
+def _read(path: str) -> pa.Table:
+    """The rows of one data file as Spark (and read_committed) reads them."""
+    return to_proleptic(pq.read_table(path, coerce_int96_timestamp_unit="us"), pq.read_metadata(path))
+
+
+def _planned(table, expression, **at) -> set[str]:
+    """The names of the files pyiceberg's scan with ``expression`` plans: those the manifests' statistics keep."""
+    return {t.file.file_path.rsplit("/", 1)[-1] for t in table.scan(row_filter=expression, **at).plan_files()}
+
+
+def _holding(table, arrow: pc.Expression, **at) -> set[str]:
+    """The names of the files of the scan holding a row of ``arrow`` as Spark reads it (no statistics used)."""
+    return {t.file.file_path.rsplit("/", 1)[-1] for t in table.scan(**at).plan_files()
+            if _read(t.file.file_path.removeprefix("file://")).filter(arrow).num_rows}
+
+
+def _file_of(root: Path, batch: int) -> str:
+    """The name of the one file ``batch`` of the output at ``root`` committed."""
+    [committed] = [f for f in committed_files(str(root)) if f.batch_id == batch]
+    return committed.path.rsplit("/", 1)[-1]
 
 
 def test_statistics_hold_each_files_rows_and_never_prune_matching_rows(tmp_path):
@@ -174,6 +200,24 @@ def test_statistics_hold_each_files_rows_and_never_prune_matching_rows(tmp_path)
     long_prefix = "b" * 17  # above the truncated lower bound's 16 b's, below the file's values
     _assert_same(table.scan(row_filter=GreaterThanOrEqual("s", long_prefix)).to_arrow(), root,
                  filter=pc.field("s") >= long_prefix)
+
+    # no NaN count is written (a footer has none: Iceberg reads a missing count as unknown, "may hold NaN"), and a
+    # bound leaves NaN out: pyiceberg's manifest pruning keeps every file holding a row of each NaN filter, the
+    # Spark-like file's NaN beside footer bounds 1.5..1.5 and batch 1's in a column without footer statistics (our
+    # writers' rule). pyiceberg's reader (pyarrow) then skips the row group of the former by its footer for is_nan
+    # (as pyarrow's own dataset does: the file's footer, not the table's statistics), so rows are compared at
+    # the batch before it, where every NaN is in a file of ours
+    f = table.schema().find_field("f").field_id
+    assert not any(b.nan_value_counts.get(f) for b in bounds.values())
+    assert {name for name, b in bounds.items() if f in b.lower_bounds} >= {"part-spark-int96.parquet"}
+    nan_filters = [(IsNaN("f"), pc.field("f").is_nan()), (NotNaN("f"), ~pc.field("f").is_nan()),
+                   (GreaterThan("f", 1.0), pc.field("f") > 1.0), (LessThan("f", 1.0), pc.field("f") < 1.0),
+                   (EqualTo("f", 1.5), pc.field("f") == 1.5), (GreaterThanOrEqual("f", 1.5), pc.field("f") >= 1.5)]
+    for expression, arrow in nan_filters:
+        assert _planned(table, expression) >= _holding(table, arrow), expression
+        _assert_same(table.scan(row_filter=expression, snapshot_id=before).to_arrow(), root, filter=arrow,
+                     as_of_batch=2)
+    assert _holding(table, pc.field("f").is_nan()) == {"part-spark-int96.parquet", _file_of(root, 1)}
 
 
 @pytest.mark.parametrize(("largest", "length", "bound"), [
@@ -233,3 +277,100 @@ def test_statistics_plan_counts_int96_alone():
     decided = statistics_plan(plan, {1, 2})
     assert [decided[i].mode for i in (1, 2, 3)] == [MetricsMode(MetricModeTypes.COUNTS), none, truncate]
     assert [decided[i].column_name for i in (1, 2, 3)] == ["t", "u", "i"]
+
+
+# what Spark's LEGACY writer stores in the hybrid Julian calendar, one file each: a day after a Julian leap day the
+# Gregorian calendar lacks (1500-03-01); 1000-01-01 (stored as 1000-01-06) and the last Julian day (1582-10-04, stored
+# as 1582-10-14); year 1 (stored in year 0, proleptic) beside a day every reader reads alike (2000-01-01)
+_HYBRID_DAYS = [_dt.date(1500, 3, 1), _dt.date(1000, 1, 1), _dt.date(1582, 10, 4), _dt.date(1, 1, 1),
+                _dt.date(2000, 1, 1)]
+_AGREED = {4}  # the ids of rows every reader reads as Spark does (from 1582-10-15 on, nothing is rebased)
+
+
+def test_spark_julian_calendar_files_are_bounded_as_spark_reads_them_in_both_mirrors(spark, tmp_path):
+    """Spark's writer under ``datetimeRebaseModeInWrite=LEGACY`` stores dates and timestamps before 1582-10-15 in the
+    hybrid calendar (1000-01-01 as the day pyarrow reads as 1000-01-06; 0001-01-01 in year 0) and Spark reads them
+    rebased, as read_committed does. Both mirrors' bounds are those of what Spark reads (dates exact), from one rule
+    (``rebase.hybrid_leaf_statistics``): before, every Iceberg sync of such an output failed (year 0 is no Python
+    date) and the Delta log had no bounds for such columns, so delta-rs's dataset skipped the file for every filter on
+    them, 2000-01-01's row too. At the edges: every file holding a row read_committed returns is kept by
+    pyiceberg's manifests and by delta-rs's statistics, and every reader returns the rows it reads as Spark does
+    (the stored days before 1582 are theirs: pyiceberg, delta-rs, polars and duckdb do not rebase)."""
+    import deltalake
+    import duckdb
+    import polars as pl
+
+    from parquet_sink import sync_delta_log
+    from tests.delta.readers import add_actions, check_add_stats
+
+    keys = ("spark.sql.parquet.datetimeRebaseModeInWrite", "spark.sql.parquet.outputTimestampType")
+    before = {k: spark.conf.get(k) for k in keys}
+    days = ", ".join(f"DATE'{d.isoformat()}'" for d in _HYBRID_DAYS)
+    try:
+        spark.conf.set(keys[0], "LEGACY")
+        spark.conf.set(keys[1], "TIMESTAMP_MICROS")
+        # range's partitions [0], [1, 2], [3, 4]: one file each; each day at noon UTC
+        spark.sql(f"SELECT id AS i, element_at(array({days}), CAST(id AS INT) + 1) AS d FROM range(0, 5, 1, 3)") \
+            .selectExpr("i", "d", "timestamp_seconds(CAST(unix_date(d) AS BIGINT) * 86400 + 43200) AS t") \
+            .write.parquet(str(tmp_path / "spark"))
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
+    root = tmp_path / "out"
+    root.mkdir()
+    for batch, written in enumerate(sorted((tmp_path / "spark").glob("*.parquet"))):
+        file = root / f"part-{batch}.parquet"
+        shutil.copy(written, file)
+        assert b"org.apache.spark.legacyDateTime" in pq.read_metadata(file).metadata
+        assert MetadataLog(str(root)).add(batch, [LogEntry(file.as_uri(), file.stat().st_size, False, 0)])
+    assert pq.read_table(root / "part-1.parquet")["d"][0].as_py() == _dt.date(1000, 1, 6)  # as stored
+    committed = read_committed(str(root))
+    assert committed.sort_by("i")["d"].to_pylist() == _HYBRID_DAYS
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+    sync_delta_log(str(root))
+
+    assert _assert_statistics_hold(table, root) == 3
+    d = table.schema().find_field("d").field_id
+    adds = add_actions(str(root))
+    files = {}
+    for data_file in (t.file for t in table.scan().plan_files()):
+        name = data_file.file_path.rsplit("/", 1)[-1]
+        files[name] = _read(data_file.file_path.removeprefix("file://"))
+        days = files[name]["d"].to_pylist()
+        epoch = [(day - _dt.date(1970, 1, 1)).days for day in days]
+        assert (from_bytes(DateType(), data_file.lower_bounds[d]), from_bytes(DateType(), data_file.upper_bounds[d])) \
+            == (min(epoch), max(epoch)), name  # exact: the rebase of dates is monotonic
+        stats = json.loads(adds[name]["stats"])
+        assert (stats["minValues"]["d"], stats["maxValues"]["d"]) == (min(days).isoformat(), max(days).isoformat())
+        assert {"d", "t"} <= stats["minValues"].keys() and {"d", "t"} <= stats["maxValues"].keys()
+        check_add_stats(str(root), adds[name], pa.schema([("d", pa.date32()), ("t", pa.timestamp("us", "UTC"))]))
+    assert len(files) == 3
+
+    delta = deltalake.DeltaTable(str(root))
+    dataset = delta.to_pyarrow_dataset()
+    duck = duckdb.connect()
+    duck.register("delta_dataset", dataset)  # duckdb pushes the filter into delta-rs's dataset
+    for day in _HYBRID_DAYS:
+        noon = _dt.datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
+        for column, value in (("d", day), ("t", noon)):
+            literal = value.isoformat()
+            for expression, arrow, op in [(EqualTo(column, literal), pc.field(column) == value, "="),
+                                          (GreaterThanOrEqual(column, literal), pc.field(column) >= value, ">="),
+                                          (LessThanOrEqual(column, literal), pc.field(column) <= value, "<=")]:
+                what = (column, op, literal)
+                holding = {name for name, rows in files.items() if rows.filter(arrow).num_rows}
+                assert _planned(table, expression) >= holding, what
+                assert {f.path.rsplit("/", 1)[-1] for f in dataset.get_fragments(filter=arrow)} >= holding, what
+                expected = set(committed.filter(arrow)["i"].to_pylist()) & _AGREED
+                python = pl.lit(value) if column == "d" else pl.lit(value).dt.replace_time_zone("UTC")
+                compare = {"=": pl.col(column) == python, ">=": pl.col(column) >= python,
+                           "<=": pl.col(column) <= python}[op]
+                for reader, ids in [
+                    ("pyiceberg", table.scan(row_filter=expression).to_arrow()["i"]),
+                    ("delta-rs", delta.to_pyarrow_table(filters=[(column, op, value)])["i"]),
+                    ("delta-rs dataset", dataset.to_table(filter=arrow)["i"]),
+                    ("polars", pl.scan_delta(str(root)).filter(compare).collect()["i"].to_arrow()),
+                    ("duckdb", pa.array([r[0] for r in duck.execute(
+                        f"SELECT i FROM delta_dataset WHERE {column} {op} ?", [value]).fetchall()], pa.int64())),
+                ]:
+                    assert set(ids.to_pylist()) & _AGREED == expected, (reader, what)

@@ -180,10 +180,12 @@ def test_stats_of_many_files_decode_across_parser_blocks():
 
 def test_dates_spark_stored_in_the_julian_calendar_have_no_bounds(tmp_path):
     """A footer with Spark's LEGACY rebase keys holds dates and timestamps in the hybrid Julian calendar: 1000-01-01
-    stored as the day pyarrow reads as 1000-01-06, which Spark reads back as 1000-01-01. Such a stored value bounds
-    neither reader, so no bound is given, from the footer or the data (the Delta sync's statistics): before, the
-    footer's 1000-01-06 was a min above every value Spark reads. A file without the keys (CORRECTED, or not Spark's)
-    keeps its bounds; INT96 is rebased only under its own key (or Spark before 3.1)."""
+    stored as the day pyarrow reads as 1000-01-06, which Spark reads back as 1000-01-01. The stored value is no
+    bound of what Spark reads, so the log's statistics give none (before, the footer's 1000-01-06 was a min above
+    every value Spark reads); the data's statistics are of the stored values, and the Delta sync's bound what Spark
+    reads (1000-01-01: ``rebase.hybrid_leaf_statistics``; a TimestampNTZ, which Spark never rebases, as stored). A
+    file without the keys (CORRECTED, or not Spark's) keeps its bounds; INT96 is rebased only under its own key (or
+    Spark before 3.1)."""
     from parquet_sink.delta.actions import file_stats
     from parquet_sink.parquet_read import open_parquet
     from parquet_sink.statistics import data_statistics, file_statistics, hybrid_calendar
@@ -205,8 +207,9 @@ def test_dates_spark_stored_in_the_julian_calendar_have_no_bounds(tmp_path):
         assert leaves[("n",)].min.as_py() == 3 and leaves[("d",)].null_count == 1
         with open_parquet(path) as parquet:
             computed = data_statistics(parquet, [("d",), ("t",)])
-            assert (computed[("d",)].min is None) == hybrid[0] and (computed[("t",)].min is None) == any(hybrid)
+            assert computed[("d",)].min.as_py() == dt.date(1000, 1, 6) and computed[("t",)].min is not None
             assert computed[("d",)].null_count == 1
             delta = json.loads(file_stats(parquet, table.schema))
-        assert ("d" in delta["minValues"]) != hybrid[0] and delta["minValues"]["n"] == 3
+        assert delta["minValues"]["d"] == ("1000-01-01" if hybrid[0] else "1000-01-06") and delta["minValues"]["n"] == 3
+        assert delta["maxValues"]["t"] == "1000-01-06T00:00:00Z"  # naive: TimestampNTZ, never rebased
         assert ("d" in json.loads(encode_stats(metadata))["minValues"]) != hybrid[0]

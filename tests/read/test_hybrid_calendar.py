@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from parquet_sink import LogEntry, MetadataLog, count_committed, read_committed, write_batch
-from parquet_sink.rebase import GREGORIAN_START_DAY, gregorian_days
+from parquet_sink.rebase import GREGORIAN_START_DAY, gregorian_days, gregorian_instants, proleptic_bounds
 from parquet_sink.write.rewrite import optimize
 from tests.helpers.spark_util import to_arrow
 
@@ -118,3 +119,45 @@ def test_spark_4_legacy_files_read_as_spark_reads_them(spark, tmp_path) -> None:
     finally:
         for key, value in before.items():
             spark.conf.set(key, value)
+
+
+# the stored day of the Julian leap day 1500-02-29, which the proleptic calendar lacks: it and the next stored day
+# (Julian 1500-03-01) both read as 1500-03-01
+_NEAR_1500 = (dt.date(1500, 3, 1) - dt.date(1970, 1, 1)).days - 30
+_LEAP_1500 = _NEAR_1500 + int(np.flatnonzero(np.diff(gregorian_days(np.arange(_NEAR_1500, _NEAR_1500 + 60))) == 0)[0])
+
+
+@settings(max_examples=60, derandomize=True, deadline=None, database=None)
+@given(
+    days=st.lists(_DAYS | st.sampled_from([_LEAP_1500, _LEAP_1500 + 1]), min_size=1, max_size=6),
+    micros=st.lists(st.integers(0, DAY_US - 1) | st.sampled_from([0, DAY_US // 2, DAY_US - 1]), min_size=6, max_size=6),
+    offset=st.sampled_from([None, 0, -17_762, 5 * 3600 + 1]),  # a date; UTC; New York's and a made-up local mean time
+)
+# 02-29T12:00 reads after 03-01T00:00
+@example(days=[_LEAP_1500, _LEAP_1500 + 1], micros=[DAY_US // 2, 0, 0, 0, 0, 0], offset=0)
+@example(days=[_LEAP_1500 + 1, _LEAP_1500], micros=[0, DAY_US // 2, 0, 0, 0, 0], offset=None)
+def test_proleptic_bounds_bound_every_value_spark_reads(days, micros, offset) -> None:
+    """The bounds of what Spark reads from stored values within a footer's min..max hold every value Spark reads:
+    exact for dates (the rebase of days never decreases), for timestamps exact but where the least (greatest)
+    stored value's day and the next (previous) one read as one day, a Julian leap day Gregorian lacks: there the
+    whole day read (1500-02-29T12:00 reads as 1500-03-01T12:00, after 1500-03-01T00:00)."""
+    if offset is None:
+        stored = pa.array(days, pa.int32()).cast(pa.date32())
+        read = gregorian_days(np.array(days))
+    else:
+        values = np.array([d * DAY_US + m - offset * 1_000_000 for d, m in zip(days, micros)])
+        stored = pa.array(values, pa.timestamp("us", "UTC"))
+        read = gregorian_instants(values, "us", offset)
+    bounds = pc.min_max(stored)
+    low, high = proleptic_bounds(bounds["min"], bounds["max"], offset)
+    assert low.type == high.type == stored.type
+    assert low.value <= read.min() and high.value >= read.max()
+    if offset is None:
+        assert (low.value, high.value) == (read.min(), read.max())
+    else:  # widened to the day read only at a leap day's meeting
+        meets = {_LEAP_1500, _LEAP_1500 + 1}
+        if min(days) not in meets:
+            assert low.value == read.min()
+        if max(days) not in meets:
+            assert high.value == read.max()
+        assert read.min() - low.value < DAY_US and high.value - read.max() < DAY_US

@@ -4,7 +4,9 @@ counterpart of Apache XTable's Delta-to-Iceberg translation and of Delta UniForm
 the data), built on pyiceberg's ``add_files`` path: data files written elsewhere, without Iceberg field ids, read
 through the table's name mapping, their statistics from the footer by pyiceberg's own code
 (``data_file_statistics_from_parquet_metadata``, as ``parquet_file_to_data_file`` uses it), string upper bounds
-by :func:`string_upper_bound` (Iceberg's ``truncateStringMax``), INT96 columns' counts alone (:func:`statistics_plan`).
+by :func:`string_upper_bound` (Iceberg's ``truncateStringMax``), INT96 columns' counts alone (:func:`statistics_plan`),
+dates and timestamps Spark stored in the hybrid Julian calendar bounding what Spark reads
+(:func:`~parquet_sink.rebase.hybrid_leaf_statistics`, the Delta mirror's rule).
 
 One Iceberg snapshot per log batch: the files the batch added are appended; the files it dropped are deleted, in
 a ``replace`` snapshot for an optimize's swap (rows unchanged: incremental readers skip it), a ``delete`` for
@@ -613,7 +615,9 @@ def _data_file(
 ) -> Any:
     """The Iceberg DataFile of ``committed``: statistics from its footer by pyiceberg's own code, partition
     values from the reader's typed directory values (``fragment``) in Iceberg's representation."""
+    from pyiceberg.conversions import to_bytes
     from pyiceberg.io.pyarrow import (
+        MetricModeTypes,
         compute_statistics_plan,
         data_file_statistics_from_parquet_metadata,
         parquet_path_to_id_mapping,
@@ -622,6 +626,9 @@ def _data_file(
     from pyiceberg.partitioning import _to_partition_representation
     from pyiceberg.typedef import Record
     from pyiceberg.types import StringType
+
+    from ..rebase import hybrid_leaf_statistics
+    from ..table_formats import timestamp_micros
 
     what = f"committed file {storage.display(committed.path)} of batch {committed.batch_id}"
     schema = metadata.schema()
@@ -635,13 +642,26 @@ def _data_file(
     ids = parquet_path_to_id_mapping(schema)
     columns = (footer.schema.column(i) for i in range(footer.num_columns))
     int96 = {ids[c.path] for c in columns if c.physical_type == "INT96" and c.path in ids}
-    plan = statistics_plan(compute_statistics_plan(schema, metadata.properties), int96)
+    # dates and timestamps Spark stored in the hybrid calendar: bounds of what Spark reads, decided with the Delta
+    # mirror's rule (the stored ones are days off before 1582, and year 1's is in year 0, which pyiceberg's
+    # statistics cannot hold: every sync failed)
+    hybrid = {ids[p]: s for path, s in hybrid_leaf_statistics(footer).items() if (p := ".".join(path)) in ids}
+    full = compute_statistics_plan(schema, metadata.properties)
+    plan = statistics_plan(full, int96 | set(hybrid))
     statistics = data_file_statistics_from_parquet_metadata(footer, plan, ids)
     for aggregate in statistics.column_aggregates.values():
         if isinstance(aggregate.primitive_type, StringType) and aggregate.current_max is not None:
             # pyiceberg's own increment can make a surrogate (U+D7FF + 1), which no UTF-8 holds: the sync failed;
             # the bound decided here is within the truncation length, so pyiceberg serializes it as it is
             aggregate.current_max = string_upper_bound(aggregate.current_max, aggregate.trunc_length)
+    serialized = statistics.to_serialized_dict()
+    for field_id, leaf in hybrid.items():
+        if leaf.min is not None and full[field_id].mode.type not in (MetricModeTypes.NONE, MetricModeTypes.COUNTS):
+            typ, date = full[field_id].iceberg_type, pa.types.is_date32(leaf.min.type)  # days, else microseconds
+            low, high = (leaf.min.value, leaf.max.value) if date else (
+                timestamp_micros(leaf.min, "min"), timestamp_micros(leaf.max, "max"))
+            serialized["lower_bounds"][field_id] = to_bytes(typ, low)
+            serialized["upper_bounds"][field_id] = to_bytes(typ, high)
     keys = ds.get_partition_keys(fragment.partition_expression)
     spec = metadata.spec()
     values = [
@@ -651,7 +671,7 @@ def _data_file(
     data_file = DataFile.from_args(
         content=DataFileContent.DATA, file_path=_location(storage, committed.path), file_format=FileFormat.PARQUET,
         partition=Record(*values), file_size_in_bytes=committed.size, sort_order_id=None,
-        equality_ids=None, key_metadata=None, **statistics.to_serialized_dict(),
+        equality_ids=None, key_metadata=None, **serialized,
     )
     # not a field of the record (from_args drops it): an overwrite of the same sync deleting this file reads it,
     # as pyiceberg sets it on the files it reads from a manifest
@@ -659,12 +679,14 @@ def _data_file(
     return data_file
 
 
-def statistics_plan(plan: dict[int, Any], int96: set[int]) -> dict[int, Any]:
-    """pyiceberg's statistics plan (``compute_statistics_plan``'s collector per field id) for a file whose INT96
-    leaves are the field ids ``int96``: theirs collect counts alone (a mode ``none`` stays). Parquet leaves
+def statistics_plan(plan: dict[int, Any], counted: set[int]) -> dict[int, Any]:
+    """pyiceberg's statistics plan (``compute_statistics_plan``'s collector per field id) for a file whose leaves
+    of field ids ``counted`` get no bounds from pyiceberg: theirs collect counts alone (a mode ``none`` stays).
+    Those are its INT96 leaves and the dates and timestamps Spark stored in the hybrid calendar. Parquet leaves
     INT96's order undefined, so no footer holds a min or max of it, and pyiceberg's bounds code refused the
     physical type where a footer has its null count (Spark's does: every sync of an output Spark wrote with
-    ``outputTimestampType=INT96`` failed); no bound is what Iceberg reads as unknown. Pure.
+    ``outputTimestampType=INT96`` failed); no bound is what Iceberg reads as unknown. The hybrid calendar's
+    stored bounds are not those of what Spark reads: :func:`_data_file` writes those. Pure.
 
     Example: ``statistics_plan({1: <collector mode truncate(16)>}, {1})`` -> ``{1: <collector mode counts>}``.
     """
@@ -673,7 +695,7 @@ def statistics_plan(plan: dict[int, Any], int96: set[int]) -> dict[int, Any]:
     counts = MetricsMode(MetricModeTypes.COUNTS)
     return {
         field_id: dataclasses.replace(collector, mode=counts)
-        if field_id in int96 and collector.mode.type != MetricModeTypes.NONE else collector
+        if field_id in counted and collector.mode.type != MetricModeTypes.NONE else collector
         for field_id, collector in plan.items()
     }
 
