@@ -78,7 +78,7 @@ from ..read.reader import (
     unreadable_file,
 )
 from ..storage.filesystem import Storage
-from ..table_formats import TableFormat, TableLocks
+from ..table_formats import TableFormat, TableLocks, kept_formats
 from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError, DeltaRangeError
 
@@ -1371,14 +1371,15 @@ def compare_logs(
     return problems, warnings
 
 
-def has_delta_log(storage: Storage) -> bool:
-    """Whether the output root holds a ``_delta_log`` directory (no deltalake import needed)."""
-    return storage.exists(storage.join(DELTA_DIR))
-
-
 # the Delta log as the writers' check before a commit sees it (:func:`~parquet_sink.table_formats.refuse_before_commit`):
 # dates and timestamps outside 0001..9999 refused (DeltaRangeError); its types are checked by the sync
 DELTA = TableFormat("a Delta log", DELTA_DIR, lambda schema: [], DeltaRangeError)
+
+
+def has_delta_log(storage: Storage) -> bool:
+    """Whether the output keeps a Delta log (its ``_delta_log`` directory exists: the table formats' rule,
+    :func:`~parquet_sink.table_formats.kept_formats`; no deltalake import needed)."""
+    return bool(kept_formats(storage, [(DELTA, None)]))
 
 
 __all__ = [
