@@ -431,7 +431,6 @@ class OutputModel(RuleBasedStateMachine):
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 continue
             got = table.to_pyarrow_dataset().to_table(filter=expression)
-            expected = _typed_as(expected, got.schema.field("p").type)
             assert sorted_rows(got.select(SCHEMA.names)) == sorted_rows(expected), expression
             got = table.to_pyarrow_table(filters=expression)
             assert sorted_rows(got.select(SCHEMA.names)) == sorted_rows(expected), expression
@@ -539,15 +538,6 @@ class OutputModel(RuleBasedStateMachine):
                     meta.row_group(g).column(x).has_dictionary_page for g in range(meta.num_row_groups)):
                 ids.update(pq.read_table(file.path, columns=["id"]).column("id").to_pylist())
         return ids
-
-
-def _typed_as(expected: pa.Table, delta_type: pa.DataType) -> pa.Table:
-    """``expected`` with p as a Delta table declares it: a partition column keeps the type the table was created with
-    (docs/delta.md), a string holding the directory names ("0") when its directories were all the null partition
-    then, where read_committed and Spark's reader infer int from the same names."""
-    if not pa.types.is_string(delta_type):
-        return expected
-    return expected.set_column(expected.schema.get_field_index("p"), "p", pc.cast(expected.column("p"), delta_type))
 
 
 def _row(x: float | None, n: int | None = None, s: str | None = None, p: int | None = None) -> dict:
