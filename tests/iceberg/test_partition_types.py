@@ -82,3 +82,20 @@ def test_a_partition_column_created_of_nulls_whose_first_value_is_a_string(tmp_p
     assert planned == ["k=__HIVE_DEFAULT_PARTITION__", "k=x"] and len(committed_files(str(root))) == 3
     assert _by_id(table.scan().to_arrow()) == _by_id(read_committed(str(root)))
     assert int(table.current_snapshot().summary[MARKER]) == 1
+
+
+def test_a_retyped_column_keeps_its_place_and_a_name_spark_escapes_is_found(tmp_path):
+    """Two partition columns created of nulls, the first named with a character Spark escapes in directory names
+    (``p:q``, directory ``p%3Aq=...``): retyped, it stays before the second, as read_committed orders them."""
+    root = tmp_path / "out"
+    ints = pa.int64()
+    for version, values in enumerate([[None], [3]]):
+        rows = pa.table({"i": pa.array([version], ints), "p:q": pa.array(values, ints), "z": pa.array([None], ints)})
+        write_batch(str(root), rows, app_id="a", version=version, partition_by=["p:q", "z"], iceberg=True)
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+    committed = read_committed(str(root))
+    current = table.scan().to_arrow()
+    assert current.column_names == committed.column_names == ["i", "p:q", "z"]
+    assert current.schema.field("p:q").type == committed.schema.field("p:q").type == pa.int32()
+    assert sorted(current.column("p:q").to_pylist(), key=str) == [3, None]
+    assert [f.name for f in table.spec().fields] == ["p:q"]  # z: all null yet, no partition field

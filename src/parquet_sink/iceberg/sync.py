@@ -60,6 +60,7 @@ from ..errors import MissingDataFileError, ParameterError, SnapshotExpiredError,
 from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
+from ..partitioning import unescape_path_name
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import read_snapshot
@@ -486,7 +487,7 @@ def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
 def _partition_columns(snap: Snapshot) -> list[str]:
     """The partition columns of the committed files, from one file's directories (Hive ``column=value``)."""
     relative = snap.files.table.column("relative_path")[0].as_py()
-    return [segment.split("=", 1)[0] for segment in relative.split("/")[:-1] if "=" in segment]
+    return [unescape_path_name(segment.split("=", 1)[0]) for segment in relative.split("/")[:-1] if "=" in segment]
 
 
 def metadata_dir(table: str | None) -> str:
@@ -632,6 +633,10 @@ def _evolve(transaction: Any, arrow: pa.Schema, where: str, partition_columns: l
                     update.delete_column(column)
         with transaction.update_schema() as update:
             update.union_by_name(_nulls_as_strings(arrow))
+            for column in retyped:  # back where it was: before the column after it in read_committed's order
+                after = next((c for c in arrow.names[arrow.names.index(column) + 1:] if c not in retyped), None)
+                if after is not None:
+                    update.move_before(column, after)
         if retyped:  # pyiceberg's mapping keeps the dropped field's name: one field a name
             transaction.set_properties({NAME_MAPPING: create_mapping_from_schema(
                 transaction.table_metadata.schema()).model_dump_json()})
