@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
 from parquet_sink import committed_files, read_committed, sync_iceberg, write_batch
@@ -99,3 +100,13 @@ def test_a_retyped_column_keeps_its_place_and_a_name_spark_escapes_is_found(tmp_
     assert current.schema.field("p:q").type == committed.schema.field("p:q").type == pa.int32()
     assert sorted(current.column("p:q").to_pylist(), key=str) == [3, None]
     assert [f.name for f in table.spec().fields] == ["p:q"]  # z: all null yet, no partition field
+
+
+def test_a_partition_column_named_with_a_character_spark_escapes(tmp_path):
+    """``p:q`` (directory ``p%3Aq=3``, as Spark writes it) is the table's column and partition field ``p:q``: the sync
+    looked for the escaped name and failed (ValueError) on any such output."""
+    root = tmp_path / "out"
+    write_batch(str(root), pa.table({"i": [1, 2], "p:q": [3, None]}), app_id="a", version=0, partition_by=["p:q"])
+    table = StaticTable.from_metadata(sync_iceberg(str(root)).metadata_location)
+    assert [f.name for f in table.spec().fields] == ["p:q"]
+    assert _by_id(table.scan(row_filter=EqualTo("p:q", 3)).to_arrow().rename_columns(["i", "k"])) == [(1, 3)]
