@@ -78,7 +78,8 @@ def test_a_partition_column_created_of_nulls_whose_first_value_is_a_string(tmp_p
     assert table.schema().find_field("k").field_id == 2  # the column the table was created with
     assert [f.name for f in table.spec().fields] == ["k"]
     assert _by_id(table.scan(row_filter="k == 'x'").to_arrow()) == [(10, "x")]
-    planned = sorted(t.file.file_path.split("/out/")[1].split("/")[0] for t in table.scan(row_filter="k == 'x'").plan_files())
+    tasks = table.scan(row_filter="k == 'x'").plan_files()
+    planned = sorted(t.file.file_path.split("/out/")[1].split("/")[0] for t in tasks)
     # the null partition's file of batch 1 pruned; batch 0's, committed before k had a partition field, is not
     assert planned == ["k=__HIVE_DEFAULT_PARTITION__", "k=x"] and len(committed_files(str(root))) == 3
     assert _by_id(table.scan().to_arrow()) == _by_id(read_committed(str(root)))

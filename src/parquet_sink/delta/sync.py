@@ -709,7 +709,8 @@ def _retyped(state: DeltaState, inferred: pa.Schema, gone: Iterable[str]) -> dic
     :attr:`DeltaState.files`) only when a column may be retyped."""
     candidates = {}
     for column in state.partition_columns:
-        if column in inferred.names and column in state.schema.names and pa.types.is_string(state.schema.field(column).type):
+        declared = state.schema.field(column).type if column in state.schema.names else None
+        if column in inferred.names and declared is not None and pa.types.is_string(declared):
             found = inferred.field(column).type
             if not pa.types.is_null(found) and not pa.types.is_string(delta_type(found)):
                 candidates[column] = delta_type(found)
@@ -957,7 +958,8 @@ def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema
     timestamp (:func:`_retyped`: it held no value, so no directory was read in another zone)."""
     metadata = state.metadata
     configuration = dict(state.configuration)
-    if _timestamp_partitions(schema, state.partition_columns) - _timestamp_partitions(state.schema, state.partition_columns):
+    columns = state.partition_columns
+    if _timestamp_partitions(schema, columns) - _timestamp_partitions(state.schema, columns):
         configuration[TIME_ZONE_PROPERTY] = zone
     body = {
         "id": metadata["id"], "name": metadata.get("name"), "description": metadata.get("description"),

@@ -626,7 +626,8 @@ def _evolve(transaction: Any, arrow: pa.Schema, where: str, partition_columns: l
         return
     try:
         arrow_types = _pyarrow_to_schema_without_ids(pa.schema([arrow.field(c) for c in pending]))
-        retyped = [c for c in pending if metadata.schema().find_field(c).field_type != arrow_types.find_field(c).field_type]
+        declared = metadata.schema()
+        retyped = [c for c in pending if declared.find_field(c).field_type != arrow_types.find_field(c).field_type]
         if retyped:
             with transaction.update_schema() as update:
                 for column in retyped:
