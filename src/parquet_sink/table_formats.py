@@ -1,7 +1,8 @@
 """What the table-format mirrors (:mod:`parquet_sink.delta`, :mod:`parquet_sink.iceberg`) share, below both (the
 seam issue 55 item 6 asks for): one lock per mirrored table in a process, as delta-rs and pyiceberg leave a
-table's in-process state to their caller (the counterpart of Apache XTable's per-table sync lock); and the one
-decision, made before a writer commits a batch, of what a mirror the output keeps could never list
+table's in-process state to their caller (the counterpart of Apache XTable's per-table sync lock); which mirrors
+an output keeps (:func:`kept_formats`: the one rule of the writers, ``optimize``, ``vacuum`` and ``verify``); and
+the one decision, made before a writer commits a batch, of what a mirror the output keeps could never list
 (:func:`refuse_before_commit`: dates and timestamps outside 0001..9999, which neither Delta nor pyiceberg's
 statistics hold, and each format's types), so a batch no mirror can follow is refused with nothing written
 instead of committed and leaving the mirror behind for good.
