@@ -272,7 +272,9 @@ def test_a_partition_column_created_of_nulls_takes_the_type_of_its_first_values(
     assert old.to_pyarrow_table().column("p").to_pylist() == [None, None]
     assert pl.read_delta(out, version=before.version())["p"].to_list() == [None, None]
     write_batch(out, _partitioned(2, pa.array([5], ints)), app_id="app", version=2, partition_by=["p"], delta_log=True)
+    deltalake.DeltaTable(out).create_checkpoint()  # delta-rs writes the retyped column's partition values there
     assert_delta_matches(out)
+    assert deltalake.DeltaTable(out, version=before.version()).to_pyarrow_table().column("p").to_pylist() == [None] * 2
     assert verify(out).ok
 
 
