@@ -1,7 +1,8 @@
 """What the table-format mirrors (:mod:`parquet_sink.delta`, :mod:`parquet_sink.iceberg`) share, below both (the
 seam issue 55 item 6 asks for): one lock per mirrored table in a process, as delta-rs and pyiceberg leave a
-table's in-process state to their caller (the counterpart of Apache XTable's per-table sync lock); and the one
-decision, made before a writer commits a batch, of what a mirror the output keeps could never list
+table's in-process state to their caller (the counterpart of Apache XTable's per-table sync lock); which mirrors
+an output keeps (:func:`kept_formats`: the one rule of the writers, ``optimize``, ``vacuum`` and ``verify``); and
+the one decision, made before a writer commits a batch, of what a mirror the output keeps could never list
 (:func:`refuse_before_commit`: dates and timestamps outside 0001..9999, which neither Delta nor pyiceberg's
 statistics hold, and each format's types), so a batch no mirror can follow is refused with nothing written
 instead of committed and leaving the mirror behind for good.
@@ -79,13 +80,17 @@ class TableFormat:
     the output root: the output keeps this mirror when it exists), ``problems`` (the columns of a schema the
     format cannot hold, each ``(column, why)``), ``refusal`` (its :class:`TableFormatRefusal`) and
     ``int96_nanos``: its readers read INT96 timestamps as nanoseconds (pyiceberg does), so such a value outside
-    :data:`NANOS_RANGE` comes back wrong."""
+    :data:`NANOS_RANGE` comes back wrong. ``followed``: the directory (relative to the output root) of the table
+    the output's maintenance (optimize) brings in step unnamed, when it differs from ``directory``: an Iceberg
+    table without catalog (a catalog's table is synced only when named: the output cannot tell which catalog
+    holds it)."""
 
     name: str
     directory: str
     problems: Callable[[pa.Schema], list[tuple[str, str]]]
     refusal: type[TableFormatRefusal]
     int96_nanos: bool = False
+    followed: str | None = None
 
 
 def timestamp_micros(scalar: pa.Scalar, bound: str) -> int:
@@ -179,10 +184,23 @@ def columns_out_of_range(parquet: pq.ParquetFile, schema: pa.Schema) -> tuple[st
     return found[0], found[1]
 
 
-def kept_formats(storage: Storage, formats: Sequence[tuple[TableFormat, bool]]) -> list[TableFormat]:
-    """The mirrors the output of ``storage`` keeps among ``formats`` (each with whether the writer keeps it):
-    those the writer keeps, and those whose directory exists (another writer or a sync made it)."""
-    return [f for f, kept in formats if kept or storage.exists(storage.join(f.directory))]
+def kept_formats(
+    storage: Storage, formats: Sequence[tuple[TableFormat, bool | None]], followed: bool = False
+) -> list[TableFormat]:
+    """The mirrors the output of ``storage`` keeps among ``formats``, each with the caller's setting: True (the
+    caller keeps it: ``delta_log=True``, ``iceberg=``), False (the caller keeps none, whatever the output holds:
+    ``optimize(delta_log=False)``), None (as the output has it: its directory exists, another writer or a sync
+    made it). ``followed``: the table the caller brings in step unnamed (:attr:`TableFormat.followed`) rather than
+    any table of the format. The one rule of the writers' refusal (:func:`refuse_before_commit`) and of what
+    ``optimize``, ``vacuum`` and ``verify`` bring in step or keep; one existence check per format set to None.
+
+    Example: ``kept_formats(Storage("/data/events"), [(DELTA, None), (ICEBERG, None)], followed=True)`` -> ``[DELTA]``.
+    """
+    def exists(table_format: TableFormat) -> bool:
+        directory = (table_format.followed or table_format.directory) if followed else table_format.directory
+        return storage.exists(storage.join(directory))
+
+    return [f for f, setting in formats if setting or (setting is None and exists(f))]
 
 
 def refuse_before_commit(
@@ -190,7 +208,8 @@ def refuse_before_commit(
     formats: Sequence[tuple[TableFormat, bool]],
 ) -> None:
     """Before a writer commits a batch's ``files`` (path, size), whose data columns are ``schema``, to an output:
-    for each mirror of ``formats`` the output keeps (:func:`kept_formats`), the mirror's refusal when a column
+    for each mirror of ``formats`` (each with whether the writer keeps it) the output keeps (:func:`kept_formats`:
+    the writer's, and those whose directory exists), the mirror's refusal when a column
     has a type it lacks, or a file holds a date or timestamp outside 0001-01-01..9999-12-31 (every later sync
     would refuse the file and the mirror's readers would stay at the batch before, for good). The batch's
     files are deleted first: nothing of it is committed or left. Costs nothing without a mirror; else a check
@@ -204,7 +223,7 @@ def refuse_before_commit(
     dated = bool(dated_fields(schema))
     # only a mirror that could refuse this batch is looked for: a batch without a date, a timestamp or a type some
     # mirror lacks costs no request
-    kept = kept_formats(storage, [(f, flag) for f, flag in formats if dated or f.problems(schema)])
+    kept = kept_formats(storage, [(f, flag or None) for f, flag in formats if dated or f.problems(schema)])
     if not kept:
         return
     where = storage.display(storage.root)

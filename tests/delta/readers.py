@@ -71,9 +71,10 @@ def rows(table: pa.Table, columns: list[str]) -> list[tuple]:
 
 def in_table_types(out: str, expected: pa.Table, schema: pa.Schema, options: dict[str, Any]) -> pa.Table:
     """``expected`` (read_committed's rows) in the Delta table's types ``schema``. A partition column the table
-    keeps as a string while read_committed infers another type from its directory names (the table was created
-    when every value was null) holds the names themselves in the table: ``0.0``, where a cast of the double
-    would say ``0``. Those are taken from the directory of each row's file (by ``id``)."""
+    keeps as a string while read_committed infers another type from its directory names (retention dropped the
+    values that made it a string, and a kept file holds a value) holds the names themselves in the table:
+    ``0.0``, where a cast of the double would say ``0``. Those are taken from the directory of each row's file
+    (by ``id``)."""
     partition_columns = deltalake.DeltaTable(out).metadata().partition_columns
     named = [c for c in partition_columns
              if pa.types.is_string(schema.field(c).type) and not pa.types.is_string(expected.schema.field(c).type)]
@@ -102,7 +103,7 @@ def delta_files(out: str) -> set[str]:
 
 def assert_delta_matches(out: str, time_zone: str = "UTC", **options: Any) -> pa.Table:
     """Delta files == committed files; every Delta reader == ``read_committed`` (rows and types). Types: as
-    read_committed's, but Delta's: timestamps are UTC (``timestamp``), an all-null partition column a string.
+    read_committed's, but Delta's: timestamps are UTC (``timestamp``), a partition column of nulls only a string.
     ``time_zone``: the writer's, for timestamp partition directories (polars' own reader is then left out: it
     reads partition values from directory names, not from the Delta log)."""
     assert delta_files(out) == {f.relative_path for f in committed_files(out, **options)}

@@ -3,7 +3,8 @@
 hand-written commit) is refused with a typed error naming ``--recreate``, never undone by the next sync, and the
 remedy works end to end; ``delta-sync`` and ``verify`` compare file sets (a replaced Delta log whose batch ids
 match is found); a file committed twice is reported; the session time zone is recorded and another one refused;
-a partition column keeps the table's type when retention drops the values that made it a string."""
+a partition column keeps the table's type when retention drops the values that made it a string, and one the
+table was created with while all its values were null takes the type of its first values."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import deltalake
+import polars as pl
 import pyarrow as pa
 import pytest
 
@@ -237,3 +239,68 @@ def test_a_partition_value_the_tables_type_cannot_hold_is_refused_and_recreate_m
     sync_delta_log(out, recreate=True)
     assert pa.schema(deltalake.DeltaTable(out).schema()).field("k").type == pa.string()
     assert verify(out).ok and _ids(assert_delta_matches(out)) == [0, 1]
+
+
+def _partitioned(version: int, values: list) -> pa.Table:
+    return pa.table({"id": pa.array([version * 100 + i for i in range(len(values))], pa.int64()), "p": values})
+
+
+@pytest.mark.parametrize("new_process", [False, True])
+def test_a_partition_column_created_of_nulls_takes_the_type_of_its_first_values(out, new_process):
+    """A table created while every directory of ``p`` is the null partition declares it a string (Delta has no
+    null type); the first batch with a value (``p=0``) retypes it to the type read_committed and Spark's reader
+    infer (a metaData action: no reader saw a value of the old type), so every Delta reader reads the integer 0,
+    not "0". Time travel to the version before still reads it as that version declared it."""
+    ints = pa.int64()
+    write_batch(out, _partitioned(0, pa.array([None, None], ints)), app_id="app", version=0, partition_by=["p"],
+                delta_log=True)
+    before = deltalake.DeltaTable(out)
+    assert pa.schema(before.schema()).field("p").type == pa.string()
+    if new_process:  # a catch-up sync of a process that never read this Delta log: its state from the commits
+        write_batch(out, _partitioned(1, pa.array([0, None], ints)), app_id="app", version=1, partition_by=["p"])
+        sync_module._STATES.clear()
+        assert sync_delta_log(out).committed
+    else:
+        write_batch(out, _partitioned(1, pa.array([0, None], ints)), app_id="app", version=1, partition_by=["p"],
+                    delta_log=True)
+    table = deltalake.DeltaTable(out)
+    assert pa.schema(table.schema()).field("p").type == pa.int32() == read_committed(out).schema.field("p").type
+    assert sorted(table.to_pyarrow_table().column("p").to_pylist(), key=str) == [0, None, None, None]
+    assert_delta_matches(out)  # delta-rs (table, dataset), polars (both readers), duckdb: read_committed's types
+    old = deltalake.DeltaTable(out, version=before.version())
+    assert pa.schema(old.schema()).field("p").type == pa.string()
+    assert old.to_pyarrow_table().column("p").to_pylist() == [None, None]
+    assert pl.read_delta(out, version=before.version())["p"].to_list() == [None, None]
+    write_batch(out, _partitioned(2, pa.array([5], ints)), app_id="app", version=2, partition_by=["p"], delta_log=True)
+    deltalake.DeltaTable(out).create_checkpoint()  # delta-rs writes the retyped column's partition values there
+    assert_delta_matches(out)
+    assert deltalake.DeltaTable(out, version=before.version()).to_pyarrow_table().column("p").to_pylist() == [None] * 2
+    assert verify(out).ok
+
+
+def test_a_timestamp_partition_column_created_of_nulls_records_the_zone_it_is_retyped_in(out):
+    """Retyped to a timestamp, the column's directories are read in the session time zone of the batch that
+    brought them, which the table records (the zone of its creation read no value of it)."""
+    stamps = pa.timestamp("us", "UTC")
+    write_batch(out, _partitioned(0, pa.array([None], stamps)), app_id="app", version=0, partition_by=["p"],
+                delta_log=True)
+    at = _dt.datetime(2024, 3, 10, 12, 30, tzinfo=_dt.UTC)
+    write_batch(out, _partitioned(1, pa.array([at], stamps)), app_id="app", version=1, partition_by=["p"],
+                time_zone="America/New_York", delta_log=True)
+    table = deltalake.DeltaTable(out)
+    assert pa.types.is_timestamp(pa.schema(table.schema()).field("p").type)
+    assert table.metadata().configuration[TIME_ZONE_PROPERTY] == "America/New_York"
+    assert sorted(table.to_pyarrow_table().column("p").to_pylist(), key=str) == [at, None]
+    assert_delta_matches(out, time_zone="America/New_York")
+
+
+def test_a_partition_column_created_of_nulls_that_holds_a_string_keeps_its_type(out):
+    """Once a file the table keeps holds a value of ``p`` (``x``), a later batch whose directories read as
+    numbers (``p=1``) leaves the string column as it is: retyping it would make ``x`` unreadable."""
+    for version, values in enumerate([[None], ["x"], ["1"]]):
+        write_batch(out, _partitioned(version, pa.array(values, pa.string())), app_id="app", version=version,
+                    partition_by=["p"], delta_log=True)
+    table = deltalake.DeltaTable(out)
+    assert pa.schema(table.schema()).field("p").type == pa.string()
+    assert sorted(table.to_pyarrow_table().column("p").to_pylist(), key=str) == ["1", None, "x"]
+    assert_delta_matches(out)

@@ -62,7 +62,7 @@ from ..failpoints import failpoint
 from ..log.compaction import check_flags, check_positive_int, parse_duration_ms
 from ..log.files import DELTA_DIR, require_output
 from ..parquet_read import open_sized
-from ..partitioning import check_time_zone, parse_partition_path
+from ..partitioning import DEFAULT_PARTITION_NAME, check_time_zone, parse_partition_path
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import read_snapshot
@@ -78,7 +78,7 @@ from ..read.reader import (
     unreadable_file,
 )
 from ..storage.filesystem import Storage
-from ..table_formats import TableFormat, TableLocks
+from ..table_formats import TableFormat, TableLocks, kept_formats
 from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError, DeltaRangeError
 
@@ -663,10 +663,13 @@ def _holds(table_type: pa.DataType, inferred: pa.DataType) -> bool:
     return False
 
 
-def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: list[str], where: str) -> list[pa.Field]:
-    """The columns to add to the Delta table's schema; DeltaLogError when the output's partition columns or a
-    column's type differ from the table's (types of partition columns are inferred from directory names, as
-    Spark does: a new value can widen them beyond the table's type)."""
+def _check_compatible(
+    state: DeltaState, table_schema: pa.Schema, schema: pa.Schema, partition_columns: list[str], where: str
+) -> list[pa.Field]:
+    """The columns to add to the Delta table's schema (``table_schema``: the table's, with the columns
+    :func:`_retyped` retypes); DeltaLogError when the output's partition columns or a column's type differ from
+    the table's (types of partition columns are inferred from directory names, as Spark does: a new value can
+    widen them beyond the table's type)."""
     remedy = _recreate_remedy(where)
     if partition_columns != state.partition_columns:
         raise DeltaLogError(
@@ -675,11 +678,11 @@ def _check_compatible(state: DeltaState, schema: pa.Schema, partition_columns: l
         )
     added = []
     for column in schema:
-        if column.name not in state.schema.names:
+        if column.name not in table_schema.names:
             added.append(column)
-        elif not state.schema.field(column.name).type.equals(column.type):
+        elif not table_schema.field(column.name).type.equals(column.type):
             raise DeltaLogError(
-                f"{where}: column {column.name!r} is {state.schema.field(column.name).type} in the Delta log but "
+                f"{where}: column {column.name!r} is {table_schema.field(column.name).type} in the Delta log but "
                 f"{column.type} in the committed files (a partition column's type is inferred from all its "
                 f"directory names, as Spark reads it, and a new value widened it). {remedy}"
             )
@@ -694,18 +697,59 @@ def _evolved(schema: pa.Schema, added: list[pa.Field], partition_columns: list[s
     return pa.schema(data + added + [f for f in schema if f.name in partition_columns])
 
 
-def _table_partition_types(state: DeltaState, inferred: pa.Schema, zone: str) -> dict[str, pa.DataType]:
-    """The partition types to read the committed directories with: the table's for each column whose inferred
-    type it holds (:func:`_holds`; a timestamp read in the session zone ``zone``), so a sync never flips the
-    table's type back; the inferred one otherwise (then refused by :func:`_check_compatible`)."""
-    forced = {}
+def _retyped(state: DeltaState, inferred: pa.Schema, gone: Iterable[str]) -> dict[str, pa.DataType]:
+    """The partition columns the table declares as ``string`` whose new directories (``inferred``: their types,
+    as Spark infers them) read as another type, while every file the table keeps (its files but ``gone``) is in
+    the column's null partition: each to the Delta type of its new values. Such a column is a string only
+    because the table was created while its values were all null (Delta has no null type); no reader of the
+    table's versions so far saw a value of it, so retyping it (a ``metaData`` action, as schema evolution
+    writes) loses nothing, and Delta readers then read the type ``read_committed`` and Spark's reader infer.
+    Time travel to the versions before reads them with their own ``metaData``. A column with a value in a kept
+    file keeps the table's type (:func:`_table_partition_types`). Reads the table's file list (once per process,
+    :attr:`DeltaState.files`) only when a column may be retyped."""
+    candidates = {}
     for column in state.partition_columns:
-        if column in inferred.names and column in state.schema.names:
-            table_type = state.schema.field(column).type
+        declared = state.schema.field(column).type if column in state.schema.names else None
+        if column in inferred.names and declared is not None and pa.types.is_string(declared):
+            found = inferred.field(column).type
+            if not pa.types.is_null(found) and not pa.types.is_string(delta_type(found)):
+                candidates[column] = delta_type(found)
+    if not candidates:
+        return {}
+    for relative in set(state.files).difference(gone):
+        for column, raw in parse_partition_path(relative):
+            if raw != DEFAULT_PARTITION_NAME:
+                candidates.pop(column, None)
+        if not candidates:
+            break
+    return candidates
+
+
+def _with_types(schema: pa.Schema, types: Mapping[str, pa.DataType]) -> pa.Schema:
+    """``schema`` with the columns of ``types`` of those types."""
+    return pa.schema([f.with_type(types[f.name]) if f.name in types else f for f in schema])
+
+
+def _table_partition_types(
+    partition_columns: list[str], table_schema: pa.Schema, inferred: pa.Schema, zone: str
+) -> dict[str, pa.DataType]:
+    """The partition types to read the committed directories with: the table's (``table_schema``) for each
+    column whose inferred type it holds (:func:`_holds`; a timestamp read in the session zone ``zone``), so a
+    sync never flips the table's type back; the inferred one otherwise (then refused by
+    :func:`_check_compatible`)."""
+    forced = {}
+    for column in partition_columns:
+        if column in inferred.names and column in table_schema.names:
+            table_type = table_schema.field(column).type
             found = inferred.field(column).type
             if not table_type.equals(delta_type(found)) and _holds(table_type, found):
                 forced[column] = pa.timestamp("us", zone) if pa.types.is_timestamp(table_type) else table_type
     return forced
+
+
+def _timestamp_partitions(schema: pa.Schema, partition_columns: list[str]) -> set[str]:
+    """The partition columns ``schema`` declares as timestamps."""
+    return {c for c in partition_columns if c in schema.names and pa.types.is_timestamp(schema.field(c).type)}
 
 
 def _session_zone(state: DeltaState | None, time_zone: str | None, where: str) -> str:
@@ -714,9 +758,7 @@ def _session_zone(state: DeltaState | None, time_zone: str | None, where: str) -
     partition column and recorded another zone: the same directory names would be other instants."""
     recorded = None if state is None else state.configuration.get(TIME_ZONE_PROPERTY)
     zone = time_zone or recorded or "UTC"
-    timestamps = state is not None and any(
-        pa.types.is_timestamp(state.schema.field(c).type) for c in state.partition_columns if c in state.schema.names
-    )
+    timestamps = state is not None and bool(_timestamp_partitions(state.schema, state.partition_columns))
     if recorded and zone != recorded and timestamps:
         raise DeltaLogError(
             f"{where}: the Delta log's timestamp partition values were read in session time zone {recorded!r} "
@@ -866,12 +908,14 @@ _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _append(
-    deltalake: ModuleType, storage: Storage, state: DeltaState, added_columns: list[pa.Field], adds: list[Any],
+    deltalake: ModuleType, storage: Storage, state: DeltaState, schema: pa.Schema | None, adds: list[Any],
     gone: list[str], log_batch_id: int, zone: str, quiet: QuietActions,
 ) -> int | None:
-    """Commit ``adds`` and the removal of ``gone`` to the existing table as its next version, after adding
-    ``added_columns`` (new nullable columns: the schema evolution the writers allow; a ``metaData`` action in
-    the same commit) and recording the session zone if the table has none (through delta-rs, once); the table's version after it, or None when
+    """Commit ``adds`` and the removal of ``gone`` to the existing table as its next version, with ``schema`` as
+    the table's new schema when given (new nullable columns: the schema evolution the writers allow; partition
+    columns :func:`_retyped` retypes; a ``metaData`` action in the same commit, recording the session zone when
+    it makes a partition column a timestamp) and after recording the session zone if the table has none
+    (through delta-rs, once); the table's version after it, or None when
     another commit took that version (read again and retry). The commit file is created only if absent (the
     Delta protocol's mutual exclusion, as delta-rs commits), and costs the batch, not the table; a checkpoint
     is written through delta-rs every ``delta.checkpointInterval`` versions, expired commit files cleaned."""
@@ -881,8 +925,8 @@ def _append(
         _forward(storage, state)
     version = state.version + 1
     actions = _commit_lines(state, adds, gone, log_batch_id, state.partition_columns, quiet)
-    if added_columns:  # the new columns in the same commit as the files that bring them
-        actions.insert(0, _metadata_action(deltalake, state, _evolved(state.schema, added_columns, state.partition_columns)))
+    if schema is not None:  # the new columns and types in the same commit as the files that bring them
+        actions.insert(0, _metadata_action(deltalake, state, schema, zone))
     commit = "\n".join(map(_COMPACT_JSON.encode, actions)).encode("utf-8") + b"\n"
     if not storage.put_if_absent(_commit_file(storage, version), commit):
         return None
@@ -905,17 +949,23 @@ def _checkpoint_interval(configuration: Mapping[str, str]) -> int:
     return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else 100
 
 
-def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema) -> dict[str, Any]:
+def _metadata_action(deltalake: ModuleType, state: DeltaState, schema: pa.Schema, zone: str) -> dict[str, Any]:
     """The table's ``metaData`` with ``schema`` as its schema (its id, partitioning, properties and creation
     time kept), as the Delta protocol changes a schema: a commit holding a new ``metaData`` action. The id, name,
     description and creation time come from the newest ``metaData`` read (they never change; another writer's
-    commit is refused before), the properties and partitioning from ``state`` (kept current commit by commit)."""
+    commit is refused before), the properties and partitioning from ``state`` (kept current commit by commit);
+    the session zone ``zone`` recorded (:data:`TIME_ZONE_PROPERTY`) when ``schema`` makes a partition column a
+    timestamp (:func:`_retyped`: it held no value, so no directory was read in another zone)."""
     metadata = state.metadata
+    configuration = dict(state.configuration)
+    columns = state.partition_columns
+    if _timestamp_partitions(schema, columns) - _timestamp_partitions(state.schema, columns):
+        configuration[TIME_ZONE_PROPERTY] = zone
     body = {
         "id": metadata["id"], "name": metadata.get("name"), "description": metadata.get("description"),
         "format": {"provider": "parquet", "options": {}},
         "schemaString": deltalake.Schema.from_arrow(schema).to_json(),
-        "partitionColumns": list(state.partition_columns), "configuration": dict(state.configuration),
+        "partitionColumns": list(state.partition_columns), "configuration": configuration,
         "createdTime": metadata.get("createdTime"),
     }
     return {"metaData": body}
@@ -1196,13 +1246,17 @@ def _sync_once(
         logger.warning("%s", _duplicates_text(where, duplicates))
     partition_columns = _partition_columns(fresh, files) if files else state.partition_columns
     dataset = dataset_of(fresh, zone) if files else None
+    table_schema = None if state is None else state.schema
+    retyped: dict[str, pa.DataType] = {}
     if dataset is not None and state is not None:
-        forced = _table_partition_types(state, dataset.schema, zone)
+        retyped = _retyped(state, dataset.schema, gone)
+        table_schema = _with_types(state.schema, retyped)
+        forced = _table_partition_types(state.partition_columns, table_schema, dataset.schema, zone)
         dataset = dataset_of(fresh, zone, partition_types=forced) if forced else dataset
     schema = delta_schema(dataset.schema, where) if dataset is not None else state.schema
-    added_columns = [] if state is None else _check_compatible(state, schema, partition_columns, where)
+    added_columns = [] if state is None else _check_compatible(state, table_schema, schema, partition_columns, where)
     if state is not None:  # the table's columns, with the new ones: a batch may lack some
-        schema = _evolved(state.schema, added_columns, partition_columns)
+        schema = _evolved(table_schema, added_columns, partition_columns)
     adds = _add_actions(fresh, files, dataset, list(files), partition_columns, schema) if files else []
     quiet = _quiet_actions(step, adds, gone, state, where)
     failpoint("delta_commit")
@@ -1215,7 +1269,8 @@ def _sync_once(
             }
             version = _create(deltalake, storage, schema, partition_columns, adds, latest, configuration, zone)
         else:
-            version = _append(deltalake, storage, state, added_columns, adds, gone, latest, zone, quiet)
+            changed = schema if added_columns or retyped else None
+            version = _append(deltalake, storage, state, changed, adds, gone, latest, zone, quiet)
     except (DeltaError, OSError) as exc:
         # lost a race: a concurrent commit (delta-rs's conflict checker), or another sync created the table
         if not (isinstance(exc, CommitFailedError) or "already exists" in str(exc)):
@@ -1371,14 +1426,15 @@ def compare_logs(
     return problems, warnings
 
 
-def has_delta_log(storage: Storage) -> bool:
-    """Whether the output root holds a ``_delta_log`` directory (no deltalake import needed)."""
-    return storage.exists(storage.join(DELTA_DIR))
-
-
 # the Delta log as the writers' check before a commit sees it (:func:`~parquet_sink.table_formats.refuse_before_commit`):
 # dates and timestamps outside 0001..9999 refused (DeltaRangeError); its types are checked by the sync
 DELTA = TableFormat("a Delta log", DELTA_DIR, lambda schema: [], DeltaRangeError)
+
+
+def has_delta_log(storage: Storage) -> bool:
+    """Whether the output keeps a Delta log (its ``_delta_log`` directory exists: the table formats' rule,
+    :func:`~parquet_sink.table_formats.kept_formats`; no deltalake import needed)."""
+    return bool(kept_formats(storage, [(DELTA, None)]))
 
 
 __all__ = [

@@ -25,7 +25,7 @@ import pyarrow as pa
 from ..errors import ParameterError
 from ..table_formats import TableFormat
 from .errors import IcebergRefusalError
-from .sync import ICEBERG_DIR, IcebergSyncResult, is_table_identifier, require_pyiceberg, sync_iceberg
+from .sync import ICEBERG_DIR, METADATA_DIR, IcebergSyncResult, is_table_identifier, require_pyiceberg, sync_iceberg
 
 logger = logging.getLogger(__name__)
 
@@ -162,9 +162,11 @@ def type_problems(fields: list[pa.Field], path: str = "") -> list[tuple[str, str
 
 
 # the Iceberg table as the writers' check before a commit sees it: kept when the writer passes iceberg= or the
-# output holds ICEBERG_DIR (a sync made it, with or without a catalog); pyiceberg reads INT96 as nanoseconds
+# output holds ICEBERG_DIR (a sync made it, with or without a catalog); pyiceberg reads INT96 as nanoseconds. The
+# table optimize follows unnamed is the one without catalog (METADATA_DIR): a catalog's is synced only when named
 ICEBERG = TableFormat(
-    "an Iceberg table", ICEBERG_DIR, lambda schema: type_problems(list(schema)), IcebergRefusalError, int96_nanos=True
+    "an Iceberg table", ICEBERG_DIR, lambda schema: type_problems(list(schema)), IcebergRefusalError, int96_nanos=True,
+    followed=METADATA_DIR,
 )
 
 

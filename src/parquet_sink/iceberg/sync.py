@@ -62,6 +62,7 @@ from ..errors import MissingDataFileError, ParameterError, SnapshotExpiredError,
 from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
+from ..partitioning import unescape_path_name
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import read_snapshot
@@ -488,7 +489,7 @@ def _iceberg_schema(arrow: pa.Schema, where: str) -> Any:
 def _partition_columns(snap: Snapshot) -> list[str]:
     """The partition columns of the committed files, from one file's directories (Hive ``column=value``)."""
     relative = snap.files.table.column("relative_path")[0].as_py()
-    return [segment.split("=", 1)[0] for segment in relative.split("/")[:-1] if "=" in segment]
+    return [unescape_path_name(segment.split("=", 1)[0]) for segment in relative.split("/")[:-1] if "=" in segment]
 
 
 def metadata_dir(table: str | None) -> str:
@@ -499,15 +500,22 @@ def metadata_dir(table: str | None) -> str:
 
 def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, partition_columns: list[str]) -> Any:
     """A transaction creating the table (schema from ``arrow``, identity partitions of ``partition_columns``,
-    the name mapping, location the output root, metadata under :func:`metadata_dir`)."""
+    the name mapping, location the output root, metadata under :func:`metadata_dir`). A partition column whose
+    values are all null yet is a column (a ``string``: format 2 has no null type) without a partition field:
+    Iceberg promotes no ``string`` to another type, so declared a partition of strings it would read its later
+    values (``p=0``) as strings for good, where ``read_committed`` reads integers. Iceberg readers read it as null
+    (no partition value, not in the data files); its first value gives it its type and partition field
+    (:func:`_evolve`)."""
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.table.name_mapping import create_mapping_from_schema
     from pyiceberg.transforms import IdentityTransform
 
     schema = _iceberg_schema(arrow, storage.display(storage.root))
+    # a partition column of nulls only gets its partition field with its first value (_evolve, which types it then)
+    valued = [c for c in partition_columns if not pa.types.is_null(arrow.field(c).type)]
     spec = PartitionSpec(*(
         PartitionField(source_id=schema.find_field(c).field_id, field_id=1000 + i, transform=IdentityTransform(), name=c)
-        for i, c in enumerate(partition_columns)
+        for i, c in enumerate(valued)
     ))
     properties = {
         "write.metadata.path": _location(storage, storage.join(metadata_dir(name if isinstance(name, str) else None))),
@@ -593,16 +601,52 @@ def _table_partition_types(transaction: Any, zone: str) -> dict[str, pa.DataType
     return types
 
 
-def _evolve(transaction: Any, arrow: pa.Schema, where: str) -> None:
-    """Add the columns of ``arrow`` the table lacks (widening types Iceberg widens), with their name mapping;
-    IcebergSyncError when a column's type cannot become the table's."""
-    from pyiceberg.exceptions import ValidationError
+def _unpartitioned(metadata: Any, arrow: pa.Schema, partition_columns: list[str]) -> list[str]:
+    """The partition columns of the output (``partition_columns``) the table has no partition field for (their
+    values were all null when it was created, :func:`_new_table`) that hold a value in the files of ``arrow``
+    (their directories' types, as read_committed infers them)."""
+    metadata_schema = metadata.schema()
+    in_spec = {metadata_schema.find_field(f.source_id).name for f in metadata.spec().fields}
+    return [c for c in partition_columns
+            if c not in in_spec and c in arrow.names and not pa.types.is_null(arrow.field(c).type)]
 
-    if set(arrow.names) <= set(transaction.table_metadata.schema().column_names):
+
+def _evolve(transaction: Any, arrow: pa.Schema, where: str, partition_columns: list[str]) -> None:
+    """Add the columns of ``arrow`` the table lacks (widening types Iceberg widens), with their name mapping;
+    give each partition column of nulls only so far that holds a value in ``arrow`` (:func:`_unpartitioned`) its
+    type and identity partition field: a column of another type than the ``string`` it was declared is replaced
+    (dropped and added again: a new field id, which no data file and no partition value holds, so every snapshot
+    before reads it as null with the schema it was committed with, as it did), and the name mapping names the
+    new one. IcebergSyncError when a column's type cannot become the table's."""
+    from pyiceberg.exceptions import ValidationError
+    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
+
+    metadata = transaction.table_metadata
+    pending = _unpartitioned(metadata, arrow, partition_columns)
+    if set(arrow.names) <= set(metadata.schema().column_names) and not pending:
         return
     try:
+        arrow_types = _pyarrow_to_schema_without_ids(pa.schema([arrow.field(c) for c in pending]))
+        declared = metadata.schema()
+        retyped = [c for c in pending if declared.find_field(c).field_type != arrow_types.find_field(c).field_type]
+        if retyped:
+            with transaction.update_schema() as update:
+                for column in retyped:
+                    update.delete_column(column)
         with transaction.update_schema() as update:
             update.union_by_name(_nulls_as_strings(arrow))
+            for column in retyped:  # back where it was: before the column after it in read_committed's order
+                after = next((c for c in arrow.names[arrow.names.index(column) + 1:] if c not in retyped), None)
+                if after is not None:
+                    update.move_before(column, after)
+        if retyped:  # pyiceberg's mapping keeps the dropped field's name: one field a name
+            transaction.set_properties({NAME_MAPPING: create_mapping_from_schema(
+                transaction.table_metadata.schema()).model_dump_json()})
+        if pending:
+            with transaction.update_spec() as spec:
+                for column in pending:
+                    spec.add_identity(column)
     except (ValidationError, ValueError, TypeError) as exc:
         raise IcebergSyncError(
             f"{where}: the committed files' columns cannot be added to the Iceberg table ({exc}). Nothing was "
@@ -834,7 +878,7 @@ def _commit_batch(
     if new:
         fresh = Snapshot(storage, batch, CommittedFiles(storage, table.take(new)))
         dataset = dataset_of(fresh, zone, partition_types=_table_partition_types(transaction, zone))
-        _evolve(transaction, dataset.schema, storage.display(storage.root))
+        _evolve(transaction, dataset.schema, storage.display(storage.root), _partition_columns(fresh))
         metadata = transaction.table_metadata
         schema = metadata.schema()
         types = {f.source_id: schema.find_field(f.source_id).field_type for f in metadata.spec().fields}

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..arrow_versions import nonzero
-from ..delta.sync import has_delta_log, referenced_files
+from ..delta.sync import DELTA, referenced_files
 from ..errors import LogError, ParameterError, SnapshotExpiredError, names_output
 from ..iceberg import expiry as iceberg_expiry
 from ..iceberg.follow import IcebergTarget, iceberg_target
@@ -50,6 +50,7 @@ from ..read.history import optimize_figures
 from ..read.reader import snapshot
 from ..storage.filesystem import FileInfo, Storage
 from ..storage.paths import published_name
+from ..table_formats import kept_formats
 from ..write.inflight import CLOCK_SLACK_MS, Lease, leases, staging_dirs
 from .inspect import Progress, _silent
 
@@ -175,7 +176,7 @@ def find_orphans(
     dead = [lease for lease in found_leases if not lease.is_live(latest, versions)]
     protected_from = min((lease.started_ms for lease in live), default=None)
     live_staging = {lease.staging for lease in live}
-    in_delta = referenced_files(storage, older_than_ms) if has_delta_log(storage) else set()
+    in_delta = referenced_files(storage, older_than_ms) if kept_formats(storage, [(DELTA, None)]) else set()
     now_ms = cutoff + older_than_ms if now_ms is None else now_ms
     found = iceberg_expiry.references(storage, now_ms - older_than_ms, now_ms, *_catalog_table(iceberg))
     in_iceberg = found.data_files

@@ -78,9 +78,9 @@ import pyarrow.fs
 import pyarrow.parquet as pq
 from pyarrow._parquet import ParquetReader  # under pq.ParquetFile, without its per-file Python set-up
 
-from ..delta.sync import DeltaSyncResult, has_delta_log, sync_after_commit
+from ..delta.sync import DELTA, DeltaSyncResult, sync_after_commit
 from ..iceberg import follow as iceberg_follow
-from ..iceberg.sync import METADATA_DIR, IcebergSyncResult
+from ..iceberg.sync import IcebergSyncResult
 from ..errors import (
     CommitConflictError, MissingDataFileError, OptimizeError, ParameterError, ParquetSinkError, SparkSinkBatchError,
     names_output,
@@ -105,6 +105,7 @@ from ..read.reader import CommittedFile, damaged_in_place, unreadable_file
 from ..rebase import proleptic_metadata, to_proleptic
 from ..statistics import footer_rule, nan_column_statistics
 from ..storage.filesystem import Storage
+from ..table_formats import kept_formats
 from .conflicts import spark_sink_refusal
 from .inflight import InFlightBatch
 from .parquet_files import FileStatus, codec_extension, log_entry, parquet_codec
@@ -631,11 +632,13 @@ def optimize(
         _refuse_spark_sink(snap, where, spark_sink_stopped)
     def follow(what: str) -> None:
         """The Delta log and the Iceberg table the output keeps follow the log (never failing the optimize)."""
-        if has_delta_log(storage) if delta_log is None else delta_log:
+        settings = [(DELTA, delta_log), (iceberg_follow.ICEBERG, None if iceberg is None else mirror is not None)]
+        kept = kept_formats(storage, settings, followed=True)
+        if DELTA in kept:
             result.delta = sync_after_commit(path, storage_options, what, None)
-        kept = iceberg_follow.IcebergTarget() if iceberg is None and storage.exists(storage.join(METADATA_DIR)) else mirror
-        if kept is not None:
-            result.iceberg = iceberg_follow.sync_after_commit(path, storage_options, kept, what, time_zone)
+        if iceberg_follow.ICEBERG in kept:
+            target = mirror or iceberg_follow.IcebergTarget()
+            result.iceberg = iceberg_follow.sync_after_commit(path, storage_options, target, what, time_zone)
 
     if dry_run or not plan.bins:
         if not dry_run:  # nothing to rewrite: the mirrors in step all the same (a run killed after its commit and
