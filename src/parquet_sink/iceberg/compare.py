@@ -1,0 +1,213 @@
+"""``verify``'s and ``doctor``'s side of the Iceberg mirror: what disagrees between the output's Iceberg tables and
+``_spark_metadata`` (:func:`compare_iceberg`), as :func:`parquet_sink.delta.compare_logs` tells it of the Delta
+log. The counterpart of Iceberg's own table checks (a snapshot's files against storage, as Spark's
+``RemoveOrphanFiles`` and ``expire_snapshots`` read them) joined with the mirror's rule: the current snapshot lists
+exactly the files the log commits as of the batch its summary records (:data:`~.sync.MARKER`).
+
+Example::
+
+    >>> compare_iceberg("/data/events")
+    ([], ['/data/events: the Iceberg table without catalog is behind: it mirrors log batch 55, the log is at 57; ...'])
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import SnapshotExpiredError
+from ..read.reader import Snapshot, snapshot
+from ..storage.filesystem import Storage
+from .errors import IcebergSyncError
+from .follow import IcebergTarget
+from .sync import (
+    ICEBERG_DIR, METADATA_DIR, _check_ours, _data_files, _io_properties, _location, _marker, _open_catalog, _path,
+    current_metadata, metadata_dir, require_pyiceberg,
+)
+
+_REREADS = 3  # a disagreement is read again this many times before it is reported (a sync may be running beside)
+
+
+def compare_iceberg(
+    path: str | os.PathLike[str], *, catalog: Any = None, table: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[list[str], list[str]]:
+    """What disagrees between the output's Iceberg tables and ``_spark_metadata`` at ``path``: (problems,
+    warnings), each sentence naming the table and the command that fixes it. The tables: the one kept without a
+    catalog when the output holds it, and with ``catalog`` (a pyiceberg ``Catalog`` or its properties) the table
+    ``table`` there. Problems: a snapshot another Iceberg writer committed, a table located elsewhere, a current
+    snapshot that lists a file the log does not commit as of the batch it mirrors or misses one it does, a table
+    ahead of the log (an output reset), a file a snapshot references that is missing or of another size than the
+    table records, two metadata files of the newest version. Warnings: a table behind the log (the
+    ``parquet-sink iceberg-sync`` command that catches up), a catalog's table whose metadata is with the output but
+    that was not given. Both empty when the output keeps no Iceberg table and none is given (pyiceberg not even
+    imported). The table is read first, then the log (a batch and its sync beside can only leave the table behind);
+    a disagreement is read again before it is reported. IcebergDependencyError without pyiceberg.
+
+    Example: ``compare_iceberg("/data/events", catalog={"type": "sql", "uri": "sqlite:///c.db"}, table="db.events")``
+    -> ``([], [])``.
+    """
+    storage = Storage(os.fspath(path), dict(storage_options or {}))
+    targets = [IcebergTarget()] if storage.exists(storage.join(METADATA_DIR)) else []
+    if catalog is not None:
+        targets.append(IcebergTarget(catalog, table))
+    problems: list[str] = []
+    warnings = _unchecked(storage, table)
+    if targets:
+        require_pyiceberg(f"verify({storage.display(storage.root)!r}) of its Iceberg table")
+    for target in targets:
+        found, said = _compare_table(storage, target)
+        problems += found
+        warnings += said
+    return problems, warnings
+
+
+def _unchecked(storage: Storage, given: str | None) -> list[str]:
+    """A warning for each catalog table whose metadata directory is with the output (``.<ns.name>``) but that
+    was not given (``given``): without its catalog, which metadata file is current cannot be told."""
+    directory = storage.join(ICEBERG_DIR)
+    if not storage.exists(directory):
+        return []
+    where = storage.display(storage.root)
+    names = sorted(posixpath.basename(p) for p in storage.ls_names(directory))
+    tables = [n[1:] for n in names if n.startswith(".") and storage.join(ICEBERG_DIR, n) != storage.join(METADATA_DIR)]
+    return [
+        f"{where}: the Iceberg table {name} of a catalog keeps its metadata in "
+        f"{storage.display(storage.join(metadata_dir(name)))} and was not checked: give its catalog "
+        f"(iceberg={{'catalog': ..., 'table': '{name}'}}; the command line's --catalog-uri URI --table {name})"
+        for name in tables if name != given
+    ]
+
+
+def _named(storage: Storage, target: IcebergTarget) -> str:
+    """The table as a sentence names it."""
+    if target.table is not None:
+        return target.table
+    return f"without catalog ({storage.display(storage.join(METADATA_DIR))})"
+
+
+def _open(storage: Storage, target: IcebergTarget) -> Any:
+    """The table ``target`` names, as its catalog (or, without one, its current metadata file) holds it now;
+    None when there is none."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+    from pyiceberg.table import StaticTable
+
+    if target.catalog is None:
+        location = current_metadata(storage)
+        return None if location is None else StaticTable.from_metadata(location, properties=_io_properties(storage))
+    try:
+        return _open_catalog(target.catalog, storage.display(storage.root)).load_table(target.table)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def _compare_table(storage: Storage, target: IcebergTarget) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of one table (see :func:`compare_iceberg`)."""
+    where = storage.display(storage.root)
+    name = _named(storage, target)
+    sync = target.cli(where)
+    remedy = (
+        f"Drop the table from its catalog (or delete {storage.display(storage.join(ICEBERG_DIR))} for the table "
+        f"without catalog) and run `{sync}`: the table is made again from _spark_metadata (Iceberg readers lose its "
+        "history)."
+    )
+    problems: list[str] = []
+    warnings: list[str] = []
+    for _ in range(_REREADS):
+        try:
+            iceberg = _open(storage, target)
+            if iceberg is None:
+                snap = snapshot(storage.url, storage_options=storage.storage_options)
+                if target.catalog is None or not len(snap.files):
+                    return [], []
+                return [], [f"{where}: the catalog holds no Iceberg table {name}: `{sync}` creates it"]
+            _check_ours(iceberg, storage, name)
+            current = iceberg.current_snapshot()
+            mirrored = -1 if current is None else _marker(current)
+            files = _data_files(iceberg, (storage.root, target.table))
+            snap = snapshot(storage.url, storage_options=storage.storage_options)
+        except IcebergSyncError as exc:  # another writer's snapshot, another output's table, two current files
+            problems = [str(exc)]
+            continue
+        latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
+        warnings = []
+        if mirrored > latest:
+            problems = [
+                f"{where}: the Iceberg table {name} mirrors log batch {mirrored} but the log holds batches up to "
+                f"{latest}: the output was reset or its log replaced. {remedy}"
+            ]
+            continue
+        problems, warnings = _file_set(storage, name, iceberg, files, snap, mirrored, remedy)
+        problems += _missing(storage, name, iceberg)
+        if mirrored < latest:
+            warnings.append(
+                f"{where}: the Iceberg table {name} is behind: it mirrors log batch {mirrored}, the log is at "
+                f"{latest}; Iceberg readers miss the later batches' files until `{sync}` or the next batch written "
+                "with iceberg=."
+            )
+        if not problems:
+            break
+    return problems, warnings
+
+
+def _file_set(
+    storage: Storage, name: str, iceberg: Any, files: Mapping[str, Any], latest: Snapshot, mirrored: int, remedy: str
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the current snapshot's ``files`` (by location) against the files the log commits as
+    of the batch ``mirrored`` it records (``latest``: the log's latest snapshot, read after the table)."""
+    where = storage.display(storage.root)
+    if mirrored < 0:
+        return [], []
+    try:
+        snap = latest if latest.latest_batch_id == mirrored else snapshot(
+            storage.url, as_of_batch=mirrored, storage_options=storage.storage_options)
+    except SnapshotExpiredError as exc:
+        return [], [f"{where}: the Iceberg table {name} was not compared file by file with the log as of batch "
+                    f"{mirrored}: {exc}"]
+    committed = {_location(storage, p) for p in snap.files.paths().to_pylist()}
+    problems = []
+    for paths, says in ((sorted(set(files) - committed), "lists {n} file(s) that the log does not commit as of that "
+                         "batch (first: {first}): Iceberg readers read them."),
+                        (sorted(committed - set(files)), "misses {n} file(s) that the log commits as of that batch "
+                         "(first: {first}): Iceberg readers miss their rows.")):
+        if paths:
+            problems.append(
+                f"{where}: the Iceberg table {name} (snapshot {iceberg.current_snapshot().snapshot_id}, mirroring "
+                f"log batch {mirrored}) {says.format(n=len(paths), first=storage.display(_path(storage, paths[0])))} "
+                f"{remedy}"
+            )
+    return problems, []
+
+
+def _missing(storage: Storage, name: str, iceberg: Any) -> list[str]:
+    """A problem for each data file a snapshot of the table references that storage lacks or holds at another
+    size than the table records (Iceberg readers find the footer by it): each manifest read once."""
+    where = storage.display(storage.root)
+    recorded: dict[str, tuple[int, int]] = {}  # location -> (size, the first snapshot referencing it)
+    read: set[str] = set()
+    for snap in iceberg.metadata.snapshots:
+        for manifest in snap.manifests(iceberg.io):
+            if manifest.manifest_path in read:
+                continue
+            read.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(iceberg.io, discard_deleted=True):
+                recorded.setdefault(entry.data_file.file_path, (entry.data_file.file_size_in_bytes, snap.snapshot_id))
+    problems = []
+    for location, (size, snapshot_id) in sorted(recorded.items()):
+        what = f"{where}: the Iceberg table {name} references {storage.display(_path(storage, location))} (snapshot {snapshot_id})"
+        try:
+            found = storage.info(_path(storage, location)).size
+        except FileNotFoundError:
+            problems.append(
+                f"{what}, which is missing: Iceberg readers of that snapshot fail on it. Restore the file (a snapshot "
+                "no longer current needs it until `parquet-sink vacuum` expires that snapshot past its retention)."
+            )
+            continue
+        if found != size:
+            problems.append(f"{what} with {size} bytes, but it has {found}: Iceberg readers cannot find its footer.")
+    return problems
+
+
+__all__ = ["compare_iceberg"]
