@@ -23,8 +23,8 @@ from ..storage.filesystem import Storage
 from .errors import IcebergSyncError
 from .follow import IcebergTarget
 from .sync import (
-    ICEBERG_DIR, METADATA_DIR, _check_ours, _data_files, _io_properties, _location, _marker, _open_catalog, _path,
-    current_metadata, metadata_dir, require_pyiceberg,
+    _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, _check_ours, _data_files, _io_properties, _location, _marker, _open_catalog, _path,
+    current_metadata, metadata_dir, require_pyiceberg, whole_newest,
 )
 
 _REREADS = 3  # a disagreement is read again this many times before it is reported (a sync may be running beside)
@@ -124,6 +124,8 @@ def _compare_table(storage: Storage, target: IcebergTarget) -> tuple[list[str], 
                     return [], []
                 return [], [f"{where}: the catalog holds no Iceberg table {name}: `{sync}` creates it"]
             _check_ours(iceberg, storage, name)
+            if target.catalog is None:
+                _check_beside(storage, name, iceberg.metadata_location, remedy)
             current = iceberg.current_snapshot()
             mirrored = -1 if current is None else _marker(current)
             files = _data_files(iceberg, (storage.root, target.table))
@@ -150,6 +152,25 @@ def _compare_table(storage: Storage, target: IcebergTarget) -> tuple[list[str], 
         if not problems:
             break
     return problems, warnings
+
+
+def _check_beside(storage: Storage, name: str, current: str, remedy: str) -> None:
+    """IcebergSyncError when the metadata directory of the table without catalog holds a metadata file of the
+    current version (``current``'s) or a later one other than ``current``: another Iceberg writer's commit (a
+    pyiceberg catalog the table was registered in names its files at random), which no sync of the output sees as
+    the table's, and which a reader that lists the directory may take for the current version."""
+    directory = storage.join(METADATA_DIR)
+    version = int(_METADATA_FILE.match(posixpath.basename(current)).group(1))
+    beside = sorted(n for n in map(posixpath.basename, storage.ls_names(directory))
+                    if (m := _METADATA_FILE.match(n)) and int(m.group(1)) >= version
+                    and posixpath.join(directory, n) != _path(storage, current)
+                    and whole_newest(storage, directory, [n]))  # not a torn file a killed sync left: no commit
+    if beside:
+        raise IcebergSyncError(
+            f"{storage.display(storage.root)}: the Iceberg table {name} holds {len(beside)} metadata file(s) of its "
+            f"current version {version} or later beside its current one ({posixpath.basename(current)}), first "
+            f"{beside[0]}: committed by another Iceberg writer, not part of the table the log's syncs keep. {remedy}"
+        )
 
 
 def _file_set(
