@@ -18,7 +18,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import StaticTable
 
-from parquet_sink import committed_files, doctor, sync_iceberg, verify, write_batch
+from parquet_sink import SinkOutput, committed_files, doctor, sync_iceberg, verify, write_batch
 from parquet_sink.cli.main import main
 from parquet_sink.errors import ParameterError
 from parquet_sink.iceberg import current_metadata
@@ -86,7 +86,7 @@ def test_a_table_in_step_is_clean_and_one_behind_is_a_warning_whose_command_work
     assert argv[:3] == ["parquet-sink", "iceberg-sync", str(root)]
     assert main(argv[1:]) == 0  # the advice, literally
     capsys.readouterr()
-    after = verify(str(root), iceberg=target)
+    after = SinkOutput(str(root)).verify(iceberg=target)
     assert after.ok and not after.warnings, after
     assert int(_load(kind, tmp_path, root).current_snapshot().summary["parquet-sink.log-batch-id"]) == 4
 
