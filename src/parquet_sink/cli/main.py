@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", "check that committed files exist with their logged sizes, the log is intact, and the Delta log and "
         "Iceberg tables kept with it are in step", reads_interval=True,
     )
-    iceberg_catalog(verify, ": compare that catalog table with the log too (the table kept without a catalog always is)")
+    iceberg_catalog(verify, ": compare that catalog table with the log too (the table kept without a catalog always "
+                    "is)")
     vacuum = command(
         "vacuum",
         "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
@@ -339,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the sink's (or write_batch's) compact_interval: another than the output's is refused",
     )
     log_settings(doctor)
-    iceberg_catalog(doctor, ": compare that catalog table with the log too (the table kept without a catalog always is)")
+    iceberg_catalog(doctor, ": compare that catalog table with the log too (the table kept without a catalog always "
+                    "is)")
     return parser
 
 

@@ -23,7 +23,8 @@ from ..storage.filesystem import Storage
 from .errors import IcebergSyncError
 from .follow import IcebergTarget
 from .sync import (
-    _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, _check_ours, _data_files, _io_properties, _location, _marker, _open_catalog, _path,
+    _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, _check_ours, _data_files, _io_properties, _location, _marker,
+    _open_catalog, _path,
     current_metadata, metadata_dir, require_pyiceberg, whole_newest,
 )
 
@@ -217,7 +218,8 @@ def _missing(storage: Storage, name: str, iceberg: Any) -> list[str]:
                 recorded.setdefault(entry.data_file.file_path, (entry.data_file.file_size_in_bytes, snap.snapshot_id))
     problems = []
     for location, (size, snapshot_id) in sorted(recorded.items()):
-        what = f"{where}: the Iceberg table {name} references {storage.display(_path(storage, location))} (snapshot {snapshot_id})"
+        shown = storage.display(_path(storage, location))
+        what = f"{where}: the Iceberg table {name} references {shown} (snapshot {snapshot_id})"
         try:
             found = storage.info(_path(storage, location)).size
         except FileNotFoundError:

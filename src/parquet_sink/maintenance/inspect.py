@@ -339,7 +339,9 @@ def verify(
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
 
 
-def compare_mirrors(path: str | os.PathLike[str], storage: Storage, iceberg: IcebergTarget | None) -> tuple[list[str], list[str]]:
+def compare_mirrors(
+    path: str | os.PathLike[str], storage: Storage, iceberg: IcebergTarget | None
+) -> tuple[list[str], list[str]]:
     """(problems, warnings) of the table formats kept in step with the log of the output at ``path`` (opened as
     ``storage``): its Delta log (:func:`parquet_sink.delta.compare_logs`), its Iceberg table without catalog and
     the catalog table ``iceberg`` names (:func:`parquet_sink.iceberg.compare.compare_iceberg`); each sentence
@@ -418,5 +420,6 @@ def _nothing_committed(storage: Storage, latest: int) -> list[str]:
 
 
 __all__ = [
-    "Batch", "Output", "VerifyReport", "compare_mirrors", "count_rows", "other_interval_warning", "read_output", "verify",
+    "Batch", "Output", "VerifyReport", "compare_mirrors", "count_rows", "other_interval_warning", "read_output",
+    "verify",
 ]
