@@ -26,9 +26,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 from pyiceberg.table import StaticTable
 
-from parquet_sink import (
-    MetadataLog, committed_files, optimize, read_committed, sync_iceberg, vacuum, verify, write_batch,
-)
+from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, vacuum, write_batch
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError
 from parquet_sink.iceberg import sync as iceberg_sync
 from parquet_sink.iceberg.sync import MARKER
@@ -229,6 +227,7 @@ def test_on_object_stores(request, tmp_path, store, documented):
     and pyiceberg, opened with the properties docs/iceberg.md names, reads the committed rows through it, after
     each of two syncs; verify compares the table with the log there too. Before, an output on Azure got no
     properties: pyiceberg took the container for the account and the sync failed."""
+    from parquet_sink import verify
     from tests.conftest import make_backend
 
     backend = make_backend(store, request, tmp_path)
