@@ -16,6 +16,9 @@ Hits are counted per process, or across processes when ``PARQUET_SINK_FAILPOINT_
 directory (each hit claims a ticket file there), so ``raise@1`` fails only the first task attempt of
 all attempts, in whichever worker it runs.
 
+``iceberg_expire``: ``vacuum`` read an Iceberg table and chose the snapshots to expire, that expiry not committed
+(a sync may commit meanwhile: ``tests/iceberg/test_expiry_races.py``).
+
 Failpoints in the write path (see docs/reliability.md): ``before_write``, ``task_write``
 (inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
 into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into
@@ -26,11 +29,10 @@ written), ``cleanup``, ``delta_commit`` (``delta_log=True`` or ``sync_delta_log`
 ``_spark_metadata``, its Delta commit not yet made), ``delta_read`` (``sync_delta_log``, ``verify``: the Delta log
 read, ``_spark_metadata`` not yet), ``iceberg_commit`` (``iceberg=`` or ``sync_iceberg``: the snapshots of one
 catalog commit staged, its metadata file not yet written), ``iceberg_metadata_write`` (half of the metadata file
-of a table without catalog written), ``iceberg_after_commit`` (that commit made), ``iceberg_expire``
-(``vacuum``: an Iceberg table read and its snapshots to expire chosen, that expiry not committed) and
-``iceberg_vacuum`` (``vacuum``: before each Iceberg metadata file it deletes). In ``optimize``:
-``optimize_write`` (its lease taken, no new file yet), ``optimize_padding`` (before each empty batch),
-``optimize_commit`` (every new file written, nothing committed), ``optimize_after_commit`` (the swap committed).
+of a table without catalog written), ``iceberg_after_commit`` (that commit made) and ``iceberg_vacuum`` (``vacuum``:
+before each Iceberg metadata file it deletes). In ``optimize``: ``optimize_write`` (its lease taken, no new
+file yet), ``optimize_padding`` (before each empty batch), ``optimize_commit`` (every new file written, nothing
+committed), ``optimize_after_commit`` (the swap committed).
 """
 
 from __future__ import annotations
