@@ -2,7 +2,8 @@
 catalog's table when given as the writers take it (``iceberg=``, the CLI's --catalog-uri/--catalog-prop/--table).
 A table in step is clean; a table behind is a warning whose command (run literally, as doctor says it) makes
 verify clean; a file deleted under the table, a foreign snapshot (a pyiceberg append by hand) and a table that lists
-another file set than the log are problems naming the table, the file and the remedy."""
+another file set than the log are problems naming the table, the file and the remedy (``iceberg-sync --recreate``,
+run literally, makes verify clean; another output's catalog table is never dropped)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,15 @@ from parquet_sink import SinkOutput, committed_files, doctor, sync_iceberg, veri
 from parquet_sink.cli.main import main
 from parquet_sink.errors import ParameterError
 from parquet_sink.iceberg import current_metadata
-from parquet_sink.iceberg.sync import ICEBERG_DIR
+from parquet_sink.iceberg.sync import ICEBERG_DIR, METADATA_DIR
 from parquet_sink.storage.filesystem import Storage
+from tests.iceberg.readers import assert_mirrors
 from tests.iceberg.test_sync import _catalog_properties, _table
+
+
+@pytest.fixture(autouse=True)
+def _polars_plans_through_pyiceberg(monkeypatch):
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # no polars_iceberg plugin here
 
 
 def _target(kind: str, tmp_path: Path) -> bool | dict:
@@ -138,6 +145,17 @@ def test_a_foreign_snapshot_is_a_problem_naming_the_remedy(tmp_path, kind, capsy
     assert diagnosis.mirror_problems == [problem] and diagnosis.plan.ok
     assert main(["verify", str(root), *_cli_table(kind, tmp_path)]) == 1
     assert "another Iceberg writer" in capsys.readouterr().out
+    _run_the_remedy(problem, root)
+    assert verify(str(root), iceberg=target).ok
+    assert sorted(assert_mirrors(_load(kind, tmp_path, root), root, latest=1)) == [0, 1]  # made again, no foreign row
+
+
+def _run_the_remedy(problem: str, root: Path) -> None:
+    """The `parquet-sink iceberg-sync ... --recreate` command ``problem`` names, run as written."""
+    command = re.search(r"`(parquet-sink iceberg-sync [^`]* --recreate)`", problem).group(1)
+    argv = shlex.split(command)
+    assert argv[:3] == ["parquet-sink", "iceberg-sync", str(root)]
+    assert main(argv[1:]) == 0
 
 
 def test_a_table_listing_another_file_set_than_the_log_is_a_problem(tmp_path):
@@ -154,7 +172,9 @@ def test_a_table_listing_another_file_set_than_the_log_is_a_problem(tmp_path):
     extra, missing = _iceberg_said(verify(str(root)).problems)
     assert re.search(r"lists \d+ file\(s\) that the log does not commit", extra) and any(p in extra for p in listed)
     assert re.search(r"misses \d+ file\(s\) that the log commits", missing) and any(p in missing for p in committed)
-    assert "iceberg-sync" in extra and "Drop the table" in missing
+    _run_the_remedy(missing, root)
+    assert verify(str(root)).ok
+    assert sorted(assert_mirrors(_load("metadata", tmp_path, root), root, latest=0)) == [0]
 
 
 def test_another_outputs_table_is_a_problem(tmp_path):
@@ -171,6 +191,23 @@ def test_another_outputs_table_is_a_problem(tmp_path):
     assert "not at this output" in problem
     (unchecked,) = _iceberg_said(report.warnings)
     assert "db.events" in unchecked and "was not checked" in unchecked
+    _run_the_remedy(problem, root)  # the copied metadata deleted, the table made again as this output's
+    assert verify(str(root), iceberg={"catalog": _catalog_properties(tmp_path), "table": "db.events"}).ok
+    assert (other / METADATA_DIR).is_dir()  # the other output's table untouched
+
+
+def test_recreate_never_drops_another_outputs_catalog_table(tmp_path, capsys):
+    """A catalog table of another output named for this one: verify names no --recreate, and --recreate refuses,
+    dropping nothing."""
+    target = {"catalog": _catalog_properties(tmp_path), "table": "db.events"}
+    other, root = tmp_path / "other", tmp_path / "out"
+    _write(other, range(1), target)
+    _write(root, range(1), None)
+    (problem,) = _iceberg_said(verify(str(root), iceberg=target).problems)
+    assert "not at this output" in problem and "--recreate" not in problem
+    assert main(["iceberg-sync", str(root), *_cli_table("catalog", tmp_path), "--recreate"]) == 1
+    assert "nothing was dropped" in capsys.readouterr().err
+    assert verify(str(other), iceberg=target).ok
 
 
 def test_a_catalog_table_not_made_yet_is_a_warning_naming_the_command(tmp_path):

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..delta.sync import sync_delta_log
 from ..errors import LogError, ParameterError
+from ..iceberg.compare import recreate_iceberg
 from ..iceberg.sync import is_table_identifier, sync_iceberg
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, optimize, read_output, vacuum, verify
@@ -390,7 +391,7 @@ def _iceberg_table(args: argparse.Namespace) -> dict[str, Any] | None:
 def _cmd_iceberg_sync(args: argparse.Namespace) -> int:
     """``iceberg-sync PATH``: the Iceberg table follows ``_spark_metadata`` (catalog properties never printed)."""
     target = _iceberg_table(args) or {}
-    result = sync_iceberg(
+    result = (recreate_iceberg if args.recreate else sync_iceberg)(
         args.path, catalog=target.get("catalog"), table=target.get("table"), storage_options=storage_options(args),
         time_zone=args.time_zone,
     )

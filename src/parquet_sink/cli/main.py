@@ -18,9 +18,10 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   atomically (safe while the stream runs); progress on a terminal, a summary of files and bytes before and after.
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
   Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
-* ``iceberg-sync PATH [--catalog-uri URI] [--catalog-prop KEY=VALUE ...] [--table NS.NAME]``: create or bring up
-  to date the output's Iceberg table, in a catalog or (without one) its metadata alone with the output, so every
-  Iceberg reader reads exactly the committed files (needs ``pip install "parquet-sink[iceberg]"``).
+* ``iceberg-sync PATH [--catalog-uri URI] [--catalog-prop KEY=VALUE ...] [--table NS.NAME] [--recreate]``: create
+  or bring up to date the output's Iceberg table, in a catalog or (without one) its metadata alone with the output,
+  so every Iceberg reader reads exactly the committed files (needs ``pip install "parquet-sink[iceberg]"``);
+  ``--recreate`` makes it again from the log.
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
   ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do; both say
   the command that brings a Delta log or Iceberg table kept with it in step (``--catalog-uri ... --table``).
@@ -309,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     iceberg_catalog(iceberg_sync, "; without a catalog the table's metadata lives with the output")
     time_zone(iceberg_sync)
+    iceberg_sync.add_argument(
+        "--recreate",
+        action="store_true",
+        help="drop the table from its catalog (never its data files) and delete its metadata with the output, then "
+        "make it again from _spark_metadata (after another Iceberg writer committed to it, or it diverged; Iceberg "
+        "readers lose its history)",
+    )
     iceberg_sync.set_defaults(run="_cmd_iceberg_sync")
     doctor = command(
         "doctor",

@@ -2,7 +2,9 @@
 ``_spark_metadata`` (:func:`compare_iceberg`), as :func:`parquet_sink.delta.compare_logs` tells it of the Delta
 log. The counterpart of Iceberg's own table checks (a snapshot's files against storage, as Spark's
 ``RemoveOrphanFiles`` and ``expire_snapshots`` read them) joined with the mirror's rule: the current snapshot lists
-exactly the files the log commits as of the batch its summary records (:data:`~.sync.MARKER`).
+exactly the files the log commits as of the batch its summary records (:data:`~.sync.MARKER`). The remedy of a
+table that cannot follow the log any more is :func:`recreate_iceberg` (``parquet-sink iceberg-sync --recreate``),
+as ``delta-sync --recreate`` is the Delta log's.
 
 Example::
 
@@ -17,15 +19,16 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SnapshotExpiredError
+from ..errors import ParameterError, SnapshotExpiredError, names_output
+from ..log.files import require_output
 from ..read.reader import Snapshot, snapshot
 from ..storage.filesystem import Storage
 from .errors import IcebergSyncError
 from .follow import IcebergTarget
 from .sync import (
-    _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, _check_ours, _data_files, _io_properties, _location, _marker,
-    _open_catalog, _path,
-    current_metadata, metadata_dir, require_pyiceberg, whole_newest,
+    _KNOWN, _METADATA_FILE, _OPENED, ICEBERG_DIR, METADATA_DIR, IcebergSyncResult, _check_ours, _data_files,
+    _io_properties, _location, _marker, _open_catalog, _path, _sync_lock, current_metadata, is_table_identifier,
+    metadata_dir, require_pyiceberg, sync_iceberg, whole_newest,
 )
 
 _REREADS = 3  # a disagreement is read again this many times before it is reported (a sync may be running beside)
@@ -109,14 +112,17 @@ def _compare_table(storage: Storage, target: IcebergTarget) -> tuple[list[str], 
     where = storage.display(storage.root)
     name = _named(storage, target)
     sync = target.cli(where)
+    recreate = f"{sync} --recreate"
     remedy = (
-        f"Drop the table from its catalog (or delete {storage.display(storage.join(ICEBERG_DIR))} for the table "
-        f"without catalog) and run `{sync}`: the table is made again from _spark_metadata (Iceberg readers lose its "
-        "history)."
+        f"Run `{recreate}`: it drops the table from its catalog (its data files stay: they are the output's) and "
+        f"deletes its metadata with the output ({storage.display(storage.join(metadata_dir(target.table)))}), then "
+        "makes it again from _spark_metadata (Iceberg readers lose its history)."
     )
     problems: list[str] = []
     warnings: list[str] = []
+    root = _location(storage, storage.root).rstrip("/")
     for _ in range(_REREADS):
+        iceberg = None
         try:
             iceberg = _open(storage, target)
             if iceberg is None:
@@ -132,7 +138,8 @@ def _compare_table(storage: Storage, target: IcebergTarget) -> tuple[list[str], 
             files = _data_files(iceberg, (storage.root, target.table))
             snap = snapshot(storage.url, storage_options=storage.storage_options)
         except IcebergSyncError as exc:  # another writer's snapshot, another output's table, two current files
-            problems = [str(exc)]
+            elsewhere = target.catalog is not None and iceberg is not None and iceberg.location().rstrip("/") != root
+            problems = [str(exc) if elsewhere else f"{exc} {remedy}"]  # another output's table is never dropped
             continue
         latest = -1 if snap.latest_batch_id is None else snap.latest_batch_id
         warnings = []
@@ -170,7 +177,7 @@ def _check_beside(storage: Storage, name: str, current: str, remedy: str) -> Non
         raise IcebergSyncError(
             f"{storage.display(storage.root)}: the Iceberg table {name} holds {len(beside)} metadata file(s) of its "
             f"current version {version} or later beside its current one ({posixpath.basename(current)}), first "
-            f"{beside[0]}: committed by another Iceberg writer, not part of the table the log's syncs keep. {remedy}"
+            f"{beside[0]}: committed by another Iceberg writer, not part of the table the log's syncs keep."
         )
 
 
@@ -233,4 +240,54 @@ def _missing(storage: Storage, name: str, iceberg: Any) -> list[str]:
     return problems
 
 
-__all__ = ["compare_iceberg"]
+@names_output
+def recreate_iceberg(
+    path: str | os.PathLike[str], *, catalog: Any = None, table: str | None = None,
+    storage_options: dict[str, Any] | None = None, time_zone: str = "UTC",
+) -> IcebergSyncResult:
+    """Make the output's Iceberg table again from ``_spark_metadata``: the remedy of a table another Iceberg writer
+    committed to, or that lists other files than the log (what :func:`compare_iceberg` names), as
+    ``sync_delta_log(recreate=True)`` is the Delta log's. The table ``catalog`` and ``table`` name (as
+    :func:`~parquet_sink.sync_iceberg` takes them) is dropped from its catalog (``drop_table``, never a purge: the
+    data files are the output's) and its metadata directory with the output deleted (the table kept without a
+    catalog: :data:`~.sync.METADATA_DIR`), then synced anew: one snapshot per log batch the log still holds. Iceberg
+    readers lose the table's history (its snapshots, time travel). IcebergSyncError, nothing dropped, when the
+    catalog holds the table at another location (another output's table); ParameterError as the sync's.
+
+    Example: ``recreate_iceberg("/data/events").created`` -> ``True``.
+    """
+    path = os.fspath(path)
+    require_pyiceberg(f"recreate_iceberg({path!r})")
+    storage = Storage(path, dict(storage_options or {}))
+    require_output(storage)
+    where = storage.display(storage.root)
+    if (catalog is None) != (table is None) or (table is not None and not is_table_identifier(table)):
+        raise ParameterError(
+            f"recreate_iceberg({where!r}): give catalog= and table= ('namespace.name') together, or neither (the "
+            f"table kept without a catalog), not table={table!r}. Nothing was dropped."
+        )
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    key = (storage.root, table)
+    with _sync_lock(key):
+        if catalog is not None:
+            opened = _open_catalog(catalog, where)
+            try:
+                existing = opened.load_table(table)
+            except (NoSuchTableError, NoSuchNamespaceError):
+                existing = None
+            if existing is not None and existing.location().rstrip("/") != _location(storage, storage.root).rstrip("/"):
+                raise IcebergSyncError(
+                    f"{where}: the Iceberg table {table} is located at {existing.location()}, not at this output: "
+                    "nothing was dropped; give this output's table name."
+                )
+            if existing is not None:
+                opened.drop_table(table)
+        storage.remove_tree(storage.join(metadata_dir(table)))
+        _KNOWN.pop(key, None)
+        if table is None:
+            _OPENED.pop(storage.root, None)
+    return sync_iceberg(path, catalog=catalog, table=table, storage_options=storage_options, time_zone=time_zone)
+
+
+__all__ = ["compare_iceberg", "recreate_iceberg"]
