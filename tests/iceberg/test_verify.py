@@ -85,6 +85,11 @@ def test_a_table_in_step_is_clean_and_one_behind_is_a_warning_whose_command_work
     diagnosis = doctor(str(root), app_id="a", version=5, iceberg=target)
     assert diagnosis.plan.ok and not diagnosis.mirror_problems
     assert [w for w in diagnosis.mirror_warnings if "parquet-sink iceberg-sync" in w] == [warning]
+    restart = doctor(str(root), checkpoint=str(tmp_path / "ckpt"), iceberg=target)  # a query's restart: the same
+    assert restart.mirror_warnings == diagnosis.mirror_warnings
+    ckpt = ["--checkpoint", str(tmp_path / "ckpt")]
+    assert main(["doctor", str(root), *ckpt, *_cli_table(kind, tmp_path), "--json"]) in (0, 1)  # the plan's own
+    assert json.loads(capsys.readouterr().out)["mirror_warnings"] and not restart.mirror_problems
     assert main(["doctor", str(root), "--app-id", "a", "--version", "5", *_cli_table(kind, tmp_path)]) == 0
     (advice,) = [line for line in capsys.readouterr().out.splitlines() if "is behind" in line]
     command = re.search(r"`(parquet-sink iceberg-sync [^`]*)`", advice).group(1)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from ..errors import OutputSettingsError, ParameterError, names_output
+from ..iceberg.follow import iceberg_target
 from ..log.compaction import check_flags
 from ..log.metadata_log import MetadataLog
 from ..log.entry import attribute, committed_by_spark_sink
@@ -31,7 +32,6 @@ from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
 from ..write.conflicts import SparkSinkResume, spark_sink_refusal, spark_sink_resume, spark_sink_window
 from ..write.sink import Action, checkpoint_query_id, decide_batch
-from ..iceberg.follow import iceberg_target
 from .inspect import Output, compare_mirrors, other_interval_warning, read_output
 
 
