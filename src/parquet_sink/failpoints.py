@@ -16,6 +16,9 @@ Hits are counted per process, or across processes when ``PARQUET_SINK_FAILPOINT_
 directory (each hit claims a ticket file there), so ``raise@1`` fails only the first task attempt of
 all attempts, in whichever worker it runs.
 
+``iceberg_expire``: ``vacuum`` read an Iceberg table and chose the snapshots to expire, that expiry not committed
+(a sync may commit meanwhile: ``tests/iceberg/test_expiry_races.py``).
+
 Failpoints in the write path (see docs/reliability.md): ``before_write``, ``task_write``
 (inside a task, after its first file), ``before_publish`` (Spark writer path: the job wrote the batch
 into staging, nothing renamed yet), ``publish_rename`` (Spark writer path: after each file renamed into

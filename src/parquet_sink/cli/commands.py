@@ -8,6 +8,7 @@ from typing import Any
 
 from ..delta.sync import sync_delta_log
 from ..errors import LogError, ParameterError
+from ..iceberg.compare import recreate_iceberg
 from ..iceberg.sync import is_table_identifier, sync_iceberg
 from ..log.files import COMPACT_SUFFIX, HIDDEN_DIR
 from ..maintenance import Output, RestartPlan, count_rows, doctor, optimize, read_output, vacuum, verify
@@ -133,7 +134,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     """``verify PATH``: committed files exist with their logged size; the log chain is intact."""
     report = verify(
-        args.path, storage_options=storage_options(args), compact_interval=args.compact_interval, progress=progress
+        args.path, storage_options=storage_options(args), compact_interval=args.compact_interval, progress=progress,
+        iceberg=_iceberg_table(args),
     )
     data = {
         "path": report.path,
@@ -389,7 +391,7 @@ def _iceberg_table(args: argparse.Namespace) -> dict[str, Any] | None:
 def _cmd_iceberg_sync(args: argparse.Namespace) -> int:
     """``iceberg-sync PATH``: the Iceberg table follows ``_spark_metadata`` (catalog properties never printed)."""
     target = _iceberg_table(args) or {}
-    result = sync_iceberg(
+    result = (recreate_iceberg if args.recreate else sync_iceberg)(
         args.path, catalog=target.get("catalog"), table=target.get("table"), storage_options=storage_options(args),
         time_zone=args.time_zone,
     )
@@ -434,10 +436,13 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         batch_id_only=args.batch_id_only, spark_sink_stopped=args.spark_sink_stopped,
         compact_interval=args.compact_interval, retention=args.retention,
         min_batches_to_retain=args.min_batches_to_retain, cleanup_delay=args.cleanup_delay,
+        iceberg=_iceberg_table(args),
     )
     output, ckpt, plan = diagnosis.output, diagnosis.checkpoint, diagnosis.plan
+    mirrors = {"mirror_problems": diagnosis.mirror_problems, "mirror_warnings": diagnosis.mirror_warnings}
+    said = [f"problem: {p}" for p in diagnosis.mirror_problems] + [f"warning: {w}" for w in diagnosis.mirror_warnings]
     if ckpt is None:
-        return _doctor_app(args, output, plan, diagnosis.log_warnings)
+        return _doctor_app(args, output, plan, diagnosis.log_warnings, mirrors, said)
     queries = output.queries()
     data = {
         "path": output.storage.display(output.storage.root),
@@ -457,6 +462,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         "message": plan.message,
         "warnings": plan.warnings,
         "log_warnings": diagnosis.log_warnings,
+        **mirrors,
         "spark_sink": None if diagnosis.spark_sink is None else {
             "next_batch": diagnosis.spark_sink.batch, "lost": list(diagnosis.spark_sink.lost),
             "message": diagnosis.spark_sink.message,
@@ -478,14 +484,17 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         committers = committers or "Spark's own file sink (no query ids)"
         log = f"output log: newest batch {output.latest}, committed by {committers}"
-    lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings + diagnosis.log_warnings]
+    lines = [checkpoint, log, plan.message] + [f"warning: {w}" for w in plan.warnings + diagnosis.log_warnings] + said
     if diagnosis.spark_sink is not None:
         lines.append(f"instead of ParquetSink: {diagnosis.spark_sink.message}")
     emit(args, data, "\n".join(lines))
     return 0 if plan.ok else 1
 
 
-def _doctor_app(args: argparse.Namespace, output: Output, plan: RestartPlan, log_warnings: list[str]) -> int:
+def _doctor_app(
+    args: argparse.Namespace, output: Output, plan: RestartPlan, log_warnings: list[str],
+    mirrors: dict[str, list[str]], said: list[str],
+) -> int:
     own = output.queries().get(args.app_id)
     data = {
         "path": output.storage.display(output.storage.root),
@@ -500,7 +509,8 @@ def _doctor_app(args: argparse.Namespace, output: Output, plan: RestartPlan, log
         "message": plan.message,
         "warnings": plan.warnings,
         "log_warnings": log_warnings,
+        **mirrors,
     }
     log = "output log: empty" if output.latest is None else f"output log: newest batch {output.latest}"
-    emit(args, data, "\n".join([log, plan.message] + [f"warning: {w}" for w in plan.warnings + log_warnings]))
+    emit(args, data, "\n".join([log, plan.message] + [f"warning: {w}" for w in plan.warnings + log_warnings] + said))
     return 0 if plan.ok else 1

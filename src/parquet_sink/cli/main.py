@@ -8,7 +8,8 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
 * ``ls PATH``: committed batches (files, rows with ``--rows``, bytes, commit time, query or app id and its
   batch id or version) and the log's compaction state.
 * ``show PATH BATCH``: the log entries of one batch.
-* ``verify PATH``: every committed file exists with its logged size, and the log chain is intact.
+* ``verify PATH [--catalog-uri URI --catalog-prop KEY=VALUE --table NS.NAME]``: every committed file exists with
+  its logged size, the log chain is intact, and the Delta log and Iceberg tables kept with it are in step.
 * ``vacuum PATH [--older-than 7d] [--allow-short-retention] [--dry-run] [--include-files-before-log] [--catalog-uri URI
   --catalog-prop KEY=VALUE --table NS.NAME]``: delete Parquet data files no
   committed batch references (files older than the log's first commit only when asked).
@@ -17,11 +18,13 @@ environment variable (JSON), ``--storage-options-file PATH`` (JSON) and ``--stor
   atomically (safe while the stream runs); progress on a terminal, a summary of files and bytes before and after.
 * ``delta-sync PATH``: create or bring up to date the output's Delta Lake log (``_delta_log``), so every
   Delta reader reads exactly the committed files (needs ``pip install "parquet-sink[delta]"``).
-* ``iceberg-sync PATH [--catalog-uri URI] [--catalog-prop KEY=VALUE ...] [--table NS.NAME]``: create or bring up
-  to date the output's Iceberg table, in a catalog or (without one) its metadata alone with the output, so every
-  Iceberg reader reads exactly the committed files (needs ``pip install "parquet-sink[iceberg]"``).
+* ``iceberg-sync PATH [--catalog-uri URI] [--catalog-prop KEY=VALUE ...] [--table NS.NAME] [--recreate]``: create
+  or bring up to date the output's Iceberg table, in a catalog or (without one) its metadata alone with the output,
+  so every Iceberg reader reads exactly the committed files (needs ``pip install "parquet-sink[iceberg]"``);
+  ``--recreate`` makes it again from the log.
 * ``doctor PATH --checkpoint CKPT``: what restarting the query from ``CKPT`` will do to the output;
-  ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do.
+  ``doctor PATH --app-id X --version V``: what rerunning ``write_batch`` of app X at version V will do; both say
+  the command that brings a Delta log or Iceberg table kept with it in step (``--catalog-uri ... --table``).
 
 Every command takes ``--json`` for scripts: its result is one JSON object on stdout with ``ok``; an error too
 (``{"ok": false, "error": "...", "type": "NotAnOutputError"}``), instead of one line on stderr. One exit code
@@ -206,7 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--rows", action="store_true", help="count the rows the log does not record (batches of Spark's sink or older versions) from the Parquet footers")
     show = command("show", "show the log entries of one batch", reads_interval=True)
     show.add_argument("batch", metavar="BATCH", type=int, help="batch id")
-    command("verify", "check that committed files exist with their logged sizes and the log is intact", reads_interval=True)
+    verify = command(
+        "verify", "check that committed files exist with their logged sizes, the log is intact, and the Delta log and "
+        "Iceberg tables kept with it are in step", reads_interval=True,
+    )
+    iceberg_catalog(verify, ": compare that catalog table with the log too (the table kept without a catalog always "
+                    "is)")
     vacuum = command(
         "vacuum",
         "delete Parquet data files no committed batch references (orphans of failed batches); hidden paths "
@@ -302,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     iceberg_catalog(iceberg_sync, "; without a catalog the table's metadata lives with the output")
     time_zone(iceberg_sync)
+    iceberg_sync.add_argument(
+        "--recreate",
+        action="store_true",
+        help="drop the table from its catalog (never its data files) and delete its metadata with the output, then "
+        "make it again from _spark_metadata (after another Iceberg writer committed to it, or it diverged; Iceberg "
+        "readers lose its history)",
+    )
     iceberg_sync.set_defaults(run="_cmd_iceberg_sync")
     doctor = command(
         "doctor",
@@ -333,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the sink's (or write_batch's) compact_interval: another than the output's is refused",
     )
     log_settings(doctor)
+    iceberg_catalog(doctor, ": compare that catalog table with the log too (the table kept without a catalog always "
+                    "is)")
     return parser
 
 

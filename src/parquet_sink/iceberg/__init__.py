@@ -7,7 +7,8 @@ name mapping). Needs the ``pyiceberg`` package (``pip install "parquet-sink[iceb
 :mod:`.sync` decides what each Iceberg snapshot holds and commits it through pyiceberg; :mod:`.follow` is the
 writers' side (``iceberg=``: the sync after each commit, and what a batch to an output with an Iceberg table is
 refused for before its commit); :mod:`.expiry` is ``vacuum``'s (snapshots expired, metadata no snapshot left
-needs deleted).
+needs deleted); :mod:`.compare` is ``verify``'s and ``doctor``'s (the table against the log, and the remedy that
+makes it again).
 
 Layering: imports ``errors``, ``parquet_read``, ``table_formats`` (what it shares with ``delta``), ``storage``,
 ``log`` and ``read``; beside ``delta`` (neither imports the other); ``table`` imports it.
@@ -19,6 +20,7 @@ Example::
     3
 """
 
+from .compare import compare_iceberg, recreate_iceberg
 from .errors import IcebergDependencyError, IcebergRefusalError, IcebergSyncError
 from .follow import IcebergTarget
 from .sync import METADATA_DIR, IcebergSyncResult, current_metadata, require_pyiceberg, sync_iceberg
@@ -30,7 +32,9 @@ __all__ = [
     "IcebergSyncError",
     "IcebergSyncResult",
     "IcebergTarget",
+    "compare_iceberg",
     "current_metadata",
+    "recreate_iceberg",
     "require_pyiceberg",
     "sync_iceberg",
 ]

@@ -99,6 +99,7 @@ def expire_snapshots(storage: Storage, cutoff_ms: int, catalog: Any = None, tabl
             if not expired:
                 return []
             before = existing.metadata_location
+            failpoint("iceberg_expire")  # the table read, its expiry not committed: a sync may commit meanwhile
             try:
                 existing.maintenance.expire_snapshots().by_ids(expired).commit()
             except CommitFailedException as exc:

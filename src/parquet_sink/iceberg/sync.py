@@ -71,6 +71,7 @@ from ..read.reader import (
     CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot_after, snapshot_of_log, unreadable_file,
 )
 from ..storage.filesystem import Storage
+from ..storage.paths import azure_account_name
 from ..table_formats import TableLocks
 from .errors import IcebergDependencyError, IcebergSyncError
 
@@ -152,13 +153,36 @@ _S3_IO = {  # delta-rs's (object_store's) S3 options, as Storage gives them, to 
 }
 
 
+_ADLS_IO = {  # adlfs's options, as Storage takes them, to pyiceberg's FileIO properties (its adlfs-based ADLS IO)
+    "account_name": "adls.account-name", "account_key": "adls.account-key", "sas_token": "adls.sas-token",
+    "connection_string": "adls.connection-string", "tenant_id": "adls.tenant-id", "client_id": "adls.client-id",
+    "client_secret": "adls.client-secret", "account_host": "adls.account-host",
+}
+
+
 def _io_properties(storage: Storage) -> dict[str, str]:
     """The FileIO properties pyiceberg writes and reads the metadata of a table without catalog with: the
-    output's S3 storage options translated (endpoint, credentials, region); none for other stores (local)."""
-    if storage.protocol not in ("s3", "s3a"):
+    output's S3 storage options translated (endpoint, credentials, region), or its Azure ones (adlfs's account,
+    key, SAS token, connection string (an emulator's endpoint in it), service principal, ``anon``; the account
+    name always, else pyiceberg takes the container for it); none for other stores (local). Options of no
+    string value (an adlfs ``credential`` object) are not translated: adlfs then finds credentials as it does
+    without them (its environment variables).
+
+    Example: ``_io_properties(Storage("abfs://c/out", {"account_name": "a", "account_key": "K"}))`` ->
+    ``{'adls.account-name': 'a', 'adls.account-key': 'K'}``.
+    """
+    if storage.protocol in ("s3", "s3a"):
+        options = storage.object_store_location()[1] or {}
+        return {_S3_IO[k]: v for k, v in options.items() if k in _S3_IO}
+    if storage.protocol not in ("abfs", "abfss", "az"):
         return {}
-    options = storage.object_store_location()[1] or {}
-    return {_S3_IO[k]: v for k, v in options.items() if k in _S3_IO}
+    given = storage.storage_options
+    properties = {_ADLS_IO[k]: v for k, v in given.items() if k in _ADLS_IO and isinstance(v, str) and v}
+    if account := azure_account_name(given, storage.fs):
+        properties["adls.account-name"] = account
+    if given.get("anon"):  # pyiceberg passes the string on: only a true one may be given
+        properties["adls.anon"] = "true"
+    return properties
 
 
 def _open_catalog(catalog: Any, where: str) -> Any:

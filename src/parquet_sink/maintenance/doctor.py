@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from ..errors import OutputSettingsError, ParameterError, names_output
+from ..iceberg.follow import iceberg_target
 from ..log.compaction import check_flags
 from ..log.metadata_log import MetadataLog
 from ..log.entry import attribute, committed_by_spark_sink
@@ -31,7 +32,7 @@ from ..read.chain import check_app_version, decide_write, version_record
 from ..storage.filesystem import Storage
 from ..write.conflicts import SparkSinkResume, spark_sink_refusal, spark_sink_resume, spark_sink_window
 from ..write.sink import Action, checkpoint_query_id, decide_batch
-from .inspect import Output, other_interval_warning, read_output
+from .inspect import Output, compare_mirrors, other_interval_warning, read_output
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,10 @@ class Diagnosis:
     # what the log says to every writer, whatever the plan (:func:`~.inspect.other_interval_warning`: log batches
     # Spark's own sink named by another compact interval than the output's); not the plan's: ``plan.ok`` stays
     log_warnings: list[str] = field(default_factory=list)
+    # what ``verify`` finds of the Delta log and Iceberg tables kept in step (:func:`~.inspect.compare_mirrors`),
+    # each naming the command that fixes it (a table behind: its sync); not the plan's either
+    mirror_problems: list[str] = field(default_factory=list)
+    mirror_warnings: list[str] = field(default_factory=list)
 
 
 @names_output
@@ -301,13 +306,16 @@ def doctor(
     retention: str | datetime.timedelta | None = None,
     min_batches_to_retain: int | None = None,
     cleanup_delay: str | datetime.timedelta | None = None,
+    iceberg: bool | Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Predict a restart of the query whose checkpoint is ``checkpoint`` (``on_foreign_query`` and
     ``batch_id_only`` as the sink is configured: ``allow_batch_id_only`` without ``checkpoint_location``), or a
     rerun of ``write_batch(path, ..., app_id=app_id, version=version)``. Give one of the two. Reads only.
     ``spark_sink_stopped``, ``compact_interval``, ``retention``, ``min_batches_to_retain``, ``cleanup_delay``: as
     the sink's and ``write_batch``'s options (one that contradicts the settings recorded with the output: the
-    plan is the writer's OutputSettingsError, action ``"settings"``).
+    plan is the writer's OutputSettingsError, action ``"settings"``). The table formats kept in step are compared
+    with the log as ``verify`` compares them (``iceberg``: the catalog table, as the writers take it):
+    ``mirror_problems``/``mirror_warnings``, each naming the command that fixes it.
 
     Example::
 
@@ -318,6 +326,7 @@ def doctor(
     if (checkpoint is None) == (app_id is None) or (app_id is None) != (version is None):
         raise ParameterError("give checkpoint= (a streaming query) or app_id= and version= (a write_batch app), not both")
     checked_version = None if app_id is None else check_app_version(app_id, version)
+    target = iceberg_target(iceberg, f"doctor({os.fspath(path)!r})")
     # as the writers refuse it: an output's log directory (or a file) is no output, and not an empty one
     check_output_root(path, Storage(path, dict(storage_options or {})))
     # as every writer checks its log settings before it writes: the same checks, the same words
@@ -329,10 +338,12 @@ def doctor(
     names = {batch: info.path for batch, info in output.listing.items()}
     other = other_interval_warning(names, log.recorded_interval(), output.storage.display)
     log_warnings = [other] if other else []
+    mirrors = ([], []) if output.latest is None else compare_mirrors(path, output.storage, target)
     if app_id is not None and checked_version is not None:
         plan = _refused_by_settings(log, plan_app_write(output, app_id, checked_version, spark_sink_stopped),
                                     f"write_batch of app {app_id} version {checked_version}")
-        return Diagnosis(output, None, plan, log_warnings=log_warnings)
+        return Diagnosis(output, None, plan, log_warnings=log_warnings, mirror_problems=mirrors[0],
+                         mirror_warnings=mirrors[1])
     assert checkpoint is not None
     ckpt = Checkpoint.read(checkpoint, storage_options)
     plan = plan_restart(
@@ -340,7 +351,7 @@ def doctor(
         spark_sink_stopped=spark_sink_stopped,
     )
     plan = _refused_by_settings(log, plan, f"the sink, at batch {plan.batch},")
-    return Diagnosis(output, ckpt, plan, spark_sink_plan(ckpt, output, plan.batch), log_warnings)
+    return Diagnosis(output, ckpt, plan, spark_sink_plan(ckpt, output, plan.batch), log_warnings, *mirrors)
 
 
 def _refused_by_settings(log: MetadataLog, plan: RestartPlan, who: str) -> RestartPlan:

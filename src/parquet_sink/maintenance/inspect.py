@@ -27,6 +27,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
+from ..iceberg.compare import compare_iceberg
+from ..iceberg.errors import IcebergDependencyError
+from ..iceberg.follow import IcebergTarget, iceberg_target
+from ..iceberg.sync import ICEBERG_DIR
 from ..errors import ParquetSinkError, names_output
 from ..log.compaction import DEFAULT_COMPACT_INTERVAL, LogSettings, check_compact_interval, named_by_another_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
@@ -280,10 +284,14 @@ def verify(
     storage_options: Mapping[str, Any] | None = None,
     compact_interval: int | None = None,
     progress: Progress = _silent,
+    iceberg: bool | Mapping[str, Any] | None = None,
 ) -> VerifyReport:
     """Check the output at ``path``: every log file readable and the chain of log files intact, every
-    committed data file present with the size the log records, and a Delta log (``_delta_log``), if any, in
-    step with the log (:func:`parquet_sink.delta.compare_logs`). Problems are reported, never raised.
+    committed data file present with the size the log records, and the table formats kept in step with the log
+    (:func:`compare_mirrors`): a Delta log (``_delta_log``), the Iceberg table kept without a catalog, if any, and
+    with ``iceberg={"catalog": ..., "table": "ns.name"}`` (as the writers and ``vacuum`` take it) that catalog's
+    table. Problems are reported, never raised (a malformed ``iceberg`` is the writers' ParameterError). A table
+    behind the log is a warning naming the sync command that catches up.
 
     Example::
 
@@ -292,6 +300,7 @@ def verify(
         (True, 57, 120)
     """
     check_compact_interval(compact_interval)
+    target = iceberg_target(iceberg, f"verify({os.fspath(path)!r})")
     storage = Storage(path, dict(storage_options or {}))
     log = MetadataLog(path, storage=storage, cleanup=False, compact_interval=compact_interval or 10)
     problems = [str(p) for p in log.check(compact_interval)]
@@ -323,16 +332,44 @@ def verify(
         behind = spark_sink_behind(records_of(snap_log.table), min(snap_log.listing, default=0), snap_log.latest)
         other = other_interval_warning(snap_log.listing, log.recorded_interval(), storage.display)
         warnings += [w for w in (behind, other) if w]
-    if latest is not None and has_delta_log(storage):
-        try:
-            delta_problems, delta_warnings = compare_logs(path, storage_options=storage_options)
-            problems += delta_problems
-            warnings += delta_warnings
-        except DeltaDependencyError as exc:
-            warnings.append(f"the Delta log was not compared with the log: {exc}")
-        except ParquetSinkError as exc:
-            problems.append(f"the Delta log could not be compared with the log: {exc}")
+    if latest is not None:
+        mirror_problems, mirror_warnings = compare_mirrors(path, storage, target)
+        problems += mirror_problems
+        warnings += mirror_warnings
     return VerifyReport(storage.display(storage.root), latest, len(files), sum(f.size for f in files), problems, warnings)
+
+
+def compare_mirrors(
+    path: str | os.PathLike[str], storage: Storage, iceberg: IcebergTarget | None
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the table formats kept in step with the log of the output at ``path`` (opened as
+    ``storage``): its Delta log (:func:`parquet_sink.delta.compare_logs`), its Iceberg table without catalog and
+    the catalog table ``iceberg`` names (:func:`parquet_sink.iceberg.compare.compare_iceberg`); each sentence
+    names the command that fixes it. A mirror whose package is missing is a warning, one that cannot be read a
+    problem. What ``verify`` reports and ``doctor`` advises.
+
+    Example: ``compare_mirrors("/data/events", Storage("/data/events"), None)`` -> ``([], [])``.
+    """
+    options = storage.storage_options
+    catalog, table = (None, None) if iceberg is None else (iceberg.catalog, iceberg.table)
+    checks: list[tuple[str, type[Exception], Callable[[], tuple[list[str], list[str]]]]] = []
+    if has_delta_log(storage):
+        checks.append(("the Delta log", DeltaDependencyError, lambda: compare_logs(path, storage_options=options)))
+    if catalog is not None or storage.exists(storage.join(ICEBERG_DIR)):
+        checks.append(("the Iceberg table", IcebergDependencyError,
+                       lambda: compare_iceberg(path, catalog=catalog, table=table, storage_options=options)))
+    problems: list[str] = []
+    warnings: list[str] = []
+    for what, missing, compare in checks:
+        try:
+            found, said = compare()
+            problems += found
+            warnings += said
+        except missing as exc:
+            warnings.append(f"{what} was not compared with the log: {exc}")
+        except Exception as exc:  # reported, never raised: a catalog that cannot be reached, a torn manifest
+            problems.append(f"{what} could not be compared with the log: {type(exc).__name__}: {exc}")
+    return problems, warnings
 
 
 def other_interval_warning(listing: Mapping[int, str], recorded: int | None, display: Callable[[str], str]) -> str | None:
@@ -382,4 +419,7 @@ def _nothing_committed(storage: Storage, latest: int) -> list[str]:
     ]
 
 
-__all__ = ["Batch", "Output", "VerifyReport", "count_rows", "other_interval_warning", "read_output", "verify"]
+__all__ = [
+    "Batch", "Output", "VerifyReport", "compare_mirrors", "count_rows", "other_interval_warning", "read_output",
+    "verify",
+]

@@ -160,12 +160,14 @@ class SinkOutput:
         """
         return write_batch(self.path, data, app_id=app_id, version=version, **self._options("write", options))
 
-    def verify(self, *, compact_interval: int | None = None) -> VerifyReport:
-        """Check the log and every committed file (:func:`parquet_sink.verify`).
+    def verify(self, *, compact_interval: int | None = None, iceberg: Any = None) -> VerifyReport:
+        """Check the log, every committed file and the Delta log and Iceberg tables kept in step
+        (:func:`parquet_sink.verify`; ``iceberg``: a catalog's table, as the writers take it).
 
         Example: ``SinkOutput("/data/events").verify().ok`` -> ``True``.
         """
-        return verify(self.path, storage_options=self.storage_options, compact_interval=compact_interval)
+        return verify(self.path, storage_options=self.storage_options, compact_interval=compact_interval,
+                      iceberg=iceberg)
 
     def doctor(self, *, checkpoint: str | None = None, app_id: str | None = None, version: int | None = None,
                **options: Any) -> Diagnosis:
