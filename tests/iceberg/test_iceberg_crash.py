@@ -25,6 +25,7 @@ from parquet_sink import MetadataLog, optimize, read_committed, vacuum, write_ba
 from parquet_sink.iceberg import current_metadata
 from parquet_sink.iceberg.sync import METADATA_DIR, RETRIES
 from parquet_sink.storage.filesystem import Storage
+from parquet_sink.storage.paths import is_partial
 from tests.iceberg.readers import assert_mirrors
 from tests.iceberg.test_sync import _catalog_properties, _table
 from tests.iceberg.test_vacuum import _age, _age_all
@@ -232,7 +233,7 @@ def test_sync_killed_writing_its_metadata_file(tmp_path):
     assert MetadataLog(str(out)).latest_batch_id() == 1 and _marker(tmp_path, out, {}) == 0
     for path in (out / METADATA_DIR).glob("*.metadata.json"):
         json.loads(path.read_text())
-    assert [p.name for p in (out / METADATA_DIR).glob(".*.inprogress")]
+    assert [p.name for p in (out / METADATA_DIR).iterdir() if is_partial(p.name)]
     write_batch(str(out), _table(2), app_id="a", version=2, partition_by=["k"], iceberg=True)
     assert sorted(assert_mirrors(_table_of(tmp_path, out, {}), out, latest=2)) == [0, 1, 2]
 
