@@ -7,6 +7,7 @@ by each commit. Races and kills between processes: tests/iceberg/test_iceberg_cr
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import uuid
 from collections import Counter
@@ -171,3 +172,34 @@ def test_a_table_whose_metadata_files_are_named_at_random_goes_on_syncing(tmp_pa
     assert len(names) == PREVIOUS_VERSIONS + 1 and not set(old) & set(names)  # the old names fell out
     _assert_same(StaticTable.from_metadata(current_metadata(Storage(str(out)))).scan().to_arrow(), out)
     assert read_committed(str(out)).num_rows == 2 * (5 + PREVIOUS_VERSIONS)
+
+
+@pytest.mark.parametrize("backend", ["local", "moto"], indirect=True)
+def test_a_commit_of_a_version_another_made_loses_and_reads_again(backend, monkeypatch, caplog):
+    """The race, staged in one process: a sync whose table is version 0 (found just before another sync committed
+    batch 1 as version 1) commits version 1 too; its create fails (on local disk the link, on S3 the conditional
+    put), it reads the table again and commits batch 2 as version 2. One metadata file per version, one snapshot
+    per log batch, the rows read_committed's. Before, it wrote a second file of version 1 and every later sync
+    refused the table."""
+    url, options = backend.url, backend.storage_options
+    storage = Storage(url, options)
+    for version in range(2):
+        write_batch(url, _table(version, rows=2), app_id="a", version=version, storage_options=options)
+        sync_iceberg(url, storage_options=options)
+        if version == 0:
+            stale = iter([current_metadata(storage)])
+    write_batch(url, _table(2, rows=2), app_id="a", version=2, storage_options=options)
+    _forget()
+    found = iceberg_sync.current_metadata
+    monkeypatch.setattr(iceberg_sync, "current_metadata", lambda s, known=None: next(stale, None) or found(s, known))
+    with caplog.at_level(logging.INFO, logger=iceberg_sync.__name__):
+        result = sync_iceberg(url, storage_options=options)
+    assert "made this version first" in caplog.text  # the first attempt lost
+    assert (result.log_batch, result.previous_log_batch, result.snapshots) == (2, 1, 1)
+    names = [posixpath.basename(p) for p in storage.ls_names(storage.join(METADATA_DIR))]
+    assert sorted(n for n in names if n.endswith(".metadata.json")) == [metadata_name(v) for v in range(3)]
+    table = StaticTable.from_metadata(result.metadata_location, properties=iceberg_sync._io_properties(storage))
+    assert [int(s.summary[iceberg_sync.MARKER]) for s in table.metadata.snapshots] == [0, 1, 2]
+    scanned, expected = table.scan().to_arrow(), read_committed(url, storage_options=options)
+    assert sorted(scanned.column("i").to_pylist()) == sorted(expected.column("i").to_pylist())
+    assert expected.num_rows == 6
