@@ -195,10 +195,10 @@ def test_two_writers_keep_one_table(tmp_path, kind):
 
 def test_a_vacuum_expiring_snapshots_races_a_sync(tmp_path):
     """The table without catalog: a vacuum past the retention stops in its expiry's commit (failpoint
-    iceberg_metadata_write=stop: its metadata file half written); a sync commits that version meanwhile; the
-    vacuum goes on: its create of the version fails, it reads the table again and expires that one's snapshots
-    instead (batch 0's; batch 1's was current at the vacuum's cutoff). Both exit 0, one metadata file a version;
-    the next write's sync goes on, and every snapshot reads read_committed's rows. Before, the vacuum wrote a second file of the sync's version and
+    iceberg_metadata_write=stop: its metadata file half written); a sync commits that version meanwhile; the vacuum goes
+    on: its create of the version fails, it reads the table again and expires that one's snapshots instead (batch 0's;
+    batch 1's was current at the vacuum's cutoff). Both exit 0, one metadata file a version; the next write's sync goes
+    on, and every snapshot reads read_committed's rows. Before, the vacuum wrote a second file of the sync's version and
     every later sync refused the table."""
     out = tmp_path / "out"
     for version in range(3):

@@ -178,11 +178,11 @@ def test_vacuum_refuses_another_outputs_catalog_table(tmp_path):
 
 def test_vacuum_deletes_the_metadata_expired_snapshots_left(tmp_path):
     """The table without catalog, synced once per batch (a dozen metadata versions, of which each commit kept the
-    current one and the PREVIOUS_VERSIONS before it): vacuum past the retention expires every snapshot but the
-    current one (a commit, which deletes the metadata file falling out), then deletes every manifest list and
-    manifest the current snapshot does not reference; a dry run reports as much and deletes nothing. A manifest no metadata names yet (a sync in flight) stays while
-    younger than UNREFERENCED_AGE_MS. Every snapshot left, and the previous metadata files' current snapshots that
-    are kept, read read_committed's rows. Before, no metadata file was ever deleted."""
+    current one and the PREVIOUS_VERSIONS before it): vacuum past the retention expires every snapshot but the current
+    one (a commit, which deletes the metadata file falling out), then deletes every manifest list and manifest the
+    current snapshot does not reference; a dry run reports as much and deletes nothing. A manifest no metadata names yet
+    (a sync in flight) stays while younger than UNREFERENCED_AGE_MS. Every snapshot left, and the previous metadata
+    files' current snapshots that are kept, read read_committed's rows. Before, no metadata file was ever deleted."""
     root = tmp_path / "out"
     for version in range(12):
         write_batch(str(root), _batch(version), app_id="a", version=version, partition_by=["k"], iceberg=True)

@@ -204,12 +204,16 @@ def metadata_name(version: int) -> str:
     return f"{version:05d}-{uuid.UUID(int=version)}.metadata.json"
 
 
+def _version(location: str) -> int:
+    """The version of the metadata file at ``location`` (``NNNNN-*.metadata.json``)."""
+    return int(_METADATA_FILE.match(posixpath.basename(location)).group(1))
+
+
 def _named_version(location: str) -> int | None:
     """The version of the metadata file at ``location`` when it has :func:`metadata_name`'s name, else None
     (a file an earlier release named at random, or none)."""
     name = posixpath.basename(location)
-    match = _METADATA_FILE.match(name)
-    return int(match.group(1)) if match and name == metadata_name(int(match.group(1))) else None
+    return _version(name) if _METADATA_FILE.match(name) and name == metadata_name(_version(name)) else None
 
 
 def current_metadata(storage: Storage, known: str | None = None) -> str | None:
@@ -345,7 +349,7 @@ class _PublishedOutput:
         if not self.storage.put_if_absent(path, halves(), commit=False):
             raise CommitFailedException(f"{self.storage.display(path)} exists: another commit made this version first")
         failpoint("iceberg_version_hint")
-        _write_hint(self.storage, posixpath.dirname(path), int(_METADATA_FILE.match(posixpath.basename(path)).group(1)))
+        _write_hint(self.storage, posixpath.dirname(path), _version(path))
 
 
 @functools.cache
@@ -449,9 +453,10 @@ def _output_catalog(base: type) -> type:
                 for requirement in requirements:
                     requirement.validate(current.metadata)
                 metadata = _applied(current.metadata, updates, metadata_location=current.metadata_location)[2]
-            version = 0 if current is None else int(_METADATA_FILE.match(posixpath.basename(current.metadata_location)).group(1)) + 1
-            provided = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
-            location = posixpath.join(posixpath.dirname(provided), metadata_name(version))
+            version = 0 if current is None else _version(current.metadata_location) + 1
+            provider = load_location_provider(metadata.location, metadata.properties)
+            location = posixpath.join(posixpath.dirname(provider.new_table_metadata_file_location(version)),
+                                      metadata_name(version))
             return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location,
                                io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
 
