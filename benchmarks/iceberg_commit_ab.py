@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{statistics.median(cpus):.1f} ms CPU; {sum(r['listings'] for r in rounds)} listings of the metadata "
               f"directory in {len(walls)} syncs; at {last['snapshots']} snapshots it holds {last['metadata_files']} "
               f"metadata files ({last['files']} files)")
-    ratios = [statistics.median(c["walls"]) / statistics.median(b["walls"]) for b, c in zip(runs["base"], runs["change"])]
+    ratios = [statistics.median(c["walls"]) / statistics.median(b["walls"])
+              for b, c in zip(runs["base"], runs["change"])]
     print(f"per-round wall ratio change/base: {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f}")
 
 
