@@ -29,10 +29,11 @@ written), ``cleanup``, ``delta_commit`` (``delta_log=True`` or ``sync_delta_log`
 ``_spark_metadata``, its Delta commit not yet made), ``delta_read`` (``sync_delta_log``, ``verify``: the Delta log
 read, ``_spark_metadata`` not yet), ``iceberg_commit`` (``iceberg=`` or ``sync_iceberg``: the snapshots of one
 catalog commit staged, its metadata file not yet written), ``iceberg_metadata_write`` (half of the metadata file
-of a table without catalog written), ``iceberg_after_commit`` (that commit made) and ``iceberg_vacuum`` (``vacuum``:
-before each Iceberg metadata file it deletes). In ``optimize``: ``optimize_write`` (its lease taken, no new
-file yet), ``optimize_padding`` (before each empty batch), ``optimize_commit`` (every new file written, nothing
-committed), ``optimize_after_commit`` (the swap committed).
+of a table without catalog written, not yet created under its name: a sync's commit or a vacuum's expiry),
+``iceberg_version_hint`` (that file created, the table's version hint not yet written), ``iceberg_after_commit``
+(the sync's commit made) and ``iceberg_vacuum`` (``vacuum``: before each Iceberg metadata file it deletes). In
+``optimize``: ``optimize_write`` (its lease taken, no new file yet), ``optimize_padding`` (before each empty batch),
+``optimize_commit`` (every new file written, nothing committed), ``optimize_after_commit`` (the swap committed).
 """
 
 from __future__ import annotations

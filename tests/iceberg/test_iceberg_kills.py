@@ -1,12 +1,12 @@
 """The Iceberg differential with kills: Hypothesis draws batches of random rows and the steps of an output's life
-(``write_batch(..., iceberg=...)``, syncs of the table without catalog and of a SQLite catalog's table,
-``optimize``, ``vacuum`` within and past the retention), each killed or not: SIGKILL at a drawn hit of a failpoint
-of its path (the write's, the commit's, the compaction's, the optimize's, ``iceberg_commit``,
-``iceberg_after_commit``) or at a random moment within it. The steps run in children forked from one interpreter
-that imported everything once (a fork costs milliseconds, a new interpreter seconds); a killed child's step is run
-again by the next child, as a restarted job does. After each kill, every snapshot each table was left with reads
-read_committed(as_of_batch=b)'s rows through pyiceberg (the catalog's table and its metadata file, the table
-without catalog) and polars; at the end, after a last sync of each, too, and read_committed holds every row
+(``write_batch(..., iceberg=...)``, syncs of the table without catalog and of a SQLite catalog's table, ``optimize``,
+``vacuum`` within and past the retention), each killed or not: SIGKILL at a drawn hit of a failpoint of its path (the
+write's, the commit's, the compaction's, the optimize's, ``iceberg_commit``, ``iceberg_metadata_write``,
+``iceberg_version_hint``, ``iceberg_after_commit``) or at a random moment within it. The steps run in children forked
+from one interpreter that imported everything once (a fork costs milliseconds, a new interpreter seconds); a killed
+child's step is run again by the next child, as a restarted job does. After each kill, every snapshot each table was
+left with reads read_committed(as_of_batch=b)'s rows through pyiceberg (the catalog's table and its metadata file, the
+table without catalog) and polars; at the end, after a last sync of each, too, and read_committed holds every row
 written exactly once."""
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ _ROWS = st.integers(0, 9).flatmap(lambda n: st.lists(_ROW, min_size=1, max_size=
 # where each step can be killed: the failpoints its path passes
 FAILPOINTS = {
     "write": ["before_write", "file_open", "before_commit", "commit_publish", "after_commit", "compaction", "cleanup",
-              "iceberg_commit", "iceberg_after_commit"],
-    "sync": ["iceberg_commit", "iceberg_after_commit"],
+              "iceberg_commit", "iceberg_metadata_write", "iceberg_version_hint", "iceberg_after_commit"],
+    "sync": ["iceberg_commit", "iceberg_metadata_write", "iceberg_version_hint", "iceberg_after_commit"],
     "optimize": ["optimize_write", "optimize_padding", "optimize_commit", "commit_publish", "optimize_after_commit",
                  "compaction"],
     "vacuum": [],

@@ -29,7 +29,7 @@ from pyiceberg.table import StaticTable
 from parquet_sink import MetadataLog, committed_files, optimize, read_committed, sync_iceberg, vacuum, write_batch
 from parquet_sink.iceberg import METADATA_DIR, IcebergSyncError
 from parquet_sink.iceberg import sync as iceberg_sync
-from parquet_sink.iceberg.sync import MARKER
+from parquet_sink.iceberg.sync import HINT, MARKER
 from parquet_sink.log.entry import LogEntry
 from parquet_sink.log.snapshot import read_snapshot
 from parquet_sink.storage.filesystem import Storage
@@ -186,8 +186,8 @@ def test_another_writer_is_refused(tmp_path):
 
 def test_a_reset_output_another_outputs_table_and_two_current_versions_are_refused(tmp_path):
     """Refused, naming the cause, nothing committed: a table mirroring a batch the log no longer holds (the
-    output reset), a catalog table located at another output, and a table without catalog whose newest version
-    has two metadata files (two syncs at once)."""
+    output reset), a catalog table located at another output, and a table without catalog found by a listing
+    whose newest version has two metadata files (two syncs of the release before at once)."""
     root, other = tmp_path / "out", tmp_path / "other"
     properties = _catalog_properties(tmp_path)
     _write(root, range(3), [])
@@ -200,6 +200,8 @@ def test_a_reset_output_another_outputs_table_and_two_current_versions_are_refus
     current = Path(first.metadata_location)
     twin = current.with_name(current.name.split("-", 1)[0] + "-twin.metadata.json")
     twin.write_bytes(current.read_bytes())
+    (root / METADATA_DIR / HINT).unlink()  # found by a listing, as the release before found it (no hint), in a
+    iceberg_sync._OPENED.clear()  # process that did not commit it
     with pytest.raises(IcebergSyncError, match="two syncs committed at once"):
         sync_iceberg(str(root))
     twin.unlink()

@@ -177,12 +177,12 @@ def test_vacuum_refuses_another_outputs_catalog_table(tmp_path):
 
 
 def test_vacuum_deletes_the_metadata_expired_snapshots_left(tmp_path):
-    """The table without catalog, synced once per batch (a dozen metadata versions): vacuum past the retention
-    expires every snapshot but the current one, then deletes the metadata files but the current one and the
-    PREVIOUS_VERSIONS before it, and every manifest list and manifest the current snapshot does not reference;
-    a dry run reports as much and deletes nothing. A manifest no metadata names yet (a sync in flight) stays while
-    younger than UNREFERENCED_AGE_MS. Every snapshot left, and the previous metadata files' current snapshots that
-    are kept, read read_committed's rows. Before, no metadata file was ever deleted."""
+    """The table without catalog, synced once per batch (a dozen metadata versions, of which each commit kept the
+    current one and the PREVIOUS_VERSIONS before it): vacuum past the retention expires every snapshot but the current
+    one (a commit, which deletes the metadata file falling out), then deletes every manifest list and manifest the
+    current snapshot does not reference; a dry run reports as much and deletes nothing. A manifest no metadata names yet
+    (a sync in flight) stays while younger than UNREFERENCED_AGE_MS. Every snapshot left, and the previous metadata
+    files' current snapshots that are kept, read read_committed's rows. Before, no metadata file was ever deleted."""
     root = tmp_path / "out"
     for version in range(12):
         write_batch(str(root), _batch(version), app_id="a", version=version, partition_by=["k"], iceberg=True)
@@ -193,6 +193,7 @@ def test_vacuum_deletes_the_metadata_expired_snapshots_left(tmp_path):
     in_flight = directory / "0123-in-flight-m0.avro"
     in_flight.write_bytes(b"Obj")
     before = _metadata_files(directory)
+    assert sum(n.endswith(".metadata.json") for n in before) == expiry.PREVIOUS_VERSIONS + 1  # 14 versions made
 
     dry = vacuum(str(root), _dt.timedelta(0), allow_short_retention=True, dry_run=True)
     assert _metadata_files(directory) == before
@@ -201,7 +202,7 @@ def test_vacuum_deletes_the_metadata_expired_snapshots_left(tmp_path):
     stale = {posixpath.basename(i.path) for i in done.plan.iceberg_stale}
     assert {posixpath.basename(i.path) for i in dry.plan.iceberg_stale if i.path.endswith(".avro")} == \
         {s for s in stale if s.endswith(".avro")}
-    assert left == before - stale | {posixpath.basename(current_metadata(Storage(str(root))))}
+    assert {n for n in left if n.endswith(".avro")} == {n for n in before - stale if n.endswith(".avro")}
     assert in_flight.name in left
 
     location = current_metadata(Storage(str(root)))
@@ -212,7 +213,7 @@ def test_vacuum_deletes_the_metadata_expired_snapshots_left(tmp_path):
     needed = {posixpath.basename(snap.manifest_list)} | {posixpath.basename(m.manifest_path) for m in snap.manifests(table.io)}
     assert {n for n in left if n.endswith(".avro")} == needed | {in_flight.name}
     assert list(assert_mirrors(table, root)) == [int(snap.summary[MARKER])]
-    for name in left - needed - {in_flight.name}:  # the kept metadata files open; their current snapshot if kept
+    for name in {n for n in left if n.endswith(".metadata.json")}:  # the kept ones open; their current snapshot if kept
         previous = StaticTable.from_metadata(str(directory / name))
         if previous.current_snapshot().snapshot_id == snap.snapshot_id:
             assert _rows(previous.scan().to_arrow()) == _rows(read_committed(str(root)))
@@ -225,15 +226,19 @@ def test_vacuum_deletes_the_metadata_expired_snapshots_left(tmp_path):
 
 
 def test_stale_metadata_decides():
-    """Old metadata versions go once superseded before the cutoff and more than keep versions back; the current
-    version and later ones (a commit in flight) stay; manifests go when unneeded and old; hidden half-written
-    metadata files go when old; other files stay."""
-    files = [("00001-a.metadata.json", 1), ("00002-b.metadata.json", 2), ("00003-c.metadata.json", 30),
+    """Metadata versions more than keep versions back go, however young (the rule each commit applies: one rule);
+    the current version and later ones (a commit in flight) stay; manifests go when unneeded and old; hidden
+    half-written files (a metadata file's, the version hint's) go when old; other files stay."""
+    temp = f".version-hint.text.{'0' * 32}.tmp"
+    files = [("00001-a.metadata.json", 1), ("00002-b.metadata.json", 30), ("00003-c.metadata.json", 30),
              ("00004-d.metadata.json", 40), ("00005-e.metadata.json", 50), ("snap-1.avro", 1), ("m-1.avro", 1),
-             ("m-2.avro", 60), (".00005-f.metadata.json.inprogress", 3), ("version-hint.text", 1)]
+             ("m-2.avro", 60), (".00005-f.metadata.json.inprogress", 3), ("version-hint.text", 1), (temp, 3)]
     assert expiry.stale_metadata(files, "00004-d.metadata.json", {"snap-1.avro"}, 20, keep=1) == \
-        [".00005-f.metadata.json.inprogress", "00001-a.metadata.json", "m-1.avro"]
+        [".00005-f.metadata.json.inprogress", temp, "00001-a.metadata.json", "00002-b.metadata.json", "m-1.avro"]
     assert expiry.stale_metadata(files, "00004-d.metadata.json", set(), 35, keep=1) == \
-        [".00005-f.metadata.json.inprogress", "00001-a.metadata.json", "00002-b.metadata.json", "m-1.avro", "snap-1.avro"]
+        [".00005-f.metadata.json.inprogress", temp, "00001-a.metadata.json", "00002-b.metadata.json", "m-1.avro",
+         "snap-1.avro"]
+    assert expiry.stale_metadata(files, "00004-d.metadata.json", set(), 0, keep=1) == \
+        ["00001-a.metadata.json", "00002-b.metadata.json"]
     assert expiry.stale_metadata(files, "00004-d.metadata.json", set(), 35, keep=10) == \
-        [".00005-f.metadata.json.inprogress", "m-1.avro", "snap-1.avro"]
+        [".00005-f.metadata.json.inprogress", temp, "m-1.avro", "snap-1.avro"]

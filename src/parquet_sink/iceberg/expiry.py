@@ -6,8 +6,8 @@ files).
 
 Which snapshots expire is :func:`expired_snapshots` (as Delta keeps a version while the next one is younger than
 the retention); which metadata files go is :func:`stale_metadata` (the current metadata file and the
-:data:`PREVIOUS_VERSIONS` before it, or superseded within the retention, stay; a manifest list or manifest that
-no snapshot left references goes once older than the retention and :data:`UNREFERENCED_AGE_MS`). Only the
+:data:`PREVIOUS_VERSIONS` before it stay, as each commit keeps them; a manifest list or manifest that no snapshot
+left references goes once older than the retention and :data:`UNREFERENCED_AGE_MS`). Only the
 directories this vacuum commits through are cleaned: the table kept without a catalog, and a catalog's table
 when vacuum is given its catalog (``iceberg=``); another catalog's table keeps every file its newest metadata
 lists.
@@ -29,18 +29,15 @@ from typing import Any
 
 from ..failpoints import failpoint
 from ..storage.filesystem import FileInfo, Storage
-from ..storage.paths import published_name
+from ..storage.paths import is_partial
 from .errors import IcebergSyncError
 from .sync import (
-    _ATTEMPTS, _KNOWN, _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, _check_ours, _io_properties, _load, _location,
-    _open_catalog, _path, _sync_lock, current_metadata, metadata_dir, require_pyiceberg, whole_newest,
+    _ATTEMPTS, _KNOWN, _METADATA_FILE, ICEBERG_DIR, METADATA_DIR, PREVIOUS_VERSIONS, _check_ours, _io_properties,
+    _load, _location, _open_catalog, _path, _sync_lock, current_metadata, metadata_dir, require_pyiceberg, whole_newest,
 )
 
 logger = logging.getLogger(__name__)
 
-# metadata files kept before the current one, however old (Iceberg's write.metadata.previous-versions-max, 100
-# by default): a reader or sync that found the current file by listing opens it a moment later
-PREVIOUS_VERSIONS = 10
 # a manifest list, manifest or half-written metadata file no kept snapshot references is deleted only once older
 # than this too (and than the retention): a sync in flight has written it and not yet committed the metadata
 # that names it
@@ -126,10 +123,13 @@ def stale_metadata(
     its current metadata file and ``needed`` the manifest lists and manifests its snapshots left reference:
 
     * a metadata file (``NNNNN-*.metadata.json``, a torn one too) of a version more than ``keep`` before the
-      current one, once a file of a later version was written before ``before_ms`` (superseded within the
-      retention, it stays); never one of the current version or a later one (a sync's commit in flight);
+      current one, however old: the rule each commit applies (the table's ``write.metadata.previous-versions-max``
+      is :data:`PREVIOUS_VERSIONS`, with ``write.metadata.delete-after-commit.enabled``), here for those a commit
+      left (killed before its deletion, a table made before); never one of the current version or a later one (a
+      sync's commit in flight);
     * a manifest list or manifest (``*.avro``) ``needed`` lacks, written before ``before_ms``;
-    * the hidden copy a sync killed while writing a metadata file left, written before ``before_ms``.
+    * the hidden file a writer killed while writing a metadata file (or the version hint) left
+      (:func:`~parquet_sink.storage.paths.is_partial`), written before ``before_ms``.
 
     Anything else stays. Pure.
 
@@ -137,27 +137,13 @@ def stale_metadata(
     "00002-b.metadata.json", set(), 10, keep=0)`` -> ``['00001-a.metadata.json', 'snap-1.avro']``.
     """
     version = int(_METADATA_FILE.match(current).group(1))
-    versions = {name: int(m.group(1)) for name, _ in files if (m := _METADATA_FILE.match(name))}
-    written: dict[int, int] = {}  # version -> when its first file was written
-    for name, mtime_ms in files:
-        if name in versions:
-            written[versions[name]] = min(mtime_ms, written.get(versions[name], mtime_ms))
-    superseded: dict[int, int] = {}  # version -> when a later version was first written
-    later = None
-    for v in sorted(written, reverse=True):
-        if later is not None:
-            superseded[v] = later
-        later = written[v] if later is None else min(later, written[v])
     stale = []
     for name, mtime_ms in files:
-        if name in versions:
-            when = superseded.get(versions[name])
-            if versions[name] < version - keep and when is not None and when < before_ms:
+        if match := _METADATA_FILE.match(name):
+            if int(match.group(1)) < version - keep:
                 stale.append(name)
-        elif (name.endswith(".avro") and name not in needed) or (  # or a metadata file a dead sync half wrote
-                published_name(name) != name and _METADATA_FILE.match(published_name(name))):
-            if mtime_ms < before_ms:
-                stale.append(name)
+        elif ((name.endswith(".avro") and name not in needed) or is_partial(name)) and mtime_ms < before_ms:
+            stale.append(name)
     return sorted(stale)
 
 

@@ -47,6 +47,7 @@ import os
 import posixpath
 import re
 import time
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..errors import MissingDataFileError, ParameterError, SnapshotExpiredError, names_output
+from ..errors import MissingDataFileError, ParameterError, SnapshotExpiredError, StorageError, names_output
 from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
@@ -85,6 +86,23 @@ METADATA_DIR = f"{ICEBERG_DIR}/.metadata"  # of the table kept without a catalog
 MARKER = "parquet-sink.log-batch-id"  # snapshot summary key: the log batch the snapshot mirrors
 INSTALL = 'pip install "parquet-sink[iceberg]"'
 RETRIES = "commit.retry.num-retries"  # pyiceberg's TableProperties.COMMIT_NUM_RETRIES
+# metadata files kept before the current one (Iceberg's write.metadata.previous-versions-max, 100 by default): a
+# reader or sync that found the current file a moment ago opens it a moment later. One rule: each commit deletes
+# the one that falls out (write.metadata.delete-after-commit.enabled, pyiceberg's own deletion) and vacuum deletes
+# any older one a commit left (killed before its deletion; a table made before), :func:`.expiry.stale_metadata`
+PREVIOUS_VERSIONS = 10
+# the properties every table the sync commits to carries (a table that lacks one gets it with its next commit):
+# pyiceberg (0.12 on) retries a commit another commit beat by applying the same snapshots again on top of the
+# winner's, which for a mirror appends the winner's batches twice: a lost commit fails instead, and the sync reads
+# the table again (_LostRace); and the metadata files kept are bounded (PREVIOUS_VERSIONS)
+TABLE_PROPERTIES = {
+    RETRIES: "0",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": str(PREVIOUS_VERSIONS),
+}
+# the table without catalog's version hint (Iceberg's Hadoop tables' version-hint.text): the version of the
+# metadata file committed last, or one before it, written after each commit
+HINT = "version-hint.text"
 NAME_MAPPING = "schema.name-mapping.default"  # our files have no Iceberg field ids: columns are found by name
 _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table without a catalog
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
@@ -202,19 +220,49 @@ def _open_catalog(catalog: Any, where: str) -> Any:
     )
 
 
-def current_metadata(storage: Storage) -> str | None:
-    """The newest metadata file under :data:`METADATA_DIR` (the current version of a table kept without a
-    catalog), as a location pyiceberg opens; None when there is none. A torn newest file (a sync of an older
-    version killed while writing it on local disk, where metadata files are now written whole:
-    :func:`_local_catalog`) is passed over for the one before (:func:`newest_metadata`). IcebergSyncError when
-    two whole files hold the newest version (two syncs without a catalog committed at once: which one is
-    current cannot be told).
+def metadata_name(version: int) -> str:
+    """The name of the metadata file of version ``version`` of the table kept without a catalog: decided by its
+    version alone, so two commits of one version race for one name and the exclusive create lets one win (as
+    Iceberg's Hadoop tables name theirs ``v<N>.metadata.json``); in the ``NNNNN-<uuid>.metadata.json`` form every
+    Iceberg tool and earlier releases (which drew the uuid at random) read. Pure.
+
+    Example: ``metadata_name(3)`` -> ``'00003-00000000-0000-0000-0000-000000000003.metadata.json'``.
+    """
+    return f"{version:05d}-{uuid.UUID(int=version)}.metadata.json"
+
+
+def _version(location: str) -> int:
+    """The version of the metadata file at ``location`` (``NNNNN-*.metadata.json``)."""
+    return int(_METADATA_FILE.match(posixpath.basename(location)).group(1))
+
+
+def _named_version(location: str) -> int | None:
+    """The version of the metadata file at ``location`` when it has :func:`metadata_name`'s name, else None
+    (a file an earlier release named at random, or none)."""
+    name = posixpath.basename(location)
+    return _version(name) if _METADATA_FILE.match(name) and name == metadata_name(_version(name)) else None
+
+
+def current_metadata(storage: Storage, known: str | None = None) -> str | None:
+    """The current metadata file of the table kept without a catalog, under :data:`METADATA_DIR`, as a location
+    pyiceberg opens; None when there is none. Found as Iceberg's Hadoop tables find it, without listing the
+    directory: from ``known`` (a metadata file this process read or committed a moment ago) or the version hint
+    (:data:`HINT`), the newest version from there whose file (:func:`metadata_name`) exists, probed one by one.
+    Without a usable start (no hint: a table an earlier release made; a torn one; a version whose file is gone),
+    the newest in a listing (:func:`whole_newest`: a torn file an earlier release left is passed over);
+    IcebergSyncError when two whole files hold that version (two syncs of an earlier release committed at once:
+    which one is current cannot be told).
 
     Example: ``current_metadata(Storage("/data/events"))`` -> ``'/data/events/_exactly_once/.iceberg/.metadata/00003-....metadata.json'``.
     """
     directory = storage.join(METADATA_DIR)
-    if not storage.exists(directory):
-        return None
+    version = None if known is None else _named_version(known)
+    if version is None:
+        version = _hinted_version(storage, directory)
+    if version is not None and storage.exists(posixpath.join(directory, metadata_name(version))):
+        while storage.exists(posixpath.join(directory, metadata_name(version + 1))):
+            version += 1
+        return _location(storage, posixpath.join(directory, metadata_name(version)))
     newest = whole_newest(storage, directory, list(map(posixpath.basename, storage.ls_names(directory))))
     if not newest:
         return None
@@ -226,6 +274,25 @@ def current_metadata(storage: Storage) -> str | None:
             "(Iceberg readers lose the table's history)."
         )
     return _location(storage, posixpath.join(directory, newest[0]))
+
+
+def _hinted_version(storage: Storage, directory: str) -> int | None:
+    """The version the hint in ``directory`` names; None when there is none or it holds no version."""
+    try:
+        text = storage.read_bytes(posixpath.join(directory, HINT)).decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _write_hint(storage: Storage, directory: str, version: int) -> None:
+    """Write the version hint of ``directory`` (atomically replaced); a failure is a WARNING, as Iceberg's Hadoop
+    tables take it: the version is committed, and the next reader probes past a stale hint."""
+    try:
+        storage.put(posixpath.join(directory, HINT), str(version).encode())
+    except StorageError as exc:
+        logger.warning("%s: the Iceberg version hint was not updated to %d (%s); the next sync finds the version by "
+                       "probing past it", storage.display(directory), version, exc)
 
 
 def newest_metadata(names: list[str], torn: frozenset[str] | set[str] = frozenset()) -> list[str]:
@@ -257,7 +324,7 @@ def whole_newest(storage: Storage, directory: str, names: list[str]) -> list[str
         found = set()
         for name in newest:
             path = posixpath.join(directory, name)
-            if not storage.is_local or path in _WHOLE:
+            if not storage.is_local or path in _WHOLE or _named_version(name) is not None:
                 continue
             try:
                 json.loads(storage.read_bytes(path))
@@ -272,10 +339,12 @@ def whole_newest(storage: Storage, directory: str, names: list[str]) -> list[str
 
 
 class _PublishedOutput:
-    """A pyiceberg ``OutputFile`` whose stream collects a metadata file and, once closed without an error, writes
-    it through :meth:`Storage.open` with ``publish`` (on local disk under a hidden name, renamed once whole: a
-    sync killed mid-write leaves no torn metadata file), in two halves with the failpoint
-    ``iceberg_metadata_write`` between them (a kill there is a sync killed mid-write)."""
+    """A pyiceberg ``OutputFile`` whose stream collects a metadata file and, once closed without an error, creates
+    it by :meth:`Storage.put_if_absent` (on local disk a hidden temporary file linked into place once whole, on
+    object stores a conditional put: never a torn file, never over another's), in two halves with the failpoint
+    ``iceberg_metadata_write`` between them (a kill there is a sync killed mid-write), then writes the version
+    hint (failpoint ``iceberg_version_hint`` before it). CommitFailedException when the file exists: another
+    commit of the same version won."""
 
     def __init__(self, storage: Storage, location: str) -> None:
         self.storage, self.location = storage, location
@@ -292,20 +361,28 @@ class _PublishedOutput:
         return self
 
     def __exit__(self, error: type[BaseException] | None, *_: Any) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
         if error is not None:
             return
         data = b"".join(self._parts)
-        with self.storage.open(_path(self.storage, self.location), "wb", publish=True) as stream:
-            stream.write(data[: len(data) // 2])
-            stream.flush()
+
+        def halves() -> Any:
+            yield data[: len(data) // 2]
             failpoint("iceberg_metadata_write")
-            stream.write(data[len(data) // 2 :])
+            yield data[len(data) // 2 :]
+
+        path = _path(self.storage, self.location)
+        if not self.storage.put_if_absent(path, halves(), commit=False):
+            raise CommitFailedException(f"{self.storage.display(path)} exists: another commit made this version first")
+        failpoint("iceberg_version_hint")
+        _write_hint(self.storage, posixpath.dirname(path), _version(path))
 
 
 @functools.cache
 def _local_catalog() -> type:
-    """pyiceberg's SQL catalog (in memory, for the table without catalog) writing its metadata files whole on
-    local disk (:class:`_PublishedOutput`), where pyiceberg's FileIO writes them in place."""
+    """pyiceberg's SQL catalog (in memory, for the table without catalog) creating its metadata files
+    exclusively (:class:`_PublishedOutput`): pyiceberg's FileIO writes them in place, over any other."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.serializers import ToOutputFile
     from sqlalchemy import create_engine
@@ -321,10 +398,7 @@ def _local_catalog() -> type:
             self._init_catalog()
 
         def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:  # type: ignore[override]
-            if not self.storage.is_local:
-                return SqlCatalog._write_metadata(metadata, io, metadata_path)
             ToOutputFile.table_metadata(metadata, _PublishedOutput(self.storage, metadata_path))
-            _WHOLE.add(_path(self.storage, metadata_path))
 
     return LocalCatalog
 
@@ -351,8 +425,8 @@ def _load(storage: Storage, catalog: Any, identifier: str | None) -> tuple[Any, 
                 "Nothing was committed."
             )
         name = (_NAMESPACE, "output")
-        metadata = current_metadata(storage)
         opened = _OPENED.get(storage.root)
+        metadata = current_metadata(storage, None if opened is None else opened.metadata_location)
         if opened is not None and metadata is not None and opened.metadata_location == metadata:
             return opened.catalog, name, opened  # what this process committed or opened last: still current
         local = _output_catalog(_local_catalog())(storage, uri="sqlite://",
@@ -378,7 +452,7 @@ def _output_catalog(base: type) -> type:
     """``base`` (pyiceberg's SQL catalog, in memory: the one a table without catalog commits through) whose
     commit applies the updates by :func:`_applied` (pyiceberg's deep-copies the table's metadata, a cost of the
     snapshots kept) to the metadata it committed last (pyiceberg's reads it again from its file, parsing every
-    snapshot)."""
+    snapshot), and names each version's metadata file by :func:`metadata_name` (pyiceberg's: a random uuid)."""
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import StagedTable, Table
     from pyiceberg.table.locations import load_location_provider
@@ -401,12 +475,15 @@ def _output_catalog(base: type) -> type:
 
         def _update_and_stage_table(self, current: Any, identifier: Any, requirements: Any, updates: Any) -> Any:
             if current is None:
-                return super()._update_and_stage_table(current, identifier, requirements, updates)
-            for requirement in requirements:
-                requirement.validate(current.metadata)
-            metadata = _applied(current.metadata, updates, metadata_location=current.metadata_location)[2]
-            version = self._parse_metadata_version(current.metadata_location) + 1
-            location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+                metadata = super()._update_and_stage_table(current, identifier, requirements, updates).metadata
+            else:
+                for requirement in requirements:
+                    requirement.validate(current.metadata)
+                metadata = _applied(current.metadata, updates, metadata_location=current.metadata_location)[2]
+            version = 0 if current is None else _version(current.metadata_location) + 1
+            provider = load_location_provider(metadata.location, metadata.properties)
+            location = posixpath.join(posixpath.dirname(provider.new_table_metadata_file_location(version)),
+                                      metadata_name(version))
             return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location,
                                io=self._load_file_io(properties=metadata.properties, location=location), catalog=self)
 
@@ -544,10 +621,7 @@ def _new_table(catalog: Any, name: Any, storage: Storage, arrow: pa.Schema, part
     properties = {
         "write.metadata.path": _location(storage, storage.join(metadata_dir(name if isinstance(name, str) else None))),
         NAME_MAPPING: create_mapping_from_schema(schema).model_dump_json(),
-        # pyiceberg (0.12 on) retries a commit another commit beat by applying the same snapshots again on top of
-        # the winner's: for a mirror that appends the winner's batches twice. A lost commit fails instead, and the
-        # sync reads the table again (_LostRace)
-        RETRIES: "0",
+        **TABLE_PROPERTIES,
     }
     return _staged(catalog.create_table_transaction(
         name, schema, location=_location(storage, storage.root), partition_spec=spec, properties=properties
@@ -1038,8 +1112,9 @@ def _sync(
     if latest is None or (previous is not None and previous >= latest):
         return result(existing)
     transaction = _staged(existing.transaction()) if existing is not None else None
-    if existing is not None and existing.properties.get(RETRIES) != "0":  # a table made before: from its next commit
-        transaction.set_properties({RETRIES: "0"})
+    missing = {} if existing is None else {k: v for k, v in TABLE_PROPERTIES.items() if existing.properties.get(k) != v}
+    if missing:  # a table made before: from its next commit
+        transaction.set_properties(missing)
     known = _data_files(existing, key)
     if since is not None and not _all_new(storage, since, known):
         since, log_snap = None, read_snapshot(log)
@@ -1100,6 +1175,7 @@ __all__ = [
     "current_metadata",
     "is_table_identifier",
     "metadata_dir",
+    "metadata_name",
     "newest_metadata",
     "require_pyiceberg",
     "sync_iceberg",

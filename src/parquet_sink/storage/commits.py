@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StorageError, UnsafeStorageError
 from ..failpoints import failpoint
+from .paths import temporary_name
 from .reachability import store_key
 
 if TYPE_CHECKING:
@@ -47,11 +48,9 @@ def _release(version: str) -> tuple[int, ...]:
 @contextlib.contextmanager
 def local_temp(path: str, data: bytes | memoryview | Iterable[bytes], durable: bool) -> Iterator[str]:
     """A temporary file next to ``path`` holding ``data`` (fsynced if ``durable``), removed on the way
-    out: the caller links or renames it into place. Its name (``.<name>.<uuid>.tmp``) is one Spark's log
-    ignores and log cleanup removes."""
-    directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    out: the caller links or renames it into place. Its name is :func:`~.paths.temporary_name`'s."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = temporary_name(path)
     try:
         with open(tmp, "wb") as fh:
             for chunk in [data] if isinstance(data, (bytes, memoryview)) else data:

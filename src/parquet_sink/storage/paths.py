@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -30,6 +31,7 @@ _AZURE_KEYS = {"account_name": "azure_storage_account_name", "account_key": "azu
 _CONNECTION_FIELDS = {"accountname": "account_name", "accountkey": "account_key",
                       "sharedaccesssignature": "sas_token", "blobendpoint": "blob_endpoint"}
 _IN_PROGRESS = re.compile(r"(?P<head>(?:.*/)?)\.(?P<name>[^/]+)\.inprogress")  # in_progress_name's names
+_TEMPORARY = re.compile(r"(?:.*/)?\.[^/]+\.[0-9a-f]{32}\.tmp")  # temporary_name's names
 
 
 def in_progress_name(path: str) -> str:
@@ -41,6 +43,26 @@ def in_progress_name(path: str) -> str:
     """
     head, _, name = path.rpartition("/")
     return f"{head}/.{name}.inprogress"
+
+
+def temporary_name(path: str) -> str:
+    """Where a file an exclusive create or an atomic replace publishes at ``path`` is written first, on local disk:
+    hidden beside it under a name of its own (``.<name>.<uuid>.tmp``: two writers racing for ``path`` never share
+    it), linked or renamed into place once whole. Spark's log ignores such names and log cleanup removes them.
+
+    Example: ``temporary_name("/o/_spark_metadata/7")`` -> ``'/o/_spark_metadata/.7.1f0c....tmp'``.
+    """
+    head, _, name = path.rpartition("/")
+    return f"{head}/.{name}.{uuid.uuid4().hex}.tmp"
+
+
+def is_partial(path: str) -> bool:
+    """Whether ``path`` is where a file is written before it is whole (:func:`in_progress_name`,
+    :func:`temporary_name`): one a writer killed mid-file leaves behind.
+
+    Example: ``is_partial("/o/.m/.00001-x.metadata.json.inprogress") and not is_partial("/o/.m/version-hint.text")``.
+    """
+    return _IN_PROGRESS.fullmatch(path) is not None or _TEMPORARY.fullmatch(path) is not None
 
 
 def published_name(path: str) -> str:
