@@ -23,7 +23,6 @@ from pyiceberg.table import StaticTable
 
 from parquet_sink import MetadataLog, sync_iceberg, vacuum, write_batch
 from parquet_sink.iceberg import current_metadata
-from parquet_sink.iceberg import sync as iceberg_sync
 from parquet_sink.iceberg.sync import MARKER, METADATA_DIR
 from parquet_sink.storage.filesystem import Storage
 from tests.delta.test_races import ROOT, _env, _stopped
@@ -89,16 +88,7 @@ def _assert_expired_and_kept(root: Path, target: dict | None) -> None:
     assert sync_iceberg(str(root), **(target or {})).snapshots == 0  # in step: nothing lost, nothing to redo
 
 
-# the table without catalog commits each version's metadata file by an exclusive create only from branch
-# icecommit on (sync.metadata_name); before it, both commits of the race write that version: a real defect
-_NO_EXCLUSIVE_CREATE = pytest.mark.xfail(
-    not hasattr(iceberg_sync, "metadata_name"), strict=True,
-    reason="the table without catalog's commit does not create its metadata file exclusively yet: both the expiry "
-    "and the sync write the same version",
-)
-
-
-@pytest.mark.parametrize("kind", ["catalog", pytest.param("metadata", marks=_NO_EXCLUSIVE_CREATE)])
+@pytest.mark.parametrize("kind", ["catalog", "metadata"])
 def test_a_sync_committing_between_the_expirys_read_and_its_commit(tmp_path, kind):
     """vacuum (another process) stopped after reading the table and choosing the snapshots to expire; this process
     writes batch 4 and syncs it; vacuum goes on. A catalog's commit applies the expiry to the table as the
