@@ -695,7 +695,8 @@ def _why_retyped(column: str, partition_columns: list[str]) -> str:
         return ("a partition column's type is inferred from all its directory names, as Spark reads it, and a new "
                 "value widened it")
     return ("a writer other than this package's (Spark's own file sink) committed files holding another type than "
-            "a file the Delta log lists holds values of; a column of nulls only takes the type of its first values")
+            "a file the Delta log lists holds values of; a column of nulls only takes the type of its first values, "
+            "unless a struct, list or map")
 
 
 def _evolved(schema: pa.Schema, added: list[pa.Field], partition_columns: list[str]) -> pa.Schema:
@@ -714,7 +715,8 @@ def _retyped(state: DeltaState, inferred: pa.Schema, gone: Iterable[str]) -> dic
     null type): a partition column whose directories were all the null partition, or a data column of nulls only
     (Parquet's null type, as pyarrow writes ``pa.null()`` and Spark's writer its ``NullType``). No reader of the
     table's versions so far saw a value of it, so retyping it (a ``metaData`` action, as schema evolution writes)
-    loses nothing, and Delta readers then read the type ``read_committed`` reads. Time travel to the versions
+    loses nothing, and Delta readers then read the type ``read_committed`` reads (not a struct, list or map: the
+    kept files' statistics hold the column as a string's). Time travel to the versions
     before reads them with their own ``metaData``. A column with a value in a kept file keeps the table's type
     (:func:`_table_partition_types`; a data column is refused by :func:`_check_compatible`). Reads the table's
     file list (once per process, :attr:`DeltaState.files`) only when a column may be retyped, and the footers of
@@ -724,7 +726,9 @@ def _retyped(state: DeltaState, inferred: pa.Schema, gone: Iterable[str]) -> dic
         declared = state.schema.field(column).type if column in state.schema.names else None
         if declared is not None and pa.types.is_string(declared):
             found = inferred.field(column).type
-            if not pa.types.is_null(found) and not pa.types.is_string(delta_type(found)):
+            # not to a nested type: the files' statistics count the string's nulls as one number, where a
+            # struct's are per field (delta-rs then fails to read the table)
+            if not pa.types.is_null(found) and not pa.types.is_string(delta_type(found)) and not pa.types.is_nested(found):
                 candidates[column] = delta_type(found)
     for relative in set(state.files).difference(gone) if candidates else ():
         for column in _valued(state, relative, set(candidates)):
