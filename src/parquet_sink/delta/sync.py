@@ -61,7 +61,7 @@ from ..errors import MissingDependencyError, ParquetSinkError, SnapshotExpiredEr
 from ..failpoints import failpoint
 from ..log.compaction import check_flags, check_positive_int, parse_duration_ms
 from ..log.files import DELTA_DIR, require_output
-from ..parquet_read import open_sized, read_footer
+from ..parquet_read import open_sized
 from ..partitioning import DEFAULT_PARTITION_NAME, check_time_zone, parse_partition_path
 from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
@@ -746,8 +746,8 @@ def _valued(state: DeltaState, relative: str, columns: set[str]) -> set[str]:
     valued = {c for c in columns & partitions.keys() if partitions[c] != DEFAULT_PARTITION_NAME}
     data = columns - partitions.keys()
     if data:
-        storage = state.storage
-        footer = read_footer(storage, storage.join(relative), state.files[relative])
+        with open_sized(state.storage, state.storage.join(relative), state.files[relative]) as parquet:
+            footer = parquet.metadata
         schema, leaves = footer.schema.to_arrow_schema(), file_statistics(footer)
         for column in data & set(schema.names):
             nulls = leaves.get((column,), None)
