@@ -728,7 +728,8 @@ def _retyped(state: DeltaState, inferred: pa.Schema, gone: Iterable[str]) -> dic
             found = inferred.field(column).type
             # not to a nested type: the files' statistics count the string's nulls as one number, where a
             # struct's are per field (delta-rs then fails to read the table)
-            if not pa.types.is_null(found) and not pa.types.is_string(delta_type(found)) and not pa.types.is_nested(found):
+            typed = not pa.types.is_null(found) and not pa.types.is_nested(found)
+            if typed and not pa.types.is_string(delta_type(found)):
                 candidates[column] = delta_type(found)
     for relative in set(state.files).difference(gone) if candidates else ():
         for column in _valued(state, relative, set(candidates)):
@@ -751,7 +752,8 @@ def _valued(state: DeltaState, relative: str, columns: set[str]) -> set[str]:
         schema, leaves = footer.schema.to_arrow_schema(), file_statistics(footer)
         for column in data & set(schema.names):
             nulls = leaves.get((column,), None)
-            if not pa.types.is_null(schema.field(column).type) and (nulls is None or nulls.null_count != footer.num_rows):
+            counted = nulls is not None and nulls.null_count == footer.num_rows
+            if not pa.types.is_null(schema.field(column).type) and not counted:
                 valued.add(column)
     return valued
 
