@@ -81,6 +81,7 @@ def _sync(out: str, case: DeltaCase) -> tuple[DeltaSyncResult, bool]:
         return sync_delta_log(out, time_zone=case.time_zone), False
     except DeltaLogError as exc:
         assert "a new value widened it" in str(exc) and "--recreate" in str(exc), exc
+        assert any(f"column {c!r} is" in str(exc) for c in case.partitions), exc  # a data column of nulls: retyped
         return sync_delta_log(out, time_zone=case.time_zone, recreate=True), True
 
 
@@ -400,6 +401,26 @@ def test_a_column_whose_files_retention_dropped(tmp_path) -> None:
     _write(case, out)
     assert "x.y" in pa.schema(deltalake.DeltaTable(out).schema()).names
     assert "x.y" not in assert_delta_matches(out).column_names
+
+
+@pytest.mark.parametrize("kind_name", ["int", "timestamp", "string"])
+def test_a_data_column_of_nulls_typed_by_a_later_spark_batch(tmp_path, kind_name) -> None:
+    """A data column of the null type in the first batches (a Delta string), given a type by a batch of Spark's
+    own sink: the sync retyped no such column and refused every batch from there on; now every reader reads
+    read_committed's rows and types, with filters on the column too."""
+    kind = next(k for k in DELTA_ATOMIC if k.name == kind_name)
+    value = {"int": 7, "timestamp": dt.datetime(2024, 1, 2, tzinfo=dt.UTC), "string": "x"}[kind_name]
+    case = DeltaCase(columns={"c": kind}, partitions=[], late={}, nulls={"c": 2}, time_zone="UTC", steps=[
+        ("write", "a", [{"id": 0, "c": None}]), ("spark", False, [{"id": 1, "c": None}]),
+        ("spark", False, [{"id": 2, "c": value}, {"id": 3, "c": None}]), ("write", "b", [{"id": 4, "c": value}])])
+    out = str(tmp_path / "out")
+    _write(case, out)
+    expected = assert_delta_matches(out)
+    assert expected.schema.field("c").type == delta_schema(case.schema).field("c").type
+    first = deltalake.DeltaTable(out, version=0)  # not recreated: the version before reads c as it declared it
+    assert pa.schema(first.schema()).field("c").type == pa.string() and first.to_pyarrow_table().num_rows == 1
+    for op in ("==", "!="):
+        _check_filter(out, expected, case, (("c",), op, value, expected.schema.field("c").type))
 
 
 def test_a_partition_type_widened_by_a_later_directory(tmp_path) -> None:

@@ -304,3 +304,52 @@ def test_a_partition_column_created_of_nulls_that_holds_a_string_keeps_its_type(
     assert pa.schema(table.schema()).field("p").type == pa.string()
     assert sorted(table.to_pyarrow_table().column("p").to_pylist(), key=str) == ["1", None, "x"]
     assert_delta_matches(out)
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["null type", "typed nulls"])
+def test_a_data_column_created_of_nulls_takes_the_type_of_its_first_values(out, typed):
+    """A table created while ``c`` holds nulls only declares it a string when its files give it Parquet's null
+    type (Delta has none; a typed column of nulls keeps its type). Our writers refuse a batch that gives it
+    another type, but Spark's own sink (``spark_style_batch``: the output's writer before ``spark_sink_stopped``)
+    does not: read_committed then reads ``c`` as int64, and the sync refused every batch from there on, the Delta
+    log behind for good. While every file the table lists holds no value of ``c``, the sync retypes it (a metaData
+    action): every Delta reader reads read_committed's rows and types at every version, the version before as it
+    was declared."""
+    first = pa.nulls(2, pa.int64()) if typed else pa.nulls(2)
+    write_batch(out, pa.table({"id": pa.array([0, 1], pa.int64()), "c": first}), app_id="app", version=0,
+                delta_log=True)
+    before = deltalake.DeltaTable(out)
+    assert pa.schema(before.schema()).field("c").type == (pa.int64() if typed else pa.string())
+    spark_style_batch(MetadataLog(out), pa.table({"id": pa.array([10], pa.int64()), "c": pa.array([5], pa.int64())}),
+                      (), old=False)
+    write_batch(out, pa.table({"id": pa.array([20], pa.int64()), "c": pa.array([7], pa.int64())}), app_id="app",
+                version=1, spark_sink_stopped=True, delta_log=True)
+    committed = read_committed(out)
+    assert committed.schema.field("c").type == pa.int64()
+    assert sorted(committed.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 0, "c": None}, {"id": 1, "c": None}, {"id": 10, "c": 5}, {"id": 20, "c": 7}]
+    table = deltalake.DeltaTable(out)
+    assert table.version() == before.version() + 1  # the write's sync mirrored both batches (it failed before)
+    assert pa.schema(table.schema()).field("c").type == pa.int64()
+    assert_delta_matches(out)  # delta-rs (table, dataset), polars (both readers), duckdb: read_committed's types
+    old = deltalake.DeltaTable(out, version=before.version())
+    assert old.to_pyarrow_table().column("c").to_pylist() == [None, None]
+    assert pl.read_delta(out, version=before.version())["c"].to_list() == [None, None]
+    table.create_checkpoint()
+    assert_delta_matches(out)
+    assert verify(out).ok
+
+
+def test_a_data_column_of_nulls_with_a_string_in_a_listed_file_keeps_its_type(out):
+    """Once a file the table lists holds a string of ``c``, a foreign batch of integers is refused by the sync
+    (retyping would make the string unreadable), naming the column and the remedy; nothing is committed to the
+    Delta log."""
+    write_batch(out, pa.table({"id": [0], "c": pa.nulls(1)}), app_id="app", version=0, delta_log=True)
+    spark_style_batch(MetadataLog(out), pa.table({"id": [1], "c": ["x"]}), (), old=False)
+    assert sync_delta_log(out).committed
+    version = deltalake.DeltaTable(out).version()
+    spark_style_batch(MetadataLog(out), pa.table({"id": [2], "c": pa.nulls(1)}), (), old=False)
+    spark_style_batch(MetadataLog(out), pa.table({"id": [3], "c": [5]}), (), old=False)
+    with pytest.raises(DeltaLogError, match="column 'c' is string in the Delta log but int64"):
+        sync_delta_log(out)
+    assert deltalake.DeltaTable(out).version() == version

@@ -162,3 +162,28 @@ def test_a_first_sync_after_a_one_file_append_costs_the_append_not_the_output(tm
         # delta-rs, the oracle, lists exactly the committed files
         assert delta_files(out) == {f.relative_path for f in committed_files(out)} and len(delta_files(out)) == files + 4
     assert work[200] == work[2000], work
+
+
+def test_a_column_of_nulls_is_retyped_at_the_cost_of_the_listed_footers_once(out, reads):
+    """A data column of the null type (a Delta string) given a type by a batch of Spark's own sink: the sync that
+    retypes it reads the footer of each file the table lists once (whether one holds a value of it); the next
+    per-batch sync reads the new batch's footers only, as before."""
+    for version in range(3):
+        write_batch(out, pa.table({"id": [version], "c": pa.nulls(1)}), app_id="app", version=version, delta_log=True)
+    listed = {os.path.basename(p) for p in delta_files(out)}
+    spark_style_batch(MetadataLog(out), pa.table({"id": [3], "c": pa.array([5], pa.int64())}), (), old=False)
+    new = {os.path.basename(f.relative_path) for f in committed_files(out, batches=(3, 3))}
+    for seen in reads.values():
+        seen.clear()
+    assert sync_delta_log(out, check_files=False).committed
+    assert pa.schema(deltalake.DeltaTable(out).schema()).field("c").type == pa.int64()
+    assert sorted(f for f in reads["footers"] if f in listed) == sorted(listed)  # each listed file's footer once
+    assert set(reads["footers"]) <= listed | new
+    write_batch(out, pa.table({"id": [4], "c": pa.array([6], pa.int64())}), app_id="app", version=3,
+                spark_sink_stopped=True)
+    newer = {os.path.basename(f.relative_path) for f in committed_files(out, batches=(4, 4))}
+    for seen in reads.values():
+        seen.clear()
+    assert sync_delta_log(out, check_files=False).committed
+    assert set(reads["footers"]) <= newer and not reads["delta"], reads
+    assert_delta_matches(out)

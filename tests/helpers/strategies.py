@@ -261,19 +261,24 @@ class DeltaCase:
     steps: list[tuple[str, object, list[dict]]] = field(repr=False)
     time_zone: str = "UTC"
     late: dict[str, int] = field(default_factory=dict)  # a data column first written by this step (evolution)
+    # a data column of the null type (its values all null: Parquet's null type, a Delta string) before this step, a
+    # Spark-style one (Spark's own sink, which changes the type; our writers refuse it) kept by retention
+    nulls: dict[str, int] = field(default_factory=dict)
 
     @property
     def schema(self) -> pa.Schema:
         return pa.schema({"id": pa.int64()} | {c: k.arrow for c, k in self.columns.items()})
 
     def schema_at(self, step: int) -> pa.Schema:
-        """The columns the batch of ``step`` is written with: the late ones from their step on."""
-        return pa.schema([f for f in self.schema if self.late.get(f.name, 0) <= step])
+        """The columns the batch of ``step`` is written with: the late ones from their step on, those of
+        :attr:`nulls` of the null type before their step."""
+        fields = [f for f in self.schema if self.late.get(f.name, 0) <= step]
+        return pa.schema([f.with_type(pa.null()) if step < self.nulls.get(f.name, 0) else f for f in fields])
 
     def __repr__(self) -> str:
         kinds = {c: k.name for c, k in self.columns.items()}
         return (f"DeltaCase(columns={kinds}, partitions={self.partitions}, time_zone={self.time_zone!r}, "
-                f"late={self.late}, steps={self.steps!r})")
+                f"late={self.late}, nulls={self.nulls}, steps={self.steps!r})")
 
 
 @st.composite
@@ -306,4 +311,15 @@ def delta_cases(draw: st.DrawFn) -> DeltaCase:
     data = [c for c in columns if c not in partitions]
     # a data column the first batches lack (a later batch adds it: the Delta table's schema evolves)
     late = {draw(st.sampled_from(data)): draw(st.integers(1, len(steps) - 1))} if len(data) > 1 and draw(st.booleans()) else {}
-    return DeltaCase(columns, partitions, steps, draw(st.sampled_from(["UTC", "UTC", "Asia/Kolkata"])), late)
+    # a data column all null (of the null type) in the first batches, then typed by a batch of Spark's own sink
+    nulls, typed = {}, [c for c in data if c not in late and not pa.types.is_nested(columns[c].arrow)]
+    if typed and not any("_view" in str(k.arrow) for k in columns.values()) and draw(st.booleans()):
+        column, at = draw(st.sampled_from(typed)), draw(st.integers(1, len(steps) - 1))
+        if steps[at][2]:
+            steps[at] = ("spark", False, steps[at][2])  # not dropped by retention: the newest typed file stays
+            for _, _, rows in steps[:at]:
+                for r in rows:
+                    r[column] = None
+            nulls = {column: at}
+    zone = draw(st.sampled_from(["UTC", "UTC", "Asia/Kolkata"]))
+    return DeltaCase(columns, partitions, steps, zone, late, nulls)

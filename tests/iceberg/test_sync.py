@@ -356,6 +356,10 @@ def test_random_histories_match_read_committed(tmp_path_factory, fuzz_minutes: f
     # optimizes and vacuums interleaved: time travel to each snapshot left, the expired ones gone
     @example((True, [[(1, "x", 1.0, None, None, None, "a")], [(2, None, None, None, None, None, "b")],
                      [(3, None, None, None, None, None, "a")]], ["sync", "optimize", "expire"]))
+    # every column all null when the table is created (typed: a null type is refused, test_null_columns.py), then values
+    @example((True, [[(None,) * 7], [(-(2**63), "\U00020000", -1.5, _dt.date(1, 1, 1),
+                                     _dt.datetime(9999, 1, 1, tzinfo=_dt.UTC), decimal.Decimal("1.5000000000"), "a")]],
+              ["sync", ""]))
     def run(history) -> None:
         _check_history(tmp_path_factory.mktemp("iceberg-history") / "out", *history)
 

@@ -78,6 +78,7 @@ from ..read.reader import (
     unreadable_file,
 )
 from ..storage.filesystem import Storage
+from ..statistics import file_statistics
 from ..table_formats import TableFormat, TableLocks, kept_formats
 from .actions import delta_partition_value, delta_schema, delta_type, file_stats, out_of_range
 from .errors import DeltaLogError, DeltaRangeError
@@ -683,10 +684,19 @@ def _check_compatible(
         elif not table_schema.field(column.name).type.equals(column.type):
             raise DeltaLogError(
                 f"{where}: column {column.name!r} is {table_schema.field(column.name).type} in the Delta log but "
-                f"{column.type} in the committed files (a partition column's type is inferred from all its "
-                f"directory names, as Spark reads it, and a new value widened it). {remedy}"
+                f"{column.type} in the committed files ({_why_retyped(column.name, partition_columns)}). {remedy}"
             )
     return added
+
+
+def _why_retyped(column: str, partition_columns: list[str]) -> str:
+    """Why the committed files read ``column`` as another type than the Delta log declares."""
+    if column in partition_columns:
+        return ("a partition column's type is inferred from all its directory names, as Spark reads it, and a new "
+                "value widened it")
+    return ("a writer other than this package's (Spark's own file sink) committed files holding another type than "
+            "a file the Delta log lists holds values of; a column of nulls only takes the type of its first values, "
+            "unless a struct, list or map")
 
 
 def _evolved(schema: pa.Schema, added: list[pa.Field], partition_columns: list[str]) -> pa.Schema:
@@ -698,31 +708,54 @@ def _evolved(schema: pa.Schema, added: list[pa.Field], partition_columns: list[s
 
 
 def _retyped(state: DeltaState, inferred: pa.Schema, gone: Iterable[str]) -> dict[str, pa.DataType]:
-    """The partition columns the table declares as ``string`` whose new directories (``inferred``: their types,
-    as Spark infers them) read as another type, while every file the table keeps (its files but ``gone``) is in
-    the column's null partition: each to the Delta type of its new values. Such a column is a string only
-    because the table was created while its values were all null (Delta has no null type); no reader of the
-    table's versions so far saw a value of it, so retyping it (a ``metaData`` action, as schema evolution
-    writes) loses nothing, and Delta readers then read the type ``read_committed`` and Spark's reader infer.
-    Time travel to the versions before reads them with their own ``metaData``. A column with a value in a kept
-    file keeps the table's type (:func:`_table_partition_types`). Reads the table's file list (once per process,
-    :attr:`DeltaState.files`) only when a column may be retyped."""
+    """The columns the table declares as ``string`` whose new files (``inferred``: their types, as
+    ``read_committed`` and Spark's reader type them) hold another type, while every file the table keeps (its
+    files but ``gone``) holds no value of the column (:func:`_valued`): each to the Delta type of its new values.
+    Such a column is a string only because the table was created while its values were all null (Delta has no
+    null type): a partition column whose directories were all the null partition, or a data column of nulls only
+    (Parquet's null type, as pyarrow writes ``pa.null()`` and Spark's writer its ``NullType``). No reader of the
+    table's versions so far saw a value of it, so retyping it (a ``metaData`` action, as schema evolution writes)
+    loses nothing, and Delta readers then read the type ``read_committed`` reads (not a struct, list or map: the
+    kept files' statistics hold the column as a string's). Time travel to the versions
+    before reads them with their own ``metaData``. A column with a value in a kept file keeps the table's type
+    (:func:`_table_partition_types`; a data column is refused by :func:`_check_compatible`). Reads the table's
+    file list (once per process, :attr:`DeltaState.files`) only when a column may be retyped, and the footers of
+    the kept files only when a data column may be."""
     candidates = {}
-    for column in state.partition_columns:
+    for column in inferred.names:
         declared = state.schema.field(column).type if column in state.schema.names else None
-        if column in inferred.names and declared is not None and pa.types.is_string(declared):
+        if declared is not None and pa.types.is_string(declared):
             found = inferred.field(column).type
-            if not pa.types.is_null(found) and not pa.types.is_string(delta_type(found)):
+            # not to a nested type: the files' statistics count the string's nulls as one number, where a
+            # struct's are per field (delta-rs then fails to read the table)
+            typed = not pa.types.is_null(found) and not pa.types.is_nested(found)
+            if typed and not pa.types.is_string(delta_type(found)):
                 candidates[column] = delta_type(found)
-    if not candidates:
-        return {}
-    for relative in set(state.files).difference(gone):
-        for column, raw in parse_partition_path(relative):
-            if raw != DEFAULT_PARTITION_NAME:
-                candidates.pop(column, None)
+    for relative in set(state.files).difference(gone) if candidates else ():
+        for column in _valued(state, relative, set(candidates)):
+            candidates.pop(column)
         if not candidates:
             break
     return candidates
+
+
+def _valued(state: DeltaState, relative: str, columns: set[str]) -> set[str]:
+    """The ``columns`` the table's file ``relative`` may hold a value of: a partition column whose directory is
+    not the null partition; a data column its footer declares with another type than Parquet's null type, unless
+    its statistics count as many nulls as rows (the footer read only when a data column is asked for)."""
+    partitions = dict(parse_partition_path(relative))
+    valued = {c for c in columns & partitions.keys() if partitions[c] != DEFAULT_PARTITION_NAME}
+    data = columns - partitions.keys()
+    if data:
+        with open_sized(state.storage, state.storage.join(relative), state.files[relative]) as parquet:
+            footer = parquet.metadata
+        schema, leaves = footer.schema.to_arrow_schema(), file_statistics(footer)
+        for column in data & set(schema.names):
+            nulls = leaves.get((column,), None)
+            counted = nulls is not None and nulls.null_count == footer.num_rows
+            if not pa.types.is_null(schema.field(column).type) and not counted:
+                valued.add(column)
+    return valued
 
 
 def _with_types(schema: pa.Schema, types: Mapping[str, pa.DataType]) -> pa.Schema:

@@ -128,6 +128,10 @@ def _refusal(typ: pa.DataType) -> str | None:
         return f"{typ} (Iceberg format 2 timestamps hold microseconds); cast it to timestamp('us')"
     if (pa.types.is_time(typ) and typ != pa.time64("us")) or pa.types.is_duration(typ) or pa.types.is_interval(typ):
         return f"{typ} (Iceberg has no duration or interval type, and times in microseconds only); cast it to int64 or string"
+    if pa.types.is_null(typ):
+        return ("null (a column of nulls only: its files store Parquet's null type, which pyiceberg's reader refuses "
+                "in a format 2 table, and the output's schema keeps the type for every later batch); give it the type "
+                "its values will have (pa.nulls(n, pa.int64()), in Spark lit(None).cast('bigint'))")
     if pa.types.is_date64(typ):
         return f"{typ} (Iceberg dates are days); cast it to date32"
     if pa.types.is_decimal(typ) and (typ.precision > 38 or isinstance(typ, pa.Decimal256Type)):
