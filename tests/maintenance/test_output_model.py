@@ -332,6 +332,16 @@ class OutputModel(RuleBasedStateMachine):
             abandoned = {f.path for b in result.abandoned for f in b.inputs}
             for file in (f for b in result.plan.bins for f in b.inputs if f.path not in abandoned):
                 self.stale.update(pq.read_table(file.path, columns=["id"]).column("id").to_pylist())
+        self._unmade_mirrors()
+
+    def _unmade_mirrors(self) -> None:
+        """After an optimize: a mirror no writer could make yet (its log committed no file then; Spark's own sink
+        committed files since) is not made by optimize, which follows the tables the output has: it waits for the
+        next commit of a writer of ours, or a sync."""
+        if self.delta and not deltalake.DeltaTable.is_deltatable(self.out):
+            self.delta_behind = True
+        if self.iceberg and current_metadata(Storage(self.out)) is None:
+            self.iceberg_behind = True
 
     @precondition(lambda self: self.snapshots)
     @rule(before_log=st.booleans())
@@ -425,6 +435,7 @@ class OutputModel(RuleBasedStateMachine):
         else:  # the rerun: plans from the log again
             self._optimized(optimize(self.out, **config["kwargs"]))
             self._committed(MetadataLog(self.out).latest_batch_id(), [])  # the child's swap and padding, if any
+            self._unmade_mirrors()
 
     # -- readers ---------------------------------------------------------------------------------------
 
@@ -675,6 +686,19 @@ REGRESSIONS = {
         ("append", dict(rows=[_row(0.0)], replay=False, how="omit", which=0, stopped=False)),
         ("spark_sink", dict(rows=[_row(x) for x in (0.0, 0.0, 1.0, 0.0, 5.0)], replay=False)),
     ], ("x = -0.0D",)),
+    # sync_delta_log and sync_iceberg of a log committing no file yet make no table (no schema to give it); Spark's
+    # own sink then committed files, and an optimize, which follows the tables the output has, made none either: the
+    # model expected both mirrors in step after a commit of ours (a defect of the model: they wait for a writer's
+    # next commit or a sync)
+    "a-mirror-synced-before-any-file-waits-past-an-optimize": ([
+        ("start", dict(partitioned=True, interval=None, delta=False, retention=None, retain=None, delay=None)),
+        ("append", dict(rows=[], replay=False, how="omit", which=0, stopped=False)),
+        ("sync", {}),
+        ("iceberg_sync", {}),
+        ("spark_sink", dict(rows=[_row(math.nan, 0, "a", 0)] * 2, replay=False)),
+        ("optimize", dict(size="2KB", order="z_order", how="omit", which=0)),
+        ("append", dict(rows=[_row(1.0, p=1)], replay=False, how="omit", which=0, stopped=True)),
+    ], ()),
     "optimize-killed-after-its-commit-leaves-the-delta-log-behind": ([
         ("start", dict(partitioned=False, interval=None, delta=True, retention=None, retain=None, delay=None)),
         *[("append", dict(rows=[_row(1.0)], replay=False, how="omit", which=0, stopped=True))] * 2,
