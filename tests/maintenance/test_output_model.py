@@ -436,6 +436,8 @@ class OutputModel(RuleBasedStateMachine):
             self._optimized(optimize(self.out, **config["kwargs"]))
             self._committed(MetadataLog(self.out).latest_batch_id(), [])  # the child's swap and padding, if any
             self._unmade_mirrors()
+            if self.delta:  # what the child replaced (which files, the model cannot tell) the Delta log may keep
+                self.stale.update(before)
 
     # -- readers ---------------------------------------------------------------------------------------
 
