@@ -52,6 +52,7 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -60,7 +61,7 @@ from ..errors import MissingDataFileError, ParameterError, SnapshotExpiredError,
 from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
-from ..log.entry import records_of
+from ..log.entry import BATCH_KEY, EXPIRED_KEY, records_of
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import read_snapshot
 from ..read.history import optimize_figures, optimize_key
@@ -845,25 +846,55 @@ def _all_new(storage: Storage, since: Snapshot, known: dict[str, Any]) -> bool:
 
 def _new_batches(storage: Storage, since: Snapshot, first: int) -> Any:
     """(batch, the files it added, False, None) for each batch from ``first`` to ``since``'s latest: the steps
-    of a sync whose batches only add files (:func:`_all_new`)."""
+    of a sync whose batches only add files (:func:`_all_new`, or :func:`_log_batches` after the last batch that
+    dropped any). The files are sorted by batch once and each batch's sliced: a batch costs its own files."""
     table = since.files.table
-    ids = table.column("batch_id")
-    for batch in range(first, since.latest_batch_id + 1):
-        own = CommittedFiles(storage, table.filter(pc.equal(ids, batch)))
+    table = table.take(pc.sort_indices(table, [("batch_id", "ascending")]))
+    bounds = np.searchsorted(table.column("batch_id").to_numpy(), np.arange(first, since.latest_batch_id + 2))
+    for batch, low, high in zip(range(first, since.latest_batch_id + 1), bounds, bounds[1:]):
+        own = CommittedFiles(storage, table.slice(low, high - low))
         yield batch, Snapshot(storage, batch, own), False, None
 
 
+def last_drop(entries: pa.Table) -> int | None:
+    """The newest log batch after which every batch's snapshot is the latest one's files of that batch and
+    before (no file dropped since), from the entries of the latest log snapshot ``entries``: the batch of its
+    retention marker (every compaction after a drop carries it on), -1 when there is none; None when the
+    entries do not all carry their batch (a compact file Spark wrote). Pure.
+
+    Example: ``last_drop(read_snapshot(log).table)`` -> ``-1`` (an output nothing was ever dropped from).
+    """
+    ids = entries.column(BATCH_KEY)
+    if ids.null_count:
+        return None
+    markers = pc.max(ids.filter(pc.is_valid(entries.column(EXPIRED_KEY)))).as_py()
+    return -1 if markers is None else markers
+
+
 def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
-    """(batch, its snapshot, True, the key of the optimize committed as it or None) for each batch from
-    ``first`` to the latest of ``log_snap`` whose snapshot the log still holds (a batch before a compaction's
-    retention is mirrored by the next one)."""
+    """The steps of a sync that reads the whole log: (batch, its snapshot, True, the key of the optimize committed
+    as it or None) for each batch from ``first`` up to the last that dropped files (:func:`last_drop`) whose
+    snapshot the log still holds (a batch before a compaction's retention is mirrored by the next one), then the
+    batch after it, its snapshot the latest one's files up to it, and the batches after that as
+    :func:`_new_batches` (each the files it added, sliced from the latest snapshot read once): a first sync of a
+    log that never dropped a file costs its files and batches, not its batches times its files."""
     swaps = {r.log_batch_id: figures[0] for r in records_of(log_snap.table) if (figures := optimize_figures(r))}
-    for batch in range(first, log_snap.latest + 1):
+    dropped = last_drop(log_snap.table)
+    # the first batch whose snapshot is the latest one's files up to it, mirrored whole: it makes the table's files
+    # those of its snapshot whatever they were before (the batch before it skipped: its log snapshot expired)
+    exact = log_snap.latest + 1 if dropped is None else max(first, dropped + 1)
+    for batch in range(first, min(exact, log_snap.latest + 1)):
         try:
             snap = snapshot_of_log(log, log_snap, None if batch == log_snap.latest else batch)
         except SnapshotExpiredError:
             continue
         yield batch, snap, True, swaps.get(batch)
+    if exact <= log_snap.latest:
+        latest = snapshot_of_log(log, log_snap)
+        files = latest.files.table
+        upto = CommittedFiles(log.storage, files.filter(pc.less_equal(files.column("batch_id"), exact)))
+        yield exact, Snapshot(log.storage, exact, upto), True, swaps.get(exact)
+        yield from _new_batches(log.storage, latest, exact + 1)
 
 
 def _vacuumed_since(storage: Storage, latest: set[str], snap: Snapshot) -> bool:
