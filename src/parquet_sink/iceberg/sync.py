@@ -426,6 +426,10 @@ def _check_ours(table: Any, storage: Storage, name: Any, checked: bool = False) 
 # committed last and the data files its current snapshot lists, so the next sync of the same table costs its
 # batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
 _KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+# per process, per table location: the entries of each manifest of the newest snapshot this process wrote, as
+# written, so a merge of manifests reads them from memory (a first sync merges every entry once per tier it climbs,
+# and read each back from its file: a third of its time); a manifest no longer listed is dropped
+_WRITTEN: dict[str, dict[str, list[Any]]] = {}
 # per process, per output root: the table without catalog (bound to its in-memory catalog) this process committed
 # or opened last, used again while its metadata file is the newest (no new catalog, no metadata read)
 _OPENED: dict[str, Any] = {}
@@ -740,8 +744,9 @@ def _mirror_producer() -> type:
     without them; none read when nothing is dropped) labelled with the operation the sync names (pyiceberg 0.12 has no producer of
     ``replace`` snapshots, and its summary code computes the totals of ``overwrite``, ``delete`` and ``append``
     only: the totals are computed as an overwrite's, then the label set), its manifests merged in tiers
-    (:func:`merge_tiers`)."""
-    from pyiceberg.manifest import ManifestContent
+    (:func:`merge_tiers`), a merge reading the entries of a manifest this process wrote from memory
+    (:data:`_WRITTEN`)."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, _inherit_from_manifest
     from pyiceberg.table.snapshots import Operation
     from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _OverwriteFiles
 
@@ -749,6 +754,37 @@ def _mirror_producer() -> type:
         def __init__(self, transaction: Any, label: str, properties: dict[str, str]) -> None:
             super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=properties)
             self._label = Operation(label)
+            self._written = _WRITTEN.setdefault(transaction.table_metadata.location, {})
+
+        def new_manifest_writer(self, spec: Any) -> Any:
+            writer = super().new_manifest_writer(spec)
+            entries: list[Any] = []
+            add_entry, finish = writer.add_entry, writer.to_manifest_file
+
+            def recorded(entry: Any) -> Any:  # every entry a writer writes goes through add_entry
+                entries.append(entry)
+                return add_entry(entry)
+
+            def manifest() -> Any:
+                made = finish()
+                self._written[made.manifest_path] = entries
+                return made
+
+            writer.add_entry, writer.to_manifest_file = recorded, manifest
+            return writer
+
+        def fetch_manifest_entry(self, manifest: Any, discard_deleted: bool = True) -> list[Any]:
+            entries = self._written.get(manifest.manifest_path)
+            if entries is None:
+                return super().fetch_manifest_entry(manifest, discard_deleted)
+            # as the file reads: a copy of each entry as written, its sequence numbers inherited from the manifest
+            return [
+                _inherit_from_manifest(ManifestEntry.from_args(
+                    status=e.status, snapshot_id=e.snapshot_id, sequence_number=e.sequence_number,
+                    file_sequence_number=e.file_sequence_number, data_file=e.data_file,
+                ), manifest)
+                for e in entries if not discard_deleted or e.status != ManifestEntryStatus.DELETED
+            ]
 
         # a snapshot that drops no file reads no manifest, as a fast append (the overwrite's partition filter
         # cannot rule out a manifest of an unpartitioned table: it would read every one)
@@ -778,7 +814,10 @@ def _mirror_producer() -> type:
                     break  # one manifest per spec in this tier: nothing to merge
                 merged = [merger._create_manifest(spec, group) for spec, group in by_spec.items()]
                 data = merged + [m for i, m in enumerate(data) if i not in set(chosen)]
-            return data + [m for m in manifests if m.content != ManifestContent.DATA]
+            listed = data + [m for m in manifests if m.content != ManifestContent.DATA]
+            for path in set(self._written) - {m.manifest_path for m in listed}:
+                del self._written[path]  # merged away or rewritten: no later snapshot of this table lists it
+            return listed
 
     return MirrorFiles
 
@@ -790,12 +829,13 @@ def _live(manifest: Any) -> int:
 
 def _commit_batch(
     storage: Storage, transaction: Any, batch: int, files: CommittedFiles, whole: bool, known: dict[str, Any],
-    zone: str, swap_key: str | None,
+    zone: str, swap_key: str | None, footers: ThreadPoolExecutor,
 ) -> tuple[int, int]:
     """Stage the snapshot mirroring log batch ``batch`` in ``transaction``, ``known`` the table's files before
     it (updated): ``files`` are the batch's snapshot (``whole``: the files ``known`` lacks are dropped) or only
-    the files the batch added; ``swap_key``: the key of the optimize committed as that batch, if it is one.
-    (files added, files removed)."""
+    the files the batch added; ``swap_key``: the key of the optimize committed as that batch, if it is one;
+    ``footers``: the threads reading the new files' footers (the sync's, not a batch's: a first sync of many
+    small batches started threads per batch). (files added, files removed)."""
     table = files.table
     outside = [p for p in table.column("outside_path").to_pylist() if p is not None]
     if outside:
@@ -818,10 +858,7 @@ def _commit_batch(
         schema = metadata.schema()
         types = {f.source_id: schema.find_field(f.source_id).field_type for f in metadata.spec().fields}
         fragments = {f.path: f for f in dataset.get_fragments()}
-        with ThreadPoolExecutor(min(_FOOTER_THREADS, len(new))) as pool:
-            added = list(pool.map(
-                lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files
-            ))
+        added = list(footers.map(lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files))
     root = _location(storage, storage.root).rstrip("/") + "/"
     swaps = bool(new) and set(table.column("batch_id").take(new).to_pylist()) == {batch}
     operation = snapshot_operation(len(added), [g[len(root):] for g in gone], swap_key, swaps)
@@ -1003,26 +1040,28 @@ def _sync(
     first = 0 if previous is None else previous + 1
     latest_paths: set[str] | None = None  # the latest batch's files (whole mode), when a batch's file is missing
     steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
-    for batch, snap, whole, swap_key in steps:
-        try:
-            if transaction is None:
-                if not snap.files.table.num_rows:
-                    continue  # no file committed yet: no schema to create the table with
-                transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema,
-                                         _partition_columns(snap))
-            more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
-        except MissingDataFileError:
-            if not whole or batch == latest:
-                raise
-            if latest_paths is None:  # read once, only when a batch's file is missing
-                latest_paths = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
-            if not _vacuumed_since(storage, latest_paths, snap):
-                raise
-            continue  # mirrored by the next batch, as a batch whose log snapshot expired
-        added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
-        if staged == _BATCHES_PER_COMMIT and batch < latest:
-            committed, staged = commit(transaction), 0
-            transaction = _staged(committed.transaction())
+    with ThreadPoolExecutor(_FOOTER_THREADS, thread_name_prefix="iceberg-footers") as footers:
+        for batch, snap, whole, swap_key in steps:
+            try:
+                if transaction is None:
+                    if not snap.files.table.num_rows:
+                        continue  # no file committed yet: no schema to create the table with
+                    transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema,
+                                             _partition_columns(snap))
+                more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key,
+                                             footers)
+            except MissingDataFileError:
+                if not whole or batch == latest:
+                    raise
+                if latest_paths is None:  # read once, only when a batch's file is missing
+                    latest_paths = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
+                if not _vacuumed_since(storage, latest_paths, snap):
+                    raise
+                continue  # mirrored by the next batch, as a batch whose log snapshot expired
+            added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
+            if staged == _BATCHES_PER_COMMIT and batch < latest:
+                committed, staged = commit(transaction), 0
+                transaction = _staged(committed.transaction())
     if transaction is None:
         return result(existing)
     if staged:
