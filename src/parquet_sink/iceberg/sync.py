@@ -13,7 +13,7 @@ are merged in tiers (:func:`merge_tiers`) so the manifest list stays small; each
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
 sync in step does nothing; one a batch behind reads only that batch's log file). ``vacuum`` expires the snapshots
 past its retention and deletes what they alone referenced (:mod:`.expiry`). The snapshots of one sync are one catalog commit (one metadata file), or one per
-:data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
+:func:`commit_size` batches (doubling) when it catches up more: a sync that fails leaves the table at the last batch
 one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
 the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
 
@@ -87,8 +87,12 @@ _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table wit
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
 _FOOTER_THREADS = 8
 # snapshots staged in one catalog commit: a sync of many batches (the first of an output with a long log) commits
-# them this many at a time, each commit a consistent prefix (a sync that fails resumes after its last commit)
+# them in turn, each commit a consistent prefix (a sync that fails resumes after its last commit), at least this many
+# a commit and as many as the table holds already, up to _MAX_BATCHES_PER_COMMIT: each commit writes a metadata file
+# listing every snapshot, so commits of a fixed size made a catch-up write batches^2 / size snapshots (1,000
+# batches: 63 files, 31,000 snapshots); doubling, about twice the batches (a failure loses at most half the progress)
 _BATCHES_PER_COMMIT = 16
+_MAX_BATCHES_PER_COMMIT = 256
 # manifests merged in tiers (an LSM's): a snapshot merges the manifests of one tier (live entries 1..7, 8..63,
 # 64..511, ...) once it holds this many, so the manifest list holds at most about this many per tier (a few dozen
 # at 100,000 files) and each entry is rewritten once per tier it climbs: O(log n), never the table per commit
@@ -548,7 +552,33 @@ def _applied(base: Any, updates: tuple[Any, ...], since: tuple[Any, ...] = (), m
             result = result.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
     result.spec().check_compatible(result.schema())
     result.sort_order().check_compatible(result.schema())
+    if type(result) is not (indexed := _indexed_class(type(result))):
+        object.__setattr__(result, "__class__", indexed)  # the same fields and layout: a frozen model's class
     return metadata, context, result
+
+
+# the snapshot list indexed last and its snapshots by id (:func:`_indexed_class`): a list is never changed in place
+# (pyiceberg's updates copy on write), so the index holds while the list it was made of is the one looked in
+_SNAPSHOT_INDEX: tuple[list[Any] | None, dict[int, Any]] = (None, {})
+
+
+@functools.cache
+def _indexed_class(base: type) -> type:
+    """``base`` (pyiceberg's table metadata model) whose ``snapshot_by_id`` looks the snapshot up in an index of
+    its snapshot list made once per list (:data:`_SNAPSHOT_INDEX`); pyiceberg's scans the list, ~15 times a
+    batch's sync (the producer finds the parent snapshot, the summary the previous one, the table its current)."""
+
+    class Indexed(base):  # type: ignore[misc, valid-type]
+        def snapshot_by_id(self, snapshot_id: int) -> Any:
+            global _SNAPSHOT_INDEX
+            snapshots, index = _SNAPSHOT_INDEX
+            if snapshots is not self.snapshots:
+                snapshots, index = self.snapshots, {s.snapshot_id: s for s in self.snapshots}
+                _SNAPSHOT_INDEX = (snapshots, index)
+            return index.get(snapshot_id)
+
+    Indexed.__name__ = Indexed.__qualname__ = f"Indexed{base.__name__}"
+    return Indexed
 
 
 @functools.cache
@@ -822,6 +852,15 @@ def _mirror_producer() -> type:
     return MirrorFiles
 
 
+def commit_size(kept: int) -> int:
+    """The batches a sync stages in one catalog commit when the table holds ``kept`` snapshots: at least
+    :data:`_BATCHES_PER_COMMIT`, as many as it holds (doubling), at most :data:`_MAX_BATCHES_PER_COMMIT`. Pure.
+
+    Example: ``[commit_size(n) for n in (0, 16, 100, 10_000)]`` -> ``[16, 16, 100, 256]``.
+    """
+    return min(max(_BATCHES_PER_COMMIT, kept), _MAX_BATCHES_PER_COMMIT)
+
+
 def _live(manifest: Any) -> int:
     """The entries of a manifest a scan reads (added and existing files)."""
     return (manifest.added_files_count or 0) + (manifest.existing_files_count or 0)
@@ -1059,7 +1098,7 @@ def _sync(
                     raise
                 continue  # mirrored by the next batch, as a batch whose log snapshot expired
             added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
-            if staged == _BATCHES_PER_COMMIT and batch < latest:
+            if staged >= commit_size(len(transaction.table_metadata.snapshots) - staged) and batch < latest:
                 committed, staged = commit(transaction), 0
                 transaction = _staged(committed.transaction())
     if transaction is None:
