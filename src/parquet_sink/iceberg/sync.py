@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -366,7 +366,7 @@ def _output_catalog(base: type) -> type:
 
         def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
             response = super().commit_table(table, requirements, updates)
-            self._committed = (response.metadata_location, response.metadata)
+            self._committed = (response.metadata_location, _indexed(response.metadata))
             return response
 
         def _convert_orm_to_iceberg(self, orm_table: Any) -> Any:
@@ -552,9 +552,15 @@ def _applied(base: Any, updates: tuple[Any, ...], since: tuple[Any, ...] = (), m
             result = result.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
     result.spec().check_compatible(result.schema())
     result.sort_order().check_compatible(result.schema())
-    if type(result) is not (indexed := _indexed_class(type(result))):
-        object.__setattr__(result, "__class__", indexed)  # the same fields and layout: a frozen model's class
-    return metadata, context, result
+    return metadata, context, _indexed(result)
+
+
+def _indexed(metadata: Any) -> Any:
+    """``metadata`` (pyiceberg's table metadata), its class made :func:`_indexed_class`'s of it (the same fields
+    and layout: a frozen model's class is all that changes)."""
+    if not getattr(type(metadata), "indexed", False):
+        object.__setattr__(metadata, "__class__", _indexed_class(type(metadata)))
+    return metadata
 
 
 # the snapshot list indexed last and its snapshots by id (:func:`_indexed_class`): a list is never changed in place
@@ -569,6 +575,8 @@ def _indexed_class(base: type) -> type:
     batch's sync (the producer finds the parent snapshot, the summary the previous one, the table its current)."""
 
     class Indexed(base):  # type: ignore[misc, valid-type]
+        indexed: ClassVar[bool] = True
+
         def snapshot_by_id(self, snapshot_id: int) -> Any:
             global _SNAPSHOT_INDEX
             snapshots, index = _SNAPSHOT_INDEX
