@@ -428,13 +428,15 @@ def test_a_sync_per_batch_does_not_copy_or_read_the_snapshots_kept(tmp_path, mon
     catalog's commit once more), parses no metadata file (pyiceberg's commit read the one it wrote last again)
     and reads the log-batch marker of as many snapshots (not every snapshot's, looking for another writer's);
     it finds no snapshot by id by scanning the snapshot list (pyiceberg's ``snapshot_by_id``: ~15 scans a batch;
-    the sync's transactions index the list once per list)."""
+    the sync's transactions index the list once per list); the metadata file it writes, which lists every
+    snapshot, serializes only the new one (pyiceberg's serialized them all), the JSON pyiceberg writes."""
     from pyiceberg.table.metadata import TableMetadataCommonFields, TableMetadataUtil
     from pyiceberg.table.snapshots import Snapshot
 
     work: Counter = Counter()
     copy, parse, marker = Snapshot.__deepcopy__, TableMetadataUtil.parse_raw, iceberg_sync._marker
-    scan = TableMetadataCommonFields.snapshot_by_id
+    scan, dump = TableMetadataCommonFields.snapshot_by_id, Snapshot.model_dump_json
+    monkeypatch.setattr(Snapshot, "model_dump_json", lambda self, **k: work.update(["serialized"]) or dump(self, **k))
     monkeypatch.setattr(TableMetadataCommonFields, "snapshot_by_id",
                         lambda self, snapshot_id: work.update(["scanned"]) or scan(self, snapshot_id))
     monkeypatch.setattr(Snapshot, "__deepcopy__", lambda self, memo=None: work.update(["copied"]) or copy(self, memo))
@@ -453,12 +455,14 @@ def test_a_sync_per_batch_does_not_copy_or_read_the_snapshots_kept(tmp_path, mon
             counts.append(Counter(work))
         table = StaticTable.from_metadata(result.metadata_location)
         assert len(table.metadata.snapshots) == batches + 2
+        assert json.loads(Path(result.metadata_location).read_text()) == json.loads(table.metadata.model_dump_json())
         _assert_same(table.scan().to_arrow(), root)
         return counts
 
     small, large = in_step(tmp_path / "small", 3), in_step(tmp_path / "large", 30)
     assert small == large, (small, large)
     assert not any(count["copied"] or count["parsed"] or count["scanned"] for count in large), large
+    assert all(count["serialized"] == 1 for count in large), large
 
 
 def test_a_first_sync_does_work_of_its_files_and_batches_not_their_product(tmp_path, monkeypatch):

@@ -285,7 +285,6 @@ def _local_catalog() -> type:
     """pyiceberg's SQL catalog (in memory, for the table without catalog) writing its metadata files whole on
     local disk (:class:`_PublishedOutput`), where pyiceberg's FileIO writes them in place."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.serializers import ToOutputFile
     from sqlalchemy import create_engine
     from sqlalchemy.pool import StaticPool
 
@@ -301,10 +300,40 @@ def _local_catalog() -> type:
         def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:  # type: ignore[override]
             if not self.storage.is_local:
                 return SqlCatalog._write_metadata(metadata, io, metadata_path)
-            ToOutputFile.table_metadata(metadata, _PublishedOutput(self.storage, metadata_path))
+            with _PublishedOutput(self.storage, metadata_path).create() as output:
+                output.write(metadata_json(metadata, metadata_path))
             _WHOLE.add(_path(self.storage, metadata_path))
 
     return LocalCatalog
+
+
+# per table location: the JSON of each snapshot of the metadata file written last, by snapshot id, with the
+# snapshot it is of (a snapshot is immutable: its JSON holds while that object is the table's)
+_SNAPSHOT_JSON: dict[str, dict[int, tuple[Any, str]]] = {}
+
+
+def metadata_json(metadata: Any, location: str) -> bytes:
+    """The metadata file (at ``location``) of the table metadata ``metadata``, the JSON pyiceberg's
+    ``ToOutputFile.table_metadata`` writes, each snapshot serialized once per process (:data:`_SNAPSHOT_JSON`) and
+    spliced in: a metadata file lists every snapshot the table keeps, and pyiceberg serializes them all on each
+    commit (~10 us a snapshot; 1,200 snapshots: 12 ms a batch's sync).
+
+    Example: ``json.loads(metadata_json(table.metadata, location)) == json.loads(table.metadata.model_dump_json())``.
+    """
+    from pyiceberg.serializers import Compressor
+    from pyiceberg.utils.config import Config
+
+    exclude_none = not Config().get_bool("legacy-current-snapshot-id")  # as ToOutputFile.table_metadata decides
+    known, kept = _SNAPSHOT_JSON.get(metadata.location, {}), {}
+    for snap in metadata.snapshots:
+        cached = known.get(snap.snapshot_id)
+        kept[snap.snapshot_id] = cached if cached is not None and cached[0] is snap else (
+            snap, snap.model_dump_json(exclude_none=exclude_none))
+    _SNAPSHOT_JSON[metadata.location] = kept
+    head = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
+    snapshots = ",".join(text for _, text in kept.values())
+    text = f'{head[:-1]}{"," if head != "{}" else ""}"snapshots":[{snapshots}]}}'
+    return Compressor.get_compressor(location).bytes_compressor()(text.encode())
 
 
 def is_table_identifier(value: object) -> bool:
