@@ -459,7 +459,7 @@ def _check_ours(table: Any, storage: Storage, name: Any, checked: bool = False) 
 # committed last and the data files its current snapshot lists, so the next sync of the same table costs its
 # batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
 _KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
-# per process, per table location: the entries of each manifest of the newest snapshot this process wrote, as
+# per process, per table (its metadata directory): the entries of each manifest of the newest snapshot this process wrote, as
 # written, so a merge of manifests reads them from memory (a first sync merges every entry once per tier it climbs,
 # and read each back from its file: a third of its time); a manifest no longer listed is dropped
 _WRITTEN: dict[str, dict[str, list[Any]]] = {}
@@ -821,7 +821,8 @@ def _mirror_producer() -> type:
         def __init__(self, transaction: Any, label: str, properties: dict[str, str]) -> None:
             super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=properties)
             self._label = Operation(label)
-            self._written = _WRITTEN.setdefault(transaction.table_metadata.location, {})
+            metadata = transaction.table_metadata  # the table's own metadata directory: an output may keep two tables
+            self._written = _WRITTEN.setdefault(metadata.properties.get("write.metadata.path", metadata.location), {})
 
         def new_manifest_writer(self, spec: Any) -> Any:
             writer = super().new_manifest_writer(spec)
