@@ -592,27 +592,37 @@ def _indexed(metadata: Any) -> Any:
     return metadata
 
 
-# the snapshot list indexed last and its snapshots by id (:func:`_indexed_class`): a list is never changed in place
-# (pyiceberg's updates copy on write), so the index holds while the list it was made of is the one looked in
-_SNAPSHOT_INDEX: tuple[list[Any] | None, dict[int, Any]] = (None, {})
+# snapshot id -> its position in the snapshot list it was last found in (:func:`_indexed_class`): a lookup checks
+# the list holds that snapshot there, so a stale position (another table's, a list snapshots were expired from)
+# is only a miss; pyiceberg's updates copy a list on write, appending, so a table's positions hold across versions
+_POSITIONS: dict[int, int] = {}
+_SCANNED: list[Any] | None = None  # the snapshot list scanned whole last: an id not at its position is not in it
 
 
 @functools.cache
 def _indexed_class(base: type) -> type:
-    """``base`` (pyiceberg's table metadata model) whose ``snapshot_by_id`` looks the snapshot up in an index of
-    its snapshot list made once per list (:data:`_SNAPSHOT_INDEX`); pyiceberg's scans the list, ~15 times a
-    batch's sync (the producer finds the parent snapshot, the summary the previous one, the table its current)."""
+    """``base`` (pyiceberg's table metadata model) whose ``snapshot_by_id`` finds the snapshot at its position
+    (:data:`_POSITIONS`), else scans the list from its end (where new snapshots are), noting the positions it
+    passes; pyiceberg's scans the list from its start, ~15 times a batch's sync (the producer finds the parent
+    snapshot, the summary the previous one, the table its current)."""
 
     class Indexed(base):  # type: ignore[misc, valid-type]
         indexed: ClassVar[bool] = True
 
         def snapshot_by_id(self, snapshot_id: int) -> Any:
-            global _SNAPSHOT_INDEX
-            snapshots, index = _SNAPSHOT_INDEX
-            if snapshots is not self.snapshots:
-                snapshots, index = self.snapshots, {s.snapshot_id: s for s in self.snapshots}
-                _SNAPSHOT_INDEX = (snapshots, index)
-            return index.get(snapshot_id)
+            snapshots = self.snapshots
+            at = _POSITIONS.get(snapshot_id)
+            if at is not None and at < len(snapshots) and snapshots[at].snapshot_id == snapshot_id:
+                return snapshots[at]
+            global _SCANNED
+            if snapshots is _SCANNED:
+                return None  # every position of this list noted: it lacks the snapshot
+            for at in range(len(snapshots) - 1, -1, -1):
+                _POSITIONS[snapshots[at].snapshot_id] = at
+                if snapshots[at].snapshot_id == snapshot_id:
+                    return snapshots[at]
+            _SCANNED = snapshots
+            return None
 
     Indexed.__name__ = Indexed.__qualname__ = f"Indexed{base.__name__}"
     return Indexed
