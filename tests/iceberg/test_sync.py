@@ -428,7 +428,7 @@ def test_a_sync_per_batch_does_not_copy_or_read_the_snapshots_kept(tmp_path, mon
     catalog's commit once more), parses no metadata file (pyiceberg's commit read the one it wrote last again)
     and reads the log-batch marker of as many snapshots (not every snapshot's, looking for another writer's);
     it finds no snapshot by id by scanning the snapshot list (pyiceberg's ``snapshot_by_id``: ~15 scans a batch;
-    the sync's transactions index the list once per list); the metadata file it writes, which lists every
+    the sync's transactions find a snapshot at its noted position); the metadata file it writes, which lists every
     snapshot, serializes only the new one (pyiceberg's serialized them all), the JSON pyiceberg writes."""
     from pyiceberg.table.metadata import TableMetadataCommonFields, TableMetadataUtil
     from pyiceberg.table.snapshots import Snapshot
