@@ -14,6 +14,12 @@ each checkout, interleaved with delta-rs's on the same outputs)::
 
     .venv/bin/python -m benchmarks.compare /tmp/base . --growth --growth-sizes 1000,10000 --rounds 3
 
+With ``--iceberg`` (``--iceberg-sizes``, ``--iceberg-snapshots``, ``--shapes``), the iceberg section's table (10) with
+rows of the base (``before``) beside the change's (``after``): each checkout's first sync and syncs per batch in a
+fresh process of its own, on a copy of the same output, beside pyiceberg's on its twin::
+
+    .venv/bin/python -m benchmarks.compare /tmp/base . --iceberg --iceberg-sizes 1000,10000 --shapes batches,snapshots
+
 Each round runs the base and the change once each, in alternating order, on the same log (each compaction in a
 fresh subprocess of its checkout, as section 4b times ours); prints per checkout the median and min wall and CPU
 time and the median peak RSS growth, and the medians of the per-round ratios change/base.
@@ -27,7 +33,7 @@ import shutil
 import statistics
 import tempfile
 
-from . import growth_bench
+from . import growth_bench, iceberg_bench
 from .compaction_bench import SHAPES, _cleanup, _ours, synth_shape
 
 
@@ -56,9 +62,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--growth-sizes", default="1000,10000")
     p.add_argument("--shapes", default=",".join(growth_bench.SHAPES))
     p.add_argument("--ops", default=",".join(growth_bench.OURS))
+    p.add_argument("--iceberg", action="store_true", help="compare the iceberg section's syncs instead")
+    p.add_argument("--iceberg-sizes", default="1000,10000")
+    p.add_argument("--iceberg-snapshots", default="100,1000")
     args = p.parse_args(argv)
     if args.rounds is None:
         args.rounds = growth_bench.REPEATS if args.growth else 16
+    if args.iceberg:
+        shapes = args.shapes if args.shapes != ",".join(growth_bench.SHAPES) else ",".join(iceberg_bench.ICEBERG_SHAPES)
+        with tempfile.TemporaryDirectory(prefix="parquet_sink_compare_") as work:
+            results = iceberg_bench.run(work, growth_bench.parse_sizes(args.iceberg_sizes), shapes.split(","),
+                                        iceberg_bench.parse_snapshots(args.iceberg_snapshots), args.base, args.change)
+        print(iceberg_bench.section(results))
+        return
     if args.growth:
         work = tempfile.mkdtemp(prefix="parquet_sink_compare_")
         try:

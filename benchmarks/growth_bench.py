@@ -125,7 +125,8 @@ def twin(out: str, target: str) -> str:
     """A copy of ``out``, its data files hard-linked, its logs copied: what a run that changes an output changes."""
     shutil.copytree(out, target, copy_function=os.link, ignore=shutil.ignore_patterns("_delta_log", "_spark_metadata"))
     for name in ("_delta_log", "_spark_metadata"):
-        shutil.copytree(os.path.join(out, name), os.path.join(target, name))
+        if os.path.isdir(os.path.join(out, name)):  # an output without a Delta log has none to copy
+            shutil.copytree(os.path.join(out, name), os.path.join(target, name))
     return target
 
 

@@ -17,7 +17,7 @@ log kept in step with _spark_metadata: Delta commit cost per batch, reading thro
 ("growth") each operation (append, Delta sync, count, filtered read, time travel, history, verify, vacuum, optimize)
 as an output grows 10x at a time, in three shapes, cold and warm, beside delta-rs (``--growth-sizes``); 10
 ("iceberg") the Iceberg table kept in step: first sync and sync per batch in the same three shapes, beside
-pyiceberg's own ``append`` and ``add_files`` (``--iceberg-sizes``).
+pyiceberg's own ``append`` and ``add_files`` (``--iceberg-sizes``), and at many snapshots kept (``--iceberg-snapshots``).
 One SparkSession (local[2]) for
 the whole run; temporary data under a temp dir, removed at the end.
 """
@@ -106,17 +106,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "full picture, ~1 hour; quick 100,1000)",
     )
     p.add_argument("--iceberg-sizes", help="output sizes (files) of the iceberg section (default 1000,10000; quick 100,1000)")
+    p.add_argument("--iceberg-snapshots", help="batches (snapshots kept) of the iceberg section's snapshots shape "
+                   "(default 100,1000; quick 40,200)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     args = p.parse_args(argv)
     if args.quick:
         defaults = {"repeats": 2, "sink_repeats": 2, "batches": 3, "rows": 50_000, "history": "100x1,1000x1,1000x10",
                     "shape_entries": 100_000, "shape_repeats": 2, "stream_batches": 10, "delta_batches": 20, "delta_rows": 1_000,
                     "delta_sizes": "1000,10000", "filter_files": "1000", "growth_sizes": "100,1000", "iceberg_sizes": "100,1000",
+                    "iceberg_snapshots": "40,200",
                     "optimize_files": 1_000, "optimize_rows": 100}
     else:
         defaults = {"repeats": 3, "sink_repeats": 5, "batches": 6, "rows": 1_000_000, "history": "1000x1,10000x1,100000x1,100000x10",
                     "shape_entries": 1_000_000, "shape_repeats": 5, "stream_batches": 30, "delta_batches": 200, "delta_rows": 10_000,
                     "delta_sizes": "1000,10000,100000", "filter_files": "10000,100000", "growth_sizes": "1000,10000", "iceberg_sizes": "1000,10000",
+                    "iceberg_snapshots": "100,1000",
                     "optimize_files": 10_000, "optimize_rows": 100}
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -177,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             ctx["growth"] = growth_bench.run(work, growth_bench.parse_sizes(args.growth_sizes), repeats=args.repeats)
         if "iceberg" in args.sections:  # no Spark
             os.sync()
-            ctx["iceberg"] = iceberg_bench.run(work, growth_bench.parse_sizes(args.iceberg_sizes))
+            ctx["iceberg"] = iceberg_bench.run(work, growth_bench.parse_sizes(args.iceberg_sizes),
+                                               snapshots=iceberg_bench.parse_snapshots(args.iceberg_snapshots))
         if "store" in args.sections:  # a process and session of its own (S3A jars), before this one's
             os.sync()
             ctx["store"] = object_store_bench.run_isolated(args.batches, args.rows, args.sink_repeats, args.tmpdir)

@@ -15,7 +15,7 @@ are merged in tiers (:func:`merge_tiers`) so the manifest list stays small; each
 (:data:`MARKER`), so a sync resumes at the batch after the current snapshot's and never appends a file twice (a
 sync in step does nothing; one a batch behind reads only that batch's log file). ``vacuum`` expires the snapshots
 past its retention and deletes what they alone referenced (:mod:`.expiry`). The snapshots of one sync are one catalog commit (one metadata file), or one per
-:data:`_BATCHES_PER_COMMIT` batches when it catches up more: a sync that fails leaves the table at the last batch
+:func:`commit_size` batches (doubling) when it catches up more: a sync that fails leaves the table at the last batch
 one of its commits mirrors, and the next resumes there. A snapshot without the marker is another Iceberg writer's:
 the sync refuses (:class:`IcebergSyncError`), as the Delta mirror refuses a foreign commit.
 
@@ -53,8 +53,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -64,7 +65,7 @@ from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
 from ..partitioning import unescape_path_name
-from ..log.entry import records_of
+from ..log.entry import BATCH_KEY, EXPIRED_KEY, records_of
 from ..log.metadata_log import MetadataLog
 from ..log.snapshot import read_snapshot
 from ..read.history import optimize_figures, optimize_key
@@ -108,8 +109,12 @@ _NAMESPACE = "parquet_sink"  # of the in-memory catalog that commits a table wit
 _METADATA_FILE = re.compile(r"^(\d+)-[^/]*\.metadata\.json$")
 _FOOTER_THREADS = 8
 # snapshots staged in one catalog commit: a sync of many batches (the first of an output with a long log) commits
-# them this many at a time, each commit a consistent prefix (a sync that fails resumes after its last commit)
+# them in turn, each commit a consistent prefix (a sync that fails resumes after its last commit), at least this many
+# a commit and as many as the table holds already, up to _MAX_BATCHES_PER_COMMIT: each commit writes a metadata file
+# listing every snapshot, so commits of a fixed size made a catch-up write batches^2 / size snapshots (1,000
+# batches: 63 files, 31,000 snapshots); doubling, about twice the batches (a failure loses at most half the progress)
 _BATCHES_PER_COMMIT = 16
+_MAX_BATCHES_PER_COMMIT = 256
 # manifests merged in tiers (an LSM's): a snapshot merges the manifests of one tier (live entries 1..7, 8..63,
 # 64..511, ...) once it holds this many, so the manifest list holds at most about this many per tier (a few dozen
 # at 100,000 files) and each entry is rewritten once per tier it climbs: O(log n), never the table per commit
@@ -384,7 +389,6 @@ def _local_catalog() -> type:
     """pyiceberg's SQL catalog (in memory, for the table without catalog) creating its metadata files
     exclusively (:class:`_PublishedOutput`): pyiceberg's FileIO writes them in place, over any other."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.serializers import ToOutputFile
     from sqlalchemy import create_engine
     from sqlalchemy.pool import StaticPool
 
@@ -398,9 +402,39 @@ def _local_catalog() -> type:
             self._init_catalog()
 
         def _write_metadata(self, metadata: Any, io: Any, metadata_path: str) -> None:  # type: ignore[override]
-            ToOutputFile.table_metadata(metadata, _PublishedOutput(self.storage, metadata_path))
+            with _PublishedOutput(self.storage, metadata_path).create() as output:
+                output.write(metadata_json(metadata, metadata_path))
 
     return LocalCatalog
+
+
+# per table location: the JSON of each snapshot of the metadata file written last, by snapshot id, with the
+# snapshot it is of (a snapshot is immutable: its JSON holds while that object is the table's)
+_SNAPSHOT_JSON: dict[str, dict[int, tuple[Any, str]]] = {}
+
+
+def metadata_json(metadata: Any, location: str) -> bytes:
+    """The metadata file (at ``location``) of the table metadata ``metadata``, the JSON pyiceberg's
+    ``ToOutputFile.table_metadata`` writes, each snapshot serialized once per process (:data:`_SNAPSHOT_JSON`) and
+    spliced in: a metadata file lists every snapshot the table keeps, and pyiceberg serializes them all on each
+    commit (~10 us a snapshot; 1,200 snapshots: 12 ms a batch's sync).
+
+    Example: ``json.loads(metadata_json(table.metadata, location)) == json.loads(table.metadata.model_dump_json())``.
+    """
+    from pyiceberg.serializers import Compressor
+    from pyiceberg.utils.config import Config
+
+    exclude_none = not Config().get_bool("legacy-current-snapshot-id")  # as ToOutputFile.table_metadata decides
+    known, kept = _SNAPSHOT_JSON.get(metadata.location, {}), {}
+    for snap in metadata.snapshots:
+        cached = known.get(snap.snapshot_id)
+        kept[snap.snapshot_id] = cached if cached is not None and cached[0] is snap else (
+            snap, snap.model_dump_json(exclude_none=exclude_none))
+    _SNAPSHOT_JSON[metadata.location] = kept
+    head = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
+    snapshots = ",".join(text for _, text in kept.values())
+    text = f'{head[:-1]}{"," if head != "{}" else ""}"snapshots":[{snapshots}]}}'
+    return Compressor.get_compressor(location).bytes_compressor()(text.encode())
 
 
 def is_table_identifier(value: object) -> bool:
@@ -462,7 +496,7 @@ def _output_catalog(base: type) -> type:
 
         def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
             response = super().commit_table(table, requirements, updates)
-            self._committed = (response.metadata_location, response.metadata)
+            self._committed = (response.metadata_location, _indexed(response.metadata))
             return response
 
         def _convert_orm_to_iceberg(self, orm_table: Any) -> Any:
@@ -529,6 +563,10 @@ def _check_ours(table: Any, storage: Storage, name: Any, checked: bool = False) 
 # committed last and the data files its current snapshot lists, so the next sync of the same table costs its
 # batches, not the table's manifests; read whole when the table's metadata file is another (another process synced)
 _KNOWN: dict[tuple[str, str | None], tuple[str, dict[str, Any]]] = {}
+# per process, per table (its metadata directory): the entries of each manifest of the newest snapshot this process wrote, as
+# written, so a merge of manifests reads them from memory (a first sync merges every entry once per tier it climbs,
+# and read each back from its file: a third of its time); a manifest no longer listed is dropped
+_WRITTEN: dict[str, dict[str, list[Any]]] = {}
 # per process, per output root: the table without catalog (bound to its in-memory catalog) this process committed
 # or opened last, used again while its metadata file is the newest (no new catalog, no metadata read)
 _OPENED: dict[str, Any] = {}
@@ -651,7 +689,51 @@ def _applied(base: Any, updates: tuple[Any, ...], since: tuple[Any, ...] = (), m
             result = result.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
     result.spec().check_compatible(result.schema())
     result.sort_order().check_compatible(result.schema())
-    return metadata, context, result
+    return metadata, context, _indexed(result)
+
+
+def _indexed(metadata: Any) -> Any:
+    """``metadata`` (pyiceberg's table metadata), its class made :func:`_indexed_class`'s of it (the same fields
+    and layout: a frozen model's class is all that changes)."""
+    if not getattr(type(metadata), "indexed", False):
+        object.__setattr__(metadata, "__class__", _indexed_class(type(metadata)))
+    return metadata
+
+
+# snapshot id -> its position in the snapshot list it was last found in (:func:`_indexed_class`): a lookup checks
+# the list holds that snapshot there, so a stale position (another table's, a list snapshots were expired from)
+# is only a miss; pyiceberg's updates copy a list on write, appending, so a table's positions hold across versions
+_POSITIONS: dict[int, int] = {}
+_SCANNED: list[Any] | None = None  # the snapshot list scanned whole last: an id not at its position is not in it
+
+
+@functools.cache
+def _indexed_class(base: type) -> type:
+    """``base`` (pyiceberg's table metadata model) whose ``snapshot_by_id`` finds the snapshot at its position
+    (:data:`_POSITIONS`), else scans the list from its end (where new snapshots are), noting the positions it
+    passes; pyiceberg's scans the list from its start, ~15 times a batch's sync (the producer finds the parent
+    snapshot, the summary the previous one, the table its current)."""
+
+    class Indexed(base):  # type: ignore[misc, valid-type]
+        indexed: ClassVar[bool] = True
+
+        def snapshot_by_id(self, snapshot_id: int) -> Any:
+            snapshots = self.snapshots
+            at = _POSITIONS.get(snapshot_id)
+            if at is not None and at < len(snapshots) and snapshots[at].snapshot_id == snapshot_id:
+                return snapshots[at]
+            global _SCANNED
+            if snapshots is _SCANNED:
+                return None  # every position of this list noted: it lacks the snapshot
+            for at in range(len(snapshots) - 1, -1, -1):
+                _POSITIONS[snapshots[at].snapshot_id] = at
+                if snapshots[at].snapshot_id == snapshot_id:
+                    return snapshots[at]
+            _SCANNED = snapshots
+            return None
+
+    Indexed.__name__ = Indexed.__qualname__ = f"Indexed{base.__name__}"
+    return Indexed
 
 
 @functools.cache
@@ -903,8 +985,9 @@ def _mirror_producer() -> type:
     without them; none read when nothing is dropped) labelled with the operation the sync names (pyiceberg 0.12 has no producer of
     ``replace`` snapshots, and its summary code computes the totals of ``overwrite``, ``delete`` and ``append``
     only: the totals are computed as an overwrite's, then the label set), its manifests merged in tiers
-    (:func:`merge_tiers`)."""
-    from pyiceberg.manifest import ManifestContent
+    (:func:`merge_tiers`), a merge reading the entries of a manifest this process wrote from memory
+    (:data:`_WRITTEN`)."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, _inherit_from_manifest
     from pyiceberg.table.snapshots import Operation
     from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager, _OverwriteFiles
 
@@ -912,6 +995,38 @@ def _mirror_producer() -> type:
         def __init__(self, transaction: Any, label: str, properties: dict[str, str]) -> None:
             super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=properties)
             self._label = Operation(label)
+            metadata = transaction.table_metadata  # the table's own metadata directory: an output may keep two tables
+            self._written = _WRITTEN.setdefault(metadata.properties.get("write.metadata.path", metadata.location), {})
+
+        def new_manifest_writer(self, spec: Any) -> Any:
+            writer = super().new_manifest_writer(spec)
+            entries: list[Any] = []
+            add_entry, finish = writer.add_entry, writer.to_manifest_file
+
+            def recorded(entry: Any) -> Any:  # every entry a writer writes goes through add_entry
+                entries.append(entry)
+                return add_entry(entry)
+
+            def manifest() -> Any:
+                made = finish()
+                self._written[made.manifest_path] = entries
+                return made
+
+            writer.add_entry, writer.to_manifest_file = recorded, manifest
+            return writer
+
+        def fetch_manifest_entry(self, manifest: Any, discard_deleted: bool = True) -> list[Any]:
+            entries = self._written.get(manifest.manifest_path)
+            if entries is None:
+                return super().fetch_manifest_entry(manifest, discard_deleted)
+            # as the file reads: a copy of each entry as written, its sequence numbers inherited from the manifest
+            return [
+                _inherit_from_manifest(ManifestEntry.from_args(
+                    status=e.status, snapshot_id=e.snapshot_id, sequence_number=e.sequence_number,
+                    file_sequence_number=e.file_sequence_number, data_file=e.data_file,
+                ), manifest)
+                for e in entries if not discard_deleted or e.status != ManifestEntryStatus.DELETED
+            ]
 
         # a snapshot that drops no file reads no manifest, as a fast append (the overwrite's partition filter
         # cannot rule out a manifest of an unpartitioned table: it would read every one)
@@ -941,9 +1056,21 @@ def _mirror_producer() -> type:
                     break  # one manifest per spec in this tier: nothing to merge
                 merged = [merger._create_manifest(spec, group) for spec, group in by_spec.items()]
                 data = merged + [m for i, m in enumerate(data) if i not in set(chosen)]
-            return data + [m for m in manifests if m.content != ManifestContent.DATA]
+            listed = data + [m for m in manifests if m.content != ManifestContent.DATA]
+            for path in set(self._written) - {m.manifest_path for m in listed}:
+                del self._written[path]  # merged away or rewritten: no later snapshot of this table lists it
+            return listed
 
     return MirrorFiles
+
+
+def commit_size(kept: int) -> int:
+    """The batches a sync stages in one catalog commit when the table holds ``kept`` snapshots: at least
+    :data:`_BATCHES_PER_COMMIT`, as many as it holds (doubling), at most :data:`_MAX_BATCHES_PER_COMMIT`. Pure.
+
+    Example: ``[commit_size(n) for n in (0, 16, 100, 10_000)]`` -> ``[16, 16, 100, 256]``.
+    """
+    return min(max(_BATCHES_PER_COMMIT, kept), _MAX_BATCHES_PER_COMMIT)
 
 
 def _live(manifest: Any) -> int:
@@ -953,12 +1080,13 @@ def _live(manifest: Any) -> int:
 
 def _commit_batch(
     storage: Storage, transaction: Any, batch: int, files: CommittedFiles, whole: bool, known: dict[str, Any],
-    zone: str, swap_key: str | None,
+    zone: str, swap_key: str | None, footers: ThreadPoolExecutor,
 ) -> tuple[int, int]:
     """Stage the snapshot mirroring log batch ``batch`` in ``transaction``, ``known`` the table's files before
     it (updated): ``files`` are the batch's snapshot (``whole``: the files ``known`` lacks are dropped) or only
-    the files the batch added; ``swap_key``: the key of the optimize committed as that batch, if it is one.
-    (files added, files removed)."""
+    the files the batch added; ``swap_key``: the key of the optimize committed as that batch, if it is one;
+    ``footers``: the threads reading the new files' footers (the sync's, not a batch's: a first sync of many
+    small batches started threads per batch). (files added, files removed)."""
     table = files.table
     outside = [p for p in table.column("outside_path").to_pylist() if p is not None]
     if outside:
@@ -981,10 +1109,7 @@ def _commit_batch(
         schema = metadata.schema()
         types = {f.source_id: schema.find_field(f.source_id).field_type for f in metadata.spec().fields}
         fragments = {f.path: f for f in dataset.get_fragments()}
-        with ThreadPoolExecutor(min(_FOOTER_THREADS, len(new))) as pool:
-            added = list(pool.map(
-                lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files
-            ))
+        added = list(footers.map(lambda f: _data_file(storage, f, fragments[f.path], metadata, types), fresh.files))
     root = _location(storage, storage.root).rstrip("/") + "/"
     swaps = bool(new) and set(table.column("batch_id").take(new).to_pylist()) == {batch}
     operation = snapshot_operation(len(added), [g[len(root):] for g in gone], swap_key, swaps)
@@ -1009,25 +1134,55 @@ def _all_new(storage: Storage, since: Snapshot, known: dict[str, Any]) -> bool:
 
 def _new_batches(storage: Storage, since: Snapshot, first: int) -> Any:
     """(batch, the files it added, False, None) for each batch from ``first`` to ``since``'s latest: the steps
-    of a sync whose batches only add files (:func:`_all_new`)."""
+    of a sync whose batches only add files (:func:`_all_new`, or :func:`_log_batches` after the last batch that
+    dropped any). The files are sorted by batch once and each batch's sliced: a batch costs its own files."""
     table = since.files.table
-    ids = table.column("batch_id")
-    for batch in range(first, since.latest_batch_id + 1):
-        own = CommittedFiles(storage, table.filter(pc.equal(ids, batch)))
+    table = table.take(pc.sort_indices(table, [("batch_id", "ascending")]))
+    bounds = np.searchsorted(table.column("batch_id").to_numpy(), np.arange(first, since.latest_batch_id + 2))
+    for batch, low, high in zip(range(first, since.latest_batch_id + 1), bounds, bounds[1:]):
+        own = CommittedFiles(storage, table.slice(low, high - low))
         yield batch, Snapshot(storage, batch, own), False, None
 
 
+def last_drop(entries: pa.Table) -> int | None:
+    """The newest log batch after which every batch's snapshot is the latest one's files of that batch and
+    before (no file dropped since), from the entries of the latest log snapshot ``entries``: the batch of its
+    retention marker (every compaction after a drop carries it on), -1 when there is none; None when the
+    entries do not all carry their batch (a compact file Spark wrote). Pure.
+
+    Example: ``last_drop(read_snapshot(log).table)`` -> ``-1`` (an output nothing was ever dropped from).
+    """
+    ids = entries.column(BATCH_KEY)
+    if ids.null_count:
+        return None
+    markers = pc.max(ids.filter(pc.is_valid(entries.column(EXPIRED_KEY)))).as_py()
+    return -1 if markers is None else markers
+
+
 def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
-    """(batch, its snapshot, True, the key of the optimize committed as it or None) for each batch from
-    ``first`` to the latest of ``log_snap`` whose snapshot the log still holds (a batch before a compaction's
-    retention is mirrored by the next one)."""
+    """The steps of a sync that reads the whole log: (batch, its snapshot, True, the key of the optimize committed
+    as it or None) for each batch from ``first`` up to the last that dropped files (:func:`last_drop`) whose
+    snapshot the log still holds (a batch before a compaction's retention is mirrored by the next one), then the
+    batch after it, its snapshot the latest one's files up to it, and the batches after that as
+    :func:`_new_batches` (each the files it added, sliced from the latest snapshot read once): a first sync of a
+    log that never dropped a file costs its files and batches, not its batches times its files."""
     swaps = {r.log_batch_id: figures[0] for r in records_of(log_snap.table) if (figures := optimize_figures(r))}
-    for batch in range(first, log_snap.latest + 1):
+    dropped = last_drop(log_snap.table)
+    # the first batch whose snapshot is the latest one's files up to it, mirrored whole: it makes the table's files
+    # those of its snapshot whatever they were before (the batch before it skipped: its log snapshot expired)
+    exact = log_snap.latest + 1 if dropped is None else max(first, dropped + 1)
+    for batch in range(first, min(exact, log_snap.latest + 1)):
         try:
             snap = snapshot_of_log(log, log_snap, None if batch == log_snap.latest else batch)
         except SnapshotExpiredError:
             continue
         yield batch, snap, True, swaps.get(batch)
+    if exact <= log_snap.latest:
+        latest = snapshot_of_log(log, log_snap)
+        files = latest.files.table
+        upto = CommittedFiles(log.storage, files.filter(pc.less_equal(files.column("batch_id"), exact)))
+        yield exact, Snapshot(log.storage, exact, upto), True, swaps.get(exact)
+        yield from _new_batches(log.storage, latest, exact + 1)
 
 
 def _vacuumed_since(storage: Storage, latest: set[str], snap: Snapshot) -> bool:
@@ -1137,26 +1292,28 @@ def _sync(
     first = 0 if previous is None else previous + 1
     latest_paths: set[str] | None = None  # the latest batch's files (whole mode), when a batch's file is missing
     steps = _new_batches(storage, since, first) if since is not None else _log_batches(log, log_snap, first)
-    for batch, snap, whole, swap_key in steps:
-        try:
-            if transaction is None:
-                if not snap.files.table.num_rows:
-                    continue  # no file committed yet: no schema to create the table with
-                transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema,
-                                         _partition_columns(snap))
-            more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key)
-        except MissingDataFileError:
-            if not whole or batch == latest:
-                raise
-            if latest_paths is None:  # read once, only when a batch's file is missing
-                latest_paths = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
-            if not _vacuumed_since(storage, latest_paths, snap):
-                raise
-            continue  # mirrored by the next batch, as a batch whose log snapshot expired
-        added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
-        if staged == _BATCHES_PER_COMMIT and batch < latest:
-            committed, staged = commit(transaction), 0
-            transaction = _staged(committed.transaction())
+    with ThreadPoolExecutor(_FOOTER_THREADS, thread_name_prefix="iceberg-footers") as footers:
+        for batch, snap, whole, swap_key in steps:
+            try:
+                if transaction is None:
+                    if not snap.files.table.num_rows:
+                        continue  # no file committed yet: no schema to create the table with
+                    transaction = _new_table(opened, name, storage, dataset_of(snap, time_zone).schema,
+                                             _partition_columns(snap))
+                more, fewer = _commit_batch(storage, transaction, batch, snap.files, whole, known, time_zone, swap_key,
+                                             footers)
+            except MissingDataFileError:
+                if not whole or batch == latest:
+                    raise
+                if latest_paths is None:  # read once, only when a batch's file is missing
+                    latest_paths = set(snapshot_of_log(log, log_snap, None).files.paths().to_pylist())
+                if not _vacuumed_since(storage, latest_paths, snap):
+                    raise
+                continue  # mirrored by the next batch, as a batch whose log snapshot expired
+            added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
+            if staged >= commit_size(len(transaction.table_metadata.snapshots) - staged) and batch < latest:
+                committed, staged = commit(transaction), 0
+                transaction = _staged(committed.transaction())
     if transaction is None:
         return result(existing)
     if staged:
