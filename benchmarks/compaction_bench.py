@@ -106,6 +106,22 @@ def subprocess_env() -> tuple[str, dict[str, str]]:
     return repo, env
 
 
+def checkout_child(args: list[str], src: str | None, what: str) -> dict:
+    """``python -m *args`` in a fresh process importing the package of the checkout ``src`` (None: this one's):
+    the JSON of its last line of output (with ``module``: the package file it imported, checked against ``src``).
+    RuntimeError naming ``what`` when it fails."""
+    repo, env = subprocess_env()
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.abspath(src), "src"), env["PYTHONPATH"]])
+    proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, cwd=repo)
+    if proc.returncode:
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if src is not None and not result["module"].startswith(os.path.abspath(src)):
+        raise RuntimeError(f"the child imported parquet_sink from {result['module']}, not from {src}")
+    return result
+
+
 def status_kb(key: str) -> int:
     with open("/proc/self/status") as fh:
         for line in fh:

@@ -44,14 +44,13 @@ import logging
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 from .common import Stat
-from .compaction_bench import status_kb, subprocess_env
+from .compaction_bench import checkout_child, status_kb
 
 logger = logging.getLogger("benchmarks.growth")
 
@@ -237,17 +236,8 @@ def child(who: str, op: str, shape: str, files: int, outs: list[str], version: i
 
 
 def _run_child(who: str, op: str, shape: str, files: int, outs: list[str], version: int, src: str | None) -> dict:
-    repo, env = subprocess_env()
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.abspath(src), "src"), env["PYTHONPATH"]])
-    args = [sys.executable, "-m", "benchmarks.growth_bench", "--child", who, op, shape, str(files), str(version), *outs]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=repo)
-    if proc.returncode:
-        raise RuntimeError(f"{who} {op} ({shape}, {files} files) failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if src is not None and not result["module"].startswith(os.path.abspath(src)):
-        raise RuntimeError(f"the child imported parquet_sink from {result['module']}, not from {src}")
-    return result
+    args = ["benchmarks.growth_bench", "--child", who, op, shape, str(files), str(version), *outs]
+    return checkout_child(args, src, f"{who} {op} ({shape}, {files} files)")
 
 
 # -- the parent ------------------------------------------------------------------------------------

@@ -27,14 +27,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 from .common import Stat
-from .compaction_bench import subprocess_env
+from .compaction_bench import checkout_child
 from .growth_bench import ROWS_PER_FILE, SHAPES, _table, build, parse_sizes, twin
 
 BATCHES = 12  # syncs per batch timed (after the first sync)
@@ -102,17 +100,7 @@ def child(out: str, shape: str) -> None:
 
 def _ours(out: str, shape: str, src: str | None) -> dict:
     """:func:`child` in a fresh process importing the package of the checkout ``src`` (None: this one's)."""
-    repo, env = subprocess_env()
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.abspath(src), "src"), env["PYTHONPATH"]])
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.iceberg_bench", "--child", out, shape],
-                          capture_output=True, text=True, env=env, cwd=repo)
-    if proc.returncode:
-        raise RuntimeError(f"sync_iceberg of {out} ({shape}) failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if src is not None and not result["module"].startswith(os.path.abspath(src)):
-        raise RuntimeError(f"the child imported parquet_sink from {result['module']}, not from {src}")
-    return result
+    return checkout_child(["benchmarks.iceberg_bench", "--child", out, shape], src, f"sync_iceberg of {out} ({shape})")
 
 
 def _twin(work: str, out: str):
