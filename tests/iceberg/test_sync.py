@@ -532,3 +532,40 @@ def test_a_first_sync_after_an_optimize_mirrors_every_batch(tmp_path):
     assert [s.summary.operation.value for s in table.metadata.snapshots][8:11] == ["append", "replace", "append"]
     for batch, snapshot_id in _snapshots_by_batch(table).items():
         _assert_same(table.scan(snapshot_id=snapshot_id).to_arrow(), root, as_of_batch=batch)
+
+
+def _assert_chronological(metadata) -> None:
+    """What Iceberg's own readers check when they load a table (Java's ``TableMetadata``, iceberg-rust's and
+    iceberg-go's ``validate_chronological_*``): the snapshot log and the metadata log never go back by more than a
+    minute, and last-updated-ms is not before the last entry of either by more than that. pyiceberg checks none."""
+    minute = 60_000
+    for log in (metadata.snapshot_log, metadata.metadata_log):
+        times = [entry.timestamp_ms for entry in log]
+        assert all(b - a >= -minute for a, b in zip(times, times[1:])), times
+        assert not times or metadata.last_updated_ms - times[-1] >= -minute, (metadata.last_updated_ms, times)
+
+
+@pytest.mark.parametrize("kind", ["metadata", "catalog"])
+def test_a_writer_whose_clock_is_an_hour_behind_keeps_the_table_loadable(tmp_path, monkeypatch, kind):
+    """Two writers of one output on machines whose clocks differ by an hour (a sink, and a backfill behind it):
+    the snapshots of the one behind are recorded at the table's last update, never before it, so Iceberg's
+    readers that check the logs' order (Java, Rust, Go) load the table; the rows are read_committed's. Before, the
+    snapshot log went back an hour: every such engine refused the table."""
+    root = tmp_path / "out"
+    target = {} if kind == "metadata" else {"catalog": _catalog_properties(tmp_path), "table": "db.events"}
+    iceberg = True if kind == "metadata" else target
+    for version in range(2):
+        write_batch(str(root), _table(version), app_id="a", version=version, iceberg=iceberg)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)  # this process's clock: an hour behind
+    for version in range(2, 4):
+        write_batch(str(root), _table(version), app_id="b", version=version, iceberg=iceberg)
+    monkeypatch.undo()
+    if kind == "metadata":
+        table = StaticTable.from_metadata(iceberg_sync.current_metadata(Storage(str(root))))
+    else:
+        table = SqlCatalog(**target["catalog"]).load_table(target["table"])
+    _assert_chronological(table.metadata)
+    stamps = [s.timestamp_ms for s in table.metadata.snapshots]
+    assert stamps == sorted(stamps) and len(stamps) == 4
+    _assert_same(table.scan().to_arrow(), root)

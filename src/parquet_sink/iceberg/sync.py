@@ -1061,7 +1061,33 @@ def _mirror_producer() -> type:
                 del self._written[path]  # merged away or rewritten: no later snapshot of this table lists it
             return listed
 
+        def _commit(self) -> Any:
+            from pyiceberg.table.update import AddSnapshotUpdate
+
+            updates, requirements = super()._commit()
+            metadata = self._transaction.table_metadata
+            return tuple(
+                AddSnapshotUpdate(snapshot=u.snapshot.model_copy(
+                    update={"timestamp_ms": commit_time_ms(metadata, u.snapshot.timestamp_ms)}))
+                if isinstance(u, AddSnapshotUpdate) else u
+                for u in updates
+            ), requirements
+
     return MirrorFiles
+
+
+def commit_time_ms(metadata: Any, now_ms: int) -> int:
+    """The time a snapshot committed to the table of ``metadata`` at ``now_ms`` (this process's clock) records:
+    never before the table's last update nor the last entry of its snapshot log or metadata log. Iceberg's readers
+    refuse a table whose logs go back by more than a minute (Java's ``TableMetadata``: "Invalid update timestamp
+    ...: before last snapshot log entry"; iceberg-rust and iceberg-go alike): a writer whose clock is behind
+    another's (a backfill on another machine, a sink on another cluster) would make every such engine refuse the
+    table. Pure.
+
+    Example: a table last updated at 1,000,000 and a clock at 900,000 -> ``1_000_000``.
+    """
+    logged = [log[-1].timestamp_ms for log in (metadata.snapshot_log, metadata.metadata_log) if log]
+    return max([now_ms, metadata.last_updated_ms, *logged])
 
 
 def commit_size(kept: int) -> int:
