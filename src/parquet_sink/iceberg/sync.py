@@ -1094,7 +1094,7 @@ def _commit_batch(
             f"{storage.display(storage.root)}: the log commits {len(outside)} file(s) outside the output root "
             f"(first: {outside[0]}); the Iceberg table lists files under its location only. Nothing was committed."
         )
-    locations = [_location(storage, p.as_py()) for p in files.paths()]
+    locations = [_location(storage, p) for p in files.paths().to_pylist()]  # one conversion, not a scalar a file
     live = set(locations)
     # a file the log commits twice (two entries, read twice by Spark's readers) is listed once, as Delta does
     first = {location: i for i, location in reversed(list(enumerate(locations)))}
@@ -1128,7 +1128,7 @@ def _all_new(storage: Storage, since: Snapshot, known: dict[str, Any]) -> bool:
     own, and the sync reads only those batches' log files."""
     table = since.files.table
     return table.column("batch_id").null_count == 0 and not any(
-        _location(storage, p.as_py()) in known for p in since.files.paths()
+        _location(storage, p) in known for p in since.files.paths().to_pylist()
     )
 
 
