@@ -585,14 +585,14 @@ _sync_lock = TableLocks()
 
 
 def _data_files(table: Any, key: tuple[str, str | None]) -> dict[str, Any]:
-    """The data files of the table's current snapshot, by location (a copy the caller may change): what this
-    process's last sync of it committed when the table is still at that metadata file, else read from its
-    manifests."""
+    """The data files of the table's current snapshot, by location: what this process's last sync of it committed
+    when the table is still at that metadata file, else read from its manifests. The dict :data:`_KNOWN` holds (not
+    a copy: one is O(files) a sync), read-only unless the caller takes it out of :data:`_KNOWN` first."""
     if table is None:
         return {}
     cached = _KNOWN.get(key)
     if cached is not None and cached[0] == table.metadata_location:
-        return dict(cached[1])
+        return cached[1]
     current = table.current_snapshot()
     files = {} if current is None else {
         entry.data_file.file_path: entry.data_file
@@ -600,7 +600,7 @@ def _data_files(table: Any, key: tuple[str, str | None]) -> dict[str, Any]:
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     }
     _KNOWN[key] = (table.metadata_location, files)
-    return dict(files)
+    return files
 
 
 def _nulls_as_strings(arrow: pa.Schema) -> pa.Schema:
@@ -1120,7 +1120,7 @@ def _commit_batch(
             f"{storage.display(storage.root)}: the log commits {len(outside)} file(s) outside the output root "
             f"(first: {outside[0]}); the Iceberg table lists files under its location only. Nothing was committed."
         )
-    locations = [_location(storage, p.as_py()) for p in files.paths()]
+    locations = [_location(storage, p) for p in files.paths().to_pylist()]  # one conversion, not a scalar a file
     live = set(locations)
     # a file the log commits twice (two entries, read twice by Spark's readers) is listed once, as Delta does
     first = {location: i for i, location in reversed(list(enumerate(locations)))}
@@ -1154,7 +1154,7 @@ def _all_new(storage: Storage, since: Snapshot, known: dict[str, Any]) -> bool:
     own, and the sync reads only those batches' log files."""
     table = since.files.table
     return table.column("batch_id").null_count == 0 and not any(
-        _location(storage, p.as_py()) in known for p in since.files.paths()
+        _location(storage, p) in known for p in since.files.paths().to_pylist()
     )
 
 
@@ -1297,6 +1297,7 @@ def _sync(
     if missing:  # a table made before: from its next commit
         transaction.set_properties(missing)
     known = _data_files(existing, key)
+    _KNOWN.pop(key, None)  # changed in place below: cached again by each commit (a failed sync reads the manifests)
     if since is not None and not _all_new(storage, since, known):
         since, log_snap = None, read_snapshot(log)
     added = removed = snapshots = staged = 0
@@ -1311,7 +1312,7 @@ def _sync(
                 f"{where}: another commit to the Iceberg table {name} won ({exc}); this sync committed the log "
                 f"batches up to {_marker(committed.current_snapshot()) if committed is not None else None}. Sync again."
             ) from exc
-        _KNOWN[key] = (table.metadata_location, dict(known))
+        _KNOWN[key] = (table.metadata_location, known)
         failpoint("iceberg_after_commit")
         return _opened(storage, key[1], table)
 
@@ -1339,6 +1340,7 @@ def _sync(
             added, removed, snapshots, staged = added + more, removed + fewer, snapshots + 1, staged + 1
             if staged >= commit_size(len(transaction.table_metadata.snapshots) - staged) and batch < latest:
                 committed, staged = commit(transaction), 0
+                _KNOWN.pop(key)  # the next batches change ``known``: not this commit's files any more
                 transaction = _staged(committed.transaction())
     if transaction is None:
         return result(existing)
