@@ -1211,6 +1211,22 @@ def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
         yield from _new_batches(log.storage, latest, exact + 1)
 
 
+def _added_after(log: MetadataLog, log_snap: Any, previous: int, known: dict[str, Any]) -> Snapshot | None:
+    """The latest snapshot, when the batches after ``previous`` (the batch the table mirrors) only added files to
+    it: no batch after it dropped one (:func:`last_drop`) and none of the files they added is in the table
+    (:func:`_all_new`); None otherwise (a sync then compares the table's files with the log's whole). A sync in
+    step across a compaction batch (which :func:`~parquet_sink.read.reader.snapshot_after` cannot read from the
+    deltas) then costs the batches' own files, as between compactions, not the table's."""
+    dropped = last_drop(log_snap.table)
+    if dropped is None or dropped > previous:
+        return None
+    latest = snapshot_of_log(log, log_snap)
+    files = latest.files.table
+    after = Snapshot(log.storage, latest.latest_batch_id,
+                     CommittedFiles(log.storage, files.filter(pc.greater(files.column("batch_id"), previous))))
+    return latest if _all_new(log.storage, after, known) else None
+
+
 def _vacuumed_since(storage: Storage, latest: set[str], snap: Snapshot) -> bool:
     """Whether a file of the earlier batch snapshot ``snap`` that the latest batch (its files' paths ``latest``) no
     longer commits is missing from storage: an optimize replaced it (or retention dropped it) and ``vacuum`` deleted
@@ -1300,6 +1316,8 @@ def _sync(
     _KNOWN.pop(key, None)  # changed in place below: cached again by each commit (a failed sync reads the manifests)
     if since is not None and not _all_new(storage, since, known):
         since, log_snap = None, read_snapshot(log)
+    elif since is None and previous is not None:  # a compaction batch since: its files, if only added, from it
+        since = _added_after(log, log_snap, previous, known)
     added = removed = snapshots = staged = 0
     committed = existing
 
