@@ -26,12 +26,12 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from ..delta.sync import DeltaDependencyError, compare_logs, has_delta_log
+from ..delta.sync import DELTA, DeltaDependencyError, compare_logs
 from ..iceberg.compare import compare_iceberg
 from ..iceberg.errors import IcebergDependencyError
-from ..iceberg.follow import IcebergTarget, iceberg_target
-from ..iceberg.sync import ICEBERG_DIR
+from ..iceberg.follow import ICEBERG, IcebergTarget, iceberg_target
 from ..errors import ParquetSinkError, names_output
+from ..table_formats import kept_formats
 from ..log.compaction import DEFAULT_COMPACT_INTERVAL, LogSettings, check_compact_interval, named_by_another_interval
 from ..log.entry import BATCH_KEY, BATCH_ROWS_KEY, COMMIT_ID_KEY, COMMIT_TIME_KEY, CommitRecord, LogEntry, attribute, entry_from_row, records_of
 from ..log.files import nested_roots, require_output
@@ -353,9 +353,10 @@ def compare_mirrors(
     options = storage.storage_options
     catalog, table = (None, None) if iceberg is None else (iceberg.catalog, iceberg.table)
     checks: list[tuple[str, type[Exception], Callable[[], tuple[list[str], list[str]]]]] = []
-    if has_delta_log(storage):
+    kept = kept_formats(storage, [(DELTA, None), (ICEBERG, catalog is not None or None)])
+    if DELTA in kept:
         checks.append(("the Delta log", DeltaDependencyError, lambda: compare_logs(path, storage_options=options)))
-    if catalog is not None or storage.exists(storage.join(ICEBERG_DIR)):
+    if ICEBERG in kept:
         checks.append(("the Iceberg table", IcebergDependencyError,
                        lambda: compare_iceberg(path, catalog=catalog, table=table, storage_options=options)))
     problems: list[str] = []
