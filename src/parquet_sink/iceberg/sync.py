@@ -1212,9 +1212,9 @@ def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
 
 
 def _added_after(log: MetadataLog, log_snap: Any, previous: int, known: dict[str, Any]) -> Snapshot | None:
-    """The latest snapshot, when the batches after ``previous`` (the batch the table mirrors) only added files to
-    it: no batch after it dropped one (:func:`last_drop`) and none of the files they added is in the table
-    (:func:`_all_new`); None otherwise (a sync then compares the table's files with the log's whole). A sync in
+    """The files the batches after ``previous`` (the batch the table mirrors) added, as a snapshot at the latest
+    batch, when they only added files: no batch after it dropped one (:func:`last_drop`) and none of those files
+    is in the table (:func:`_all_new`); None otherwise (a sync then compares the table's files with the log's whole). A sync in
     step across a compaction batch (which :func:`~parquet_sink.read.reader.snapshot_after` cannot read from the
     deltas) then costs the batches' own files, as between compactions, not the table's."""
     dropped = last_drop(log_snap.table)
@@ -1224,7 +1224,7 @@ def _added_after(log: MetadataLog, log_snap: Any, previous: int, known: dict[str
     files = latest.files.table
     after = Snapshot(log.storage, latest.latest_batch_id,
                      CommittedFiles(log.storage, files.filter(pc.greater(files.column("batch_id"), previous))))
-    return latest if _all_new(log.storage, after, known) else None
+    return after if _all_new(log.storage, after, known) else None
 
 
 def _vacuumed_since(storage: Storage, latest: set[str], snap: Snapshot) -> bool:
