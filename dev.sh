@@ -25,16 +25,28 @@ setup() {
 }
 
 # duckdb with its iceberg extension, pinned in .ci/duckdb-iceberg.txt (the registry's extension packages are of
-# duckdb 1.4.4 only), in a venv of its own: the duckdb oracle of tests/iceberg/test_duckdb.py. Rebuilt when the pins
-# change; a failed install leaves no venv (the test then fails on CI, skips elsewhere, naming this step).
+# duckdb 1.4.4 only), in a venv of its own: the duckdb oracle of tests/iceberg/test_duckdb.py, which runs
+# .venvs/duckdb-iceberg. That is a link to a venv kept where the matrix's are ($VENVS, named by the pins' hash: a
+# fresh clone reuses it, as CI's clean clones do; ~30 s a build under load); built into a temporary directory and
+# renamed, so two clones building at once never share a half-built one. A failed install leaves no venv (the test
+# then fails on CI, skips elsewhere, naming this step).
 duckdb_iceberg() {
-    local venv=.venvs/duckdb-iceberg pins=.ci/duckdb-iceberg.txt
-    if [ -f "$venv/pins.txt" ] && cmp -s "$pins" "$venv/pins.txt"; then
-        return 0
+    local pins=.ci/duckdb-iceberg.txt link=.venvs/duckdb-iceberg kept building
+    kept="$VENVS/duckdb-iceberg-$(sha256sum "$pins" | cut -c1-16)"
+    if [ ! -x "$kept/bin/python" ]; then
+        mkdir -p "$VENVS"
+        building="$(mktemp -d "$VENVS/.duckdb-iceberg.XXXXXX")"
+        if python3 -m venv "$building/venv" && "$building/venv/bin/python" -m pip install --quiet -r "$pins"; then
+            mv -T "$building/venv" "$kept" 2>/dev/null || true  # another clone's rename first: theirs is the same
+        else
+            echo "setup: the duckdb-iceberg venv did not build" >&2
+        fi
+        rm -rf "$building"
+        [ -x "$kept/bin/python" ] || return 0
     fi
-    rm -rf "$venv"
-    python3 -m venv "$venv" && "$venv/bin/python" -m pip install --quiet -r "$pins" && cp "$pins" "$venv/pins.txt" \
-        || { echo "setup: the duckdb-iceberg venv did not build" >&2; rm -rf "$venv"; }
+    mkdir -p .venvs
+    [ -L "$link" ] || rm -rf "$link"  # a venv an earlier setup built in place
+    ln -sfn "$kept" "$link"
 }
 
 node_modules() {
