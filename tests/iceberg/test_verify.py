@@ -229,7 +229,8 @@ def test_a_catalog_table_not_made_yet_is_a_warning_naming_the_command(tmp_path):
 def test_verify_takes_iceberg_as_the_writers_do(tmp_path, capsys):
     root = tmp_path / "out"
     _write(root, range(1), None)
-    with pytest.raises(ParameterError, match="namespace.name"):
+    with pytest.raises(ParameterError, match=r"verify\(.*namespace.name.*Nothing was done") as refused:
         verify(str(root), iceberg={"catalog": _catalog_properties(tmp_path), "table": "events"})
+    assert "written" not in str(refused.value)  # verify writes nothing either way
     assert main(["verify", str(root), "--table", "db.events"]) == 2
     assert "--catalog-uri" in capsys.readouterr().err

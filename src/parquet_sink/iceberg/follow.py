@@ -78,11 +78,11 @@ def iceberg_target(value: Any, call: str) -> IcebergTarget | None:
         raise ParameterError(
             f"iceberg must be True (the table's metadata with the output) or a dict with exactly the keys "
             f"'catalog' and 'table' (such as {{'catalog': {{'type': 'sql', 'uri': 'sqlite:///catalog.db'}}, "
-            f"'table': 'db.events'}}), not {_shown(value)}. Nothing was written."
+            f"'table': 'db.events'}}), not {_shown(value)}. Nothing was done."
         )
     catalog, table = value["catalog"], value["table"]
     if not is_table_identifier(table):
-        raise ParameterError(f"iceberg['table'] names the table as 'namespace.name', not {table!r}. Nothing was written.")
+        raise ParameterError(f"iceberg['table'] names the table as 'namespace.name', not {table!r}. Nothing was done.")
     require_pyiceberg(f"{call} with iceberg={{'catalog': ..., 'table': {table!r}}}")
     from pyiceberg.catalog import Catalog
 
@@ -92,7 +92,7 @@ def iceberg_target(value: Any, call: str) -> IcebergTarget | None:
         return IcebergTarget(catalog, table)
     raise ParameterError(
         f"iceberg['catalog'] must be a pyiceberg Catalog or its properties (a non-empty dict such as "
-        f"{{'type': 'sql', 'uri': 'sqlite:///catalog.db'}}), not {catalog!r}. Nothing was written."
+        f"{{'type': 'sql', 'uri': 'sqlite:///catalog.db'}}), not {catalog!r}. Nothing was done."
     )
 
 
