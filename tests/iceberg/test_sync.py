@@ -448,10 +448,9 @@ def test_a_sync_per_batch_does_not_copy_or_read_the_snapshots_kept(tmp_path, mon
     again and deep-copied the table's metadata, every snapshot, on each read of it: ~17 times a batch, and its
     catalog's commit once more), parses no metadata file (pyiceberg's commit read the one it wrote last again)
     and reads the log-batch marker of as many snapshots (not every snapshot's, looking for another writer's);
-    it finds no snapshot by id by scanning the snapshot list (pyiceberg's ``snapshot_by_id``: ~15 scans a batch)
-    and indexes the ids of as many snapshots (a new version's list: its new snapshots; before, the check that a new
-    snapshot id is not taken scanned every snapshot); the metadata file it writes, which lists every snapshot,
-    serializes only the new one (pyiceberg's serialized them all), the JSON pyiceberg writes."""
+    it finds no snapshot by id by scanning the snapshot list (pyiceberg's ``snapshot_by_id``: ~15 scans a batch;
+    the sync's transactions find a snapshot at its noted position); the metadata file it writes, which lists every
+    snapshot, serializes only the new one (pyiceberg's serialized them all), the JSON pyiceberg writes."""
     from pyiceberg.table.metadata import TableMetadataCommonFields, TableMetadataUtil
     from pyiceberg.table.snapshots import Snapshot
 
@@ -464,14 +463,6 @@ def test_a_sync_per_batch_does_not_copy_or_read_the_snapshots_kept(tmp_path, mon
     monkeypatch.setattr(Snapshot, "__deepcopy__", lambda self, memo=None: work.update(["copied"]) or copy(self, memo))
     monkeypatch.setattr(TableMetadataUtil, "parse_raw", staticmethod(lambda data: work.update(["parsed"]) or parse(data)))
     monkeypatch.setattr(iceberg_sync, "_marker", lambda snap: work.update(["marker"]) or marker(snap))
-    positions = iceberg_sync.snapshot_positions
-
-    def indexing(snapshots, indexed, known):
-        shared = all(a is b for a, b in zip(snapshots, indexed))
-        work.update({"indexed": max(0, len(snapshots) - len(indexed)) if shared else len(snapshots)})
-        return positions(snapshots, indexed, known)
-
-    monkeypatch.setattr(iceberg_sync, "snapshot_positions", indexing)
 
     def in_step(root: Path, batches: int) -> list[Counter]:
         for version in range(batches):

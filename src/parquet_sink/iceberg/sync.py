@@ -43,7 +43,6 @@ import functools
 import json
 import logging
 import math
-import operator
 import os
 import posixpath
 import re
@@ -701,54 +700,37 @@ def _indexed(metadata: Any) -> Any:
     return metadata
 
 
-# (a snapshot list, each of its snapshots' position by id): the list :func:`_indexed_class` looked a snapshot up in
-# last; pyiceberg's updates copy a list on write, appending, so the next version's list starts with this one's
-# snapshots (the same objects) and its index is this one's and the snapshots after them
-_INDEX: tuple[list[Any], dict[int, int]] = ([], {})
-
-
-def snapshot_positions(snapshots: list[Any], indexed: list[Any], positions: dict[int, int]) -> dict[int, int]:
-    """Each of ``snapshots``' position by snapshot id, given ``positions``, those of the list ``indexed``, whose
-    entries may name snapshots past ``snapshots``' end (a caller checks the snapshot at a position): ``positions``
-    itself when ``snapshots`` is the start of ``indexed`` (a table's version before its transaction's), a copy and
-    the snapshots after them when it starts with ``indexed``'s snapshots (the same objects: compared in C, no
-    snapshot's field read), else every snapshot's. Pure (``positions`` is not changed).
-
-    Example: ``snapshot_positions(metadata.snapshots, [], {})[metadata.current_snapshot_id]`` -> its position.
-    """
-    if all(map(operator.is_, snapshots, indexed)):
-        if len(snapshots) <= len(indexed):
-            return positions
-        positions, count = dict(positions), len(indexed)
-    else:
-        positions, count = {}, 0
-    positions.update((s.snapshot_id, at) for at, s in enumerate(snapshots[count:], count))
-    return positions
+# snapshot id -> its position in the snapshot list it was last found in (:func:`_indexed_class`): a lookup checks
+# the list holds that snapshot there, so a stale position (another table's, a list snapshots were expired from)
+# is only a miss; pyiceberg's updates copy a list on write, appending, so a table's positions hold across versions
+_POSITIONS: dict[int, int] = {}
+_SCANNED: list[Any] | None = None  # the snapshot list scanned whole last: an id not at its position is not in it
 
 
 @functools.cache
 def _indexed_class(base: type) -> type:
-    """``base`` (pyiceberg's table metadata model) whose ``snapshot_by_id`` looks the snapshot up in the index
-    of its list (:data:`_INDEX`, :func:`snapshot_positions`): a new version's list costs its new snapshots, not
-    its every one; pyiceberg's scans the list from its start, ~15 times a batch's sync (the producer finds the
-    parent snapshot, the summary the previous one, the table its current, ``new_snapshot_id`` that its random
-    id is not taken: a scan of every snapshot)."""
+    """``base`` (pyiceberg's table metadata model) whose ``snapshot_by_id`` finds the snapshot at its position
+    (:data:`_POSITIONS`), else scans the list from its end (where new snapshots are), noting the positions it
+    passes; pyiceberg's scans the list from its start, ~15 times a batch's sync (the producer finds the parent
+    snapshot, the summary the previous one, the table its current)."""
 
     class Indexed(base):  # type: ignore[misc, valid-type]
         indexed: ClassVar[bool] = True
 
         def snapshot_by_id(self, snapshot_id: int) -> Any:
-            global _INDEX
             snapshots = self.snapshots
-            indexed, positions = _INDEX
-            if snapshots is not indexed:
-                found = snapshot_positions(snapshots, indexed, positions)
-                if found is not positions:  # a list the index did not cover: it becomes the one indexed
-                    _INDEX = (snapshots, found)
-                positions = found
-            at = positions.get(snapshot_id)
-            found_at = at is not None and at < len(snapshots) and snapshots[at].snapshot_id == snapshot_id
-            return snapshots[at] if found_at else None
+            at = _POSITIONS.get(snapshot_id)
+            if at is not None and at < len(snapshots) and snapshots[at].snapshot_id == snapshot_id:
+                return snapshots[at]
+            global _SCANNED
+            if snapshots is _SCANNED:
+                return None  # every position of this list noted: it lacks the snapshot
+            for at in range(len(snapshots) - 1, -1, -1):
+                _POSITIONS[snapshots[at].snapshot_id] = at
+                if snapshots[at].snapshot_id == snapshot_id:
+                    return snapshots[at]
+            _SCANNED = snapshots
+            return None
 
     Indexed.__name__ = Indexed.__qualname__ = f"Indexed{base.__name__}"
     return Indexed
