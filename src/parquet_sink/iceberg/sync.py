@@ -65,9 +65,9 @@ from ..failpoints import failpoint
 from ..log.files import HIDDEN_DIR, require_output
 from ..parquet_read import open_sized
 from ..partitioning import unescape_path_name
-from ..log.entry import BATCH_KEY, EXPIRED_KEY, records_of
+from ..log.entry import records_of
 from ..log.metadata_log import MetadataLog
-from ..log.snapshot import read_snapshot
+from ..log.snapshot import last_drop, read_snapshot
 from ..read.history import optimize_figures, optimize_key
 from ..read.reader import (
     CommittedFile, CommittedFiles, Snapshot, dataset_of, snapshot_after, snapshot_of_log, unreadable_file,
@@ -1170,21 +1170,6 @@ def _new_batches(storage: Storage, since: Snapshot, first: int) -> Any:
         yield batch, Snapshot(storage, batch, own), False, None
 
 
-def last_drop(entries: pa.Table) -> int | None:
-    """The newest log batch after which every batch's snapshot is the latest one's files of that batch and
-    before (no file dropped since), from the entries of the latest log snapshot ``entries``: the batch of its
-    retention marker (every compaction after a drop carries it on), -1 when there is none; None when the
-    entries do not all carry their batch (a compact file Spark wrote). Pure.
-
-    Example: ``last_drop(read_snapshot(log).table)`` -> ``-1`` (an output nothing was ever dropped from).
-    """
-    ids = entries.column(BATCH_KEY)
-    if ids.null_count:
-        return None
-    markers = pc.max(ids.filter(pc.is_valid(entries.column(EXPIRED_KEY)))).as_py()
-    return -1 if markers is None else markers
-
-
 def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
     """The steps of a sync that reads the whole log: (batch, its snapshot, True, the key of the optimize committed
     as it or None) for each batch from ``first`` up to the last that dropped files (:func:`last_drop`) whose
@@ -1209,22 +1194,6 @@ def _log_batches(log: MetadataLog, log_snap: Any, first: int) -> Any:
         upto = CommittedFiles(log.storage, files.filter(pc.less_equal(files.column("batch_id"), exact)))
         yield exact, Snapshot(log.storage, exact, upto), True, swaps.get(exact)
         yield from _new_batches(log.storage, latest, exact + 1)
-
-
-def _added_after(log: MetadataLog, log_snap: Any, previous: int, known: dict[str, Any]) -> Snapshot | None:
-    """The files the batches after ``previous`` (the batch the table mirrors) added, as a snapshot at the latest
-    batch, when they only added files: no batch after it dropped one (:func:`last_drop`) and none of those files
-    is in the table (:func:`_all_new`); None otherwise (a sync then compares the table's files with the log's whole). A sync in
-    step across a compaction batch (which :func:`~parquet_sink.read.reader.snapshot_after` cannot read from the
-    deltas) then costs the batches' own files, as between compactions, not the table's."""
-    dropped = last_drop(log_snap.table)
-    if dropped is None or dropped > previous:
-        return None
-    latest = snapshot_of_log(log, log_snap)
-    files = latest.files.table
-    after = Snapshot(log.storage, latest.latest_batch_id,
-                     CommittedFiles(log.storage, files.filter(pc.greater(files.column("batch_id"), previous))))
-    return after if _all_new(log.storage, after, known) else None
 
 
 def _vacuumed_since(storage: Storage, latest: set[str], snap: Snapshot) -> bool:
@@ -1289,7 +1258,8 @@ def _sync(
     checked = existing is not None and _KNOWN.get(key, (None,))[0] == existing.metadata_location
     previous = None if existing is None else _check_ours(existing, storage, name, checked)
     log = MetadataLog(path, storage=storage, cleanup=False)
-    since = None if previous is None else snapshot_after(path, previous, storage_options=options)
+    since = None if previous is None else snapshot_after(path, previous, storage_options=options,
+                                                         across_compactions=True)
     log_snap = None if since is not None else read_snapshot(log)
     latest = since.latest_batch_id if since is not None else log_snap.latest
 
@@ -1316,8 +1286,6 @@ def _sync(
     _KNOWN.pop(key, None)  # changed in place below: cached again by each commit (a failed sync reads the manifests)
     if since is not None and not _all_new(storage, since, known):
         since, log_snap = None, read_snapshot(log)
-    elif since is None and previous is not None:  # a compaction batch since: its files, if only added, from it
-        since = _added_after(log, log_snap, previous, known)
     added = removed = snapshots = staged = 0
     committed = existing
 

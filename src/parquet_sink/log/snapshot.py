@@ -340,3 +340,19 @@ def data_files(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
 def batch_ids_known(table: pa.Table) -> bool:
     """Whether every entry is attributed to a batch (a compact file Spark wrote has no batch ids)."""
     return table.column(BATCH_KEY).null_count == 0
+
+
+def last_drop(entries: pa.Table) -> int | None:
+    """The newest log batch after which every batch's snapshot is the latest one's files of that batch and
+    before (no file dropped since), from the entries of the latest log snapshot ``entries``: the batch of its
+    retention marker (every compaction after a drop carries it on), -1 when there is none; None when the
+    entries do not all carry their batch (a compact file Spark wrote). Pure.
+
+    Example: ``last_drop(read_snapshot(log).table)`` -> ``-1`` (an output nothing was ever dropped from).
+    """
+    ids = entries.column(BATCH_KEY)
+    if ids.null_count:
+        return None
+    markers = pc.max(ids.filter(pc.is_valid(entries.column(EXPIRED_KEY)))).as_py()
+    return -1 if markers is None else markers
+

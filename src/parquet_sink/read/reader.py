@@ -40,6 +40,7 @@ from ..log.snapshot import (
     batch_ids_known,
     data_files,
     full_paths,
+    last_drop,
     read_log_files,
     read_snapshot,
     require_batch,
@@ -420,13 +421,20 @@ def snapshot(
 
 
 def snapshot_after(
-    path: str, batch: int, *, storage_options: dict[str, Any] | None = None, upto: int | None = None
+    path: str, batch: int, *, storage_options: dict[str, Any] | None = None, upto: int | None = None,
+    across_compactions: bool = False,
 ) -> Snapshot | None:
     """The files the batches after ``batch`` (up to ``upto``, default the newest) committed, read from those
     batches' own delta files only (no compact file: the cost of those batches, not of the output), as a
     :class:`Snapshot` whose ``latest_batch_id`` is the last of them (no file when ``batch`` is it). None when
     one of those batches is a compaction (retention may have dropped entries: read the whole snapshot) or its
     log file is gone; ``latest_batch_id`` below ``batch`` when the log is behind it (an output reset).
+
+    ``across_compactions`` (with ``upto`` None): a compaction among those batches is no reason for None when no
+    batch after ``batch`` dropped a file (:func:`~parquet_sink.log.snapshot.last_drop`): the files are then those
+    of the latest snapshot from batches after ``batch``, read with the log's columns only (a compact file's
+    columnar copy decodes neither the statistics nor the commit records) and filtered before their paths are
+    resolved, so a sync in step across a compaction batch resolves its batches' files, not the output's.
 
     Example: ``[f.relative_path for f in snapshot_after("/data/events", 56).files]`` -> ``['k=a/part-0...parquet']``.
     """
@@ -436,13 +444,20 @@ def snapshot_after(
     latest = max(listing, default=None)
     latest = latest if upto is None or latest is None else min(latest, upto)
     names = [listing.get(b) for b in range(batch + 1, (latest if latest is not None else batch) + 1)]
-    if any(name is None or is_compact_path(name) for name in names):
-        return None
     try:
-        tables = [log.read_table(name, b, listing.sidecars, _LOG_COLUMNS) for b, name in enumerate(names, batch + 1)]
+        if not any(name is None or is_compact_path(name) for name in names):
+            tables = [log.read_table(name, b, listing.sidecars, _LOG_COLUMNS) for b, name in enumerate(names, batch + 1)]
+            entries = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table().select(_LOG_COLUMNS)
+        elif across_compactions and upto is None and any(name is not None and is_compact_path(name) for name in names):
+            entries = read_log_files(log, latest, listing, log.listing_interval(listing), _LOG_COLUMNS)
+            dropped = last_drop(entries)
+            if dropped is None or dropped > batch:
+                return None
+            entries = entries.filter(pc.greater(entries.column(BATCH_KEY), batch))
+        else:
+            return None
     except (FileNotFoundError, MissingLogFileError):
         return None
-    entries = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table().select(_LOG_COLUMNS)
     entries = data_files(entries, ["path", "size", "modificationTime", BATCH_KEY])
     return Snapshot(storage, latest, CommittedFiles(storage, _files_table(entries, storage, False)))
 
