@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -47,21 +48,29 @@ def test_streaming_query_and_write_batch_loop_append_together(spark, tmp_path: P
          "go": str(go), "crash_columns": True, "pause": 0.1},
         script=CHAIN_CHILD,
     )
-    query = start_child(tmp_path, {
-        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
-        "max_files_per_trigger": 1,
-    })
-    try:
-        while not query.progress():  # the query committed its first batch: let the loop go while it runs the rest
-            assert query.proc.poll() is None, query.log_tail()
+    progress = tmp_path / "query.progress.jsonl"  # a line per batch the query committed
+    ended = threading.Event()
+
+    def go_after_the_first_batch() -> None:  # let the loop go while the query runs the rest
+        while not progress.exists() and not ended.is_set():
             time.sleep(0.05)
         go.touch()
-        for child in (writer, query):
-            child.wait()
-            assert_ok(child)
+
+    releaser = threading.Thread(target=go_after_the_first_batch, daemon=True)
+    releaser.start()
+    try:  # the query runs on the test's driver (a JVM start saved), the loop in its own process beside it
+        query = run_in_process(spark, tmp_path, {
+            "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
+            "max_files_per_trigger": 1, "progress": str(progress),
+        })
+        ended.set()
+        writer.wait()
+        assert_ok(writer)
+        assert_ok(query)
     finally:  # a failed query must not leave the loop waiting for its go
-        for child in (writer, query):
-            child.kill()
+        ended.set()
+        releaser.join(10)
+        writer.kill()
 
     loop_ids = [i for v in versions for i in writer_rows(1, v, 5).column("id").to_pylist()]
     everything = inputs + loop_ids
