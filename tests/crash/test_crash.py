@@ -107,20 +107,22 @@ class KillCase:
 #   sidecar: one per compaction, after the compact file is committed (@2 = batch 5);
 #   cleanup (min_batches_to_retain=2, cleanup_delay=0s): one per deleted log file: batch 4 deletes 0, 1;
 #     batch 7 deletes 2.compact, 3, 4 (Spark's rule; @4 = batch 7, after two of those three).
-# Both writer paths run the kills that leave the writer's files behind (task_write, before_commit): each path
-# places its files its own way. The kills before any writing (before_write: the writer path is not chosen yet)
-# and in or after the log commit (commit_publish, after_commit: the files are placed, only the log and the
-# sink's replay check run) are the same code on both paths and run on the Spark path here; the Arrow path's
-# commit_publish and after_commit kills run on the object stores (tests/crash/test_backend_crash.py, where the
-# default writer is the Arrow path). The log's own failpoints do not depend on the writer: a kill in a compaction
-# leaves the sink's batch uncommitted and runs on the Spark path only; the kills after the commit (sidecar, cleanup)
-# leave the sink nothing to recover but the replay after_commit shows, and run in a plain-Python write_batch writer
-# (test_writer_killed_in_the_logs_own_work_after_its_commit: no JVM). On the Spark path a task dies inside Spark's writer (its files stay in
-# the hidden staging directory), files wait in staging after the job, and a kill half-way through the renames
-# leaves part of the batch published, uncommitted.
+# Both writer paths run the kill that leaves the writer's files behind (before_commit): each path places its files
+# its own way. On the Arrow path a task's task_write fires once its files are closed (one file per task here): the
+# state before_commit leaves, the kill sent from a Python worker instead of the driver (as [spark-task_write]'s); the
+# Arrow writer's task_write with some files done is the chain's (test_chain_crash.py: the same write_rows), and a
+# failed Arrow task's files are test_task_attempt_fails_after_writing_files'. The kills before any writing
+# (before_write: the writer path is not chosen yet) and in or after the log commit (commit_publish, after_commit: the
+# files are placed, only the log and the sink's replay check run) are the same code on both paths and run on the
+# Spark path here; the Arrow path's commit_publish and after_commit kills run on the object stores
+# (test_backend_crash.py, where the default writer is the Arrow path). The log's own failpoints do not depend on the
+# writer: a kill in a compaction leaves the sink's batch uncommitted and runs on the Spark path; the kills after the
+# commit (sidecar, cleanup) leave the sink nothing to recover but the replay after_commit shows, and run in a
+# plain-Python write_batch writer (test_writer_killed_in_the_logs_own_work_after_its_commit: no JVM). On the Spark
+# path a task dies inside Spark's writer (its files stay in the hidden staging directory), files wait in staging after
+# the job, and a kill half-way through the renames leaves part of the batch published, uncommitted.
 _BEFORE_COMMIT = KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3)
 KILL_CASES = {
-    ("arrow", "task_write"): _BEFORE_COMMIT,
     ("arrow", "before_commit"): _BEFORE_COMMIT,
     ("spark", "before_write"): KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None),
     ("spark", "before_commit"): _BEFORE_COMMIT,
