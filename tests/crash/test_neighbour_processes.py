@@ -26,6 +26,7 @@ from tests.helpers.crash_util import (
     committed_paths,
     orphans,
     parquet_on_disk,
+    progress_lines,
     run_in_process,
     spark_ids,
     start_child,
@@ -89,9 +90,9 @@ def test_streaming_query_and_write_batch_loop_append_together(spark, tmp_path: P
         by_writer.setdefault("loop" if record.query_id == "loop" else "query", []).append(record.query_batch_id)
     assert by_writer == {"loop": versions, "query": list(range(8))}, by_writer
     assert not orphans(out), "every file of both writers was committed"
-    lost = sum(p.get("conflicts", 0) for p in query.progress()) + sum(r["conflicts"] for r in writer.progress())
-    print(f"commit races lost: {lost}; log batches of the query: "
-          f"{[p['log_batch_id'] for p in query.progress()]}")
+    batches = progress_lines(progress)
+    lost = sum(p.get("conflicts", 0) for p in batches) + sum(r["conflicts"] for r in writer.progress())
+    print(f"commit races lost: {lost}; log batches of the query: {[p['log_batch_id'] for p in batches]}")
 
 
 def test_query_killed_between_a_lost_race_and_its_retry(spark, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from tests.helpers.crash_util import (
     committed_ids,
     committed_paths,
     orphans,
+    progress_lines,
     run_child,
     run_in_process,
     spark_ids,
@@ -206,7 +207,7 @@ def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path, parti
     swaps = optimizer.result()["swaps"] + optimize(str(out), target_file_size="1MB").committed
     assert swaps >= 1
     _assert_readers(spark, out, inputs)
-    assert len(query.progress()) == 12  # every batch of the query ran once and none failed
+    assert len(progress_lines(progress)) == 12  # every batch of the query ran once and none failed
 
 
 @pytest.mark.soak
