@@ -26,11 +26,12 @@ ROWS, FILES = 20, 4  # the kill in batch 3 (@4), the restart runs batch 3: nothi
 COMMIT_WINDOW = {"before_commit": (2, False), "commit_publish": (2, False), "after_commit": (3, True)}
 
 
-# The kill in the commit itself (the log file's conditional create) on Azurite; on moto the log's commit is killed
-# in a plain-Python write_batch writer (test_chain_crash.py::test_job_killed_in_the_commit_window_on_moto: the same
-# log code, no JVM), and the sink's recovery on moto is the kill before the commit's. The kills before and after the
-# commit (uncommitted data files; a commit Spark's checkpoint has not recorded) are the same on both stores, one
-# store each: the suite's time
+# The kill in the commit itself (the log file's conditional create: one PUT, commit_publish fires just before it) on
+# Azurite. On moto it leaves the store as the kill before the commit does (the data files placed, no log object): the
+# sink's restart from that state is [before_commit-moto], and the log's commit on moto is also killed in a
+# plain-Python write_batch writer (test_chain_crash.py::test_job_killed_in_the_commit_window_on_moto: the same log
+# code, no JVM). The kills before and after the commit (uncommitted data files; a commit Spark's checkpoint has not
+# recorded) are the same on both stores, one store each: the suite's time
 KILLS = [("commit_publish", "azurite"), ("before_commit", "moto"), ("after_commit", "azurite")]
 
 
