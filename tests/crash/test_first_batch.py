@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from parquet_sink import failpoints, read_committed, vacuum, write_batch
+from parquet_sink import read_committed, vacuum, write_batch
 from parquet_sink.log.metadata_log import STARTED_MARKER
 from parquet_sink.storage.filesystem import Storage
 from tests.helpers.chain_child import writer_rows
@@ -52,9 +52,7 @@ def _file_source_ids(spark, out: Path, checkpoint: Path) -> list[int]:
 
 
 @pytest.mark.parametrize(("writer", "action"), [("spark", "kill"), ("arrow", "raise")])
-def test_failed_first_batch_is_invisible_and_its_restart_takes_over(
-    spark, tmp_path: Path, monkeypatch, writer, action
-) -> None:
+def test_failed_first_batch_is_invisible_and_its_restart_takes_over(spark, tmp_path: Path, writer, action) -> None:
     """The first batch places its files (both writer paths), then the driver is SIGKILLed (or the batch fails
     with an error) before the commit. Spark's reader reads 0 rows, not the leftovers; a Spark file source
     started on the output then reads it through the log (0 rows now, every row once after the restart, never a
@@ -68,13 +66,10 @@ def test_failed_first_batch_is_invisible_and_its_restart_takes_over(
         "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(ckpt), "max_files_per_trigger": 1,
         "sink": {"writer": writer, "compact_interval": 2},
     }
+    failed = run_child(tmp_path, config, failpoints=f"before_commit={action}@1")
     if action == "kill":
-        assert_sigkilled(run_child(tmp_path, config, failpoints="before_commit=kill@1"))
-    else:  # nothing dies: the test's own driver runs the failing first run (a JVM start saved), as the restart
-        with monkeypatch.context() as patched:
-            patched.setattr(failpoints, "_ACTIVE", {"before_commit": ("raise", 1)})
-            patched.setattr(failpoints, "_HITS", {})
-            failed = run_in_process(spark, tmp_path, config)
+        assert_sigkilled(failed)
+    else:
         assert failed.returncode == 3 and failed.result()["type"] in ("FailpointError", "StreamingQueryException")
     left = orphans(out)
     assert left, "the first batch placed its files"

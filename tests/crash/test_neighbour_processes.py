@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from tests.helpers.crash_util import (
     committed_paths,
     orphans,
     parquet_on_disk,
-    progress_lines,
     run_in_process,
     spark_ids,
     start_child,
@@ -49,29 +47,21 @@ def test_streaming_query_and_write_batch_loop_append_together(spark, tmp_path: P
          "go": str(go), "crash_columns": True, "pause": 0.1},
         script=CHAIN_CHILD,
     )
-    progress = tmp_path / "query.progress.jsonl"  # a line per batch the query committed
-    ended = threading.Event()
-
-    def go_after_the_first_batch() -> None:  # let the loop go while the query runs the rest
-        while not progress.exists() and not ended.is_set():
+    query = start_child(tmp_path, {
+        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
+        "max_files_per_trigger": 1,
+    })
+    try:
+        while not query.progress():  # the query committed its first batch: let the loop go while it runs the rest
+            assert query.proc.poll() is None, query.log_tail()
             time.sleep(0.05)
         go.touch()
-
-    releaser = threading.Thread(target=go_after_the_first_batch, daemon=True)
-    releaser.start()
-    try:  # the query runs on the test's driver (a JVM start saved), the loop in its own process beside it
-        query = run_in_process(spark, tmp_path, {
-            "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
-            "max_files_per_trigger": 1, "progress": str(progress),
-        })
-        ended.set()
-        writer.wait()
-        assert_ok(writer)
-        assert_ok(query)
+        for child in (writer, query):
+            child.wait()
+            assert_ok(child)
     finally:  # a failed query must not leave the loop waiting for its go
-        ended.set()
-        releaser.join(10)
-        writer.kill()
+        for child in (writer, query):
+            child.kill()
 
     loop_ids = [i for v in versions for i in writer_rows(1, v, 5).column("id").to_pylist()]
     everything = inputs + loop_ids
@@ -90,9 +80,9 @@ def test_streaming_query_and_write_batch_loop_append_together(spark, tmp_path: P
         by_writer.setdefault("loop" if record.query_id == "loop" else "query", []).append(record.query_batch_id)
     assert by_writer == {"loop": versions, "query": list(range(8))}, by_writer
     assert not orphans(out), "every file of both writers was committed"
-    batches = progress_lines(progress)
-    lost = sum(p.get("conflicts", 0) for p in batches) + sum(r["conflicts"] for r in writer.progress())
-    print(f"commit races lost: {lost}; log batches of the query: {[p['log_batch_id'] for p in batches]}")
+    lost = sum(p.get("conflicts", 0) for p in query.progress()) + sum(r["conflicts"] for r in writer.progress())
+    print(f"commit races lost: {lost}; log batches of the query: "
+          f"{[p['log_batch_id'] for p in query.progress()]}")
 
 
 def test_query_killed_between_a_lost_race_and_its_retry(spark, tmp_path: Path) -> None:

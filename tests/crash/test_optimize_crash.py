@@ -35,7 +35,6 @@ from tests.helpers.crash_util import (
     committed_ids,
     committed_paths,
     orphans,
-    progress_lines,
     run_child,
     run_in_process,
     spark_ids,
@@ -188,26 +187,23 @@ def test_an_optimize_planned_before_the_first_compact_file_takes_the_interval_a_
 @pytest.mark.parametrize("partition_by", [None, ["bucket"]])  # bucket: id % 3 (crash_child's attempt_bucket)
 def test_a_streaming_query_runs_while_optimizes_run(spark, tmp_path: Path, partition_by) -> None:
     inputs = write_inputs(tmp_path / "in", range(12), 10)
-    out, progress, stop = tmp_path / "out", tmp_path / "query.progress.jsonl", tmp_path / "stop"
-    # optimizes one after the other in a process of their own, from the query's first committed batch on
-    optimizer = start_child(tmp_path / "optimizes", {
-        "out": str(out), "kwargs": {"target_file_size": "1MB"}, "after": str(progress), "until": str(stop),
-    }, script=OPTIMIZE_CHILD)
-    try:  # the query runs on the test's driver (a JVM start saved)
-        query = run_in_process(spark, tmp_path, {
-            "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
-            "max_files_per_trigger": 1, "sink": {"partition_by": partition_by} if partition_by else {},
-            "attempt_bucket": bool(partition_by), "progress": str(progress),
-        })
-    finally:
-        stop.touch()
-        optimizer.wait()
+    out = tmp_path / "out"
+    query = start_child(tmp_path, {
+        "input": str(tmp_path / "in"), "out": str(out), "checkpoint": str(tmp_path / "ckpt"),
+        "max_files_per_trigger": 1, "sink": {"partition_by": partition_by} if partition_by else {},
+        "attempt_bucket": bool(partition_by),
+    })
+    swaps = 0
+    while query.proc.poll() is None:
+        if query.progress():  # the query committed its first batch
+            swaps += optimize(str(out), target_file_size="1MB").committed
+        time.sleep(0.2)
+    query.wait()
     assert_ok(query)
-    assert_ok(optimizer)
-    swaps = optimizer.result()["swaps"] + optimize(str(out), target_file_size="1MB").committed
+    swaps += optimize(str(out), target_file_size="1MB").committed
     assert swaps >= 1
     _assert_readers(spark, out, inputs)
-    assert len(progress_lines(progress)) == 12  # every batch of the query ran once and none failed
+    assert len(query.progress()) == 12  # every batch of the query ran once and none failed
 
 
 @pytest.mark.soak

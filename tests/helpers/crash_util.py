@@ -96,14 +96,10 @@ class Run:
         return json.loads(path.read_text()) if path.exists() else None
 
     def progress(self) -> list[dict[str, Any]]:
-        return progress_lines(self.workdir / f"{self.name}.progress.jsonl")
-
-
-def progress_lines(path: Path) -> list[dict[str, Any]]:
-    """The lines of a run's ``progress`` file (one per foreachBatch call or write), none before the first."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        path = self.workdir / f"{self.name}.progress.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @dataclass

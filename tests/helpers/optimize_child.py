@@ -6,9 +6,7 @@ Usage: ``python tests/helpers/optimize_child.py CONFIG.json`` (started by ``cras
 script=OPTIMIZE_CHILD)``). Config keys: ``out``, optional ``kwargs`` (the call's keyword arguments), optional
 ``table`` (an Arrow IPC file: then the call is ``write_batch(out, table, **kwargs)``, or with ``batch_id`` and
 ``spark_schema`` ``ParquetSink(out, **kwargs)(DataFrame of the table, batch_id)``), ``result`` (written at the
-end: ``{"status": "ok", "committed", "log_batch_id", ...}`` or the error), ``started`` (touched before the call),
-optional ``until`` (a file: optimize again and again, every 0.2 s, until it exists, beginning once the file ``after``
-exists; ``result`` then counts the optimizes that swapped: ``{"status": "ok", "swaps"}``).
+end: ``{"status": "ok", "committed", "log_batch_id", ...}`` or the error), ``started`` (touched before the call).
 Failpoints come from the environment (``optimize_write``, ``optimize_padding``, ``optimize_commit``, ``compaction``,
 ``sidecar``, ``optimize_after_commit``, ``before_write``, ``before_commit``, ``commit_publish``, ...).
 Exit codes: 0 done, 3 an error (named in ``result``); killed children exit by SIGKILL.
@@ -19,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 
@@ -31,13 +28,6 @@ def _call(config: dict) -> dict:
     from parquet_sink.maintenance import optimize
 
     kwargs = config.get("kwargs", {})
-    if "until" in config:
-        swaps = 0
-        while not os.path.exists(config["until"]):
-            if os.path.exists(config["after"]):
-                swaps += optimize(config["out"], **kwargs).committed
-            time.sleep(0.2)
-        return {"swaps": swaps}
     if "table" in config:
         with pa.memory_map(config["table"]) as source:
             table = pa.ipc.open_file(source).read_all()
