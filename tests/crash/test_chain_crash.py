@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from parquet_sink import MetadataLog, Storage, committed_version, read_committed, write_batch
+from parquet_sink import MetadataLog, Storage, committed_files, committed_version, read_committed, write_batch
 from parquet_sink.log.entry import CommitRecord, attribute
 from tests.helpers.crash_util import (
     assert_group_gone,
@@ -142,5 +142,14 @@ def test_job_killed_in_the_commit_window_on_moto(request, tmp_path, failpoint):
     killed = run_child(work, _config(src, out, options), failpoints=f"{failpoint}=kill@2", script=CHAIN_CHILD)
     assert_sigkilled(killed)
     _assert_output(out, source, 1 if failpoint == "after_commit" else 0, options)
-    assert_ok(run_child(work, _config(src, out, options), script=CHAIN_CHILD))
+    storage = Storage(out, options)
+    prefix = storage.root.rstrip("/") + "/"  # not the source's objects beside it
+    on_store = {i.path for i in storage.find(storage.root) if i.path.startswith(prefix) and i.path.endswith(".parquet")}
+    committed = {f.path for f in committed_files(out, storage_options=options)}
+    assert committed <= on_store
+    if failpoint == "commit_publish":
+        assert on_store - committed, "the killed batch's data files should be on the store, uncommitted"
+    rerun = run_child(work, _config(src, out, options), script=CHAIN_CHILD)
+    assert_ok(rerun)
     _assert_output(out, source, 2, options)
+    assert backend.secret not in killed.log_tail(10**7) + rerun.log_tail(10**7)

@@ -2,7 +2,9 @@
 
 * The driver is SIGKILLed (with its JVM and Python workers) at every failpoint of the write path, then
   restarted from the same checkpoint: every input row is committed exactly once, the checkpoint and
-  the log agree batch by batch, and what a reader sees at the kill point is whole batches only.
+  the log agree batch by batch, and what a reader sees at the kill point is whole batches only. The
+  log's own work after a commit (a compact file's columnar copy, the cleanup) is killed in a plain-Python
+  ``write_batch`` writer (``tests/helpers/chain_child.py``): the same log code, without a JVM.
 * A soak kills the driver at random moments during a partitioned stream, on each writer path (2 kills
   each; 10 with ``--soak``), and Spark's own reader checks every row is there once.
 * An executor task attempt writes its files and then fails; Spark retries it.
@@ -31,8 +33,9 @@ import pyspark
 import pytest
 
 from parquet_sink.log.files import parse_batch_name
-from parquet_sink import MetadataLog, ParquetSink, read_committed
+from parquet_sink import MetadataLog, ParquetSink, read_committed, write_batch
 from parquet_sink.log.entry import CommitRecord, attribute
+from tests.helpers.chain_child import writer_rows
 from tests.helpers.jvm_archive import driver_java_options
 from tests.helpers.spark_util import spark_home_for_local_cluster
 from tests.helpers.crash_util import (
@@ -61,6 +64,7 @@ from tests.helpers.crash_util import (
 )
 
 ROWS = 30  # rows per input file; one input file per micro-batch
+CHAIN_CHILD = Path(__file__).resolve().parents[1] / "helpers" / "chain_child.py"
 SINK = {"compact_interval": 3, "min_batches_to_retain": 2, "cleanup_delay": "0s"}  # compacts 2, 5, 8
 
 
@@ -103,24 +107,31 @@ class KillCase:
 #   sidecar: one per compaction, after the compact file is committed (@2 = batch 5);
 #   cleanup (min_batches_to_retain=2, cleanup_delay=0s): one per deleted log file: batch 4 deletes 0, 1;
 #     batch 7 deletes 2.compact, 3, 4 (Spark's rule; @4 = batch 7, after two of those three).
-# Both writer paths run the write/commit window; the log's own failpoints (compaction, cleanup) do not
-# depend on the writer and run on the Spark path only. On the Spark path a task dies inside Spark's
-# writer (its files stay in the hidden staging directory), files wait in staging after the job, and a
-# kill half-way through the renames leaves part of the batch published, uncommitted.
-_COMMON = {
-    "before_write": KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None),
-    "before_commit": KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3),
-    "commit_publish": KillCase(
+# Both writer paths run the kill that leaves the writer's files behind (before_commit): each path places its files
+# its own way. On the Arrow path a task's task_write fires once its files are closed (one file per task here): the
+# state before_commit leaves, the kill sent from a Python worker instead of the driver (as [spark-task_write]'s); the
+# Arrow writer's task_write with some files done is the chain's (test_chain_crash.py: the same write_rows), and a
+# failed Arrow task's files are test_task_attempt_fails_after_writing_files'. The kills before any writing
+# (before_write: the writer path is not chosen yet) and in or after the log commit (commit_publish, after_commit: the
+# files are placed, only the log and the sink's replay check run) are the same code on both paths and run on the
+# Spark path here; the Arrow path's commit_publish and after_commit kills run on the object stores
+# (test_backend_crash.py, where the default writer is the Arrow path). The log's own failpoints do not depend on the
+# writer: a kill in a compaction leaves the sink's batch uncommitted and runs on the Spark path; the kills after the
+# commit (sidecar, cleanup) leave the sink nothing to recover but the replay after_commit shows, and run in a
+# plain-Python write_batch writer (test_writer_killed_in_the_logs_own_work_after_its_commit: no JVM). On the Spark
+# path a task dies inside Spark's writer (its files stay in the hidden staging directory), files wait in staging after
+# the job, and a kill half-way through the renames leaves part of the batch published, uncommitted.
+_BEFORE_COMMIT = KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3)
+KILL_CASES = {
+    ("arrow", "before_commit"): _BEFORE_COMMIT,
+    ("spark", "before_write"): KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None),
+    ("spark", "before_commit"): _BEFORE_COMMIT,
+    ("spark", "commit_publish"): KillCase(
         files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3, temp=r"\.3\.[0-9a-f]+\.tmp"
     ),
-    "after_commit": KillCase(
+    ("spark", "after_commit"): KillCase(
         files=6, nth=4, log_latest=3, commit_latest=2, orphan_batch=None, replay_skipped=True
     ),
-}
-KILL_CASES = {
-    **{("arrow", name): case for name, case in _COMMON.items()},
-    ("arrow", "task_write"): KillCase(files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=3),
-    **{("spark", name): case for name, case in _COMMON.items()},
     ("spark", "task_write"): KillCase(
         files=6, nth=4, log_latest=2, commit_latest=2, orphan_batch=None, task_failpoint=True
     ),
@@ -133,12 +144,6 @@ KILL_CASES = {
     ),
     ("spark", "compaction"): KillCase(
         files=7, nth=4, log_latest=4, commit_latest=4, orphan_batch=5, temp=r"\.5\.compact\.[0-9a-f]+\.tmp"
-    ),
-    ("spark", "sidecar"): KillCase(
-        files=10, nth=2, log_latest=5, commit_latest=4, orphan_batch=None, replay_skipped=True
-    ),
-    ("spark", "cleanup"): KillCase(
-        files=10, nth=4, log_latest=7, commit_latest=6, orphan_batch=None, replay_skipped=True
     ),
 }
 
@@ -177,11 +182,6 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     names = log_files(out)
     if case.temp:
         assert any(re.fullmatch(case.temp, n) for n in names), f"no unpublished log temp file in {names}"
-    if failpoint == "sidecar":  # batch 5 committed, its columnar copy never written: readers use the JSON
-        assert "5.compact" in names and "5.compact.columnar" not in names and "2.compact.columnar" in names
-    if failpoint == "cleanup":
-        assert "0" not in names and "1" not in names, names
-        assert len({"2.compact", "3", "4"} & set(names)) == 1, f"the kill should interrupt cleanup: {names}"
     # What readers see at the kill point: exactly the whole committed batches, never the orphans.
     assert assert_committed_prefix(out, ckpt, ROWS) == case.log_latest
     prefix = [i for f in range(case.log_latest + 1) for i in file_ids(f, ROWS)]
@@ -190,8 +190,6 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     restarted = run_in_process(spark, tmp_path, dict(config, task_failpoint=False))
 
     assert_ok(restarted)
-    if failpoint == "sidecar":  # the next compaction (8) read 5.compact as JSON and wrote its own copy
-        assert "8.compact.columnar" in log_files(out) and MetadataLog(str(out)).check() == []
     first = restarted.progress()[0]
     assert first["batch_id"] == case.commit_latest + 1, restarted.progress()
     assert first["skipped"] is case.replay_skipped, f"replayed batch {first}"
@@ -207,6 +205,57 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
         directory = out / "_exactly_once" / hidden
         assert not directory.exists() or not any(directory.iterdir()), f"{hidden}: {list(directory.iterdir())}"
     assert_parquet_sink(spark, out, ckpt, ids, ROWS)
+
+
+# the log's own work after a commit, killed: failpoint -> (its hit killed, the log batch (version) just committed)
+LOG_KILLS = {"sidecar": (2, 5), "cleanup": (4, 7)}
+
+
+@pytest.mark.parametrize("failpoint", list(LOG_KILLS))
+def test_writer_killed_in_the_logs_own_work_after_its_commit(spark, tmp_path: Path, failpoint: str) -> None:
+    """A ``write_batch`` writer (the log's rules of SINK) SIGKILLed after committing a batch, in the log's own work:
+    the columnar copy of the compact file 5.compact (sidecar), or half-way through deleting the old log files
+    (cleanup). Readers see exactly the committed batches; the rerun of the same versions skips the killed one and
+    commits the rest (the next compaction, 8, reads 5.compact as JSON and writes its own copy); vacuum then finds
+    no data file to delete and leaves no lease."""
+    nth, killed_at = LOG_KILLS[failpoint]
+    out, state, rows = tmp_path / "out", tmp_path / "failpoints", 10
+    versions = range(9)
+    config = {"mode": "writer", "out": str(out), "app_id": "w", "app_index": 1, "versions": list(versions),
+              "rows": rows, "log": SINK}
+
+    killed = run_child(tmp_path / "children", config, failpoints=f"{failpoint}=kill@{nth}", state_dir=state,
+                       script=CHAIN_CHILD)
+
+    assert_sigkilled(killed)
+    tickets = sorted(p.name for p in state.iterdir() if p.name.startswith(failpoint + "."))
+    assert len(tickets) == nth, f"{failpoint} was hit {len(tickets)} times, expected death at hit {nth}"
+    assert MetadataLog(str(out)).latest_batch_id() == killed_at
+    assert [p["version"] for p in killed.progress()] == list(range(killed_at)), "the killed call never returned"
+    names = log_files(out)
+    if failpoint == "sidecar":  # batch 5 committed, its columnar copy never written: readers use the JSON
+        assert "5.compact" in names and "5.compact.columnar" not in names and "2.compact.columnar" in names
+    if failpoint == "cleanup":
+        assert "0" not in names and "1" not in names, names
+        assert len({"2.compact", "3", "4"} & set(names)) == 1, f"the kill should interrupt cleanup: {names}"
+    assert not orphans(out), "a kill after the commit leaves no uncommitted data file"
+    prefix = [i for v in range(killed_at + 1) for i in writer_rows(1, v, rows).column("id").to_pylist()]
+    assert_same_ids(committed_ids(out), prefix, "read_committed at the kill point")
+    assert_same_ids(spark_ids(spark, out), prefix, "spark.read.parquet at the kill point")
+
+    # The rerun (never killed: in this process) of every version: the ones committed, the killed one included, skip.
+    results = [write_batch(str(out), writer_rows(1, v, rows), app_id="w", version=v, **SINK) for v in versions]
+
+    assert [r.committed for r in results] == [v > killed_at for v in versions]
+    assert [r.log_batch_id for r in results if r.committed] == list(range(killed_at + 1, len(versions)))
+    assert "8.compact.columnar" in log_files(out) and MetadataLog(str(out)).check() == []
+    everything = [i for v in versions for i in writer_rows(1, v, rows).column("id").to_pylist()]
+    assert_same_ids(committed_ids(out), everything, "read_committed after the rerun")
+    assert_same_ids(spark_ids(spark, out), everything, "spark.read.parquet after the rerun")
+    cleaned = vacuum(out)
+    assert cleaned["files"] == [] and parquet_on_disk(out) == committed_paths(out)
+    leases = out / "_exactly_once" / "leases"
+    assert not leases.exists() or not any(leases.iterdir()), list(leases.iterdir())
 
 
 # -- random kills ----------------------------------------------------------------------------------

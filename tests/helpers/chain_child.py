@@ -14,7 +14,8 @@ Modes (``config["mode"]``):
   rows have the crash query's columns (``id, file, name``; ``file`` is minus the app index), so the writer
   appends beside a ``crash_child.py`` query.
 
-Common keys: ``out``, ``app_id``, ``storage_options``, ``partition_by``, ``max_records_per_file``,
+Common keys: ``out``, ``app_id``, ``storage_options``, ``partition_by``, ``max_records_per_file``, ``log`` (more
+``write_batch`` keyword arguments: the log's ``compact_interval``, ``min_batches_to_retain``, ``cleanup_delay``),
 ``clock_offset_s`` (this process's clock runs that many seconds off: ``time.time`` shifted before the package
 is imported, a writer on a machine whose clock disagrees);
 ``progress`` (one JSON line per write_batch result) and ``result`` (how the run ended), ``started``.
@@ -65,6 +66,7 @@ def _write(config: dict, data: pa.Table, version: int) -> None:
         partition_by=config.get("partition_by"),
         storage_options=config.get("storage_options"),
         max_records_per_file=config.get("max_records_per_file"),
+        **config.get("log", {}),
     )
     _append_line(config.get("progress"), dataclasses.asdict(result))
 
