@@ -384,6 +384,5 @@ def test_log_model(request: pytest.FixtureRequest, tmp_path, backend_name: str, 
         return backend.url, backend.storage_options
 
     machine = type(f"LogModel_{backend_name}", (LogModel,), {"new_root": staticmethod(new_root)})
-    # moto: one run of 12 steps (each step's readers cost requests; --fuzz-minutes runs 50 of 40 on either backend)
-    examples, steps = (8, 15) if backend_name == "local" else (1, 12)
+    examples, steps = (8, 15) if backend_name == "local" else (2, 10)
     run_model(machine, fuzz_minutes, examples=examples, steps=steps, fuzz_examples=50, fuzz_steps=40)
