@@ -139,18 +139,19 @@ def test_checkpoint_query_id_from_hadoop_urls(spark, tmp_path: Path, backend) ->
 
 def test_connect_partitioned_stream_readers_agree(connect_spark, tmp_path: Path) -> None:
     src, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
-    write_input_files(src, _batches(4, 12))
-    sink = ParquetSink(out, partition_by=["cat"], compact_interval=3, checkpoint_location=ckpt)
+    # Three batches, the middle one a compaction (interval 2): batches before, in and after a compact file.
+    write_input_files(src, _batches(3, 12))
+    sink = ParquetSink(out, partition_by=["cat"], compact_interval=2, checkpoint_location=ckpt)
     query = _run_available_now(_stream(connect_spark, src), ckpt, sink)
 
     records = _records(out)
     assert [(r.log_batch_id, r.query_id, r.query_batch_id) for r in records] == [
-        (b, query.id, b) for b in range(4)
+        (b, query.id, b) for b in range(3)
     ]
-    assert "2.compact" in log_files(out) and sorted(os.listdir(out)) == [
+    assert "1.compact" in log_files(out) and sorted(os.listdir(out)) == [
         "_exactly_once", "_spark_metadata", "cat=a", "cat=b", "cat=c"
     ]
-    expected = sorted((r["id"], r["cat"]) for batch in _batches(4, 12) for r in batch)
+    expected = sorted((r["id"], r["cat"]) for batch in _batches(3, 12) for r in batch)
     ours = read_committed(out)
     assert sorted(zip(ours.column("id").to_pylist(), ours.column("cat").to_pylist())) == expected
     theirs = connect_spark.read.parquet(out)
@@ -223,14 +224,14 @@ def test_connect_without_identity_is_refused_unless_accepted(connect_spark, tmp_
 
 def test_connect_replayed_batch_is_skipped(connect_spark, tmp_path: Path) -> None:
     src, out, ckpt = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ckpt")
-    write_input_files(src, _batches(3, 10))
+    write_input_files(src, _batches(2, 10))
     _run_available_now(_stream(connect_spark, src), ckpt, ParquetSink(out, checkpoint_location=ckpt))
     before = log_files(out)
-    _forget_commit(ckpt, 2)  # the driver died after the sink committed batch 2: Spark re-runs it
+    _forget_commit(ckpt, 1)  # the driver died after the sink committed batch 1: Spark re-runs it
     _run_available_now(_stream(connect_spark, src), ckpt, ParquetSink(out, checkpoint_location=ckpt))
-    assert latest_commit(ckpt) == 2 and log_files(out) == before
-    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(30))
-    assert _ids(connect_spark, out) == list(range(30))
+    assert latest_commit(ckpt) == 1 and log_files(out) == before
+    assert sorted(read_committed(out).column("id").to_pylist()) == list(range(20))
+    assert _ids(connect_spark, out) == list(range(20))
 
 
 def test_connect_fresh_checkpoint_on_old_output_refused_then_appended(connect_spark, tmp_path: Path) -> None:
@@ -301,17 +302,18 @@ def test_connect_driver_killed_in_commit_window(connect_spark, tmp_path: Path, m
 
 
 def test_connect_seed_fault_tolerance_example(connect_spark, tmp_path: Path) -> None:
-    """waitingforcode's example under Connect: ten files of two records, one file per trigger; the record
-    "content1=7" fails on the first run only (a flag file); the restart outputs all 20 records once."""
+    """waitingforcode's example under Connect (shortened from ten files to six, failing on the fourth instead of
+    the seventh: a compaction still falls in each run): files of two records, one file per trigger; the record
+    "content1=4" fails on the first run only (a flag file); the restart outputs all 12 records once."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
     source = str(tmp_path / "in")
-    write_input_files(source, [[{"id": k, "name": f"content{k}={i}"} for k in (1, 2)] for i in range(1, 11)])
+    write_input_files(source, [[{"id": k, "name": f"content{k}={i}"} for k in (1, 2)] for i in range(1, 7)])
     flag = tmp_path / "already-failed"
 
     def fail_once(name):  # no type hints: Connect would take them for a pandas UDF's
-        if name == "content1=7" and not flag.exists():
+        if name == "content1=4" and not flag.exists():
             flag.touch()
             raise RuntimeError("Something went wrong")
         return name
@@ -330,16 +332,16 @@ def test_connect_seed_fault_tolerance_example(connect_spark, tmp_path: Path) -> 
     with pytest.raises(Exception, match="Something went wrong"):
         run()
     assert flag.exists()
-    assert MetadataLog(out).latest_batch_id() == latest_commit(ckpt) == 5  # files 1..6; file 7 failed
+    assert MetadataLog(out).latest_batch_id() == latest_commit(ckpt) == 2  # files 1..3 (2.compact); file 4 failed
     assert sorted(read_committed(out).column("name").to_pylist()) == sorted(
-        f"content{k}={i}" for k in (1, 2) for i in range(1, 7)
+        f"content{k}={i}" for k in (1, 2) for i in range(1, 4)
     )
 
     run()
-    expected = sorted(f"content{k}={i}" for k in (1, 2) for i in range(1, 11))
+    expected = sorted(f"content{k}={i}" for k in (1, 2) for i in range(1, 7))
     assert sorted(read_committed(out).column("name").to_pylist()) == expected
     assert sorted(r.name for r in connect_spark.read.parquet(out).select("name").collect()) == expected
-    assert MetadataLog(out).latest_batch_id() == latest_commit(ckpt) == 9
+    assert MetadataLog(out).latest_batch_id() == latest_commit(ckpt) == 5  # 5.compact, written by the restart
     assert len({r.query_id for r in _records(out)}) == 1
 
 

@@ -14,7 +14,6 @@ Runs on local disk and on S3 (moto); ``--fuzz-minutes`` runs many more and longe
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import threading
@@ -31,7 +30,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from parquet_sink import LogEntry, MetadataLog, committed_files, read_committed, write_batch
 from parquet_sink import failpoints
-from parquet_sink.cli.main import main as cli_main
 from parquet_sink.cli.options import OPTIONS_ENV
 from parquet_sink.errors import MissingLogFileError, OutputSettingsError, SnapshotExpiredError, StaleVersionError
 from parquet_sink.log import files as log_files
@@ -39,6 +37,7 @@ from parquet_sink.log.files import is_compact_path
 from parquet_sink.storage.filesystem import Storage
 from parquet_sink.write.parquet_files import WriteSpec, write_rows
 from tests.conftest import make_backend
+from tests.helpers.cli_util import run_cli
 from tests.helpers.filters import run_model
 
 APPS = ["app-a", "app-b"]
@@ -66,19 +65,9 @@ def crash_at(name: str | None) -> Iterator[None]:
 
 def verify(url: str, storage_options: dict) -> dict:
     """``parquet-sink verify URL --json`` in-process (storage options through the environment)."""
-    out = io.StringIO()
-    before = os.environ.get(OPTIONS_ENV)
-    os.environ[OPTIONS_ENV] = json.dumps(storage_options)
-    try:
-        with contextlib.redirect_stdout(out):
-            code = cli_main(["verify", url, "--json"])
-    finally:
-        if before is None:
-            os.environ.pop(OPTIONS_ENV)
-        else:
-            os.environ[OPTIONS_ENV] = before
-    result = json.loads(out.getvalue())
-    assert (code == 0) == result["ok"], result
+    done = run_cli("verify", url, "--json", env={OPTIONS_ENV: json.dumps(storage_options)})
+    result = json.loads(done.stdout)
+    assert (done.returncode == 0) == result["ok"], result
     return result
 
 

@@ -1,5 +1,7 @@
-"""The ``parquet-sink`` command line, driven as a user would: subprocesses on outputs written by a real
-streaming query with our sink and with Spark's own parquet sink, intact and broken."""
+"""The ``parquet-sink`` command line, driven as a user would, on outputs written by a real streaming query with our
+sink and with Spark's own parquet sink, intact and broken: its ``main`` in this process (tests/helpers/cli_util.py),
+and real subprocesses where the process is the point (the installed console script, ``python -m parquet_sink``,
+the progress counter on a terminal)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 from parquet_sink.log.files import parse_batch_name
 from parquet_sink import ParquetSink, committed_files, read_committed
 from parquet_sink.partitioning import is_data_file
+from tests.helpers.cli_util import run_cli
 from tests.helpers.spark_util import run_available_now
 
 CLI = [sys.executable, "-m", "parquet_sink"]
@@ -41,7 +44,11 @@ class Outputs:
     query_id: str
 
 
-def cli(*args: object, script: bool = False, stderr=subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+def cli(*args: object, script: bool = False, process: bool = False, stderr=subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    """The command in this process; in a real one with ``process`` (``python -m parquet_sink``), ``script`` (the
+    installed console script) or another ``stderr`` (a terminal)."""
+    if not (script or process or stderr is not subprocess.PIPE):
+        return run_cli(*args)
     command = ([str(SCRIPT)] if script else CLI) + [str(a) for a in args]
     return subprocess.run(command, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120)
 
@@ -521,7 +528,7 @@ def test_usage_errors_and_secrets(outputs: Outputs, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--older-than='soon' is not a duration: give a whole number with its unit" in bad.stderr
     leaked = cli("ls", outputs.ours, "--storage-option", "hunter2-no-equals")
     assert leaked.returncode == 2 and "expected key=value" in leaked.stderr and "hunter2" not in leaked.stderr
-    not_output = cli("verify", tmp_path, "--storage-option", "password=hunter2", "-v")
+    not_output = cli("verify", tmp_path, "--storage-option", "password=hunter2", "-v", process=True)  # its stderr
     assert not_output.returncode == 1 and "hunter2" not in not_output.stdout + not_output.stderr
     result = cli("ls", tmp_path, "--storage-option", "password=hunter2")
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "hunter2" not in result.stderr

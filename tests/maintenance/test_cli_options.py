@@ -17,11 +17,16 @@ import pytest
 from parquet_sink import MetadataLog
 from parquet_sink.cli.main import build_parser
 from parquet_sink.cli.options import OPTIONS_ENV, storage_options
+from tests.helpers.cli_util import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(*args: object, env: dict[str, str] | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """The command line with only ``env``'s options in the environment: in this process (tests/helpers/cli_util.py),
+    or with ``process`` in a new one (``python -m parquet_sink``), which inherits them as a user's shell passes them."""
+    if not process:
+        return run_cli(*args, env={OPTIONS_ENV: None, **(env or {})})
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
     environment.pop(OPTIONS_ENV, None)
     environment.update(env or {})
@@ -44,7 +49,7 @@ def s3_output(moto_server):
 
 def test_options_from_the_environment(s3_output):
     url, options, secret = s3_output
-    result = _cli("verify", url, env={OPTIONS_ENV: json.dumps(options)})
+    result = _cli("verify", url, env={OPTIONS_ENV: json.dumps(options)}, process=True)  # through a real process
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"OK: {url}: log intact up to batch 0")
     assert secret not in result.stdout + result.stderr
@@ -68,7 +73,8 @@ def test_command_line_option_wins_over_the_environment(s3_output):
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
     endpoint = json.dumps({"endpoint_url": f"http://127.0.0.1:{closed}"})
-    env = {OPTIONS_ENV: json.dumps(options)}
+    # botocore's retries of the refused connection only repeat it: one attempt (a key only the environment gives)
+    env = {OPTIONS_ENV: json.dumps({**options, "config_kwargs": {"retries": {"total_max_attempts": 1}}})}
     result = _cli("verify", url, "--storage-option", f"client_kwargs={endpoint}", env=env)
     assert result.returncode == 1 and f"127.0.0.1:{closed}" in result.stderr, result.stderr
     assert secret not in result.stdout + result.stderr

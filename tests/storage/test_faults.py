@@ -8,6 +8,7 @@ backend's own exception, and 503/500 answers said "check that the location exist
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import time
 from urllib.parse import unquote
@@ -25,14 +26,29 @@ VERSIONS = 4
 ROWS = 5
 
 
+class _QuickAsyncio:
+    """``asyncio`` as s3fs.core sees it, whose ``sleep`` (s3fs calls it only to back off between its retries)
+    waits at most 10 ms."""
+
+    def __getattr__(self, name: str):
+        return getattr(asyncio, name)
+
+    @staticmethod
+    def sleep(delay: float, *args):
+        return asyncio.sleep(min(delay, 0.01), *args)
+
+
 @pytest.fixture
-def quick_azure_retries(monkeypatch):
-    """azure-storage-blob waits 15 s, 18 s, 24 s between its own retries: waits of 10 ms keep the faults on
-    Azurite within seconds (only the wait changes; the retries, and what they see, are the SDK's own)."""
+def quick_retries(monkeypatch):
+    """azure-storage-blob waits 15 s, 18 s, 24 s between its own retries, s3fs 0.1 s growing 1.7-fold: waits of
+    10 ms keep the faults within seconds (only the wait changes; the retries, and what they see, are the SDKs'
+    own; 76 faults on moto cost ~10 s of s3fs's waits)."""
+    import s3fs.core
     from azure.storage.blob._shared import policies, policies_async
 
     for klass in (policies.ExponentialRetry, policies_async.ExponentialRetry):
         monkeypatch.setattr(klass, "get_backoff_time", lambda self, settings: 0.01)
+    monkeypatch.setattr(s3fs.core, "asyncio", _QuickAsyncio())
 
 
 def _options(name: str, server, port: int) -> dict:
@@ -59,13 +75,13 @@ def _batch(version: int) -> pa.Table:
 
 
 @pytest.mark.parametrize("name", ["moto", "azurite"])
-def test_write_batch_readers_and_vacuum_under_faults(request, tmp_path, quick_azure_retries, name):
+def test_write_batch_readers_and_vacuum_under_faults(request, tmp_path, quick_retries, name):
     backend = make_backend(name, request, tmp_path)
     server = request.getfixturevalue(f"{name}_server")
-    # The SDKs retry a few times themselves: many faults, for some to reach the package (s3fs sleeps between its
-    # retries, azure-storage-blob retries thrice: fewer on moto keep both under ~30 s; 0.4 on moto took 44-51 s, 0.3
-    # takes ~20 s with faults still reaching the package: asserted below).
-    plan = FaultPlan(rate={"moto": 0.3, "azurite": 0.6}[name], faults=FAULTS, seed=36, slow_seconds=0.1)
+    # The SDKs retry a few times themselves: many faults, for some to reach the package (s3fs retries five times,
+    # azure-storage-blob thrice; 0.3 on moto has faults still reaching the package: asserted below). Their waits
+    # between retries are 10 ms (quick_retries) and a slow answer 20 ms: no timeout is near either.
+    plan = FaultPlan(rate={"moto": 0.3, "azurite": 0.6}[name], faults=FAULTS, seed=36, slow_seconds=0.02)
     seen: collections.Counter = collections.Counter()
     with faulty_proxy(server.port, plan) as port:
         options = _options(name, server, port)
@@ -85,7 +101,7 @@ def test_write_batch_readers_and_vacuum_under_faults(request, tmp_path, quick_az
 
 @pytest.mark.parametrize("name", ["moto", "azurite"])
 @pytest.mark.parametrize("status", ["503", "500"])
-def test_a_failing_store_says_retry_not_check_the_location(request, tmp_path, quick_azure_retries, name, status):
+def test_a_failing_store_says_retry_not_check_the_location(request, tmp_path, quick_retries, name, status):
     backend = make_backend(name, request, tmp_path)
     server = request.getfixturevalue(f"{name}_server")
     with faulty_proxy(server.port, FaultPlan(rate=1.0, faults=(status,))) as port:
@@ -126,7 +142,7 @@ def test_a_spark_stream_through_the_arrow_sink_under_faults(spark, request, tmp_
     source = str(tmp_path / "source")
     write_input_files(source, [[{"v": v, "i": i} for i in range(ROWS)] for v in range(VERSIONS)])
     stream = spark.readStream.schema("v long, i long").option("maxFilesPerTrigger", 1).json(source)
-    plan = FaultPlan(rate=0.2, faults=FAULTS, seed=7, slow_seconds=0.1)
+    plan = FaultPlan(rate=0.2, faults=FAULTS, seed=7, slow_seconds=0.02)
     seen: collections.Counter = collections.Counter()
     with faulty_proxy(server.port, plan) as port:
         options = _options("moto", server, port)
@@ -162,7 +178,7 @@ def _held_uploads(arrivals: dict[str, float]):
 
 
 @pytest.mark.parametrize("name", ["moto", "azurite"])
-def test_files_upload_side_by_side_and_one_failing_upload_fails_the_write(request, tmp_path, quick_azure_retries, name):
+def test_files_upload_side_by_side_and_one_failing_upload_fails_the_write(request, tmp_path, quick_retries, name):
     """A partitioned write to a store uploads a task's files side by side (the Arrow writer path's uploads, in
     ``write_batch`` as in a Spark task): with every data-file request held 1 s by the proxy, a file's upload starts
     before the previous one is answered, which one upload after the other cannot do. When one file's upload keeps

@@ -141,7 +141,8 @@ def test_too_many_open_files_says_so(tmp_path):
 def test_connection_refused_says_the_store_cannot_be_reached():
     port = _closed_port()
     secret = "refused-s3cr3t-" + uuid.uuid4().hex
-    options = {"key": "AKIAREFUSED", "secret": secret, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+    options = {"key": "AKIAREFUSED", "secret": secret, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+               "config_kwargs": {"retries": {"total_max_attempts": 1}}}  # botocore's backoff only repeats the refusal
     with pytest.raises(StorageError) as info:
         Storage("s3://refused/out", options).read_bytes("refused/out/_spark_metadata/0")
     message = str(info.value)
@@ -150,8 +151,12 @@ def test_connection_refused_says_the_store_cannot_be_reached():
     assert CREDENTIALS not in message and secret not in message
 
 
-def test_network_timeout_says_timed_out():
-    """A loopback socket that accepts connections (kernel backlog) but never answers."""
+def test_network_timeout_says_timed_out(monkeypatch):
+    """A loopback socket that accepts connections (kernel backlog) but never answers. One attempt of 0.2 s (botocore's
+    and s3fs's retries, 5 by s3fs's class default, only repeat the same timeout: 1 s read timeouts took 14 s)."""
+    import s3fs
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
@@ -159,7 +164,7 @@ def test_network_timeout_says_timed_out():
         options = {
             "key": "AKIASILENT",
             "secret": "silent-s3cr3t",
-            "config_kwargs": {"read_timeout": 1, "connect_timeout": 1, "retries": {"max_attempts": 1}},
+            "config_kwargs": {"read_timeout": 0.2, "connect_timeout": 0.2, "retries": {"total_max_attempts": 1}},
             "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
         }
         with pytest.raises(StorageError) as info:
