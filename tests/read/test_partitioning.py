@@ -17,9 +17,9 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from parquet_sink import ParquetSink, committed_files, read_committed
+from parquet_sink import MetadataLog, ParquetSink, committed_files, read_committed
 from parquet_sink.partitioning import infer_partition_types, is_data_file, is_hidden, java_double_str
-from tests.helpers.spark_util import run_available_now, write_input_files
+from tests.helpers.spark_util import run_available_now, spark_sink_batch, write_input_files
 
 ZONE = "America/New_York"
 INPUT_SCHEMA = "id long, ts string, d string, f string, dec string, b boolean, dt string, bin string, n long"
@@ -89,17 +89,34 @@ def _both_outputs(
 ) -> tuple[str, str]:
     """The same stream (id plus the ``partition_by`` columns, typed) written by ParquetSink (on the
     ``writer`` path) and by Spark's own file sink."""
+    return _outputs(spark, tmp_path, batches, schema, [partition_by], writer)[0]
+
+
+def _outputs(
+    spark, tmp_path: Path, batches: list[list[dict]], schema: str, layouts: list[list[str]], writer: str = "arrow"
+) -> list[tuple[str, str]]:
+    """For each of ``layouts`` (partition columns), the stream of id plus those columns (typed) written by ParquetSink
+    (on the ``writer`` path) and by Spark's own file sink (``FileStreamSink.addBatch``, as its streaming query calls
+    it): one query (one micro-batch per input file), whose every batch goes to every output, a pair of (ours,
+    theirs) per layout."""
     src = str(tmp_path / "in")
     write_input_files(src, batches)
-    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "spark")
+    pairs, sinks = [], []
+    for n, partition_by in enumerate(layouts):
+        ours, theirs = str(tmp_path / f"ours-{n}"), str(tmp_path / f"spark-{n}")
+        pairs.append((ours, theirs))
+        sinks.append(ParquetSink(ours, partition_by=partition_by, writer=writer))
 
-    def stream():
-        raw = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src)
-        return raw.selectExpr("id", *(f"{_COLUMNS[c]} as {c}" for c in partition_by))
+    def each_output(df, batch_id: int) -> None:
+        for partition_by, sink, (_, theirs) in zip(layouts, sinks, pairs):
+            typed = df.selectExpr("id", *(f"{_COLUMNS[c]} as {c}" for c in partition_by))
+            sink(typed, batch_id)
+            spark_sink_batch(spark, typed, theirs, batch_id, partition_by)
 
-    run_available_now(stream(), str(tmp_path / "ck-ours"), ParquetSink(ours, partition_by=partition_by, writer=writer))
-    run_available_now(stream(), str(tmp_path / "ck-spark"), path=theirs, partitionBy=partition_by)
-    return ours, theirs
+    raw = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src)
+    run_available_now(raw, str(tmp_path / "ck"), each_output)
+    assert all(MetadataLog(o).latest_batch_id() == len(batches) - 1 for pair in pairs for o in pair), "a batch each"
+    return pairs
 
 
 def _placement(out: str) -> dict[int, str]:
@@ -163,8 +180,7 @@ def test_every_partition_type_lands_where_spark_puts_it(ny_spark, tmp_path: Path
     binary, long/int/short and nulls: the same directories as Spark's own sink, each with the same rows."""
     columns = ["ts", "ntz", "d", "f", "dec", "b", "dt", "bin", "n", "i", "s"]
     misplaced, misread = {}, {}
-    for column in columns:
-        ours, theirs = _both_outputs(ny_spark, tmp_path / column, MIXED, INPUT_SCHEMA, [column])
+    for column, (ours, theirs) in zip(columns, _outputs(ny_spark, tmp_path, MIXED, INPUT_SCHEMA, [[c] for c in columns])):
         placed, expected = _placement(ours), _placement(theirs)
         if placed != expected:
             misplaced[column] = {i: (placed.get(i), d) for i, d in expected.items() if placed.get(i) != d}

@@ -205,7 +205,7 @@ def check_spark_filters(spark, out: str, chosen: list[ds.Expression], columns: l
 def test_filtered_reads_of_spark_written_files(spark, tmp_path_factory, fuzz_minutes: float) -> None:
     """Random outputs written with Spark's writer and random filters (fixed seed, a few examples;
     ``--fuzz-minutes`` for a long random search)."""
-    config = fixed_or_fuzzed(fuzz_minutes, 8, 40)
+    config = fixed_or_fuzzed(fuzz_minutes, 5, 40)
 
     @config
     @given(st.data())

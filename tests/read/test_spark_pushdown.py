@@ -95,7 +95,7 @@ def test_pushdown_over_our_float_files_matches_spark_without_it(spark, tmp_path_
     without it finds."""
 
     @given(st.data())
-    @fixed_or_fuzzed(fuzz_minutes, examples=4, fuzz_examples=60)
+    @fixed_or_fuzzed(fuzz_minutes, examples=3, fuzz_examples=60)
     def run(data: st.DataObject) -> None:
         typ = data.draw(st.sampled_from(["DOUBLE", "FLOAT"]))
         arrow = pa.float64() if typ == "DOUBLE" else pa.float32()

@@ -26,7 +26,7 @@ from parquet_sink import ParquetSink, Storage, committed_files, read_committed
 from tests.helpers.spark_util import run_available_now, to_arrow
 from tests.helpers.strategies import ATOMIC, MAX_TS, MIN_TS, StreamCase, stream_cases
 
-DEFAULT_EXAMPLES = 6
+DEFAULT_EXAMPLES = 3
 KIND = {k.name: k for k in ATOMIC}
 
 

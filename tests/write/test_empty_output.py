@@ -20,6 +20,14 @@ def _stream(spark, src: str):
     return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(src)
 
 
+def _counts(spark, src: str):
+    """A windowed count of the events in ``src``, in append mode: nothing until the watermark passes a window."""
+    from pyspark.sql import functions as F
+
+    events = spark.readStream.schema(SCHEMA).json(src).withWatermark("t", "1 hour")
+    return events.groupBy(F.window("t", "10 minutes"), "k").count()
+
+
 def _read(spark, root: str):
     """(schema as Spark reads it, row count), or the error class Spark's reader raises."""
     try:
@@ -29,17 +37,37 @@ def _read(spark, root: str):
         return type(exc).__name__, "UNABLE_TO_INFER_SCHEMA" in str(exc)
 
 
+@pytest.fixture(scope="module")
+def oracle(spark, tmp_path_factory: pytest.TempPathFactory):
+    """``oracle(query, batches, **options)``: what Spark's reader gives on Spark's own sink's output of the stream
+    ``query(spark, input)`` over input files of ``batches`` (``run_available_now``'s ``options``). Spark's sink runs
+    once per module for each stream: the writer params of a test compare with the same output."""
+    outputs: dict[str, tuple] = {}
+
+    def read(query, batches: list[list[dict]], **options) -> tuple:
+        key = repr((query.__name__, batches, sorted(options.items())))
+        if key not in outputs:
+            work = tmp_path_factory.mktemp("spark-sink")
+            write_input_files(str(work / "in"), batches)
+            run_available_now(query(spark, str(work / "in")), str(work / "ck"), path=str(work / "out"), **options)
+            outputs[key] = _read(spark, str(work / "out"))
+        return outputs[key]
+
+    return read
+
+
+@pytest.mark.xdist_group("spark-sink-oracle")  # the params on one worker: one Spark sink run for both writers
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
 @pytest.mark.parametrize("partition_by", [[], ["k"]], ids=["unpartitioned", "partitioned"])
-def test_all_empty_batches_read_as_spark_sinks_output(spark, tmp_path: Path, writer: str, partition_by: list[str]):
+def test_all_empty_batches_read_as_spark_sinks_output(spark, oracle, tmp_path: Path, writer: str,
+                                                      partition_by: list[str]):
     src = str(tmp_path / "in")
     write_input_files(src, [[], [], []])  # three empty micro-batches
-    theirs, ours = str(tmp_path / "spark"), str(tmp_path / "ours")
-    run_available_now(_stream(spark, src), str(tmp_path / "ck-spark"), path=theirs, partitionBy=partition_by)
+    ours = str(tmp_path / "ours")
     sink = ParquetSink(ours, partition_by=partition_by, writer=writer)
     run_available_now(_stream(spark, src), str(tmp_path / "ck-ours"), sink)
     assert [p.batch_id for p in sink.recent_progress] == [0, 1, 2] and sum(p.rows for p in sink.recent_progress) == 0
-    expected = _read(spark, theirs)
+    expected = oracle(_stream, [[], [], []], partitionBy=partition_by)
     if not partition_by:
         assert expected[1] == 0 and [name for name, _ in expected[0]] == ["id", "k", "t", "d", "a"], "the oracle"
     assert _read(spark, ours) == expected
@@ -65,25 +93,19 @@ def test_write_batch_of_an_empty_table_reads_with_its_schema(spark, tmp_path: Pa
     assert len(list(Path(out).glob("*.parquet"))) == 1
 
 
+@pytest.mark.xdist_group("spark-sink-oracle")
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
-def test_an_aggregations_first_watermark_batches(spark, tmp_path: Path, writer: str):
+def test_an_aggregations_first_watermark_batches(spark, oracle, tmp_path: Path, writer: str):
     """A windowed count in append mode emits nothing until the watermark passes a window: its first batches are
     empty. Spark's sink output then reads as an empty table with the aggregate's schema; so does ours."""
-    from pyspark.sql import functions as F
-
     src = str(tmp_path / "in")
-    write_input_files(src, [[{"id": i, "k": "a", "t": "2026-11-24T06:00:00Z"} for i in range(3)]])
-
-    def counts():
-        events = spark.readStream.schema(SCHEMA).json(src).withWatermark("t", "1 hour")
-        return events.groupBy(F.window("t", "10 minutes"), "k").count()
-
-    theirs, ours = str(tmp_path / "spark"), str(tmp_path / "ours")
-    run_available_now(counts(), str(tmp_path / "ck-spark"), path=theirs, outputMode="append")
+    events = [[{"id": i, "k": "a", "t": "2026-11-24T06:00:00Z"} for i in range(3)]]
+    write_input_files(src, events)
+    ours = str(tmp_path / "ours")
     sink = ParquetSink(ours, writer=writer)
-    run_available_now(counts(), str(tmp_path / "ck-ours"), sink, outputMode="append")
+    run_available_now(_counts(spark, src), str(tmp_path / "ck-ours"), sink, outputMode="append")
     assert sink.recent_progress and sum(p.rows for p in sink.recent_progress) == 0, "nothing emitted yet"
-    expected = _read(spark, theirs)
+    expected = oracle(_counts, events, outputMode="append")
     assert expected[1] == 0 and [name for name, _ in expected[0]] == ["window", "k", "count"], "the oracle"
     assert _read(spark, ours) == expected
     assert read_committed(ours).column_names == ["window", "k", "count"]
