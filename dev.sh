@@ -27,49 +27,62 @@ setup() {
     export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 }
 
-# duckdb with its iceberg extension, pinned in .ci/duckdb-iceberg.txt (the registry's extension packages are of
-# duckdb 1.4.4 only), in a venv of its own: the duckdb oracle of tests/iceberg/test_duckdb.py, which runs
-# .venvs/duckdb-iceberg. That is a link to a venv kept where the matrix's are ($VENVS, named by the pins' hash: a
-# fresh clone reuses it, as CI's clean clones do; ~30 s a build under load); built into a temporary directory and
-# renamed, so two clones building at once never share a half-built one. A failed install leaves no venv (the test
-# then fails on CI, skips elsewhere, naming this step).
-duckdb_iceberg() {
-    local pins=.ci/duckdb-iceberg.txt link=.venvs/duckdb-iceberg kept building
-    kept="$VENVS/duckdb-iceberg-$(sha256sum "$pins" | cut -c1-16)"
-    if [ ! -x "$kept/bin/python" ]; then
+# Prints the path of a directory kept where the matrix's venvs are ($VENVS), named NAME and the hash of FILES, built
+# first when missing by the function BUILD, which fills the temporary directory it is given; that directory is renamed
+# into place only when BUILD succeeds, so two clones building at once never share a half-built one (the second
+# rename loses: the first one's is the same). A clean clone (CI's) reuses it. Fails, printing nothing, when BUILD did.
+#   kept_dir NAME BUILD FILES...
+kept_dir() {
+    local name="$1" build="$2" kept building
+    shift 2
+    kept="$VENVS/$name-$(cat "$@" | sha256sum | cut -c1-16)"
+    if [ ! -d "$kept" ]; then
         mkdir -p "$VENVS"
-        building="$(mktemp -d "$VENVS/.duckdb-iceberg.XXXXXX")"
-        if python3 -m venv "$building/venv" && "$building/venv/bin/python" -m pip install --quiet -r "$pins"; then
-            mv -T "$building/venv" "$kept" 2>/dev/null || true  # another clone's rename first: theirs is the same
-        else
-            echo "setup: the duckdb-iceberg venv did not build" >&2
+        building="$(mktemp -d "$VENVS/.$name.XXXXXX")"
+        if "$build" "$building" >&2; then
+            mv -T "$building" "$kept" 2>/dev/null || true
         fi
         rm -rf "$building"
-        [ -x "$kept/bin/python" ] || return 0
     fi
-    mkdir -p .venvs
-    [ -L "$link" ] || rm -rf "$link"  # a venv an earlier setup built in place
-    ln -sfn "$kept" "$link"
+    [ -d "$kept" ] && echo "$kept"
 }
 
-# Azurite (the Azure emulator the tests start) from package-lock.json: node_modules is a link to a copy kept where
-# the venvs are ($VENVS, named by the lock's hash: a clean clone does not run `npm ci` again, ~20 s), built in a
-# temporary directory and renamed as the duckdb-iceberg venv is.
+# Points the link LINK at TARGET (a directory an earlier setup built in place at LINK is removed).
+link_to() {
+    [ -L "$2" ] || rm -rf "$2"
+    ln -sfn "$1" "$2"
+}
+
+# duckdb with its iceberg extension, pinned in .ci/duckdb-iceberg.txt (the registry's extension packages are of
+# duckdb 1.4.4 only), in a venv of its own: the duckdb oracle of tests/iceberg/test_duckdb.py, which runs
+# .venvs/duckdb-iceberg, a link to the venv kept_dir keeps (~30 s a build under load). A failed install leaves no
+# venv (the test then fails on CI, skips elsewhere, naming this step).
+build_duckdb_iceberg() {
+    python3 -m venv "$1" && "$1/bin/python" -m pip install --quiet -r .ci/duckdb-iceberg.txt
+}
+
+duckdb_iceberg() {
+    local kept
+    kept="$(kept_dir duckdb-iceberg build_duckdb_iceberg .ci/duckdb-iceberg.txt)" \
+        || { echo "setup: the duckdb-iceberg venv did not build" >&2; return 0; }
+    mkdir -p .venvs
+    link_to "$kept" .venvs/duckdb-iceberg
+}
+
+# Azurite (the Azure emulator the tests start) from package-lock.json: node_modules is a link into the copy kept_dir
+# keeps (a clean clone runs no `npm ci`: ~20 s); one an earlier setup installed in place is kept.
+build_node_modules() {
+    cp package.json package-lock.json "$1/" && (cd "$1" && npm ci --no-audit --no-fund --silent)
+}
+
 node_modules() {
-    local kept building
-    kept="$VENVS/node_modules-$(cat package.json package-lock.json | sha256sum | cut -c1-16)"
+    local kept
     if [ ! -L node_modules ] && [ -x node_modules/.bin/azurite-blob ]; then
-        return 0  # installed in place by an earlier setup (npm ci there): kept
+        return 0
     fi
-    if [ ! -x "$kept/node_modules/.bin/azurite-blob" ]; then
-        mkdir -p "$VENVS"
-        building="$(mktemp -d "$VENVS/.node_modules.XXXXXX")"
-        cp package.json package-lock.json "$building/"
-        (cd "$building" && npm ci --no-audit --no-fund --silent) && { mv -T "$building" "$kept" 2>/dev/null || true; }
-        rm -rf "$building"
-    fi
-    [ -L node_modules ] || rm -rf node_modules  # a half-installed copy
-    ln -sfn "$kept/node_modules" node_modules
+    kept="$(kept_dir node_modules build_node_modules package.json package-lock.json)" \
+        || { echo "setup: npm ci of Azurite failed" >&2; return 1; }
+    link_to "$kept/node_modules" node_modules
 }
 
 # The matrix's lines: "name|python|extras|marks|requirements", comments and blanks dropped.
