@@ -350,9 +350,7 @@ def last_drop(entries: pa.Table) -> int | None:
 
     Example: ``last_drop(read_snapshot(log).table)`` -> ``-1`` (an output nothing was ever dropped from).
     """
-    ids = entries.column(BATCH_KEY)
-    if ids.null_count:
+    if not batch_ids_known(entries):
         return None
-    markers = pc.max(ids.filter(pc.is_valid(entries.column(EXPIRED_KEY)))).as_py()
+    markers = pc.max(entries.column(BATCH_KEY).filter(pc.is_valid(entries.column(EXPIRED_KEY)))).as_py()
     return -1 if markers is None else markers
-

@@ -444,11 +444,13 @@ def snapshot_after(
     latest = max(listing, default=None)
     latest = latest if upto is None or latest is None else min(latest, upto)
     names = [listing.get(b) for b in range(batch + 1, (latest if latest is not None else batch) + 1)]
+    missing = any(name is None for name in names)
+    compacted = any(name is not None and is_compact_path(name) for name in names)
     try:
-        if not any(name is None or is_compact_path(name) for name in names):
+        if not missing and not compacted:
             tables = [log.read_table(name, b, listing.sidecars, _LOG_COLUMNS) for b, name in enumerate(names, batch + 1)]
             entries = pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table().select(_LOG_COLUMNS)
-        elif across_compactions and upto is None and any(name is not None and is_compact_path(name) for name in names):
+        elif across_compactions and upto is None and compacted:
             entries = read_log_files(log, latest, listing, log.listing_interval(listing), _LOG_COLUMNS)
             dropped = last_drop(entries)
             if dropped is None or dropped > batch:
