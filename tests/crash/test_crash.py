@@ -198,13 +198,19 @@ def test_driver_killed_at_failpoint(spark, tmp_path: Path, writer: str, failpoin
     assert not (left & committed_paths(out)), "an uncommitted file of the killed attempt got committed"
 
     # vacuum removes what the dead attempt left (published orphans, staging, its lease), nothing else.
+    _assert_vacuum_deletes_exactly(out, left)
+    assert_parquet_sink(spark, out, ckpt, ids, ROWS)
+
+
+def _assert_vacuum_deletes_exactly(out: Path, left: set[str]) -> None:
+    """vacuum deletes the data files ``left`` (a dead attempt's), nothing else: what stays on disk is what the log
+    commits, and no staged file, lease or staging directory entry is left."""
     cleaned = vacuum(out)
     assert {f["path"] for f in cleaned["files"]} == left
     assert parquet_on_disk(out) == committed_paths(out) and not staged_files(out)
     for hidden in ("leases", "staging"):
         directory = out / "_exactly_once" / hidden
         assert not directory.exists() or not any(directory.iterdir()), f"{hidden}: {list(directory.iterdir())}"
-    assert_parquet_sink(spark, out, ckpt, ids, ROWS)
 
 
 # the log's own work after a commit, killed: failpoint -> (its hit killed, the log batch (version) just committed)
@@ -239,7 +245,11 @@ def test_writer_killed_in_the_logs_own_work_after_its_commit(spark, tmp_path: Pa
         assert "0" not in names and "1" not in names, names
         assert len({"2.compact", "3", "4"} & set(names)) == 1, f"the kill should interrupt cleanup: {names}"
     assert not orphans(out), "a kill after the commit leaves no uncommitted data file"
-    prefix = [i for v in range(killed_at + 1) for i in writer_rows(1, v, rows).column("id").to_pylist()]
+
+    def ids_of(written: range) -> list[int]:
+        return [i for v in written for i in writer_rows(1, v, rows).column("id").to_pylist()]
+
+    prefix = ids_of(range(killed_at + 1))
     assert_same_ids(committed_ids(out), prefix, "read_committed at the kill point")
     assert_same_ids(spark_ids(spark, out), prefix, "spark.read.parquet at the kill point")
 
@@ -249,13 +259,10 @@ def test_writer_killed_in_the_logs_own_work_after_its_commit(spark, tmp_path: Pa
     assert [r.committed for r in results] == [v > killed_at for v in versions]
     assert [r.log_batch_id for r in results if r.committed] == list(range(killed_at + 1, len(versions)))
     assert "8.compact.columnar" in log_files(out) and MetadataLog(str(out)).check() == []
-    everything = [i for v in versions for i in writer_rows(1, v, rows).column("id").to_pylist()]
+    everything = ids_of(versions)
     assert_same_ids(committed_ids(out), everything, "read_committed after the rerun")
     assert_same_ids(spark_ids(spark, out), everything, "spark.read.parquet after the rerun")
-    cleaned = vacuum(out)
-    assert cleaned["files"] == [] and parquet_on_disk(out) == committed_paths(out)
-    leases = out / "_exactly_once" / "leases"
-    assert not leases.exists() or not any(leases.iterdir()), list(leases.iterdir())
+    _assert_vacuum_deletes_exactly(out, set())
 
 
 # -- random kills ----------------------------------------------------------------------------------
